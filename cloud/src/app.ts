@@ -1,0 +1,163 @@
+import { randomBytes } from 'node:crypto';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import fastifySwagger from '@fastify/swagger';
+import fastifySwaggerUi from '@fastify/swagger-ui';
+import {
+  jsonSchemaTransform,
+  jsonSchemaTransformObject,
+  serializerCompiler,
+  validatorCompiler,
+  type ZodTypeProvider,
+} from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { ApiErrorBodySchema, systemClock, type Clock } from '@fleet/protocol';
+import { Authenticator, LastUsedTracker } from './auth.js';
+import type { CloudConfig } from './config.js';
+import { ApiError } from './errors.js';
+import { installPipeline } from './http/pipeline.js';
+import type { CatalogEntry } from './http/policy.js';
+import { V1_PLUGINS, type ZodApp } from './routes/v1/index.js';
+import { SecretBox } from './secret-box.js';
+import type { Store } from './store/index.js';
+
+export const API_VERSION = '1.0.0';
+
+export interface AppDeps {
+  store: Store;
+  /** Encrypts stored responses and secrets; a random one serves tests. */
+  secrets?: SecretBox;
+  clock?: Clock;
+  /** A pino logger; tests pass none and get a silent one. */
+  logger?: FastifyBaseLogger;
+  /** Extra readiness checks (the MQTT broker); /readyz answers 503 while any fails. */
+  readiness?: () => Promise<void>;
+}
+
+export interface CloudApp {
+  app: FastifyInstance;
+  /** Every /v1 route with the policy it declared. */
+  catalog: readonly CatalogEntry[];
+  lastUsed: LastUsedTracker;
+  /** Stops background work and flushes buffers; closes the HTTP server (not the store). */
+  close(): Promise<void>;
+}
+
+/** Builds the HTTP app without listening (tests call `app.inject`; the CLI calls `listen`). */
+export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<CloudApp> {
+  const clock = deps.clock ?? systemClock;
+  const { store } = deps;
+  const fastify = Fastify({
+    ...(deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
+    bodyLimit: config.bodyLimitBytes,
+    genReqId: () => `req_${randomBytes(12).toString('base64url')}`,
+    requestIdHeader: false,
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+    routerOptions: { ignoreTrailingSlash: false, maxParamLength: 256 },
+  });
+  fastify.setValidatorCompiler(validatorCompiler);
+  fastify.setSerializerCompiler(serializerCompiler);
+  const app = fastify.withTypeProvider<ZodTypeProvider>() as unknown as ZodApp;
+
+  const lastUsed = new LastUsedTracker(store, config.lastUsedFlushMs, (err) => {
+    fastify.log.error({ err }, 'flushing api key last-use times failed');
+  });
+  const authenticator = new Authenticator(store, clock, lastUsed);
+  const catalog = installPipeline(fastify, {
+    store,
+    clock,
+    authenticator,
+    secrets: deps.secrets ?? SecretBox.random(),
+    idempotencyLeaseMs: config.idempotencyLeaseMs,
+  });
+  decorateOpenApi(fastify);
+
+  await fastify.register(fastifySwagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'Robot Fleet and Episode Data API',
+        version: API_VERSION,
+        description: 'Robot commands, episodes, datasets, cloud sync and webhooks. Errors: `{error: {code, message, details?}}`.',
+      },
+      components: {
+        securitySchemes: { apiKey: { type: 'http', scheme: 'bearer', description: 'An API key, `ak_…`' } },
+      },
+    },
+    transform: jsonSchemaTransform,
+    transformObject: jsonSchemaTransformObject,
+  });
+  await fastify.register(fastifySwaggerUi, { routePrefix: '/docs', uiConfig: { url: '/v1/openapi.json' } });
+
+  const v1Deps = { config, store, clock, lastUsed };
+  await fastify.register(
+    async (v1) => {
+      for (const plugin of V1_PLUGINS) await plugin(v1, v1Deps);
+      v1.get(
+        '/openapi.json',
+        { config: { policy: { auth: 'none' } }, schema: { hide: true } },
+        async () => fastify.swagger(),
+      );
+    },
+    { prefix: '/v1' },
+  );
+
+  app.get('/healthz', { schema: { hide: true } }, async () => ({ status: 'ok' }));
+  app.get('/readyz', { schema: { hide: true } }, async () => {
+    try {
+      await store.ping();
+      await deps.readiness?.();
+    } catch (err) {
+      throw new ApiError('not_ready', `not ready: ${(err as Error).message}`);
+    }
+    return { status: 'ready' };
+  });
+
+  await fastify.ready();
+  lastUsed.start();
+  return {
+    app: fastify,
+    catalog,
+    lastUsed,
+    async close() {
+      await fastify.close();
+      await lastUsed.stop();
+    },
+  };
+}
+
+/**
+ * Adds what every /v1 operation shares to its OpenAPI entry: the bearer requirement, the policy
+ * in words, a tag per resource and the shared error body. Runs before @fastify/swagger's own
+ * onRoute hook, which copies the schema.
+ */
+function decorateOpenApi(fastify: FastifyInstance): void {
+  fastify.addHook('onRoute', (route) => {
+    const policy = route.config?.policy;
+    if (!policy || !route.url.startsWith('/v1/')) return;
+    const schema = (route.schema ??= {}) as Record<string, unknown>;
+    if (schema.hide) return;
+    schema.tags ??= [route.url.split('/')[2]];
+    const response = (schema.response ??= {}) as Record<string, unknown>;
+    response.default ??= ApiErrorBodySchema;
+    if (policy.auth === 'key') {
+      schema.security = [{ apiKey: [] }];
+      const lines = [
+        `Scope: ${policy.scope ?? 'any valid key'}.`,
+        `Entitlement: ${policy.feature ?? 'none'}.`,
+        ...(policy.meter ? [`Meter: ${policy.meter}.`] : []),
+      ];
+      schema.description = [schema.description, lines.join(' ')].filter(Boolean).join('\n\n');
+      schema['x-required-scope'] = policy.scope;
+      schema['x-entitlement'] = policy.feature;
+      if (policy.meter) schema['x-meter'] = policy.meter;
+    } else {
+      schema.security = [];
+    }
+    if (route.method === 'POST' || (Array.isArray(route.method) && route.method.includes('POST'))) {
+      schema.headers ??= z.looseObject({
+        'idempotency-key': z.string().min(1).max(255).optional().describe('Replays the stored response for 24 h'),
+      });
+    }
+  });
+}

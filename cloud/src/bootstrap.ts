@@ -1,0 +1,30 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Clock } from '@fleet/protocol';
+import { createApiKey } from './api-keys.js';
+import { newId } from './ids.js';
+import type { Store } from './store/index.js';
+
+export const ADMIN_KEY_FILE = 'admin-key';
+
+export interface Bootstrapped {
+  orgId: string;
+  adminKey: string;
+  keyFile: string;
+}
+
+/**
+ * On the first start with an empty data directory: one organization and one admin key, so a
+ * newcomer can call /v1 at once. The key is returned to be printed once and written with mode
+ * 0600 beside the database; it is stored only as a hash.
+ */
+export async function bootstrapIfEmpty(store: Store, clock: Clock, dataDir: string): Promise<Bootstrapped | null> {
+  if ((await store.orgs.list()).length > 0) return null;
+  const orgId = newId('org');
+  await store.orgs.create({ id: orgId, name: 'default', tier: 'enterprise', createdAt: clock.now() });
+  const org = (await store.orgs.get(orgId))!;
+  const created = await createApiKey(store, clock, { org, name: 'bootstrap admin', scopes: ['admin'], expiresAt: null, createdBy: 'bootstrap' });
+  const keyFile = join(dataDir, ADMIN_KEY_FILE);
+  writeFileSync(keyFile, `${created.key}\n`, { mode: 0o600, flag: 'w' });
+  return { orgId, adminKey: created.key, keyFile };
+}

@@ -1,0 +1,210 @@
+#!/usr/bin/env node
+import { writeFileSync } from 'node:fs';
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { pino } from 'pino';
+import { FEATURES, ScopeSchema, systemClock, type Feature, type Scope } from '@fleet/protocol';
+import { createApiKey } from './api-keys.js';
+import { buildApp } from './app.js';
+import { CloudConfigSchema, parseCloudConfig, type CloudConfigInput } from './config.js';
+import { isTier, TIER_NAMES } from './entitlements.js';
+import { newId } from './ids.js';
+import { openSqliteStore, type Store } from './store/index.js';
+import { startCloud } from './server.js';
+
+const program = new Command('fleet-cloud')
+  .description('The fleet cloud: /v1 API, episode index, MQTT link to the robots.')
+  .showHelpAfterError()
+  .configureOutput({ outputError: (str, write) => write(str) });
+
+const dataDirOption = () => new Option('--data-dir <dir>', 'data directory (SQLite index, first-start admin key)').env('FLEET_DATA_DIR').default('./data');
+
+function fail(message: string): never {
+  process.stderr.write(`fleet-cloud: ${message}\n`);
+  process.exit(1);
+}
+
+async function withStore<T>(dataDir: string, fn: (store: Store) => Promise<T>): Promise<T> {
+  const store = openSqliteStore(dataDir);
+  try {
+    return await fn(store);
+  } finally {
+    await store.close();
+  }
+}
+
+program
+  .command('serve')
+  .description('Run the HTTP API and the embedded MQTT broker. Port 0 picks a free port; the ports are printed as one JSON line.')
+  .addOption(dataDirOption())
+  .addOption(new Option('--host <host>', 'listen address').env('FLEET_HOST').default('127.0.0.1'))
+  .addOption(new Option('--http-port <port>', 'HTTP port (0: any free port)').env('FLEET_HTTP_PORT').default('8080'))
+  .addOption(new Option('--mqtt-port <port>', 'embedded MQTT broker port (0: any free port)').env('FLEET_MQTT_PORT').default('1883'))
+  .addOption(new Option('--mqtt-url <url>', 'use this external MQTT broker instead of the embedded one').env('FLEET_MQTT_URL'))
+  .addOption(new Option('--command-timeout-ms <ms>', 'how long a robot command waits for its answer').env('FLEET_COMMAND_TIMEOUT_MS'))
+  .addOption(new Option('--body-limit-bytes <n>', 'largest accepted request body').env('FLEET_BODY_LIMIT_BYTES'))
+  .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_LOG_LEVEL').default('info'))
+  .action(async (opts: Record<string, string | undefined>) => {
+    const input: CloudConfigInput = {
+      dataDir: opts.dataDir,
+      host: opts.host,
+      httpPort: opts.httpPort,
+      mqttPort: opts.mqttPort,
+      mqttUrl: opts.mqttUrl,
+      commandTimeoutMs: opts.commandTimeoutMs,
+      bodyLimitBytes: opts.bodyLimitBytes,
+      logLevel: opts.logLevel as CloudConfigInput['logLevel'],
+      // Only from the environment: a flag would show the key in the process list.
+      secretKey: process.env.FLEET_SECRET_KEY,
+    };
+    const parsed = CloudConfigSchema.safeParse(Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined)));
+    if (!parsed.success) fail(`invalid configuration: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+    const config = parseCloudConfig(parsed.data);
+    // Logs go to stderr so stdout carries only what a caller parses.
+    const logger = pino(
+      {
+        level: config.logLevel,
+        redact: { paths: ['req.headers.authorization', 'headers.authorization', '*.key', '*.secret', '*.password'], censor: '[redacted]' },
+      },
+      pino.destination(2),
+    );
+    const cloud = await startCloud(config, { logger });
+    if (cloud.bootstrapped) {
+      process.stdout.write(
+        `First start: created organization ${cloud.bootstrapped.orgId} and an admin API key (shown once; also saved to ${cloud.bootstrapped.keyFile}, mode 0600):\n` +
+          `${cloud.bootstrapped.adminKey}\n`,
+      );
+    }
+    process.stdout.write(`${JSON.stringify({ http: cloud.http, mqtt: cloud.mqtt })}\n`);
+    let closing = false;
+    const shutdown = (signal: string) => {
+      if (closing) {
+        logger.warn({ signal }, 'second signal: exiting now');
+        process.exit(1);
+      }
+      closing = true;
+      logger.info({ signal }, 'shutting down: finishing in-flight requests');
+      cloud.close().then(
+        () => {
+          logger.flush();
+          process.exit(0);
+        },
+        (err: unknown) => {
+          logger.error({ err }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
+    };
+    process.on('SIGTERM', () => shutdown('SIGTERM'));
+    process.on('SIGINT', () => shutdown('SIGINT'));
+  });
+
+const orgs = program.command('orgs').description('Manage organizations (works while serve runs on the same data directory).');
+
+const tierArg = (value: string): string => {
+  if (!isTier(value)) throw new InvalidArgumentError(`unknown tier; one of ${TIER_NAMES.join(', ')}`);
+  return value;
+};
+
+orgs
+  .command('create')
+  .description('Create an organization and print its id.')
+  .addOption(dataDirOption())
+  .requiredOption('--name <name>', 'organization name')
+  .option('--tier <tier>', `one of ${TIER_NAMES.join(', ')}`, tierArg, 'free')
+  .action(async (opts: { dataDir: string; name: string; tier: string }) => {
+    if (opts.name.length < 1 || opts.name.length > 128) fail('--name must be 1 to 128 characters');
+    const id = newId('org');
+    await withStore(opts.dataDir, (store) => store.orgs.create({ id, name: opts.name, tier: opts.tier, createdAt: systemClock.now() }));
+    process.stdout.write(`${id}\n`);
+  });
+
+orgs
+  .command('list')
+  .description('List organizations as JSON lines.')
+  .addOption(dataDirOption())
+  .action(async (opts: { dataDir: string }) => {
+    const rows = await withStore(opts.dataDir, (store) => store.orgs.list());
+    for (const o of rows) process.stdout.write(`${JSON.stringify({ id: o.id, name: o.name, tier: o.tier, features: o.featureOverrides, limits: o.limitOverrides })}\n`);
+  });
+
+orgs
+  .command('set-tier')
+  .description("Change an organization's tier.")
+  .addOption(dataDirOption())
+  .argument('<org>', 'organization id')
+  .argument('<tier>', `one of ${TIER_NAMES.join(', ')}`, tierArg)
+  .action(async (org: string, tier: string, opts: { dataDir: string }) => {
+    const ok = await withStore(opts.dataDir, (store) => store.orgs.setTier(org, tier));
+    if (!ok) fail(`no organization ${org}`);
+  });
+
+orgs
+  .command('set-feature')
+  .description('Override one feature flag for an organization (FEATURE=default removes the override).')
+  .addOption(dataDirOption())
+  .argument('<org>', 'organization id')
+  .argument('<assignment>', `FEATURE=true|false|default, FEATURE one of ${FEATURES.join(', ')}`)
+  .action(async (org: string, assignment: string, opts: { dataDir: string }) => {
+    const m = /^([a-z_.]+)=(true|false|default)$/.exec(assignment);
+    if (!m || !(FEATURES as readonly string[]).includes(m[1]!)) fail(`expected FEATURE=true|false|default with FEATURE one of ${FEATURES.join(', ')}`);
+    const value = m[2] === 'default' ? null : m[2] === 'true';
+    const ok = await withStore(opts.dataDir, (store) => store.orgs.setFeature(org, m[1] as Feature, value));
+    if (!ok) fail(`no organization ${org}`);
+  });
+
+orgs
+  .command('set-limit')
+  .description('Override one named limit for an organization (NAME=default removes the override).')
+  .addOption(dataDirOption())
+  .argument('<org>', 'organization id')
+  .argument('<assignment>', 'NAME=NUMBER|default')
+  .action(async (org: string, assignment: string, opts: { dataDir: string }) => {
+    const m = /^([a-z_.]+)=(\d+(?:\.\d+)?|default)$/.exec(assignment);
+    if (!m) fail('expected NAME=NUMBER|default');
+    const value = m[2] === 'default' ? null : Number(m[2]);
+    const ok = await withStore(opts.dataDir, (store) => store.orgs.setLimit(org, m[1]!, value));
+    if (!ok) fail(`no organization ${org}`);
+  });
+
+const keys = program.command('keys').description('Manage API keys.');
+
+keys
+  .command('create')
+  .description('Create an API key and print it once.')
+  .addOption(dataDirOption())
+  .requiredOption('--org <org>', 'organization id')
+  .requiredOption('--name <name>', 'key name, 1 to 128 characters')
+  .requiredOption('--scopes <list>', `comma-separated: ${ScopeSchema.options.join(', ')}`)
+  .option('--expires-at <time>', 'ISO 8601 date-time')
+  .action(async (opts: { dataDir: string; org: string; name: string; scopes: string; expiresAt?: string }) => {
+    if (opts.name.length < 1 || opts.name.length > 128) fail('--name must be 1 to 128 characters');
+    const scopes = opts.scopes.split(',').map((s) => s.trim());
+    for (const s of scopes) if (!ScopeSchema.safeParse(s).success) fail(`unknown scope ${s}`);
+    if (new Set(scopes).size !== scopes.length) fail('scopes must be unique');
+    const expiresAt = opts.expiresAt === undefined ? null : Date.parse(opts.expiresAt);
+    if (Number.isNaN(expiresAt)) fail('--expires-at must be an ISO 8601 date-time');
+    const created = await withStore(opts.dataDir, async (store) => {
+      const org = await store.orgs.get(opts.org);
+      if (!org) fail(`no organization ${opts.org}`);
+      return createApiKey(store, systemClock, { org, name: opts.name, scopes: scopes as Scope[], expiresAt, createdBy: 'cli' });
+    });
+    process.stdout.write(`${created.key}\n`);
+  });
+
+program
+  .command('openapi')
+  .description('Print (or write) the OpenAPI 3.1 document the code generates.')
+  .option('--out <file>', 'write to this file instead of stdout')
+  .action(async (opts: { out?: string }) => {
+    const store = openSqliteStore(':memory:');
+    const app = await buildApp(parseCloudConfig({}), { store });
+    const text = `${JSON.stringify(app.app.swagger(), null, 2)}\n`;
+    await app.close();
+    await store.close();
+    if (opts.out) writeFileSync(opts.out, text);
+    else process.stdout.write(text);
+  });
+
+program.parseAsync(process.argv).catch((err: unknown) => {
+  fail(err instanceof Error ? err.message : String(err));
+});

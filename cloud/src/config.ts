@@ -1,0 +1,36 @@
+import { z } from 'zod';
+
+const port = z.coerce.number().int().min(0).max(65535);
+
+/**
+ * Everything the cloud can be told, with its default. Flags and FLEET_* variables are merged by
+ * the CLI and parsed here once; nothing below the entry point reads process.env.
+ */
+export const CloudConfigSchema = z.strictObject({
+  /** Where the SQLite index and the first-start admin key live. */
+  dataDir: z.string().min(1).default('./data'),
+  /** HTTP and MQTT listen address. Loopback by default; use 0.0.0.0 to serve a fleet. */
+  host: z.string().min(1).default('127.0.0.1'),
+  httpPort: port.default(8080),
+  mqttPort: port.default(1883),
+  /** Use this external broker instead of the embedded one (mqtt:// or mqtts://). */
+  mqttUrl: z.url({ protocol: /^mqtts?$/ }).optional(),
+  /** How long a robot command waits for the robot's answer before 504 command_timeout. */
+  commandTimeoutMs: z.coerce.number().int().min(100).max(120_000).default(10_000),
+  /** Largest request body accepted; larger is 413 payload_too_large. */
+  bodyLimitBytes: z.coerce.number().int().min(1024).max(64 * 1024 * 1024).default(1024 * 1024),
+  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** Base64 of 32 bytes that seals stored secrets; by default <dataDir>/secret.key (created 0600). */
+  secretKey: z.base64().refine((k) => Buffer.from(k, 'base64').length === 32, 'must be 32 bytes').optional(),
+  /** How often buffered api-key last-use times are written. */
+  lastUsedFlushMs: z.coerce.number().int().min(10).default(15_000),
+  /** How long an in-flight Idempotency-Key claim lasts if its process dies mid-request. */
+  idempotencyLeaseMs: z.coerce.number().int().min(1000).default(120_000),
+});
+
+export type CloudConfig = Readonly<z.output<typeof CloudConfigSchema>>;
+export type CloudConfigInput = z.input<typeof CloudConfigSchema>;
+
+export function parseCloudConfig(input: CloudConfigInput): CloudConfig {
+  return Object.freeze(CloudConfigSchema.parse(input));
+}

@@ -1,0 +1,44 @@
+import { FEATURES, type Entitlements, type Feature } from '@fleet/protocol';
+import type { OrgRow } from './store/index.js';
+
+interface Tier {
+  features: Record<Feature, boolean>;
+  limits: Record<string, number>;
+}
+
+/**
+ * Tiers and what they include. Each limit is enforced where its resource is created
+ * (robots at enrollment, webhook subscriptions at creation, api keys at creation).
+ */
+export const TIERS: Readonly<Record<string, Tier>> = {
+  free: {
+    features: { 'api.access': true, 'api.robot_commands': false, 'data.metadata': true },
+    limits: { api_keys: 10, robots: 5, webhook_subscriptions: 5 },
+  },
+  pro: {
+    features: { 'api.access': true, 'api.robot_commands': true, 'data.metadata': true },
+    limits: { api_keys: 100, robots: 500, webhook_subscriptions: 5 },
+  },
+  enterprise: {
+    features: { 'api.access': true, 'api.robot_commands': true, 'data.metadata': true },
+    limits: { api_keys: 1000, robots: 100_000, webhook_subscriptions: 5 },
+  },
+};
+
+export const TIER_NAMES = Object.keys(TIERS);
+
+export function isTier(name: string): boolean {
+  return Object.hasOwn(TIERS, name);
+}
+
+/** The tier's features and limits with the organization's overrides applied. */
+export function entitlementsOf(org: OrgRow): Entitlements {
+  const tier = TIERS[org.tier] ?? TIERS.free!;
+  const features: Record<string, boolean> = {};
+  for (const f of FEATURES) features[f] = org.featureOverrides[f] ?? tier.features[f];
+  return { tier: org.tier, features, limits: { ...tier.limits, ...org.limitOverrides } };
+}
+
+export function hasFeature(org: OrgRow, feature: Feature): boolean {
+  return entitlementsOf(org).features[feature] === true;
+}

@@ -1,0 +1,216 @@
+import { createHash } from 'node:crypto';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { hasZodFastifySchemaValidationErrors, isResponseSerializationError } from 'fastify-type-provider-zod';
+import { DAY, iso, scopeSatisfies, type Clock } from '@fleet/protocol';
+import type { Authenticator } from '../auth.js';
+import { hasFeature } from '../entitlements.js';
+import { ApiError } from '../errors.js';
+import type { SecretBox } from '../secret-box.js';
+import type { Store } from '../store/index.js';
+import type { CatalogEntry, RoutePolicy } from './policy.js';
+
+export interface PipelineDeps {
+  store: Store;
+  clock: Clock;
+  authenticator: Authenticator;
+  /** Stored responses are sealed: a created key's plaintext must not sit in the database. */
+  secrets: SecretBox;
+  idempotencyLeaseMs: number;
+}
+
+/** Idempotency-Key: printable ASCII, as Stripe and the IETF draft allow. */
+const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
+const IDEMPOTENCY_TTL_MS = DAY;
+
+/** Answers that a retry with the same key must run again instead of replaying (decisions.md). */
+const TRANSIENT_CODES = new Set(['robot_offline', 'command_timeout', 'rate_limited', 'not_ready']);
+
+/**
+ * Installs what every route inherits: request ids, authentication, scope and entitlement checks,
+ * Idempotency-Key, metering, the JSON body parser and the one error handler. Returns the route
+ * catalog (every route with its policy) that tests and the OpenAPI generator walk.
+ */
+export function installPipeline(app: FastifyInstance, deps: PipelineDeps): CatalogEntry[] {
+  const { store, clock, authenticator, secrets } = deps;
+  const catalog: CatalogEntry[] = [];
+
+  app.decorateRequest('principal', null);
+  app.decorateRequest('idempotency', null);
+  app.decorateRequest('replayed', false);
+
+  app.addHook('onRoute', (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    if (!route.url.startsWith('/v1/') && route.url !== '/v1') return;
+    const policy = route.config?.policy;
+    if (!policy) throw new Error(`route ${methods.join(',')} ${route.url} declares no policy`);
+    for (const method of methods) {
+      if (method === 'HEAD') continue;
+      catalog.push({ method, url: route.url, policy, hasBody: Boolean(route.schema?.body) });
+    }
+  });
+
+  // An empty body with Content-Type: application/json is "no body", which many HTTP clients
+  // send on POSTs that take none (robot commands, snapshot).
+  const jsonParser = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    if (typeof body === 'string' && body.trim() === '') done(null, undefined);
+    else void jsonParser(req, body as string, done);
+  });
+
+  app.addHook('onRequest', async (request, reply) => {
+    void reply.header('X-Request-Id', request.id);
+    const policy = request.routeOptions.config.policy;
+    if (!policy || policy.auth !== 'key') return;
+    const principal = await authenticator.authenticate(request.headers.authorization);
+    if (policy.scope && !scopeSatisfies(principal.key.scopes, policy.scope)) {
+      throw new ApiError('insufficient_scope', `this endpoint needs the scope ${policy.scope}`, {
+        required_scope: policy.scope,
+        key_scopes: principal.key.scopes,
+      });
+    }
+    if (policy.feature && !hasFeature(principal.org, policy.feature)) {
+      throw new ApiError('entitlement_required', `the organization's plan does not include ${policy.feature}`, {
+        feature: policy.feature,
+        tier: principal.org.tier,
+      });
+    }
+    request.principal = principal;
+  });
+
+  app.addHook('preValidation', async (request, reply) => {
+    if (request.method !== 'POST' || !request.principal) return;
+    const raw = request.headers['idempotency-key'];
+    if (raw === undefined) return;
+    const key = Array.isArray(raw) ? raw[0] : raw;
+    if (Array.isArray(raw) || !key || !IDEMPOTENCY_KEY.test(key)) {
+      throw new ApiError('validation_failed', 'Idempotency-Key must be 1 to 255 printable ASCII characters, given once', {
+        issues: [{ location: 'headers', path: 'idempotency-key', message: 'invalid' }],
+      });
+    }
+    const orgId = request.principal.org.id;
+    const fingerprint = createHash('sha256')
+      .update(`${request.method}\n${request.url}\n${request.body === undefined ? '' : JSON.stringify(request.body)}`)
+      .digest('hex');
+    const begun = await store.idempotency.begin({ orgId, key, fingerprint, now: clock.now(), leaseMs: deps.idempotencyLeaseMs });
+    switch (begun.kind) {
+      case 'started':
+        request.idempotency = { orgId, key };
+        return;
+      case 'mismatch':
+        throw new ApiError('idempotency_key_reused', 'this Idempotency-Key was used with a different request');
+      case 'in_flight':
+        throw new ApiError('idempotency_key_in_use', 'a request with this Idempotency-Key is still running; retry later');
+      case 'replay': {
+        request.replayed = true;
+        const { status, contentType, body } = begun.response;
+        void reply.code(status).header('Idempotent-Replayed', 'true');
+        if (contentType) void reply.type(contentType);
+        return reply.send(body === '' ? undefined : secrets.open(body));
+      }
+    }
+  });
+
+  app.addHook('onSend', async (request, reply, payload) => {
+    const claim = request.idempotency;
+    if (!claim) return payload;
+    request.idempotency = null;
+    const body = typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : payload == null ? '' : null;
+    const code = errorCodeOf(body);
+    if (body === null || (code !== null && TRANSIENT_CODES.has(code))) {
+      await store.idempotency.release(claim.orgId, claim.key);
+    } else {
+      const ct = reply.getHeader('content-type');
+      await store.idempotency.complete({
+        orgId: claim.orgId,
+        key: claim.key,
+        response: { status: reply.statusCode, contentType: typeof ct === 'string' ? ct : null, body: body === '' ? '' : secrets.seal(body) },
+        now: clock.now(),
+        ttlMs: IDEMPOTENCY_TTL_MS,
+      });
+    }
+    return payload;
+  });
+
+  app.addHook('onResponse', async (request, reply) => {
+    const policy = request.routeOptions.config.policy;
+    if (!policy?.meter || !request.principal || request.replayed) return;
+    if (reply.statusCode < 200 || reply.statusCode >= 300) return;
+    try {
+      await store.meters.increment(request.principal.org.id, policy.meter, iso(clock.now()).slice(0, 10));
+    } catch (err) {
+      request.log.error({ err, meter: policy.meter }, 'meter increment failed');
+    }
+  });
+
+  // A request that ends without a response (client gone mid-handler) must not hold its key.
+  app.addHook('onRequestAbort', async (request) => {
+    const claim = request.idempotency;
+    if (claim) {
+      request.idempotency = null;
+      await store.idempotency.release(claim.orgId, claim.key);
+    }
+  });
+
+  app.setNotFoundHandler((request, reply) => {
+    void reply.header('X-Request-Id', request.id);
+    return sendError(reply, new ApiError('not_found', `no route ${request.method} ${request.url.split('?')[0]}`));
+  });
+
+  app.setErrorHandler((err: FastifyError, request, reply) => {
+    void reply.header('X-Request-Id', request.id);
+    return sendError(reply, toApiError(err, request));
+  });
+
+  return catalog;
+}
+
+function errorCodeOf(body: string | null): string | null {
+  if (!body || !body.startsWith('{"error"')) return null;
+  try {
+    const parsed = JSON.parse(body) as { error?: { code?: unknown } };
+    return typeof parsed.error?.code === 'string' ? parsed.error.code : null;
+  } catch {
+    return null;
+  }
+}
+
+function sendError(reply: FastifyReply, err: ApiError): FastifyReply {
+  if (err.headers) void reply.headers(err.headers);
+  return reply
+    .code(err.status)
+    .type('application/json; charset=utf-8')
+    .send(JSON.stringify({ error: { code: err.code, message: err.message, ...(err.details ? { details: err.details } : {}) } }));
+}
+
+/** Maps anything thrown to the documented error; the unknown becomes `internal` and is logged. */
+export function toApiError(err: FastifyError | Error, request: FastifyRequest): ApiError {
+  if (err instanceof ApiError) return err;
+  if (hasZodFastifySchemaValidationErrors(err)) {
+    const location = (err as FastifyError).validationContext ?? 'body';
+    return new ApiError('validation_failed', `invalid ${location}`, {
+      issues: err.validation.map((v) => ({
+        location,
+        path: v.instancePath,
+        code: v.keyword,
+        message: v.message,
+        ...(Array.isArray((v.params as { keys?: unknown }).keys) ? { keys: (v.params as { keys: string[] }).keys } : {}),
+      })),
+    });
+  }
+  if (isResponseSerializationError(err)) {
+    request.log.error({ err, issues: err.cause.issues }, 'response did not match its schema');
+    return new ApiError('internal', 'internal error');
+  }
+  const fe = err as FastifyError;
+  const status = fe.statusCode ?? 500;
+  if (fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE' || status === 413) return new ApiError('payload_too_large', 'request body too large');
+  if (fe.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' || status === 415) {
+    return new ApiError('unsupported_media_type', 'request bodies must be application/json');
+  }
+  if (status >= 400 && status < 500) return new ApiError('validation_failed', fe.message || 'bad request', { fastify_code: fe.code });
+  request.log.error({ err }, 'unhandled error');
+  return new ApiError('internal', 'internal error');
+}
+
+export type { RoutePolicy };

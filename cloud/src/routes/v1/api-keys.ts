@@ -1,0 +1,69 @@
+import { z } from 'zod';
+import { ApiKeySchema, CreateApiKeyBodySchema, CreatedApiKeySchema } from '@fleet/protocol';
+import { createApiKey, toApiKey } from '../../api-keys.js';
+import { notFound } from '../../errors.js';
+import { principalOf } from '../../http/policy.js';
+import type { V1Plugin } from './types.js';
+
+const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
+
+/** /v1/api-keys: scope admin, entitlement api.access (spec: API keys). */
+export const apiKeyRoutes: V1Plugin = async (app, { store, clock, lastUsed }) => {
+  app.route({
+    method: 'POST',
+    url: '/api-keys',
+    config: { policy: { auth: 'key', scope: 'admin', feature: 'api.access', meter: 'api_keys.created' } },
+    schema: {
+      summary: 'Create an API key',
+      description: 'The plaintext `key` is in this response only; it is stored as a hash.',
+      body: CreateApiKeyBodySchema,
+      response: { 201: CreatedApiKeySchema },
+    },
+    handler: async (request, reply) => {
+      const { org, key } = principalOf(request);
+      const body = request.body;
+      const created = await createApiKey(store, clock, {
+        org,
+        name: body.name,
+        scopes: body.scopes,
+        expiresAt: body.expires_at === undefined ? null : Date.parse(body.expires_at),
+        createdBy: key.id,
+      });
+      return reply.code(201).send(created);
+    },
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/api-keys',
+    config: { policy: { auth: 'key', scope: 'admin', feature: 'api.access', meter: null } },
+    schema: {
+      summary: 'List API keys',
+      description: 'Every key of the organization, revoked and expired ones included; never the plaintext.',
+      response: { 200: z.object({ api_keys: z.array(ApiKeySchema) }) },
+    },
+    handler: async (request) => {
+      const { org } = principalOf(request);
+      const rows = await store.apiKeys.list(org.id);
+      return { api_keys: rows.map((k) => toApiKey({ ...k, lastUsedAt: lastUsed.latest(k.id, k.lastUsedAt) })) };
+    },
+  });
+
+  app.route({
+    method: 'DELETE',
+    url: '/api-keys/:id',
+    config: { policy: { auth: 'key', scope: 'admin', feature: 'api.access', meter: 'api_keys.revoked' } },
+    schema: {
+      summary: 'Revoke an API key',
+      description: 'Immediate and permanent. Revoking a revoked key is a no-op that keeps the first revocation time.',
+      params: IdParams,
+      response: { 204: z.null().describe('Revoked') },
+    },
+    handler: async (request, reply) => {
+      const { org } = principalOf(request);
+      const ok = await store.apiKeys.revoke(org.id, request.params.id, clock.now());
+      if (!ok) throw notFound('API key');
+      return reply.code(204).send(null);
+    },
+  });
+};

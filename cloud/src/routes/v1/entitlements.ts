@@ -1,0 +1,18 @@
+import { EntitlementsSchema } from '@fleet/protocol';
+import { entitlementsOf } from '../../entitlements.js';
+import { principalOf } from '../../http/policy.js';
+import type { V1Plugin } from './types.js';
+
+/** GET /v1/entitlements: any valid key, no feature gate, so a caller can see what it lacks. */
+export const entitlementRoutes: V1Plugin = async (app) => {
+  app.route({
+    method: 'GET',
+    url: '/entitlements',
+    config: { policy: { auth: 'key', scope: null, feature: null, meter: null } },
+    schema: {
+      summary: "The organization's tier, feature flags and limits",
+      response: { 200: EntitlementsSchema },
+    },
+    handler: async (request) => entitlementsOf(principalOf(request).org),
+  });
+};

@@ -1,0 +1,24 @@
+import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerDefault } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import type { Clock } from '@fleet/protocol';
+import type { LastUsedTracker } from '../../auth.js';
+import type { CloudConfig } from '../../config.js';
+import type { Store } from '../../store/index.js';
+
+export type ZodApp = FastifyInstance<
+  RawServerDefault,
+  RawRequestDefaultExpression,
+  RawReplyDefaultExpression,
+  FastifyBaseLogger,
+  ZodTypeProvider
+>;
+
+/** What every /v1 resource module is given. */
+export interface V1Deps {
+  config: CloudConfig;
+  store: Store;
+  clock: Clock;
+  lastUsed: LastUsedTracker;
+}
+
+export type V1Plugin = (app: ZodApp, deps: V1Deps) => Promise<void>;

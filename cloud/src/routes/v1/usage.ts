@@ -1,0 +1,35 @@
+import { z } from 'zod';
+import { DAY, iso, UsageSchema } from '@fleet/protocol';
+import { ApiError } from '../../errors.js';
+import { principalOf } from '../../http/policy.js';
+import type { V1Plugin } from './types.js';
+
+const Day = z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'expected YYYY-MM-DD').refine((d) => !Number.isNaN(Date.parse(`${d}T00:00:00Z`)), 'not a date');
+const MAX_DAYS = 366;
+
+/** GET /v1/usage: per-meter, per-day counters of the caller's organization (admin). */
+export const usageRoutes: V1Plugin = async (app, { store, clock }) => {
+  app.route({
+    method: 'GET',
+    url: '/usage',
+    config: { policy: { auth: 'key', scope: 'admin', feature: 'api.access', meter: null } },
+    schema: {
+      summary: 'Metered usage per meter and UTC day',
+      description: `Inclusive day range; by default the last 30 days. At most ${MAX_DAYS} days per request.`,
+      querystring: z.strictObject({ from: Day.optional(), to: Day.optional() }),
+      response: { 200: UsageSchema },
+    },
+    handler: async (request) => {
+      const { org } = principalOf(request);
+      const to = request.query.to ?? iso(clock.now()).slice(0, 10);
+      const from = request.query.from ?? iso(Date.parse(`${to}T00:00:00Z`) - 29 * DAY).slice(0, 10);
+      const span = (Date.parse(`${to}T00:00:00Z`) - Date.parse(`${from}T00:00:00Z`)) / DAY;
+      if (span < 0 || span >= MAX_DAYS) {
+        throw new ApiError('validation_failed', `from must not be after to, and the range at most ${MAX_DAYS} days`, {
+          issues: [{ location: 'querystring', path: '/from', message: 'range' }],
+        });
+      }
+      return { usage: await store.meters.list(org.id, from, to) };
+    },
+  });
+};

@@ -14,9 +14,9 @@ import { ApiErrorBodySchema, systemClock, type Clock } from '@fleet/protocol';
 import { Authenticator, LastUsedTracker } from './auth.js';
 import type { CloudConfig } from './config.js';
 import { ApiError } from './errors.js';
-import { installPipeline } from './http/pipeline.js';
+import { installPipeline, sendFrameworkError } from './http/pipeline.js';
 import type { CatalogEntry } from './http/policy.js';
-import { V1_PLUGINS, type ZodApp } from './routes/v1/index.js';
+import { V1_PLUGINS, type CommandSender, type ZodApp } from './routes/v1/index.js';
 import { SecretBox } from './secret-box.js';
 import type { Store } from './store/index.js';
 
@@ -29,6 +29,10 @@ export interface AppDeps {
   clock?: Clock;
   /** A pino logger; tests pass none and get a silent one. */
   logger?: FastifyBaseLogger;
+  /** Sends robot commands; without one every robot is offline. */
+  robots?: CommandSender;
+  /** The broker address handed to enrolling robots. */
+  mqttPublicUrl?: string;
   /** Extra readiness checks (the MQTT broker); /readyz answers 503 while any fails. */
   readiness?: () => Promise<void>;
 }
@@ -54,6 +58,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     return503OnClosing: true,
     forceCloseConnections: 'idle',
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 256 },
+    frameworkErrors: sendFrameworkError,
   });
   fastify.setValidatorCompiler(validatorCompiler);
   fastify.setSerializerCompiler(serializerCompiler);
@@ -89,7 +94,14 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   });
   await fastify.register(fastifySwaggerUi, { routePrefix: '/docs', uiConfig: { url: '/v1/openapi.json' } });
 
-  const v1Deps = { config, store, clock, lastUsed };
+  const v1Deps = {
+    config,
+    store,
+    clock,
+    lastUsed,
+    robots: deps.robots ?? noRobotLink,
+    mqttPublicUrl: deps.mqttPublicUrl ?? config.mqttPublicUrl ?? '',
+  };
   await fastify.register(
     async (v1) => {
       for (const plugin of V1_PLUGINS) await plugin(v1, v1Deps);
@@ -126,6 +138,10 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   };
 }
 
+const noRobotLink: CommandSender = {
+  send: () => Promise.reject(new ApiError('robot_offline', 'this cloud has no MQTT link')),
+};
+
 /**
  * Adds what every /v1 operation shares to its OpenAPI entry: the bearer requirement, the policy
  * in words, a tag per resource and the shared error body. Runs before @fastify/swagger's own
@@ -143,7 +159,7 @@ function decorateOpenApi(fastify: FastifyInstance): void {
     if (policy.auth === 'key') {
       schema.security = [{ apiKey: [] }];
       const lines = [
-        `Scope: ${policy.scope ?? 'any valid key'}.`,
+        `Scope: ${policy.scope === null ? 'any valid key' : typeof policy.scope === 'string' ? policy.scope : policy.scope.join(' or ')}.`,
         `Entitlement: ${policy.feature ?? 'none'}.`,
         ...(policy.meter ? [`Meter: ${policy.meter}.`] : []),
       ];

@@ -1,4 +1,4 @@
-import { writeFileSync } from 'node:fs';
+import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Clock } from '@fleet/protocol';
 import { createApiKey } from './api-keys.js';
@@ -25,6 +25,9 @@ export async function bootstrapIfEmpty(store: Store, clock: Clock, dataDir: stri
   const org = (await store.orgs.get(orgId))!;
   const created = await createApiKey(store, clock, { org, name: 'bootstrap admin', scopes: ['admin'], expiresAt: null, createdBy: 'bootstrap' });
   const keyFile = join(dataDir, ADMIN_KEY_FILE);
-  writeFileSync(keyFile, `${created.key}\n`, { mode: 0o600, flag: 'w' });
+  // `mode` only applies when the file is created: a key file left from an earlier installation
+  // would keep its mode (say 0644). Remove it and create a fresh one exclusively instead.
+  rmSync(keyFile, { force: true });
+  writeFileSync(keyFile, `${created.key}\n`, { mode: 0o600, flag: 'wx' });
   return { orgId, adminKey: created.key, keyFile };
 }

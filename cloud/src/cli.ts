@@ -40,6 +40,7 @@ program
   .addOption(new Option('--http-port <port>', 'HTTP port (0: any free port)').env('FLEET_HTTP_PORT').default('8080'))
   .addOption(new Option('--mqtt-port <port>', 'embedded MQTT broker port (0: any free port)').env('FLEET_MQTT_PORT').default('1883'))
   .addOption(new Option('--mqtt-url <url>', 'use this external MQTT broker instead of the embedded one').env('FLEET_MQTT_URL'))
+  .addOption(new Option('--mqtt-public-url <url>', 'broker address handed to enrolling robots (default: the one the cloud uses)').env('FLEET_MQTT_PUBLIC_URL'))
   .addOption(new Option('--command-timeout-ms <ms>', 'how long a robot command waits for its answer').env('FLEET_COMMAND_TIMEOUT_MS'))
   .addOption(new Option('--body-limit-bytes <n>', 'largest accepted request body').env('FLEET_BODY_LIMIT_BYTES'))
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_LOG_LEVEL').default('info'))
@@ -50,6 +51,7 @@ program
       httpPort: opts.httpPort,
       mqttPort: opts.mqttPort,
       mqttUrl: opts.mqttUrl,
+      mqttPublicUrl: opts.mqttPublicUrl,
       commandTimeoutMs: opts.commandTimeoutMs,
       bodyLimitBytes: opts.bodyLimitBytes,
       logLevel: opts.logLevel as CloudConfigInput['logLevel'],

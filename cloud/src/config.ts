@@ -15,6 +15,8 @@ export const CloudConfigSchema = z.strictObject({
   mqttPort: port.default(1883),
   /** Use this external broker instead of the embedded one (mqtt:// or mqtts://). */
   mqttUrl: z.url({ protocol: /^mqtts?$/ }).optional(),
+  /** The broker address given to enrolling robots when it differs from the one the cloud uses. */
+  mqttPublicUrl: z.url({ protocol: /^mqtts?$/ }).optional(),
   /** How long a robot command waits for the robot's answer before 504 command_timeout. */
   commandTimeoutMs: z.coerce.number().int().min(100).max(120_000).default(10_000),
   /** Largest request body accepted; larger is 413 payload_too_large. */

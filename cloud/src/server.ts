@@ -1,4 +1,6 @@
+import { randomBytes } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
+import { pino } from 'pino';
 import type { AddressInfo } from 'node:net';
 import { systemClock, type Clock } from '@fleet/protocol';
 import { buildApp, type CloudApp } from './app.js';
@@ -7,6 +9,8 @@ import type { CloudConfig } from './config.js';
 import { startEmbeddedBroker, type EmbeddedBroker } from './mqtt/broker.js';
 import { loadSecretBox } from './secret-box.js';
 import { openSqliteStore } from './store/index.js';
+import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './robots/broker-auth.js';
+import { RobotLink } from './robots/link.js';
 import type { Store } from './store/index.js';
 
 export interface RunningCloud {
@@ -25,18 +29,39 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
   const clock = opts.clock ?? systemClock;
   const store = openSqliteStore(config.dataDir);
   let broker: EmbeddedBroker | null = null;
+  let link: RobotLink | null = null;
   let app: CloudApp | null = null;
+  const logger = opts.logger ?? pino({ level: 'silent' });
   try {
     const bootstrapped = await bootstrapIfEmpty(store, clock, config.dataDir);
-    if (!config.mqttUrl) broker = await startEmbeddedBroker({ host: config.host, port: config.mqttPort });
+    let linkUrl: string;
+    let linkAuth: { username?: string; password?: string } = {};
+    if (config.mqttUrl) {
+      linkUrl = config.mqttUrl;
+    } else {
+      // The cloud's own client authenticates with a secret that lives only in this process.
+      const cloudPassword = randomBytes(32).toString('base64url');
+      const hooks = robotBrokerHooks(store, cloudPassword, (msg, extra) => logger.warn(extra, msg));
+      // Nobody is connected to a broker that has just started; robots republish on reconnect.
+      await store.robots.markAllDisconnected();
+      broker = await startEmbeddedBroker({ host: config.host, port: config.mqttPort, hooks });
+      linkUrl = broker.url;
+      linkAuth = { username: CLOUD_MQTT_USERNAME, password: cloudPassword };
+    }
+    link = new RobotLink({ url: linkUrl, ...linkAuth, store, clock, logger, commandTimeoutMs: config.commandTimeoutMs });
+    await link.start();
     const brokerRef = broker;
+    const linkRef = link;
     app = await buildApp(config, {
       store,
       secrets: loadSecretBox(config.dataDir, config.secretKey),
       clock,
-      ...(opts.logger ? { logger: opts.logger } : {}),
+      logger,
+      robots: link,
+      mqttPublicUrl: config.mqttPublicUrl ?? linkUrl.replace(/\/\/[^@/]*@/, '//'),
       readiness: async () => {
         if (brokerRef?.aedes.closed) throw new Error('MQTT broker closed');
+        if (!linkRef.connected) throw new Error('no connection to the MQTT broker');
       },
     });
     await app.app.listen({ host: config.host, port: config.httpPort });
@@ -52,13 +77,23 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
       broker,
       bootstrapped,
       async close() {
-        await running.close();
+        // fastify closes the idle keep-alive connections once, when the shutdown starts. A
+        // connection whose in-flight request finishes later would idle on until the client or
+        // keepAliveTimeout (72 s) drops it and hold the exit that long; sweep them meanwhile.
+        const sweep = setInterval(() => running.app.server.closeIdleConnections(), 50);
+        try {
+          await running.close();
+        } finally {
+          clearInterval(sweep);
+        }
+        await linkRef.stop();
         await brokerRef?.close();
         await store.close();
       },
     };
   } catch (err) {
     await app?.close().catch(() => undefined);
+    await link?.stop().catch(() => undefined);
     await broker?.close().catch(() => undefined);
     await store.close();
     throw err;

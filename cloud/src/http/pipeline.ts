@@ -50,9 +50,11 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
   });
 
   // An empty body with Content-Type: application/json is "no body", which many HTTP clients
-  // send on POSTs that take none (robot commands, snapshot).
+  // send on POSTs that take none (robot commands, snapshot). JSON is the only body the API
+  // takes: Fastify's built-in text/plain parser would hand a string to the body schema, so
+  // a text body got 400 instead of 415.
   const jsonParser = app.getDefaultJsonParser('error', 'error');
-  app.removeContentTypeParser('application/json');
+  app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
     if (typeof body === 'string' && body.trim() === '') done(null, undefined);
     else void jsonParser(req, body as string, done);
@@ -63,9 +65,10 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
     const policy = request.routeOptions.config.policy;
     if (!policy || policy.auth !== 'key') return;
     const principal = await authenticator.authenticate(request.headers.authorization);
-    if (policy.scope && !scopeSatisfies(principal.key.scopes, policy.scope)) {
-      throw new ApiError('insufficient_scope', `this endpoint needs the scope ${policy.scope}`, {
-        required_scope: policy.scope,
+    const required = policy.scope === null ? [] : typeof policy.scope === 'string' ? [policy.scope] : policy.scope;
+    if (required.length > 0 && !required.some((s) => scopeSatisfies(principal.key.scopes, s))) {
+      throw new ApiError('insufficient_scope', `this endpoint needs the scope ${required.join(' or ')}`, {
+        required_scope: required.length === 1 ? required[0] : required,
         key_scopes: principal.key.scopes,
       });
     }
@@ -163,6 +166,16 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
   });
 
   return catalog;
+}
+
+/**
+ * For Fastify's `frameworkErrors`: failures the router raises before any route or hook runs
+ * (an undecodable URL, a path parameter beyond maxParamLength) get the same body and
+ * X-Request-Id as every other error instead of Fastify's own shape.
+ */
+export function sendFrameworkError(err: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+  void reply.header('X-Request-Id', request.id);
+  void sendError(reply, toApiError(err, request));
 }
 
 function errorCodeOf(body: string | null): string | null {

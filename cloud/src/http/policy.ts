@@ -9,8 +9,8 @@ import type { Principal } from '../auth.js';
 export type RoutePolicy =
   | {
       auth: 'key';
-      /** The scope the key must hold (`admin` holds all); `null`: any valid key. */
-      scope: Scope | null;
+      /** The scope the key must hold (one of them, for a list; `admin` holds all); `null`: any valid key. */
+      scope: Scope | readonly Scope[] | null;
       /** The organization's feature that gates the route. */
       feature: Feature | null;
       /** Counter incremented per organization and day for each 2xx answer. */

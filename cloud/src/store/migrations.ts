@@ -61,4 +61,36 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       ) STRICT, WITHOUT ROWID;
     `,
   },
+  {
+    version: 2,
+    name: 'robots and enrollment tokens',
+    sql: `
+      CREATE TABLE enrollment_tokens (
+        id TEXT PRIMARY KEY,
+        org_id TEXT NOT NULL REFERENCES orgs(id),
+        token_hash TEXT NOT NULL UNIQUE,
+        name_prefix TEXT,
+        max_uses INTEGER NOT NULL,
+        uses INTEGER NOT NULL DEFAULT 0,
+        expires_at INTEGER NOT NULL,
+        created_by TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+      ) STRICT;
+      CREATE TABLE robots (
+        id TEXT PRIMARY KEY,
+        org_id TEXT NOT NULL REFERENCES orgs(id),
+        name TEXT NOT NULL,
+        platform TEXT,
+        runtime_version TEXT,
+        capabilities TEXT NOT NULL DEFAULT '[]',
+        mqtt_password_hash TEXT NOT NULL,
+        enrollment_token_id TEXT NOT NULL,
+        connected INTEGER NOT NULL DEFAULT 0,
+        recording_state TEXT,
+        last_seen_at INTEGER,
+        created_at INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX robots_by_org ON robots (org_id, id);
+    `,
+  },
 ];

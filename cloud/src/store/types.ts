@@ -1,4 +1,4 @@
-import type { Feature, Scope } from '@fleet/protocol';
+import type { Feature, RecordingState, Scope } from '@fleet/protocol';
 
 /**
  * The cloud's durable state, behind an async interface so that a second implementation
@@ -10,6 +10,7 @@ export interface Store {
   readonly apiKeys: ApiKeyStore;
   readonly idempotency: IdempotencyStore;
   readonly meters: MeterStore;
+  readonly robots: RobotStore;
   /** Cheap liveness probe for /readyz. */
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -93,4 +94,67 @@ export interface UsageRow {
 export interface MeterStore {
   increment(orgId: string, meter: string, day: string, by?: number): Promise<void>;
   list(orgId: string, fromDay: string, toDay: string): Promise<UsageRow[]>;
+}
+
+export interface EnrollmentTokenRow {
+  id: string;
+  orgId: string;
+  tokenHash: string;
+  namePrefix: string | null;
+  maxUses: number;
+  uses: number;
+  expiresAt: number;
+  createdBy: string;
+  createdAt: number;
+}
+
+export interface RobotRow {
+  id: string;
+  orgId: string;
+  name: string;
+  platform: string | null;
+  runtimeVersion: string | null;
+  capabilities: string[];
+  mqttPasswordHash: string;
+  enrollmentTokenId: string;
+  connected: boolean;
+  recordingState: RecordingState | null;
+  lastSeenAt: number | null;
+  createdAt: number;
+}
+
+export type EnrollOutcome =
+  | { kind: 'enrolled'; robot: RobotRow }
+  | { kind: 'token_invalid' | 'token_expired' | 'token_used_up' }
+  | { kind: 'robot_limit'; limit: number };
+
+export interface RobotStatusUpdate {
+  connected: boolean;
+  runtimeVersion?: string;
+  platform?: string;
+  capabilities?: string[];
+  recordingState?: RecordingState;
+  seenAt: number;
+}
+
+export interface RobotStore {
+  createEnrollmentToken(row: Omit<EnrollmentTokenRow, 'uses'>): Promise<void>;
+  /**
+   * In one transaction: checks the token (known, unexpired, uses left), the organization's robot
+   * limit, takes one use and inserts the robot built by `build` (which gets the name index).
+   */
+  enroll(args: {
+    tokenHash: string;
+    now: number;
+    robotLimit: (orgId: string) => Promise<number | undefined> | number | undefined;
+    build: (token: EnrollmentTokenRow, ordinal: number) => Omit<RobotRow, 'orgId' | 'enrollmentTokenId'>;
+  }): Promise<EnrollOutcome>;
+  get(orgId: string, id: string): Promise<RobotRow | undefined>;
+  /** Not scoped: only the MQTT broker's authentication and the robot link use it. */
+  getById(id: string): Promise<RobotRow | undefined>;
+  /** Keyset page ordered by id. */
+  list(orgId: string, after: string | null, limit: number): Promise<RobotRow[]>;
+  updateStatus(id: string, update: RobotStatusUpdate): Promise<void>;
+  /** At start of the embedded broker nobody is connected yet. */
+  markAllDisconnected(): Promise<void>;
 }

@@ -2,3 +2,4 @@ export * from './scopes.js';
 export * from './errors.js';
 export * from './api-keys.js';
 export * from './time.js';
+export * from './robot.js';

@@ -1,8 +1,10 @@
 import { apiKeyRoutes } from './api-keys.js';
 import { entitlementRoutes } from './entitlements.js';
+import { robotCommandRoutes } from './robot-commands.js';
+import { robotRoutes } from './robots.js';
 import { usageRoutes } from './usage.js';
 import type { V1Plugin } from './types.js';
 
 /** Every /v1 resource module; app.ts registers each under the /v1 prefix. */
-export const V1_PLUGINS: readonly V1Plugin[] = [apiKeyRoutes, entitlementRoutes, usageRoutes];
-export type { V1Deps, V1Plugin, ZodApp } from './types.js';
+export const V1_PLUGINS: readonly V1Plugin[] = [apiKeyRoutes, entitlementRoutes, usageRoutes, robotRoutes, robotCommandRoutes];
+export type { CommandSender, V1Deps, V1Plugin, ZodApp } from './types.js';

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerDefault } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
-import type { Clock } from '@fleet/protocol';
+import type { Clock, CommandReply, RobotCommandName } from '@fleet/protocol';
 import type { LastUsedTracker } from '../../auth.js';
 import type { CloudConfig } from '../../config.js';
 import type { Store } from '../../store/index.js';
@@ -19,6 +19,14 @@ export interface V1Deps {
   store: Store;
   clock: Clock;
   lastUsed: LastUsedTracker;
+  /** Sends robot commands and waits for the reply (the MQTT RobotLink in production). */
+  robots: CommandSender;
+  /** The broker address handed to enrolling robots. */
+  mqttPublicUrl: string;
+}
+
+export interface CommandSender {
+  send(robotId: string, command: RobotCommandName, cmdId: string, args?: Record<string, unknown>): Promise<CommandReply>;
 }
 
 export type V1Plugin = (app: ZodApp, deps: V1Deps) => Promise<void>;

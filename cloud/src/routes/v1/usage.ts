@@ -4,7 +4,15 @@ import { ApiError } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
 import type { V1Plugin } from './types.js';
 
-const Day = z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'expected YYYY-MM-DD').refine((d) => !Number.isNaN(Date.parse(`${d}T00:00:00Z`)), 'not a date');
+// Date.parse rolls 2026-02-30 over to March 2 instead of failing, so a real day must survive
+// the round trip back to YYYY-MM-DD.
+const Day = z
+  .string()
+  .regex(/^\d{4}-\d{2}-\d{2}$/, 'expected YYYY-MM-DD')
+  .refine((d) => {
+    const ms = Date.parse(`${d}T00:00:00Z`);
+    return !Number.isNaN(ms) && iso(ms).slice(0, 10) === d;
+  }, 'not a date');
 const MAX_DAYS = 366;
 
 /** GET /v1/usage: per-meter, per-day counters of the caller's organization (admin). */

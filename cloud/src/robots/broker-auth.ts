@@ -1,0 +1,73 @@
+import { timingSafeEqual } from 'node:crypto';
+import type { Client } from 'aedes';
+import { parseRobotTopic } from '@fleet/protocol';
+import { hashSecret } from '../ids.js';
+import type { BrokerHooks } from '../mqtt/broker.js';
+import type { Store } from '../store/index.js';
+
+/** The username of the cloud's own MQTT client; it may publish and subscribe anywhere. */
+export const CLOUD_MQTT_USERNAME = '$cloud';
+
+const ROBOT_PUBLISH = new Set(['status', 'cmd/reply', 'outbox']);
+const ROBOT_SUBSCRIBE = new Set(['cmd', 'outbox/ack']);
+
+function refuse(code: 4 | 5, message: string) {
+  return Object.assign(new Error(message), { returnCode: code });
+}
+
+function equalSecret(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+/**
+ * Broker authentication and ACL. A robot connects with client id = username = its robot id and
+ * the password issued at enrollment (stored hashed); it may publish only its own status, command
+ * replies and outbox, and subscribe only to its own commands and outbox acknowledgments.
+ */
+export function robotBrokerHooks(store: Store, cloudPassword: string, log: (msg: string, extra: object) => void): BrokerHooks {
+  const cloudClients = new WeakSet<Client>();
+  return {
+    authenticate(client, username, password, done) {
+      const pass = password?.toString('utf8') ?? '';
+      if (username === CLOUD_MQTT_USERNAME) {
+        if (equalSecret(pass, cloudPassword)) {
+          cloudClients.add(client);
+          done(null, true);
+        } else done(refuse(4, 'bad credentials'), false);
+        return;
+      }
+      if (!username || client.id !== username) {
+        log('mqtt connection refused: client id must equal the robot id', { client_id: client.id });
+        done(refuse(4, 'client id must equal username'), false);
+        return;
+      }
+      store.robots.getById(username).then(
+        (robot) => {
+          if (robot && equalSecret(hashSecret(pass), robot.mqttPasswordHash)) done(null, true);
+          else {
+            log('mqtt connection refused: bad robot credentials', { client_id: client.id });
+            done(refuse(4, 'bad credentials'), false);
+          }
+        },
+        (err: unknown) => done(Object.assign(err instanceof Error ? err : new Error(String(err)), { returnCode: 3 as const }), false),
+      );
+    },
+    authorizePublish(client, packet, callback) {
+      if (!client || cloudClients.has(client)) return callback(null);
+      const t = parseRobotTopic(packet.topic);
+      if (t && t.robotId === client.id && ROBOT_PUBLISH.has(t.rest)) return callback(null);
+      log('mqtt publish refused', { client_id: client.id, topic: packet.topic });
+      callback(new Error('not authorized'));
+    },
+    authorizeSubscribe(client, sub, callback) {
+      if (cloudClients.has(client)) return callback(null, sub);
+      const t = parseRobotTopic(sub.topic);
+      if (t && t.robotId === client.id && ROBOT_SUBSCRIBE.has(t.rest)) return callback(null, sub);
+      log('mqtt subscribe refused', { client_id: client.id, topic: sub.topic });
+      // A null subscription answers SUBACK 0x80 (failure) and keeps the connection.
+      callback(null, null);
+    },
+  };
+}

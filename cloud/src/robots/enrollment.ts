@@ -1,0 +1,95 @@
+import { DAY, iso, type Clock, type EnrollBody, type EnrollResponse } from '@fleet/protocol';
+import { topics } from '@fleet/protocol';
+import { entitlementsOf } from '../entitlements.js';
+import { ApiError } from '../errors.js';
+import { hashSecret, newId, newSecret } from '../ids.js';
+import type { OrgRow, Store } from '../store/index.js';
+
+export const DEFAULT_TOKEN_TTL_MS = DAY;
+
+export async function createEnrollmentToken(
+  store: Store,
+  clock: Clock,
+  args: { org: OrgRow; createdBy: string; namePrefix?: string; maxUses?: number; expiresAt?: string },
+) {
+  const now = clock.now();
+  const expiresAt = args.expiresAt === undefined ? now + DEFAULT_TOKEN_TTL_MS : Date.parse(args.expiresAt);
+  if (expiresAt <= now) {
+    throw new ApiError('validation_failed', 'expires_at must be in the future', {
+      issues: [{ location: 'body', path: '/expires_at', message: 'must be in the future' }],
+    });
+  }
+  const token = newSecret('ret');
+  const row = {
+    id: newId('ret'),
+    orgId: args.org.id,
+    tokenHash: hashSecret(token),
+    namePrefix: args.namePrefix ?? null,
+    maxUses: args.maxUses ?? 1,
+    expiresAt,
+    createdBy: args.createdBy,
+    createdAt: now,
+  };
+  await store.robots.createEnrollmentToken(row);
+  return {
+    id: row.id,
+    token,
+    name_prefix: row.namePrefix,
+    max_uses: row.maxUses,
+    uses: 0,
+    expires_at: iso(row.expiresAt),
+    created_at: iso(row.createdAt),
+  };
+}
+
+const REFUSALS = {
+  token_invalid: 'unknown enrollment token',
+  token_expired: 'enrollment token expired',
+  token_used_up: 'enrollment token has no uses left',
+} as const;
+
+/**
+ * Exchanges an enrollment token for a robot identity and its MQTT credentials (shown once; the
+ * password is stored hashed). The robot's name is the one it asks for, else `<prefix>-<n>`.
+ */
+export async function enrollRobot(store: Store, clock: Clock, body: EnrollBody, mqttUrl: string): Promise<EnrollResponse> {
+  const password = newSecret('rsec');
+  const outcome = await store.robots.enroll({
+    tokenHash: hashSecret(body.token),
+    now: clock.now(),
+    robotLimit: async (orgId) => {
+      const org = await store.orgs.get(orgId);
+      return org ? entitlementsOf(org).limits.robots : undefined;
+    },
+    build: (token, ordinal) => ({
+      id: newId('rbt'),
+      name: body.name ?? `${token.namePrefix ?? 'robot'}-${ordinal}`,
+      platform: body.platform ?? null,
+      runtimeVersion: body.runtime_version ?? null,
+      capabilities: [],
+      mqttPasswordHash: hashSecret(password),
+      connected: false,
+      recordingState: null,
+      lastSeenAt: null,
+      createdAt: clock.now(),
+    }),
+  });
+  switch (outcome.kind) {
+    case 'enrolled':
+      return {
+        robot_id: outcome.robot.id,
+        name: outcome.robot.name,
+        mqtt: {
+          url: mqttUrl,
+          client_id: outcome.robot.id,
+          username: outcome.robot.id,
+          password,
+          topic_prefix: topics.prefix(outcome.robot.id),
+        },
+      };
+    case 'robot_limit':
+      throw new ApiError('conflict', `the organization already has its limit of ${outcome.limit} robots`, { limit: 'robots', value: outcome.limit });
+    default:
+      throw new ApiError('unauthenticated', REFUSALS[outcome.kind]);
+  }
+}

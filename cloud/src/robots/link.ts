@@ -1,0 +1,154 @@
+import { randomBytes } from 'node:crypto';
+import mqtt, { type MqttClient } from 'mqtt';
+import type { FastifyBaseLogger } from 'fastify';
+import {
+  CommandReplySchema,
+  parseRobotTopic,
+  RobotStatusSchema,
+  topics,
+  type Clock,
+  type CommandReply,
+  type RobotCommand,
+  type RobotCommandName,
+} from '@fleet/protocol';
+import { ApiError } from '../errors.js';
+import type { Store } from '../store/index.js';
+
+interface Pending {
+  resolve: (reply: CommandReply) => void;
+  timer: NodeJS.Timeout;
+}
+
+/** Largest MQTT payload the cloud parses from a robot; larger ones are dropped and logged. */
+const MAX_ROBOT_PAYLOAD = 256 * 1024;
+
+/**
+ * The cloud's MQTT client: keeps robot presence from the retained status topics and sends
+ * commands, waiting for the reply with the same `cmd_id`. Several cloud replicas can each run
+ * one; a reply reaches the replica that waits for it because every replica subscribes to all
+ * replies and ignores ids it does not wait for.
+ */
+export class RobotLink {
+  private client: MqttClient | null = null;
+  private readonly pending = new Map<string, Pending>();
+
+  constructor(
+    private readonly opts: {
+      url: string;
+      username?: string;
+      password?: string;
+      store: Store;
+      clock: Clock;
+      logger: FastifyBaseLogger;
+      commandTimeoutMs: number;
+    },
+  ) {}
+
+  async start(): Promise<void> {
+    const client = await mqtt.connectAsync(this.opts.url, {
+      protocolVersion: 4,
+      clientId: `cloud_${randomBytes(8).toString('hex')}`,
+      clean: true,
+      reconnectPeriod: 1000,
+      ...(this.opts.username ? { username: this.opts.username } : {}),
+      ...(this.opts.password ? { password: this.opts.password } : {}),
+    });
+    this.client = client;
+    client.on('message', (topic, payload) => {
+      this.onMessage(topic, payload).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'robot message handling failed'));
+    });
+    client.on('error', (err) => this.opts.logger.warn({ err }, 'mqtt client error'));
+    await client.subscribeAsync([topics.allStatus, topics.allCommandReplies], { qos: 1 });
+  }
+
+  get connected(): boolean {
+    return this.client?.connected ?? false;
+  }
+
+  async stop(): Promise<void> {
+    for (const [, p] of this.pending) clearTimeout(p.timer);
+    this.pending.clear();
+    await this.client?.endAsync();
+    this.client = null;
+  }
+
+  /**
+   * Publishes the command and resolves with the robot's reply; 504 `command_timeout` when none
+   * comes in time (the robot may still act; a retry with the same cmd_id is answered from the
+   * robot's memory, so it never acts twice).
+   */
+  async send(robotId: string, command: RobotCommandName, cmdId: string, args?: Record<string, unknown>): Promise<CommandReply> {
+    const client = this.client;
+    if (!client?.connected) throw new ApiError('robot_offline', 'the cloud has no connection to the MQTT broker');
+    const key = `${robotId}\n${cmdId}`;
+    if (this.pending.has(key)) throw new ApiError('idempotency_key_in_use', 'this command id is already waiting for the robot');
+    const msg: RobotCommand = { cmd_id: cmdId, command, sent_at: this.opts.clock.now(), ...(args ? { args } : {}) };
+    const reply = new Promise<CommandReply>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(key);
+        reject(new ApiError('command_timeout', `robot did not answer within ${this.opts.commandTimeoutMs} ms; retry with the same Idempotency-Key`));
+      }, this.opts.commandTimeoutMs);
+      this.pending.set(key, { resolve, timer });
+    });
+    try {
+      await client.publishAsync(topics.command(robotId), JSON.stringify(msg), { qos: 1 });
+    } catch (err) {
+      const p = this.pending.get(key);
+      if (p) clearTimeout(p.timer);
+      this.pending.delete(key);
+      throw err;
+    }
+    return reply;
+  }
+
+  private async onMessage(topic: string, payload: Buffer): Promise<void> {
+    const t = parseRobotTopic(topic);
+    if (!t) return;
+    if (payload.length > MAX_ROBOT_PAYLOAD) {
+      this.opts.logger.warn({ robot_id: t.robotId, topic, bytes: payload.length }, 'dropped oversized robot message');
+      return;
+    }
+    let json: unknown;
+    try {
+      json = JSON.parse(payload.toString('utf8'));
+    } catch {
+      // A retained status is cleared with an empty payload; anything else is malformed.
+      if (payload.length > 0) this.opts.logger.warn({ robot_id: t.robotId, topic }, 'dropped malformed robot message (not JSON)');
+      return;
+    }
+    if (t.rest === 'status') return this.onStatus(t.robotId, json);
+    if (t.rest === 'cmd/reply') return this.onReply(t.robotId, json);
+  }
+
+  private async onStatus(robotId: string, json: unknown): Promise<void> {
+    const parsed = RobotStatusSchema.safeParse(json);
+    if (!parsed.success) {
+      this.opts.logger.warn({ robot_id: robotId, issues: parsed.error.issues }, 'dropped malformed robot status');
+      return;
+    }
+    const s = parsed.data;
+    if (!(await this.opts.store.robots.getById(robotId))) return;
+    await this.opts.store.robots.updateStatus(robotId, {
+      connected: s.online,
+      ...(s.runtime_version !== undefined ? { runtimeVersion: s.runtime_version } : {}),
+      ...(s.platform !== undefined ? { platform: s.platform } : {}),
+      ...(s.capabilities !== undefined ? { capabilities: s.capabilities } : {}),
+      ...(s.recording_state !== undefined ? { recordingState: s.recording_state } : {}),
+      seenAt: this.opts.clock.now(),
+    });
+  }
+
+  private onReply(robotId: string, json: unknown): void {
+    const parsed = CommandReplySchema.safeParse(json);
+    if (!parsed.success) {
+      this.opts.logger.warn({ robot_id: robotId, issues: parsed.error.issues }, 'dropped malformed command reply');
+      return;
+    }
+    const key = `${robotId}\n${parsed.data.cmd_id}`;
+    const p = this.pending.get(key);
+    if (!p) return;
+    clearTimeout(p.timer);
+    this.pending.delete(key);
+    p.resolve(parsed.data);
+  }
+}

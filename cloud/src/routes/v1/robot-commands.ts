@@ -1,0 +1,91 @@
+import { z } from 'zod';
+import {
+  CAPABILITY_EPISODES_V1,
+  CommandResultSchema,
+  EpisodeEndBodySchema,
+  EpisodeStartBodySchema,
+  type Feature,
+  type RobotCommandName,
+} from '@fleet/protocol';
+import { ApiError, notFound } from '../../errors.js';
+import { principalOf } from '../../http/policy.js';
+import { newId } from '../../ids.js';
+import type { V1Plugin } from './types.js';
+
+interface CommandRoute {
+  path: string;
+  command: RobotCommandName;
+  feature: Feature;
+  meter: string;
+  body: z.ZodType;
+  /** Only runtimes announcing episodes.v1 take it (spec, Robot commands rule 1). */
+  needsEpisodesV1: boolean;
+}
+
+// Nullish: fastify hands an absent body to the validator as null.
+const NoBody = z.strictObject({}).nullish();
+
+/** The spec's table of robot commands, one row per route. */
+export const COMMAND_ROUTES: readonly CommandRoute[] = [
+  { path: 'go-home', command: 'go_home', feature: 'api.robot_commands', meter: 'commands.go_home', body: NoBody, needsEpisodesV1: false },
+  { path: 'go-to-start', command: 'go_to_start', feature: 'api.robot_commands', meter: 'commands.go_to_start', body: NoBody, needsEpisodesV1: false },
+  { path: 'start-autonomous', command: 'start_autonomous', feature: 'api.robot_commands', meter: 'commands.start_autonomous', body: NoBody, needsEpisodesV1: false },
+  { path: 'stop-autonomous', command: 'stop_autonomous', feature: 'api.robot_commands', meter: 'commands.stop_autonomous', body: NoBody, needsEpisodesV1: false },
+  { path: 'stack/start', command: 'stack.start', feature: 'api.robot_commands', meter: 'commands.stack_start', body: NoBody, needsEpisodesV1: false },
+  { path: 'stack/stop', command: 'stack.stop', feature: 'api.robot_commands', meter: 'commands.stack_stop', body: NoBody, needsEpisodesV1: false },
+  { path: 'stack/status', command: 'stack.status', feature: 'api.robot_commands', meter: 'commands.stack_status', body: NoBody, needsEpisodesV1: false },
+  { path: 'episodes/start', command: 'episodes.start', feature: 'data.metadata', meter: 'episodes.started', body: EpisodeStartBodySchema, needsEpisodesV1: true },
+  { path: 'episodes/finish', command: 'episodes.finish', feature: 'data.metadata', meter: 'episodes.finished', body: EpisodeEndBodySchema, needsEpisodesV1: true },
+  { path: 'episodes/fail', command: 'episodes.fail', feature: 'data.metadata', meter: 'episodes.failed', body: EpisodeEndBodySchema, needsEpisodesV1: false },
+  { path: 'episodes/discard', command: 'episodes.discard', feature: 'data.metadata', meter: 'episodes.discarded', body: EpisodeEndBodySchema, needsEpisodesV1: true },
+];
+
+/** How a robot's refusal reads through the API (spec: Robot commands rules and Errors). */
+const REFUSAL_TO_ERROR = {
+  invalid_state: 'internal',
+  failed: 'internal',
+  unsupported: 'validation_failed',
+  invalid_args: 'validation_failed',
+} as const;
+
+/** POST /v1/robots/{id}/…: send the command over MQTT and answer with the robot's reply. */
+export const robotCommandRoutes: V1Plugin = async (app, { store, robots }) => {
+  for (const def of COMMAND_ROUTES) {
+    app.route({
+      method: 'POST',
+      url: `/robots/:id/${def.path}`,
+      config: { policy: { auth: 'key', scope: 'robots:command', feature: def.feature, meter: def.meter } },
+      schema: {
+        summary: `Send ${def.command} to a robot and wait for its answer`,
+        description:
+          (def.needsEpisodesV1 ? `422 \`validation_failed\` when the robot's runtime does not announce ${CAPABILITY_EPISODES_V1}. ` : '') +
+          '503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time ' +
+          '(retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).' +
+          (def.command.startsWith('episodes.') ? ' The body is validated and not attached: the robot stamps its own context.' : ''),
+        params: z.strictObject({ id: z.string().min(1).max(128) }),
+        body: def.body,
+        response: { 200: CommandResultSchema },
+      },
+      handler: async (request) => {
+        const { org } = principalOf(request);
+        const robot = await store.robots.get(org.id, request.params.id);
+        if (!robot) throw notFound('robot');
+        // A robot that never connected has announced nothing: it is offline, not legacy.
+        if (robot.runtimeVersion !== null && def.needsEpisodesV1 && !robot.capabilities.includes(CAPABILITY_EPISODES_V1)) {
+          throw new ApiError('validation_failed', `the robot's runtime ${robot.runtimeVersion} does not support ${def.command}`, {
+            required_capability: CAPABILITY_EPISODES_V1,
+          });
+        }
+        if (!robot.connected) throw new ApiError('robot_offline', 'robot is not connected');
+        const idem = request.headers['idempotency-key'];
+        const cmdId = typeof idem === 'string' ? idem : newId('cmd');
+        const reply = await robots.send(robot.id, def.command, cmdId, (request.body ?? undefined) as Record<string, unknown> | undefined);
+        if (reply.ok) return { status: 'ok' as const, result: reply.result };
+        throw new ApiError(REFUSAL_TO_ERROR[reply.error.code], `robot refused ${def.command}: ${reply.error.message}`, {
+          robot_error: reply.error.code,
+          cmd_id: cmdId,
+        });
+      },
+    });
+  }
+};

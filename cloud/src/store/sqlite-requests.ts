@@ -1,0 +1,99 @@
+import type { Db } from './sqlite-db.js';
+import type { IdempotencyBegin, IdempotencyStore, MeterStore, UsageRow } from './types.js';
+
+interface IdemDbRow {
+  fingerprint: string;
+  state: 'in_flight' | 'completed';
+  status: number | null;
+  content_type: string | null;
+  body: string | null;
+  lease_until: number | null;
+  expires_at: number | null;
+}
+
+export class SqliteIdempotency implements IdempotencyStore {
+  private readonly select;
+  private readonly claim;
+  private readonly completeStmt;
+  private readonly releaseStmt;
+  private readonly purge;
+
+  constructor(private readonly db: Db) {
+    this.select = db.prepare<[string, string], IdemDbRow>('SELECT * FROM idempotency_keys WHERE org_id = ? AND key = ?');
+    this.claim = db.prepare(
+      `INSERT INTO idempotency_keys (org_id, key, fingerprint, state, lease_until, created_at)
+       VALUES (?, ?, ?, 'in_flight', ?, ?)
+       ON CONFLICT (org_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, state = 'in_flight',
+         status = NULL, content_type = NULL, body = NULL, lease_until = excluded.lease_until,
+         expires_at = NULL, created_at = excluded.created_at`,
+    );
+    this.completeStmt = db.prepare(
+      `UPDATE idempotency_keys SET state = 'completed', status = ?, content_type = ?, body = ?, lease_until = NULL, expires_at = ?
+       WHERE org_id = ? AND key = ?`,
+    );
+    this.releaseStmt = db.prepare(`DELETE FROM idempotency_keys WHERE org_id = ? AND key = ? AND state = 'in_flight'`);
+    this.purge = db.prepare(
+      `DELETE FROM idempotency_keys WHERE (state = 'completed' AND expires_at <= ?) OR (state = 'in_flight' AND lease_until <= ?)`,
+    );
+  }
+
+  async begin(args: { orgId: string; key: string; fingerprint: string; now: number; leaseMs: number }): Promise<IdempotencyBegin> {
+    const { orgId, key, fingerprint, now, leaseMs } = args;
+    // One IMMEDIATE transaction: the read and the claim happen under the write lock, so two
+    // concurrent requests with one key (even from two processes) cannot both start.
+    return this.db
+      .transaction((): IdempotencyBegin => {
+        const row = this.select.get(orgId, key);
+        const live =
+          row &&
+          ((row.state === 'completed' && (row.expires_at ?? 0) > now) ||
+            (row.state === 'in_flight' && (row.lease_until ?? 0) > now));
+        if (row && live) {
+          if (row.fingerprint !== fingerprint) return { kind: 'mismatch' };
+          if (row.state === 'in_flight') return { kind: 'in_flight' };
+          return {
+            kind: 'replay',
+            response: { status: row.status ?? 200, contentType: row.content_type, body: row.body ?? '' },
+          };
+        }
+        this.claim.run(orgId, key, fingerprint, now + leaseMs, now);
+        return { kind: 'started' };
+      })
+      .immediate();
+  }
+
+  async complete(args: { orgId: string; key: string; response: { status: number; contentType: string | null; body: string }; now: number; ttlMs: number }): Promise<void> {
+    const { orgId, key, response, now, ttlMs } = args;
+    this.completeStmt.run(response.status, response.contentType, response.body, now + ttlMs, orgId, key);
+  }
+
+  async release(orgId: string, key: string): Promise<void> {
+    this.releaseStmt.run(orgId, key);
+  }
+
+  async purgeExpired(now: number): Promise<number> {
+    return this.purge.run(now, now).changes;
+  }
+}
+
+export class SqliteMeters implements MeterStore {
+  private readonly inc;
+  private readonly range;
+
+  constructor(db: Db) {
+    this.inc = db.prepare(
+      'INSERT INTO meters (org_id, meter, day, count) VALUES (?, ?, ?, ?) ON CONFLICT (org_id, day, meter) DO UPDATE SET count = count + excluded.count',
+    );
+    this.range = db.prepare<[string, string, string], UsageRow>(
+      'SELECT meter, day, count FROM meters WHERE org_id = ? AND day >= ? AND day <= ? ORDER BY day, meter',
+    );
+  }
+
+  async increment(orgId: string, meter: string, day: string, by = 1): Promise<void> {
+    this.inc.run(orgId, meter, day, by);
+  }
+
+  async list(orgId: string, fromDay: string, toDay: string): Promise<UsageRow[]> {
+    return this.range.all(orgId, fromDay, toDay);
+  }
+}

@@ -1,0 +1,165 @@
+import type { RecordingState } from '@fleet/protocol';
+import type { Db } from './sqlite-db.js';
+import type { EnrollmentTokenRow, EnrollOutcome, RobotRow, RobotStatusUpdate, RobotStore } from './types.js';
+
+interface TokenDbRow {
+  id: string;
+  org_id: string;
+  token_hash: string;
+  name_prefix: string | null;
+  max_uses: number;
+  uses: number;
+  expires_at: number;
+  created_by: string;
+  created_at: number;
+}
+
+interface RobotDbRow {
+  id: string;
+  org_id: string;
+  name: string;
+  platform: string | null;
+  runtime_version: string | null;
+  capabilities: string;
+  mqtt_password_hash: string;
+  enrollment_token_id: string;
+  connected: number;
+  recording_state: string | null;
+  last_seen_at: number | null;
+  created_at: number;
+}
+
+function robotFromDb(r: RobotDbRow): RobotRow {
+  return {
+    id: r.id,
+    orgId: r.org_id,
+    name: r.name,
+    platform: r.platform,
+    runtimeVersion: r.runtime_version,
+    capabilities: JSON.parse(r.capabilities) as string[],
+    mqttPasswordHash: r.mqtt_password_hash,
+    enrollmentTokenId: r.enrollment_token_id,
+    connected: r.connected === 1,
+    recordingState: r.recording_state as RecordingState | null,
+    lastSeenAt: r.last_seen_at,
+    createdAt: r.created_at,
+  };
+}
+
+function tokenFromDb(t: TokenDbRow): EnrollmentTokenRow {
+  return {
+    id: t.id,
+    orgId: t.org_id,
+    tokenHash: t.token_hash,
+    namePrefix: t.name_prefix,
+    maxUses: t.max_uses,
+    uses: t.uses,
+    expiresAt: t.expires_at,
+    createdBy: t.created_by,
+    createdAt: t.created_at,
+  };
+}
+
+export class SqliteRobots implements RobotStore {
+  private readonly insertToken;
+  private readonly tokenByHash;
+  private readonly useToken;
+  private readonly countByOrg;
+  private readonly insertRobot;
+  private readonly byOrgAndId;
+  private readonly byId;
+  private readonly page;
+  private readonly status;
+  private readonly disconnectAll;
+
+  constructor(private readonly db: Db) {
+    this.insertToken = db.prepare(
+      'INSERT INTO enrollment_tokens (id, org_id, token_hash, name_prefix, max_uses, expires_at, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+    );
+    this.tokenByHash = db.prepare<[string], TokenDbRow>('SELECT * FROM enrollment_tokens WHERE token_hash = ?');
+    this.useToken = db.prepare('UPDATE enrollment_tokens SET uses = uses + 1 WHERE id = ?');
+    this.countByOrg = db.prepare<[string], { n: number }>('SELECT COUNT(*) AS n FROM robots WHERE org_id = ?');
+    this.insertRobot = db.prepare(
+      `INSERT INTO robots (id, org_id, name, platform, runtime_version, capabilities, mqtt_password_hash, enrollment_token_id, connected, recording_state, last_seen_at, created_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
+    this.byOrgAndId = db.prepare<[string, string], RobotDbRow>('SELECT * FROM robots WHERE org_id = ? AND id = ?');
+    this.byId = db.prepare<[string], RobotDbRow>('SELECT * FROM robots WHERE id = ?');
+    this.page = db.prepare<[string, string, number], RobotDbRow>('SELECT * FROM robots WHERE org_id = ? AND id > ? ORDER BY id LIMIT ?');
+    this.status = db.prepare(
+      `UPDATE robots SET connected = ?, runtime_version = COALESCE(?, runtime_version), platform = COALESCE(?, platform),
+         capabilities = COALESCE(?, capabilities), recording_state = CASE WHEN ? THEN ? ELSE recording_state END,
+         last_seen_at = MAX(COALESCE(last_seen_at, 0), ?) WHERE id = ?`,
+    );
+    this.disconnectAll = db.prepare('UPDATE robots SET connected = 0 WHERE connected = 1');
+  }
+
+  async createEnrollmentToken(row: Omit<EnrollmentTokenRow, 'uses'>): Promise<void> {
+    this.insertToken.run(row.id, row.orgId, row.tokenHash, row.namePrefix, row.maxUses, row.expiresAt, row.createdBy, row.createdAt);
+  }
+
+  async enroll(args: Parameters<RobotStore['enroll']>[0]): Promise<EnrollOutcome> {
+    // The limit may need an async lookup; read it before taking the write lock, check under it.
+    const pre = this.tokenByHash.get(args.tokenHash);
+    const limit = pre ? await args.robotLimit(pre.org_id) : undefined;
+    return this.db
+      .transaction((): EnrollOutcome => {
+        const t = this.tokenByHash.get(args.tokenHash);
+        if (!t) return { kind: 'token_invalid' };
+        if (t.expires_at <= args.now) return { kind: 'token_expired' };
+        if (t.uses >= t.max_uses) return { kind: 'token_used_up' };
+        const count = this.countByOrg.get(t.org_id)!.n;
+        if (limit !== undefined && count >= limit) return { kind: 'robot_limit', limit };
+        this.useToken.run(t.id);
+        const token = tokenFromDb(t);
+        const r = args.build(token, t.uses + 1);
+        this.insertRobot.run(
+          r.id,
+          t.org_id,
+          r.name,
+          r.platform,
+          r.runtimeVersion,
+          JSON.stringify(r.capabilities),
+          r.mqttPasswordHash,
+          t.id,
+          r.connected ? 1 : 0,
+          r.recordingState,
+          r.lastSeenAt,
+          r.createdAt,
+        );
+        return { kind: 'enrolled', robot: { ...r, orgId: t.org_id, enrollmentTokenId: t.id } };
+      })
+      .immediate();
+  }
+
+  async get(orgId: string, id: string): Promise<RobotRow | undefined> {
+    const r = this.byOrgAndId.get(orgId, id);
+    return r && robotFromDb(r);
+  }
+
+  async getById(id: string): Promise<RobotRow | undefined> {
+    const r = this.byId.get(id);
+    return r && robotFromDb(r);
+  }
+
+  async list(orgId: string, after: string | null, limit: number): Promise<RobotRow[]> {
+    return this.page.all(orgId, after ?? '', limit).map(robotFromDb);
+  }
+
+  async updateStatus(id: string, u: RobotStatusUpdate): Promise<void> {
+    this.status.run(
+      u.connected ? 1 : 0,
+      u.runtimeVersion ?? null,
+      u.platform ?? null,
+      u.capabilities ? JSON.stringify(u.capabilities) : null,
+      u.recordingState !== undefined ? 1 : 0,
+      u.recordingState ?? null,
+      u.seenAt,
+      id,
+    );
+  }
+
+  async markAllDisconnected(): Promise<void> {
+    this.disconnectAll.run();
+  }
+}

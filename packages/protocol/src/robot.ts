@@ -1,0 +1,183 @@
+import { z } from 'zod';
+
+/**
+ * The MQTT link between a robot's agent and the cloud (MQTT 3.1.1: correlation ids travel in
+ * the payload). Every topic of a robot sits under its own prefix; the broker lets a robot
+ * publish and subscribe only there.
+ */
+export const TOPIC_ROOT = 'fleet/v1/robots';
+
+export const topics = {
+  prefix: (robotId: string) => `${TOPIC_ROOT}/${robotId}/`,
+  /** robot -> cloud, retained, QoS 1; the connection's last will sets `online: false`. */
+  status: (robotId: string) => `${TOPIC_ROOT}/${robotId}/status`,
+  /** cloud -> robot, QoS 1: a command to run. */
+  command: (robotId: string) => `${TOPIC_ROOT}/${robotId}/cmd`,
+  /** robot -> cloud, QoS 1: the answer to a command, same `cmd_id`. */
+  commandReply: (robotId: string) => `${TOPIC_ROOT}/${robotId}/cmd/reply`,
+  /** robot -> cloud, QoS 1: durable outbox messages (episode reports, replica states, ...). */
+  outbox: (robotId: string) => `${TOPIC_ROOT}/${robotId}/outbox`,
+  /** cloud -> robot, QoS 1: application-level acknowledgment of an outbox message. */
+  outboxAck: (robotId: string) => `${TOPIC_ROOT}/${robotId}/outbox/ack`,
+  /** Wildcards the cloud subscribes to. */
+  allStatus: `${TOPIC_ROOT}/+/status`,
+  allCommandReplies: `${TOPIC_ROOT}/+/cmd/reply`,
+  allOutbox: `${TOPIC_ROOT}/+/outbox`,
+} as const;
+
+/** Parses `fleet/v1/robots/{id}/{rest}`; null for anything else. */
+export function parseRobotTopic(topic: string): { robotId: string; rest: string } | null {
+  const m = /^fleet\/v1\/robots\/([A-Za-z0-9_-]{1,64})\/(.+)$/.exec(topic);
+  return m ? { robotId: m[1]!, rest: m[2]! } : null;
+}
+
+export const RobotIdSchema = z.string().regex(/^rbt_[a-z2-7]{26}$/, 'not a robot id');
+
+/** Recording states of a robot (spec: Robot recording state). */
+export const RECORDING_STATES = ['idle', 'recording', 'finalizing'] as const;
+export type RecordingState = (typeof RECORDING_STATES)[number];
+export const RecordingStateSchema = z.enum(RECORDING_STATES);
+
+/** A robot runtime that announces this handles start, finish and discard natively. */
+export const CAPABILITY_EPISODES_V1 = 'episodes.v1';
+
+export const RobotStatusSchema = z.object({
+  online: z.boolean(),
+  runtime_version: z.string().max(64).optional(),
+  platform: z.string().max(128).optional(),
+  capabilities: z.array(z.string().max(64)).max(64).optional(),
+  recording_state: RecordingStateSchema.optional(),
+  /** Robot clock, ms since epoch, when the status was published. */
+  at: z.number().int().nonnegative(),
+});
+export type RobotStatus = z.infer<typeof RobotStatusSchema>;
+
+/** Every command the API can send (spec: Robot commands). */
+export const ROBOT_COMMANDS = [
+  'go_home',
+  'go_to_start',
+  'start_autonomous',
+  'stop_autonomous',
+  'stack.start',
+  'stack.stop',
+  'stack.status',
+  'episodes.start',
+  'episodes.finish',
+  'episodes.fail',
+  'episodes.discard',
+] as const;
+export type RobotCommandName = (typeof ROBOT_COMMANDS)[number];
+export const RobotCommandNameSchema = z.enum(ROBOT_COMMANDS);
+
+export const EPISODE_VERBS = ['start', 'finish', 'fail', 'discard'] as const;
+export type EpisodeVerb = (typeof EPISODE_VERBS)[number];
+
+export const CommandIdSchema = z.string().min(1).max(255);
+
+export const RobotCommandSchema = z.object({
+  cmd_id: CommandIdSchema,
+  command: RobotCommandNameSchema,
+  /** The API body, validated by the cloud; episode verbs do not attach it (spec). */
+  args: z.record(z.string(), z.unknown()).optional(),
+  /** Cloud clock when sent; a robot ignores commands older than its dedupe window. */
+  sent_at: z.number().int().nonnegative(),
+});
+export type RobotCommand = z.infer<typeof RobotCommandSchema>;
+
+/** Why a robot refused a command; the cloud maps these to API errors. */
+export const COMMAND_REFUSALS = ['invalid_state', 'unsupported', 'invalid_args', 'failed'] as const;
+export const CommandRefusalSchema = z.enum(COMMAND_REFUSALS);
+export type CommandRefusal = z.infer<typeof CommandRefusalSchema>;
+
+export const CommandReplySchema = z.discriminatedUnion('ok', [
+  z.object({
+    cmd_id: CommandIdSchema,
+    ok: z.literal(true),
+    result: z.record(z.string(), z.unknown()),
+  }),
+  z.object({
+    cmd_id: CommandIdSchema,
+    ok: z.literal(false),
+    error: z.object({ code: CommandRefusalSchema, message: z.string().max(1024) }),
+  }),
+]);
+export type CommandReply = z.infer<typeof CommandReplySchema>;
+
+/** API: POST /v1/robots/enrollment-tokens */
+export const CreateEnrollmentTokenBodySchema = z
+  .strictObject({
+    name_prefix: z.string().min(1).max(64).regex(/^[A-Za-z0-9 ._-]+$/).optional(),
+    max_uses: z.number().int().min(1).max(100_000).optional(),
+    expires_at: z.iso.datetime({ offset: true }).optional(),
+  })
+  .meta({ id: 'CreateEnrollmentTokenRequest' });
+
+export const EnrollmentTokenSchema = z
+  .object({
+    id: z.string(),
+    token: z.string().describe('`ret_…`; shown once'),
+    name_prefix: z.string().nullable(),
+    max_uses: z.number().int(),
+    uses: z.number().int(),
+    expires_at: z.string(),
+    created_at: z.string(),
+  })
+  .meta({ id: 'EnrollmentToken' });
+
+/** API: POST /v1/robots/enroll (no API key; the token authenticates). */
+export const EnrollBodySchema = z
+  .strictObject({
+    token: z.string().min(1).max(256),
+    name: z.string().min(1).max(128).optional(),
+    platform: z.string().min(1).max(128).optional(),
+    runtime_version: z.string().min(1).max(64).optional(),
+  })
+  .meta({ id: 'EnrollRequest' });
+export type EnrollBody = z.infer<typeof EnrollBodySchema>;
+
+export const EnrollResponseSchema = z
+  .object({
+    robot_id: z.string(),
+    name: z.string(),
+    mqtt: z.object({
+      url: z.string().describe('broker address as the cloud knows it; a robot may be told another'),
+      client_id: z.string(),
+      username: z.string(),
+      password: z.string().describe('shown once'),
+      topic_prefix: z.string(),
+    }),
+  })
+  .meta({ id: 'EnrollResponse' });
+export type EnrollResponse = z.infer<typeof EnrollResponseSchema>;
+
+export const RobotSchema = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    platform: z.string().nullable(),
+    runtime_version: z.string().nullable(),
+    capabilities: z.array(z.string()),
+    connected: z.boolean(),
+    recording_state: RecordingStateSchema.nullable(),
+    last_seen_at: z.string().nullable(),
+    created_at: z.string(),
+  })
+  .meta({ id: 'Robot' });
+export type Robot = z.infer<typeof RobotSchema>;
+
+/**
+ * Optional bodies of the episode verbs: validated, never attached to the recording (spec).
+ * Nullish because fastify hands an absent body to the validator as null.
+ */
+export const EpisodeStartBodySchema = z
+  .strictObject({
+    task_id: z.string().max(256).optional(),
+    subtask_id: z.string().max(256).optional(),
+    metadata: z.record(z.string(), z.unknown()).optional(),
+  })
+  .nullish();
+export const EpisodeEndBodySchema = z.strictObject({ metadata: z.record(z.string(), z.unknown()).optional() }).nullish();
+
+export const CommandResultSchema = z
+  .object({ status: z.literal('ok'), result: z.record(z.string(), z.unknown()) })
+  .meta({ id: 'RobotCommandResult' });

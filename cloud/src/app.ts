@@ -10,7 +10,7 @@ import {
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { ApiErrorBodySchema, systemClock, type Clock } from '@fleet/protocol';
+import { ApiErrorBodySchema, HOUR, systemClock, type Clock } from '@fleet/protocol';
 import { Authenticator, LastUsedTracker } from './auth.js';
 import type { CloudConfig } from './config.js';
 import { ApiError } from './errors.js';
@@ -58,7 +58,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     return503OnClosing: true,
     forceCloseConnections: 'idle',
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 256 },
-    frameworkErrors: sendFrameworkError,
+    frameworkErrors: (err, request, reply) => sendFrameworkError(err, request, reply),
   });
   fastify.setValidatorCompiler(validatorCompiler);
   fastify.setSerializerCompiler(serializerCompiler);
@@ -127,11 +127,17 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
 
   await fastify.ready();
   lastUsed.start();
+  // Completed Idempotency-Key entries older than 24 h and dead claims are dropped hourly.
+  const purge = setInterval(() => {
+    store.idempotency.purgeExpired(clock.now()).catch((err: unknown) => fastify.log.error({ err }, 'idempotency purge failed'));
+  }, HOUR);
+  purge.unref();
   return {
     app: fastify,
     catalog,
     lastUsed,
     async close() {
+      clearInterval(purge);
       await fastify.close();
       await lastUsed.stop();
     },

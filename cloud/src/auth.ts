@@ -9,7 +9,8 @@ export interface Principal {
   key: ApiKeyRow;
 }
 
-const BEARER = /^Bearer[ \t]+(ak_[A-Za-z0-9_-]{16,128})[ \t]*$/;
+// The auth scheme name is case-insensitive (RFC 9110 11.1); the key itself is not.
+const BEARER = /^[Bb][Ee][Aa][Rr][Ee][Rr][ \t]+(ak_[A-Za-z0-9_-]{16,128})[ \t]*$/;
 
 /**
  * Resolves `Authorization: Bearer ak_…` to its key and organization. The key row is read on

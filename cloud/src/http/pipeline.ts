@@ -92,9 +92,7 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
       });
     }
     const orgId = request.principal.org.id;
-    const fingerprint = createHash('sha256')
-      .update(`${request.method}\n${request.url}\n${request.body === undefined ? '' : JSON.stringify(request.body)}`)
-      .digest('hex');
+    const fingerprint = requestFingerprint(request.method, request.url, request.body);
     const begun = await store.idempotency.begin({ orgId, key, fingerprint, now: clock.now(), leaseMs: deps.idempotencyLeaseMs });
     switch (begun.kind) {
       case 'started':
@@ -176,6 +174,28 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
 export function sendFrameworkError(err: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
   void reply.header('X-Request-Id', request.id);
   void sendError(reply, toApiError(err, request));
+}
+
+/**
+ * What makes two requests "the same" for an Idempotency-Key: method, path with query, and the
+ * body with object keys sorted, so a client that re-serializes its body in another key order is
+ * still recognized.
+ */
+export function requestFingerprint(method: string, url: string, body: unknown): string {
+  return createHash('sha256')
+    .update(`${method}\n${url}\n${body === undefined || body === null ? '' : canonicalJson(body)}`)
+    .digest('hex');
+}
+
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    const entries = Object.keys(value)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`);
+    return `{${entries.join(',')}}`;
+  }
+  return JSON.stringify(value) ?? 'null';
 }
 
 function errorCodeOf(body: string | null): string | null {

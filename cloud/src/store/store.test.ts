@@ -1,0 +1,361 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { DAY, HOUR } from '@fleet/protocol';
+import { MIGRATIONS } from './migrations.js';
+import { openSqliteStore } from './sqlite.js';
+import type { ApiKeyRow, Store, StoredResponse } from './types.js';
+
+const T0 = Date.parse('2026-01-01T00:00:00Z');
+
+/**
+ * The contract every Store implementation keeps. A new implementation (PostgreSQL) adds one
+ * `describeStore` call at the bottom of this file.
+ */
+function describeStore(name: string, open: () => Promise<{ store: Store; dispose(): Promise<void> }>): void {
+  describe(`Store contract: ${name}`, () => {
+    let opened: { store: Store; dispose(): Promise<void> };
+    let store: Store;
+
+    beforeEach(async () => {
+      opened = await open();
+      store = opened.store;
+    });
+    afterEach(async () => {
+      await opened.dispose();
+    });
+
+    async function org(id: string, tier = 'free', createdAt = T0): Promise<void> {
+      await store.orgs.create({ id, name: `name of ${id}`, tier, createdAt });
+    }
+
+    function keyRow(id: string, orgId: string, over: Partial<ApiKeyRow> = {}): Omit<ApiKeyRow, 'revokedAt' | 'lastUsedAt'> {
+      return {
+        id,
+        orgId,
+        name: `key ${id}`,
+        scopes: ['data:read', 'admin'],
+        keyHash: `hash-${id}`,
+        createdBy: 'test',
+        createdAt: T0,
+        expiresAt: null,
+        ...over,
+      };
+    }
+
+    it('answers ping', async () => {
+      await expect(store.ping()).resolves.toBeUndefined();
+    });
+
+    describe('orgs', () => {
+      it('creates, gets and lists organizations in creation order', async () => {
+        await org('org_b', 'pro', T0 + 1);
+        await org('org_a', 'free', T0 + 2);
+        expect(await store.orgs.get('org_b')).toEqual({
+          id: 'org_b',
+          name: 'name of org_b',
+          tier: 'pro',
+          createdAt: T0 + 1,
+          featureOverrides: {},
+          limitOverrides: {},
+        });
+        expect(await store.orgs.get('org_missing')).toBeUndefined();
+        expect((await store.orgs.list()).map((o) => o.id)).toEqual(['org_b', 'org_a']);
+      });
+
+      it('refuses a second organization with the same id', async () => {
+        await org('org_a');
+        await expect(org('org_a')).rejects.toThrow();
+      });
+
+      it('changes the tier, and says false for an unknown organization', async () => {
+        await org('org_a');
+        expect(await store.orgs.setTier('org_a', 'enterprise')).toBe(true);
+        expect((await store.orgs.get('org_a'))?.tier).toBe('enterprise');
+        expect(await store.orgs.setTier('org_missing', 'pro')).toBe(false);
+      });
+
+      it('sets, replaces and clears feature overrides per organization', async () => {
+        await org('org_a');
+        await org('org_b');
+        expect(await store.orgs.setFeature('org_a', 'api.robot_commands', true)).toBe(true);
+        expect(await store.orgs.setFeature('org_a', 'data.metadata', false)).toBe(true);
+        expect((await store.orgs.get('org_a'))?.featureOverrides).toEqual({ 'api.robot_commands': true, 'data.metadata': false });
+        expect((await store.orgs.get('org_b'))?.featureOverrides).toEqual({});
+
+        expect(await store.orgs.setFeature('org_a', 'api.robot_commands', false)).toBe(true);
+        expect((await store.orgs.get('org_a'))?.featureOverrides['api.robot_commands']).toBe(false);
+
+        expect(await store.orgs.setFeature('org_a', 'api.robot_commands', null)).toBe(true);
+        expect((await store.orgs.get('org_a'))?.featureOverrides).toEqual({ 'data.metadata': false });
+        // Clearing an override that is not there is fine.
+        expect(await store.orgs.setFeature('org_a', 'api.robot_commands', null)).toBe(true);
+
+        expect(await store.orgs.setFeature('org_missing', 'api.access', true)).toBe(false);
+        expect(await store.orgs.get('org_missing')).toBeUndefined();
+      });
+
+      it('sets, replaces and clears limit overrides per organization', async () => {
+        await org('org_a');
+        await org('org_b');
+        expect(await store.orgs.setLimit('org_a', 'api_keys', 3)).toBe(true);
+        expect(await store.orgs.setLimit('org_a', 'robots', 2.5)).toBe(true);
+        expect(await store.orgs.setLimit('org_a', 'api_keys', 0)).toBe(true);
+        expect((await store.orgs.get('org_a'))?.limitOverrides).toEqual({ api_keys: 0, robots: 2.5 });
+        expect((await store.orgs.get('org_b'))?.limitOverrides).toEqual({});
+        expect(await store.orgs.setLimit('org_a', 'api_keys', null)).toBe(true);
+        expect((await store.orgs.get('org_a'))?.limitOverrides).toEqual({ robots: 2.5 });
+        expect(await store.orgs.setLimit('org_missing', 'api_keys', 1)).toBe(false);
+      });
+
+      it('shows overrides in list() too', async () => {
+        await org('org_a');
+        await store.orgs.setFeature('org_a', 'api.access', false);
+        await store.orgs.setLimit('org_a', 'robots', 7);
+        const [listed] = await store.orgs.list();
+        expect(listed?.featureOverrides).toEqual({ 'api.access': false });
+        expect(listed?.limitOverrides).toEqual({ robots: 7 });
+      });
+    });
+
+    describe('api keys', () => {
+      beforeEach(async () => {
+        await org('org_a');
+        await org('org_b');
+      });
+
+      it('creates keys and finds them by hash, by org and id, and in the org list', async () => {
+        await store.apiKeys.create(keyRow('key_2', 'org_a', { createdAt: T0 + 2, expiresAt: T0 + DAY }));
+        await store.apiKeys.create(keyRow('key_1', 'org_a', { createdAt: T0 + 1 }));
+        await store.apiKeys.create(keyRow('key_3', 'org_b'));
+
+        const found = await store.apiKeys.findByHash('hash-key_2');
+        expect(found).toEqual({ ...keyRow('key_2', 'org_a', { createdAt: T0 + 2, expiresAt: T0 + DAY }), revokedAt: null, lastUsedAt: null });
+        expect(await store.apiKeys.findByHash('hash-nope')).toBeUndefined();
+
+        expect((await store.apiKeys.get('org_a', 'key_1'))?.scopes).toEqual(['data:read', 'admin']);
+        // Tenant-scoped: another organization's id is not there.
+        expect(await store.apiKeys.get('org_b', 'key_1')).toBeUndefined();
+        expect((await store.apiKeys.list('org_a')).map((k) => k.id)).toEqual(['key_1', 'key_2']);
+        expect((await store.apiKeys.list('org_b')).map((k) => k.id)).toEqual(['key_3']);
+        expect(await store.apiKeys.list('org_missing')).toEqual([]);
+      });
+
+      it('refuses a duplicate key hash', async () => {
+        await store.apiKeys.create(keyRow('key_1', 'org_a'));
+        await expect(store.apiKeys.create(keyRow('key_2', 'org_a', { keyHash: 'hash-key_1' }))).rejects.toThrow();
+      });
+
+      it('revokes once and keeps the first revocation time', async () => {
+        await store.apiKeys.create(keyRow('key_1', 'org_a'));
+        expect(await store.apiKeys.revoke('org_a', 'key_1', T0 + HOUR)).toBe(true);
+        expect(await store.apiKeys.revoke('org_a', 'key_1', T0 + 2 * HOUR)).toBe(true);
+        expect((await store.apiKeys.get('org_a', 'key_1'))?.revokedAt).toBe(T0 + HOUR);
+        expect((await store.apiKeys.findByHash('hash-key_1'))?.revokedAt).toBe(T0 + HOUR);
+      });
+
+      it("does not revoke an unknown id or another organization's key", async () => {
+        await store.apiKeys.create(keyRow('key_1', 'org_a'));
+        expect(await store.apiKeys.revoke('org_a', 'key_missing', T0)).toBe(false);
+        expect(await store.apiKeys.revoke('org_b', 'key_1', T0)).toBe(false);
+        expect((await store.apiKeys.get('org_a', 'key_1'))?.revokedAt).toBeNull();
+      });
+
+      it('records last use in batches and never moves it backwards', async () => {
+        await store.apiKeys.create(keyRow('key_1', 'org_a'));
+        await store.apiKeys.create(keyRow('key_2', 'org_a'));
+        await store.apiKeys.touch(new Map());
+        expect((await store.apiKeys.get('org_a', 'key_1'))?.lastUsedAt).toBeNull();
+
+        await store.apiKeys.touch(new Map([['key_1', T0 + 10], ['key_2', T0 + 20], ['key_unknown', T0]]));
+        expect((await store.apiKeys.get('org_a', 'key_1'))?.lastUsedAt).toBe(T0 + 10);
+        expect((await store.apiKeys.get('org_a', 'key_2'))?.lastUsedAt).toBe(T0 + 20);
+
+        await store.apiKeys.touch(new Map([['key_1', T0 + 5], ['key_2', T0 + 30]]));
+        expect((await store.apiKeys.get('org_a', 'key_1'))?.lastUsedAt).toBe(T0 + 10);
+        expect((await store.apiKeys.get('org_a', 'key_2'))?.lastUsedAt).toBe(T0 + 30);
+      });
+
+      it('keeps recording use after revocation without touching revoked_at', async () => {
+        await store.apiKeys.create(keyRow('key_1', 'org_a'));
+        await store.apiKeys.revoke('org_a', 'key_1', T0 + 1);
+        await store.apiKeys.touch(new Map([['key_1', T0 + 2]]));
+        const row = await store.apiKeys.get('org_a', 'key_1');
+        expect([row?.revokedAt, row?.lastUsedAt]).toEqual([T0 + 1, T0 + 2]);
+      });
+    });
+
+    describe('idempotency', () => {
+      const lease = 60_000;
+      const ttl = DAY;
+      const response: StoredResponse = { status: 201, contentType: 'application/json; charset=utf-8', body: 'sealed' };
+      const begin = (key: string, fingerprint: string, now: number, orgId = 'org_a') =>
+        store.idempotency.begin({ orgId, key, fingerprint, now, leaseMs: lease });
+      const complete = (key: string, now: number, orgId = 'org_a', r = response) =>
+        store.idempotency.complete({ orgId, key, response: r, now, ttlMs: ttl });
+
+      it('claims a new key, reports it in flight, then replays once complete', async () => {
+        expect(await begin('k', 'fp', T0)).toEqual({ kind: 'started' });
+        expect(await begin('k', 'fp', T0 + 1)).toEqual({ kind: 'in_flight' });
+        expect(await begin('k', 'other', T0 + 1)).toEqual({ kind: 'mismatch' });
+        await complete('k', T0 + 2);
+        expect(await begin('k', 'fp', T0 + 3)).toEqual({ kind: 'replay', response });
+        expect(await begin('k', 'other', T0 + 3)).toEqual({ kind: 'mismatch' });
+      });
+
+      it('stores an empty body and a null content type as given', async () => {
+        await begin('k', 'fp', T0);
+        const empty: StoredResponse = { status: 204, contentType: null, body: '' };
+        await complete('k', T0, 'org_a', empty);
+        expect(await begin('k', 'fp', T0)).toEqual({ kind: 'replay', response: empty });
+      });
+
+      it('scopes keys per organization', async () => {
+        expect(await begin('k', 'fp', T0, 'org_a')).toEqual({ kind: 'started' });
+        expect(await begin('k', 'other', T0, 'org_b')).toEqual({ kind: 'started' });
+        await complete('k', T0, 'org_a');
+        expect(await begin('k', 'other', T0, 'org_b')).toEqual({ kind: 'in_flight' });
+      });
+
+      it('replaces a completed entry once its ttl is over', async () => {
+        await begin('k', 'fp', T0);
+        await complete('k', T0);
+        expect((await begin('k', 'fp', T0 + ttl - 1)).kind).toBe('replay');
+        expect(await begin('k', 'new', T0 + ttl)).toEqual({ kind: 'started' });
+        expect(await begin('k', 'new', T0 + ttl + 1)).toEqual({ kind: 'in_flight' });
+      });
+
+      it('lets a claim be taken over once its lease is over', async () => {
+        await begin('k', 'fp', T0);
+        expect((await begin('k', 'fp', T0 + lease - 1)).kind).toBe('in_flight');
+        expect(await begin('k', 'other', T0 + lease)).toEqual({ kind: 'started' });
+        expect(await begin('k', 'other', T0 + lease + 1)).toEqual({ kind: 'in_flight' });
+      });
+
+      it('releases an in-flight claim so that a retry runs again, but never a completed one', async () => {
+        await begin('k', 'fp', T0);
+        await store.idempotency.release('org_a', 'k');
+        expect(await begin('k', 'fp', T0 + 1)).toEqual({ kind: 'started' });
+        await complete('k', T0 + 1);
+        await store.idempotency.release('org_a', 'k');
+        expect((await begin('k', 'fp', T0 + 2)).kind).toBe('replay');
+        // Releasing what does not exist is harmless.
+        await expect(store.idempotency.release('org_a', 'missing')).resolves.toBeUndefined();
+      });
+
+      it('purges expired entries and lapsed claims, and nothing live', async () => {
+        await begin('done-old', 'fp', T0);
+        await complete('done-old', T0);
+        await begin('done-new', 'fp', T0 + HOUR);
+        await complete('done-new', T0 + HOUR);
+        await begin('claim-old', 'fp', T0);
+        await begin('claim-new', 'fp', T0 + ttl);
+
+        expect(await store.idempotency.purgeExpired(T0 + lease - 1)).toBe(0);
+        expect(await store.idempotency.purgeExpired(T0 + lease)).toBe(1); // claim-old
+        expect(await store.idempotency.purgeExpired(T0 + ttl - 1)).toBe(0);
+        expect(await store.idempotency.purgeExpired(T0 + ttl)).toBe(1); // done-old
+        expect((await begin('done-new', 'fp', T0 + ttl)).kind).toBe('replay');
+        expect((await begin('claim-new', 'fp', T0 + ttl)).kind).toBe('in_flight');
+        expect(await begin('done-old', 'other', T0 + ttl)).toEqual({ kind: 'started' });
+        expect(await store.idempotency.purgeExpired(T0 + ttl)).toBe(0);
+      });
+    });
+
+    describe('meters', () => {
+      it('increments by one or by n, per organization, meter and day', async () => {
+        await store.meters.increment('org_a', 'x', '2026-01-01');
+        await store.meters.increment('org_a', 'x', '2026-01-01');
+        await store.meters.increment('org_a', 'x', '2026-01-01', 5);
+        await store.meters.increment('org_a', 'y', '2026-01-01');
+        await store.meters.increment('org_b', 'x', '2026-01-01', 100);
+        expect(await store.meters.list('org_a', '2026-01-01', '2026-01-01')).toEqual([
+          { meter: 'x', day: '2026-01-01', count: 7 },
+          { meter: 'y', day: '2026-01-01', count: 1 },
+        ]);
+        expect(await store.meters.list('org_b', '2026-01-01', '2026-01-01')).toEqual([{ meter: 'x', day: '2026-01-01', count: 100 }]);
+        expect(await store.meters.list('org_c', '2026-01-01', '2026-01-01')).toEqual([]);
+      });
+
+      it('lists an inclusive day range ordered by day, then meter', async () => {
+        for (const day of ['2025-12-31', '2026-01-01', '2026-01-15', '2026-01-31', '2026-02-01']) {
+          await store.meters.increment('org_a', 'b', day);
+          await store.meters.increment('org_a', 'a', day);
+        }
+        const rows = await store.meters.list('org_a', '2026-01-01', '2026-01-31');
+        expect(rows.map((r) => `${r.day} ${r.meter}`)).toEqual([
+          '2026-01-01 a',
+          '2026-01-01 b',
+          '2026-01-15 a',
+          '2026-01-15 b',
+          '2026-01-31 a',
+          '2026-01-31 b',
+        ]);
+        expect(await store.meters.list('org_a', '2026-02-02', '2026-12-31')).toEqual([]);
+        expect(await store.meters.list('org_a', '2026-01-31', '2026-01-01')).toEqual([]);
+      });
+    });
+  });
+}
+
+const tempDirs: string[] = [];
+afterEach(() => {
+  for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'fleet-cloud-store-'));
+  tempDirs.push(dir);
+  return dir;
+}
+
+describeStore('sqlite in memory', async () => {
+  const store = openSqliteStore(':memory:');
+  return { store, dispose: () => store.close() };
+});
+
+describeStore('sqlite on disk', async () => {
+  const store = openSqliteStore(tempDir());
+  return { store, dispose: () => store.close() };
+});
+
+describe('sqlite migrations', () => {
+  it('are idempotent: opening one data directory again keeps the data and applies nothing twice', async () => {
+    const dir = tempDir();
+    const first = openSqliteStore(dir);
+    await first.orgs.create({ id: 'org_a', name: 'a', tier: 'free', createdAt: T0 });
+    await first.close();
+
+    const second = openSqliteStore(dir);
+    expect((await second.orgs.get('org_a'))?.name).toBe('a');
+    const versions = second.db.prepare('SELECT version FROM schema_migrations ORDER BY version').pluck().all();
+    expect(versions).toEqual(MIGRATIONS.map((m) => m.version));
+    await second.close();
+
+    const third = openSqliteStore(dir);
+    expect((await third.orgs.list()).map((o) => o.id)).toEqual(['org_a']);
+    await third.close();
+  });
+
+  it('lets two stores open one directory at the same time (serve and the CLI)', async () => {
+    const dir = tempDir();
+    const serve = openSqliteStore(dir);
+    const cli = openSqliteStore(dir);
+    await cli.orgs.create({ id: 'org_cli', name: 'cli', tier: 'free', createdAt: T0 });
+    expect((await serve.orgs.get('org_cli'))?.name).toBe('cli');
+    expect(serve.db.prepare('SELECT COUNT(*) FROM schema_migrations').pluck().get()).toBe(MIGRATIONS.length);
+    await cli.close();
+    await serve.close();
+  });
+
+  it('numbers migrations 1, 2, 3, ... without gaps', () => {
+    expect(MIGRATIONS.map((m) => m.version)).toEqual(MIGRATIONS.map((_m, i) => i + 1));
+  });
+
+  it('closes twice without error', async () => {
+    const store = openSqliteStore(':memory:');
+    await store.close();
+    await expect(store.close()).resolves.toBeUndefined();
+  });
+});

@@ -19,9 +19,9 @@ export interface Bootstrapped {
  * 0600 beside the database; it is stored only as a hash.
  */
 export async function bootstrapIfEmpty(store: Store, clock: Clock, dataDir: string): Promise<Bootstrapped | null> {
-  if ((await store.orgs.list()).length > 0) return null;
   const orgId = newId('org');
-  await store.orgs.create({ id: orgId, name: 'default', tier: 'enterprise', createdAt: clock.now() });
+  // Atomic: two processes starting on one empty data dir must not both bootstrap.
+  if (!(await store.orgs.createFirst({ id: orgId, name: 'default', tier: 'enterprise', createdAt: clock.now() }))) return null;
   const org = (await store.orgs.get(orgId))!;
   const created = await createApiKey(store, clock, { org, name: 'bootstrap admin', scopes: ['admin'], expiresAt: null, createdBy: 'bootstrap' });
   const keyFile = join(dataDir, ADMIN_KEY_FILE);

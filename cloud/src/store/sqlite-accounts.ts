@@ -38,6 +38,16 @@ export class SqliteOrgs implements OrgStore {
     this.insert.run(org.id, org.name, org.tier, org.createdAt);
   }
 
+  async createFirst(org: { id: string; name: string; tier: string; createdAt: number }): Promise<boolean> {
+    return this.db
+      .transaction(() => {
+        if (this.all.get()) return false;
+        this.insert.run(org.id, org.name, org.tier, org.createdAt);
+        return true;
+      })
+      .immediate();
+  }
+
   async get(id: string): Promise<OrgRow | undefined> {
     const row = this.byId.get(id);
     return row && this.hydrate(row);

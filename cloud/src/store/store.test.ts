@@ -69,6 +69,13 @@ function describeStore(name: string, open: () => Promise<{ store: Store; dispose
         await expect(org('org_a')).rejects.toThrow();
       });
 
+      it('creates the first organization only once', async () => {
+        const first = { id: 'org_first', name: 'default', tier: 'enterprise', createdAt: 1 };
+        expect(await store.orgs.createFirst(first)).toBe(true);
+        expect(await store.orgs.createFirst({ ...first, id: 'org_second' })).toBe(false);
+        expect((await store.orgs.list()).map((o) => o.id)).toEqual(['org_first']);
+      });
+
       it('changes the tier, and says false for an unknown organization', async () => {
         await org('org_a');
         expect(await store.orgs.setTier('org_a', 'enterprise')).toBe(true);

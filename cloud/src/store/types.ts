@@ -29,6 +29,8 @@ export interface OrgRow {
 
 export interface OrgStore {
   create(org: { id: string; name: string; tier: string; createdAt: number }): Promise<void>;
+  /** Creates `org` only if there is no organization at all, atomically across processes. */
+  createFirst(org: { id: string; name: string; tier: string; createdAt: number }): Promise<boolean>;
   get(id: string): Promise<OrgRow | undefined>;
   list(): Promise<OrgRow[]>;
   setTier(id: string, tier: string): Promise<boolean>;

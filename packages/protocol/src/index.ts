@@ -3,3 +3,4 @@ export * from './errors.js';
 export * from './api-keys.js';
 export * from './time.js';
 export * from './robot.js';
+export * from './episodes.js';

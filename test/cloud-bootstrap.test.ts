@@ -1,0 +1,88 @@
+import { mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, test } from 'vitest';
+import { makeTempDir, parseAddressLine, runCloudCli, startCloud } from './support/cloud.js';
+
+const KEY_LINE = /^ak_[A-Za-z0-9_-]{16,128}$/;
+
+describe('first start on an empty data directory', () => {
+  test('prints the admin key once, then the address line; admin-key is 0600 with the same key', async () => {
+    await using cloud = await startCloud();
+    const lines = cloud.stdoutLines;
+    const keyLines = lines.filter((l) => KEY_LINE.test(l));
+    expect(keyLines).toHaveLength(1);
+    const printed = keyLines[0]!;
+    expect(lines.filter((l) => l.includes('ak_'))).toEqual([printed]);
+    expect(lines.some((l) => l.startsWith('First start: created organization org_'))).toBe(true);
+    // The address line comes after the key, and is the last thing printed.
+    const addressAt = lines.findIndex((l) => parseAddressLine(l) !== null);
+    expect(addressAt).toBeGreaterThan(lines.indexOf(printed));
+    expect(addressAt).toBe(lines.length - 1);
+    expect(parseAddressLine(lines[addressAt]!)).toEqual({ http: cloud.http, mqtt: cloud.mqtt });
+    expect(cloud.http).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(cloud.mqtt).toMatch(/^mqtt:\/\/127\.0\.0\.1:\d+$/);
+
+    const file = join(cloud.dataDir, 'admin-key');
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    expect(readFileSync(file, 'utf8')).toBe(`${printed}\n`);
+    expect(cloud.adminKey).toBe(printed);
+
+    // The key is an admin key of an enterprise organization.
+    const list = await cloud.client().apiKeys.list();
+    expect(list.api_keys).toHaveLength(1);
+    expect(list.api_keys[0]).toMatchObject({ name: 'bootstrap admin', scopes: ['admin'], created_by: 'bootstrap', revoked_at: null, expires_at: null });
+    expect((await cloud.client().entitlements()).tier).toBe('enterprise');
+    // Logs are on stderr and never carry the key, although it was just used.
+    expect(cloud.stderrLines.length).toBeGreaterThan(0);
+    expect(cloud.stderrLines.join('\n')).not.toContain(printed);
+  });
+
+  test('a second start on the same data dir creates no organization and prints no key', async () => {
+    await using dir = await makeTempDir();
+    const dataDir = join(dir.path, 'data');
+    let firstKey: string;
+    {
+      await using first = await startCloud({ dataDir });
+      firstKey = first.adminKey;
+      expect(first.stdoutLines.filter((l) => KEY_LINE.test(l))).toEqual([firstKey]);
+    }
+    await using second = await startCloud({ dataDir });
+    expect(second.stdoutLines).toHaveLength(1);
+    expect(parseAddressLine(second.stdoutLines[0]!)).not.toBeNull();
+    expect(second.stdoutLines.join('\n')).not.toMatch(/ak_|First start/);
+    expect(second.adminKey).toBe(firstKey);
+
+    const orgs = await second.cli(['orgs', 'list']);
+    expect(orgs.code).toBe(0);
+    expect(orgs.stdout.trim().split('\n')).toHaveLength(1);
+    // The first key still works and is still the only one.
+    const list = await second.client(firstKey).apiKeys.list();
+    expect(list.api_keys.map((k) => k.name)).toEqual(['bootstrap admin']);
+  });
+
+  test('a stale admin-key file from an earlier installation is replaced with mode 0600', async () => {
+    await using dir = await makeTempDir();
+    const dataDir = join(dir.path, 'data');
+    // e.g. the database was deleted to start over, but the old key file was left (and copied
+    // around with a lax mode): the new key must not inherit its permissions.
+    mkdirSync(dataDir, { mode: 0o700 });
+    writeFileSync(join(dataDir, 'admin-key'), 'ak_stale_key_from_before_0000000\n', { mode: 0o644 });
+    await using cloud = await startCloud({ dataDir });
+    const printed = cloud.stdoutLines.find((l) => KEY_LINE.test(l));
+    expect(printed).toBeDefined();
+    expect(cloud.adminKey).toBe(printed);
+    expect(statSync(join(dataDir, 'admin-key')).mode & 0o777).toBe(0o600);
+  });
+
+  test('an organization created with the CLI before the first serve: no bootstrap org or key', async () => {
+    await using dir = await makeTempDir();
+    const dataDir = join(dir.path, 'data');
+    const created = await runCloudCli(['orgs', 'create', '--name', 'early', '--data-dir', dataDir]);
+    expect(created.code).toBe(0);
+    await using cloud = await startCloud({ dataDir });
+    expect(cloud.stdoutLines.join('\n')).not.toContain('ak_');
+    expect(() => cloud.adminKey).toThrow(/ENOENT/);
+    const orgs = await cloud.cli(['orgs', 'list']);
+    expect(orgs.stdout.trim().split('\n').map((l) => (JSON.parse(l) as { name: string }).name)).toEqual(['early']);
+  });
+});

@@ -11,6 +11,7 @@ import { loadSecretBox } from './secret-box.js';
 import { openSqliteStore } from './store/index.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './robots/broker-auth.js';
 import { RobotLink } from './robots/link.js';
+import { EpisodeIngestor } from './episodes/ingest.js';
 import type { Store } from './store/index.js';
 
 export interface RunningCloud {
@@ -49,6 +50,9 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
       linkAuth = { username: CLOUD_MQTT_USERNAME, password: cloudPassword };
     }
     link = new RobotLink({ url: linkUrl, ...linkAuth, store, clock, logger, commandTimeoutMs: config.commandTimeoutMs });
+    const ackVia = link;
+    const ingestor = new EpisodeIngestor({ store, clock, logger, ack: (robotId, ack) => ackVia.publishAck(robotId, ack) });
+    link.onOutbox = (robotId, payload) => ingestor.submit(robotId, payload);
     await link.start();
     const brokerRef = broker;
     const linkRef = link;

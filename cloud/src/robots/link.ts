@@ -8,6 +8,7 @@ import {
   topics,
   type Clock,
   type CommandReply,
+  type OutboxAck,
   type RobotCommand,
   type RobotCommandName,
 } from '@fleet/protocol';
@@ -31,6 +32,8 @@ const MAX_ROBOT_PAYLOAD = 256 * 1024;
 export class RobotLink {
   private client: MqttClient | null = null;
   private readonly pending = new Map<string, Pending>();
+  /** Receives every robot outbox message (the episode ingestor). */
+  onOutbox: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
 
   constructor(
     private readonly opts: {
@@ -58,7 +61,7 @@ export class RobotLink {
       this.onMessage(topic, payload).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'robot message handling failed'));
     });
     client.on('error', (err) => this.opts.logger.warn({ err }, 'mqtt client error'));
-    await client.subscribeAsync([topics.allStatus, topics.allCommandReplies], { qos: 1 });
+    await client.subscribeAsync([topics.allStatus, topics.allCommandReplies, topics.allOutbox], { qos: 1 });
   }
 
   get connected(): boolean {
@@ -104,6 +107,10 @@ export class RobotLink {
   private async onMessage(topic: string, payload: Buffer): Promise<void> {
     const t = parseRobotTopic(topic);
     if (!t) return;
+    if (t.rest === 'outbox') {
+      if (this.onOutbox) await this.onOutbox(t.robotId, payload);
+      return;
+    }
     if (payload.length > MAX_ROBOT_PAYLOAD) {
       this.opts.logger.warn({ robot_id: t.robotId, topic, bytes: payload.length }, 'dropped oversized robot message');
       return;
@@ -118,6 +125,12 @@ export class RobotLink {
     }
     if (t.rest === 'status') return this.onStatus(t.robotId, json);
     if (t.rest === 'cmd/reply') return this.onReply(t.robotId, json);
+  }
+
+  /** The application-level acknowledgment of an outbox message (QoS 1). */
+  async publishAck(robotId: string, ack: OutboxAck): Promise<void> {
+    if (!this.client) throw new Error('robot link stopped');
+    await this.client.publishAsync(topics.outboxAck(robotId), JSON.stringify(ack), { qos: 1 });
   }
 
   private async onStatus(robotId: string, json: unknown): Promise<void> {

@@ -93,4 +93,94 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       CREATE INDEX robots_by_org ON robots (org_id, id);
     `,
   },
+  {
+    version: 3,
+    name: 'episodes, attributes, outcome changes, replicas, events',
+    sql: `
+      CREATE TABLE episodes (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        org_id TEXT NOT NULL,
+        robot_id TEXT NOT NULL,
+        recording_session_id TEXT NOT NULL,
+        episode_seq INTEGER NOT NULL,
+        session_name TEXT,
+        task_id TEXT,
+        task_name TEXT,
+        subtask_id TEXT,
+        operator_id TEXT,
+        operator_name TEXT,
+        control_mode TEXT,
+        policy_version_id TEXT,
+        eval_id TEXT,
+        outcome TEXT NOT NULL,
+        recorded_outcome TEXT,
+        started_at INTEGER NOT NULL,
+        ended_at INTEGER,
+        duration_s REAL,
+        message_count INTEGER,
+        bag_size_bytes INTEGER,
+        bag_uri TEXT,
+        metadata TEXT NOT NULL,
+        annotations TEXT NOT NULL DEFAULT '{}',
+        segments TEXT NOT NULL,
+        manifest TEXT NOT NULL,
+        interrupted INTEGER NOT NULL DEFAULT 0,
+        reported_at INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX episodes_org ON episodes (org_id, seq);
+      CREATE INDEX episodes_robot ON episodes (org_id, robot_id, seq);
+      CREATE INDEX episodes_task ON episodes (org_id, task_id, seq);
+      CREATE INDEX episodes_subtask ON episodes (org_id, subtask_id, seq);
+      CREATE INDEX episodes_operator ON episodes (org_id, operator_id, seq);
+      CREATE INDEX episodes_control_mode ON episodes (org_id, control_mode, seq);
+      CREATE INDEX episodes_policy ON episodes (org_id, policy_version_id, seq);
+      CREATE INDEX episodes_eval ON episodes (org_id, eval_id, seq);
+      CREATE INDEX episodes_outcome ON episodes (org_id, outcome, seq);
+      CREATE INDEX episodes_started ON episodes (org_id, started_at);
+      -- One row per top-level key of the metadata (layer 'm') and annotations (layer 'a') of an
+      -- episode, with the value's string form: the index behind metadata.<key> and annotation.<key>.
+      CREATE TABLE episode_attrs (
+        org_id TEXT NOT NULL,
+        layer TEXT NOT NULL CHECK (layer IN ('m', 'a')),
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY (org_id, layer, key, value, seq)
+      ) STRICT, WITHOUT ROWID;
+      CREATE INDEX episode_attrs_by_episode ON episode_attrs (seq, layer);
+      CREATE TABLE outcome_changes (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        episode_seq INTEGER NOT NULL REFERENCES episodes(seq),
+        at INTEGER NOT NULL,
+        actor TEXT NOT NULL,
+        from_outcome TEXT NOT NULL,
+        to_outcome TEXT NOT NULL,
+        reason TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX outcome_changes_by_episode ON outcome_changes (episode_seq, id);
+      CREATE TABLE replicas (
+        episode_seq INTEGER NOT NULL REFERENCES episodes(seq),
+        destination_id TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('granted', 'syncing', 'synced', 'verified')),
+        grant_id TEXT NOT NULL,
+        error TEXT,
+        object_key TEXT,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (episode_seq, destination_id)
+      ) STRICT, WITHOUT ROWID;
+      CREATE INDEX replicas_by_destination ON replicas (destination_id, state, episode_seq);
+      -- The event log: written in the same transaction as the change it records; the webhook
+      -- engine delivers from it.
+      CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        org_id TEXT NOT NULL,
+        type TEXT NOT NULL,
+        episode_id TEXT,
+        payload TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX events_by_org ON events (org_id, id);
+    `,
+  },
 ];

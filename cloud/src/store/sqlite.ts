@@ -6,7 +6,8 @@ import { SqliteApiKeys, SqliteOrgs } from './sqlite-accounts.js';
 import type { Db } from './sqlite-db.js';
 import { SqliteIdempotency, SqliteMeters } from './sqlite-requests.js';
 import { SqliteRobots } from './sqlite-robots.js';
-import type { ApiKeyStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store } from './types.js';
+import { SqliteEpisodes } from './sqlite-episodes.js';
+import type { ApiKeyStore, EpisodeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store } from './types.js';
 
 export const DATABASE_FILE = 'cloud.sqlite';
 
@@ -51,6 +52,7 @@ export class SqliteStore implements Store {
   readonly idempotency: IdempotencyStore;
   readonly meters: MeterStore;
   readonly robots: RobotStore;
+  readonly episodes: EpisodeStore;
 
   constructor(readonly db: Db) {
     this.orgs = new SqliteOrgs(db);
@@ -58,6 +60,7 @@ export class SqliteStore implements Store {
     this.idempotency = new SqliteIdempotency(db);
     this.meters = new SqliteMeters(db);
     this.robots = new SqliteRobots(db);
+    this.episodes = new SqliteEpisodes(db);
   }
 
   async ping(): Promise<void> {

@@ -1,4 +1,4 @@
-import type { Feature, RecordingState, Scope } from '@fleet/protocol';
+import type { EpisodeOutcome, EpisodeReport, Feature, RecordingState, Scope } from '@fleet/protocol';
 
 /**
  * The cloud's durable state, behind an async interface so that a second implementation
@@ -11,6 +11,7 @@ export interface Store {
   readonly idempotency: IdempotencyStore;
   readonly meters: MeterStore;
   readonly robots: RobotStore;
+  readonly episodes: EpisodeStore;
   /** Cheap liveness probe for /readyz. */
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -159,4 +160,92 @@ export interface RobotStore {
   updateStatus(id: string, update: RobotStatusUpdate): Promise<void>;
   /** At start of the embedded broker nobody is connected yet. */
   markAllDisconnected(): Promise<void>;
+}
+
+/** Equality columns of the episode list filter (spec: GET /v1/episodes query parameters). */
+export const EPISODE_EQ_COLUMNS = [
+  'robot_id',
+  'task_id',
+  'subtask_id',
+  'operator_id',
+  'control_mode',
+  'policy_version_id',
+  'eval_id',
+  'outcome',
+] as const;
+export type EpisodeEqColumn = (typeof EPISODE_EQ_COLUMNS)[number];
+
+export interface EpisodeFilter {
+  eq: Partial<Record<EpisodeEqColumn, string>>;
+  /** Bounds on started_at, ms, inclusive. */
+  from?: number;
+  to?: number;
+  /** Top-level key -> the value's string form. */
+  metadata: Record<string, string>;
+  annotation: Record<string, string>;
+  /** `unverified`: no verified replica (at the destination, if given). */
+  syncState?: { state: 'unverified' | 'synced' | 'verified'; destinationId?: string };
+}
+
+export interface ReplicaRow {
+  destinationId: string;
+  state: 'granted' | 'syncing' | 'synced' | 'verified';
+  grantId: string;
+  error: string | null;
+  objectKey: string | null;
+  updatedAt: number;
+}
+
+export interface EpisodeRow {
+  /** Ingest order; the keyset of every episode listing. */
+  seq: number;
+  id: string;
+  orgId: string;
+  robotId: string;
+  report: Omit<EpisodeReport, 'manifest' | 'segments' | 'metadata' | 'outcome'>;
+  outcome: EpisodeOutcome;
+  recordedOutcome: EpisodeOutcome | null;
+  metadata: Record<string, unknown>;
+  annotations: Record<string, unknown>;
+  segments: EpisodeReport['segments'];
+  manifest: EpisodeReport['manifest'];
+  interrupted: boolean;
+  reportedAt: number;
+  replicas: ReplicaRow[];
+}
+
+export interface IngestItem {
+  orgId: string;
+  robotId: string;
+  report: EpisodeReport;
+  reportedAt: number;
+}
+
+/** `duplicate`: already indexed from this robot (a resend); `conflict`: the id belongs to another robot. */
+export type IngestResult = 'inserted' | 'duplicate' | 'conflict';
+
+export interface OutcomeChangeRow {
+  at: number;
+  actor: string;
+  from: EpisodeOutcome;
+  to: EpisodeOutcome;
+  reason: string;
+}
+
+export interface EpisodeStore {
+  /**
+   * Indexes a batch in one transaction, idempotent on the episode id, and appends an
+   * `episode.finalized` event for each episode inserted.
+   */
+  ingest(items: readonly IngestItem[]): Promise<IngestResult[]>;
+  get(orgId: string, id: string): Promise<EpisodeRow | undefined>;
+  /** Rows with afterSeq < seq (<= maxSeq) matching the filter, in seq order. */
+  list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq?: number): Promise<EpisodeRow[]>;
+  /** Only the seqs of what `list` would return: cheap, to size a page before streaming it. */
+  listSeqs(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number): Promise<number[]>;
+  /** Shallow merge; a null value deletes the key. Undefined for an unknown episode. */
+  patchAnnotations(orgId: string, id: string, patch: Record<string, unknown>): Promise<EpisodeRow | undefined>;
+  setOutcome(orgId: string, id: string, change: { outcome: EpisodeOutcome; reason: string; actor: string; at: number }): Promise<EpisodeRow | undefined>;
+  outcomeHistory(orgId: string, id: string): Promise<OutcomeChangeRow[] | undefined>;
+  count(orgId: string): Promise<number>;
 }

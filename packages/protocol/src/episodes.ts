@@ -92,3 +92,77 @@ export const OutboxAckSchema = z.discriminatedUnion('ok', [
   z.object({ msg_id: z.string(), ok: z.literal(false), error: z.object({ code: z.string(), message: z.string() }) }),
 ]);
 export type OutboxAck = z.infer<typeof OutboxAckSchema>;
+
+/** API: one replica of an episode at a destination (spec, Replica). */
+export const ReplicaSchema = z
+  .object({
+    destination_id: z.string(),
+    state: z.enum(['granted', 'syncing', 'synced', 'verified']),
+    grant_id: z.string(),
+    error: z.string().nullable(),
+    updated_at: z.string(),
+    object_key: z.string().optional(),
+  })
+  .meta({ id: 'Replica' });
+export type Replica = z.infer<typeof ReplicaSchema>;
+
+/** API: an episode (spec, Episode). */
+export const EpisodeSchema = z
+  .object({
+    id: z.string(),
+    robot_id: z.string(),
+    recording_session_id: z.string(),
+    episode_seq: z.number().int(),
+    session_name: z.string().nullable(),
+    task_id: z.string().nullable(),
+    task_name: z.string().nullable(),
+    subtask_id: z.string().nullable(),
+    operator_id: z.string().nullable(),
+    operator_name: z.string().nullable(),
+    outcome: EpisodeOutcomeSchema,
+    recorded_outcome: EpisodeOutcomeSchema.nullable(),
+    control_mode: z.string().nullable(),
+    policy_version_id: z.string().nullable(),
+    eval_id: z.string().nullable(),
+    started_at: z.string(),
+    ended_at: z.string().nullable(),
+    duration_s: z.number().nullable(),
+    message_count: z.number().nullable(),
+    bag_size_bytes: z.number().nullable(),
+    bag_uri: z.string().nullable(),
+    metadata: z.record(z.string(), z.unknown()).nullable(),
+    annotations: z.record(z.string(), z.unknown()).nullable(),
+    reported_at: z.string(),
+    replicas: z.array(ReplicaSchema),
+  })
+  .meta({ id: 'Episode' });
+export type Episode = z.infer<typeof EpisodeSchema>;
+
+/** Export rows and manifest member lines: the episode plus its files and data locations. */
+export const EpisodeWithLocationsSchema = EpisodeSchema.extend({
+  files: z.array(z.object({ path: z.string(), size_bytes: z.number(), sha256: z.string() })),
+  locations: z.array(
+    z.object({ destination_id: z.string(), state: z.string(), object_key: z.string().nullable(), grant_id: z.string() }),
+  ),
+}).meta({ id: 'EpisodeWithLocations' });
+export type EpisodeWithLocations = z.infer<typeof EpisodeWithLocationsSchema>;
+
+export const PatchAnnotationsBodySchema = z
+  .strictObject({
+    annotations: z
+      .record(z.string().min(1).max(256), z.unknown())
+      .refine((a) => Object.keys(a).length <= 256, 'at most 256 keys per request')
+      .describe('Shallow-merged into the annotations layer; a null value deletes that key.'),
+  })
+  .meta({ id: 'PatchAnnotationsRequest' });
+
+export const PatchOutcomeBodySchema = z
+  .strictObject({
+    outcome: EpisodeOutcomeSchema,
+    reason: z.string().min(1).max(1024),
+  })
+  .meta({ id: 'PatchOutcomeRequest' });
+
+export const OutcomeChangeSchema = z
+  .object({ actor: z.string(), at: z.string(), from: EpisodeOutcomeSchema, to: EpisodeOutcomeSchema, reason: z.string() })
+  .meta({ id: 'OutcomeChange' });

@@ -1,0 +1,101 @@
+import { EPISODE_OUTCOMES } from '@fleet/protocol';
+import { ApiError } from '../errors.js';
+import { EPISODE_EQ_COLUMNS, type EpisodeEqColumn, type EpisodeFilter } from '../store/index.js';
+
+export const MAX_FILTER_VALUE = 512;
+const MAX_ATTR_KEY = 256;
+const SYNC_STATES = ['unverified', 'synced', 'verified'] as const;
+/** Keys a filter may hold besides `metadata.<key>` and `annotation.<key>`. */
+export const FILTER_KEYS = [...EPISODE_EQ_COLUMNS, 'from', 'to', 'destination_id', 'sync_state'] as const;
+
+interface Issue {
+  location: string;
+  path: string;
+  message: string;
+}
+
+function isDateTime(v: string): boolean {
+  return /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(v) && !Number.isNaN(Date.parse(v));
+}
+
+/**
+ * Turns the episode list's filter keys (query parameters, or a dataset's `filter` object) into an
+ * EpisodeFilter. Unknown keys, repeated keys and bad values are 400 `validation_failed` naming
+ * each offending key. `to` is the started_at bound when it parses as a date-time, otherwise (with
+ * `sync_state`) a destination id; `destination_id` is the unambiguous alias (decisions.md).
+ */
+export function parseEpisodeFilter(input: Record<string, unknown>, location: 'querystring' | 'body'): EpisodeFilter {
+  const issues: Issue[] = [];
+  const bad = (key: string, message: string) => issues.push({ location, path: location === 'body' ? `/filter/${key}` : `/${key}`, message });
+  const filter: EpisodeFilter = { eq: {}, metadata: {}, annotation: {} };
+  let destination: string | undefined;
+  let toDestination: string | undefined;
+
+  for (const [key, raw] of Object.entries(input)) {
+    if (raw === undefined) continue;
+    if (Array.isArray(raw)) {
+      bad(key, 'given more than once');
+      continue;
+    }
+    if (typeof raw !== 'string') {
+      bad(key, 'must be a string');
+      continue;
+    }
+    const value = raw;
+    if (value.length === 0 || value.length > MAX_FILTER_VALUE) {
+      bad(key, `must be 1 to ${MAX_FILTER_VALUE} characters`);
+      continue;
+    }
+    const dot = key.indexOf('.');
+    const layer = dot > 0 ? key.slice(0, dot) : '';
+    if (layer === 'metadata' || layer === 'annotation') {
+      const attr = key.slice(dot + 1);
+      if (attr.length === 0 || attr.length > MAX_ATTR_KEY) bad(key, `the key after "${layer}." must be 1 to ${MAX_ATTR_KEY} characters`);
+      else filter[layer][attr] = value;
+      continue;
+    }
+    if ((EPISODE_EQ_COLUMNS as readonly string[]).includes(key)) {
+      if (key === 'outcome' && !(EPISODE_OUTCOMES as readonly string[]).includes(value)) bad(key, `must be one of ${EPISODE_OUTCOMES.join(', ')}`);
+      else filter.eq[key as EpisodeEqColumn] = value;
+      continue;
+    }
+    switch (key) {
+      case 'from':
+        if (isDateTime(value)) filter.from = Date.parse(value);
+        else bad(key, 'must be a date-time');
+        break;
+      case 'to':
+        if (isDateTime(value)) filter.to = Date.parse(value);
+        else toDestination = value;
+        break;
+      case 'destination_id':
+        destination = value;
+        break;
+      case 'sync_state':
+        if ((SYNC_STATES as readonly string[]).includes(value)) filter.syncState = { state: value as (typeof SYNC_STATES)[number] };
+        else bad(key, `must be one of ${SYNC_STATES.join(', ')}`);
+        break;
+      default:
+        bad(key, 'unknown filter key');
+    }
+  }
+
+  if (toDestination !== undefined && destination !== undefined && toDestination !== destination) {
+    bad('to', 'names a destination other than destination_id');
+  }
+  const dest = destination ?? toDestination;
+  if (dest !== undefined) {
+    if (!filter.syncState) bad(toDestination !== undefined ? 'to' : 'destination_id', 'a destination needs sync_state (a non-date-time `to` is a destination id)');
+    else filter.syncState.destinationId = dest;
+  }
+  if (filter.from !== undefined && filter.to !== undefined && filter.from > filter.to) bad('from', 'must not be after to');
+  if (issues.length > 0) throw new ApiError('validation_failed', 'invalid filter', { issues });
+  return filter;
+}
+
+/** A filter's canonical string form, as datasets store and return it. */
+export function filterToStrings(input: Record<string, unknown>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(input)) if (typeof v === 'string') out[k] = v;
+  return out;
+}

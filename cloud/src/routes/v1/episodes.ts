@@ -1,0 +1,231 @@
+import { z } from 'zod';
+import {
+  EpisodeSchema,
+  EpisodeWithLocationsSchema,
+  EPISODE_OUTCOMES,
+  iso,
+  OutcomeChangeSchema,
+  PatchAnnotationsBodySchema,
+  PatchOutcomeBodySchema,
+  SegmentSchema,
+} from '@fleet/protocol';
+import { parseEpisodeFilter } from '../../episodes/filter.js';
+import { toEpisode, toEpisodeWithLocations } from '../../episodes/present.js';
+import { ApiError, notFound } from '../../errors.js';
+import { principalOf } from '../../http/policy.js';
+import type { EpisodeFilter, Store } from '../../store/index.js';
+import { decodeCursor, encodeCursor } from '../cursor.js';
+import { NDJSON, sendNdjson } from '../ndjson.js';
+import type { V1Plugin } from './types.js';
+
+/** Largest annotations layer of one episode, as JSON. */
+export const MAX_ANNOTATIONS_BYTES = 64 * 1024;
+const EXPORT_CHUNK = 500;
+
+const filterText = z.string().max(512).optional();
+/** The documented filter parameters; `metadata.<key>` and `annotation.<key>` ride in the catchall. */
+const FilterQuery = {
+  cursor: z.string().min(1).max(512).optional(),
+  robot_id: filterText,
+  task_id: filterText,
+  subtask_id: filterText,
+  operator_id: filterText,
+  control_mode: filterText,
+  policy_version_id: filterText,
+  eval_id: filterText,
+  outcome: z.enum(EPISODE_OUTCOMES).optional(),
+  from: filterText.describe('date-time: started_at lower bound'),
+  to: filterText.describe('date-time: started_at upper bound; otherwise, with sync_state, a destination id'),
+  destination_id: filterText.describe('with sync_state: the destination it is about'),
+  sync_state: z.enum(['unverified', 'synced', 'verified']).optional(),
+};
+const Catchall = z.union([z.string(), z.array(z.string())]).describe('metadata.<key> or annotation.<key>: equality on the value');
+
+const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
+
+export function decodeSeqCursor(cursor: string | undefined): number {
+  if (cursor === undefined) return 0;
+  return decodeCursor(cursor, (v) => {
+    const s = (v as { s?: unknown } | null)?.s;
+    return typeof s === 'number' && Number.isSafeInteger(s) && s >= 0 ? s : null;
+  });
+}
+
+export const encodeSeqCursor = (seq: number): string => encodeCursor({ s: seq });
+
+function filterFrom(query: Record<string, unknown>): EpisodeFilter {
+  const { cursor: _c, limit: _l, ...rest } = query;
+  return parseEpisodeFilter(rest, 'querystring');
+}
+
+/**
+ * Streams up to `limit` rows as NDJSON. The page is sized first from the seqs alone (cheap), so
+ * `X-Next-Cursor` can go out before the body; then the rows follow in chunks.
+ */
+export async function streamEpisodePage(
+  store: Store,
+  orgId: string,
+  filter: EpisodeFilter,
+  afterSeq: number,
+  limit: number,
+): Promise<{ nextCursor: string | null; lines: AsyncIterable<string> }> {
+  const seqs = await store.episodes.listSeqs(orgId, filter, afterSeq, limit + 1);
+  const page = seqs.slice(0, limit);
+  const lastSeq = page[page.length - 1];
+  async function* lines(): AsyncGenerator<string> {
+    if (lastSeq === undefined) return;
+    let after = afterSeq;
+    for (;;) {
+      const rows = await store.episodes.list(orgId, filter, after, EXPORT_CHUNK, lastSeq);
+      for (const row of rows) yield `${JSON.stringify(toEpisodeWithLocations(row))}\n`;
+      if (rows.length < EXPORT_CHUNK) return;
+      after = rows[rows.length - 1]!.seq;
+    }
+  }
+  return { nextCursor: seqs.length > limit && lastSeq !== undefined ? encodeSeqCursor(lastSeq) : null, lines: lines() };
+}
+
+/** /v1/episodes: the index (spec, Episodes). */
+export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
+  const read = { auth: 'key', scope: 'data:read', feature: 'data.metadata' } as const;
+  const write = { auth: 'key', scope: 'data:write', feature: 'data.metadata' } as const;
+
+  app.route({
+    method: 'GET',
+    url: '/episodes',
+    config: { policy: { ...read, meter: 'episodes.list' } },
+    schema: {
+      summary: 'List episodes',
+      description: 'Keyset-paginated in the order episodes were indexed, so paging never skips or repeats a row while new ones arrive.',
+      querystring: z.object({ ...FilterQuery, limit: z.coerce.number().int().min(1).max(100).default(50) }).catchall(Catchall),
+      response: { 200: z.object({ episodes: z.array(EpisodeSchema), cursor: z.string().nullable() }) },
+    },
+    handler: async (request) => {
+      const { org } = principalOf(request);
+      const { limit, cursor } = request.query;
+      const filter = filterFrom(request.query);
+      const rows = await store.episodes.list(org.id, filter, decodeSeqCursor(cursor), limit + 1);
+      const page = rows.slice(0, limit);
+      const next = rows.length > limit ? encodeSeqCursor(page[page.length - 1]!.seq) : null;
+      return { episodes: page.map(toEpisode), cursor: next };
+    },
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/episodes/export',
+    config: { policy: { ...read, meter: 'episodes.exported' } },
+    schema: {
+      summary: 'Export episodes with their files and data locations as NDJSON',
+      description: 'One line per episode. `X-Next-Cursor` carries the next page and is absent when complete.',
+      querystring: z.object({ ...FilterQuery, limit: z.coerce.number().int().min(1).max(5000).default(1000) }).catchall(Catchall),
+      response: { 200: { description: 'NDJSON rows', content: { [NDJSON]: { schema: EpisodeWithLocationsSchema } } } },
+    },
+    handler: async (request, reply) => {
+      const { org } = principalOf(request);
+      const { limit, cursor } = request.query;
+      const page = await streamEpisodePage(store, org.id, filterFrom(request.query), decodeSeqCursor(cursor), limit);
+      return sendNdjson(reply, page.nextCursor, page.lines);
+    },
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/episodes/:id',
+    config: { policy: { ...read, meter: null } },
+    schema: { summary: 'Get an episode', params: IdParams, response: { 200: EpisodeSchema } },
+    handler: async (request) => {
+      const row = await store.episodes.get(principalOf(request).org.id, request.params.id);
+      if (!row) throw notFound('episode');
+      return toEpisode(row);
+    },
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/episodes/:id/segments',
+    config: { policy: { ...read, meter: null } },
+    schema: {
+      summary: "The episode's subtask timeline",
+      description: 'Offsets are seconds from the episode\'s `started_at`.',
+      params: IdParams,
+      response: { 200: z.object({ segments: z.array(SegmentSchema) }) },
+    },
+    handler: async (request) => {
+      const row = await store.episodes.get(principalOf(request).org.id, request.params.id);
+      if (!row) throw notFound('episode');
+      return { segments: row.segments };
+    },
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/episodes/:id/outcome-history',
+    config: { policy: { ...read, meter: null } },
+    schema: {
+      summary: 'The audit log of outcome overrides',
+      params: IdParams,
+      response: { 200: z.object({ outcome_history: z.array(OutcomeChangeSchema) }) },
+    },
+    handler: async (request) => {
+      const changes = await store.episodes.outcomeHistory(principalOf(request).org.id, request.params.id);
+      if (!changes) throw notFound('episode');
+      return { outcome_history: changes.map((c) => ({ actor: c.actor, at: iso(c.at), from: c.from, to: c.to, reason: c.reason })) };
+    },
+  });
+
+  app.route({
+    method: 'PATCH',
+    url: '/episodes/:id',
+    config: { policy: { ...write, meter: null } },
+    schema: {
+      summary: 'Annotate an episode',
+      description: `Recorded facts cannot be modified. The merged annotations may be at most ${MAX_ANNOTATIONS_BYTES} bytes of JSON.`,
+      params: IdParams,
+      body: PatchAnnotationsBodySchema,
+      response: { 200: EpisodeSchema },
+    },
+    handler: async (request) => {
+      const { org } = principalOf(request);
+      const current = await store.episodes.get(org.id, request.params.id);
+      if (!current) throw notFound('episode');
+      const merged: Record<string, unknown> = { ...current.annotations };
+      for (const [k, v] of Object.entries(request.body.annotations)) {
+        if (v === null) delete merged[k];
+        else merged[k] = v;
+      }
+      if (Buffer.byteLength(JSON.stringify(merged)) > MAX_ANNOTATIONS_BYTES) {
+        throw new ApiError('validation_failed', `annotations would exceed ${MAX_ANNOTATIONS_BYTES} bytes`, {
+          issues: [{ location: 'body', path: '/annotations', message: 'too large' }],
+        });
+      }
+      const row = await store.episodes.patchAnnotations(org.id, request.params.id, request.body.annotations);
+      if (!row) throw notFound('episode');
+      return toEpisode(row);
+    },
+  });
+
+  app.route({
+    method: 'PATCH',
+    url: '/episodes/:id/outcome',
+    config: { policy: { ...write, meter: null } },
+    schema: {
+      summary: "Override an episode's effective outcome",
+      description: '`recorded_outcome` never changes; each override appends to the outcome history.',
+      params: IdParams,
+      body: PatchOutcomeBodySchema,
+      response: { 200: EpisodeSchema },
+    },
+    handler: async (request) => {
+      const { org, key } = principalOf(request);
+      const row = await store.episodes.setOutcome(org.id, request.params.id, {
+        outcome: request.body.outcome,
+        reason: request.body.reason,
+        actor: key.id,
+        at: clock.now(),
+      });
+      if (!row) throw notFound('episode');
+      return toEpisode(row);
+    },
+  });
+};

@@ -1,0 +1,372 @@
+import type { Statement } from 'better-sqlite3';
+import type { EpisodeOutcome, EpisodeReport } from '@fleet/protocol';
+import type { Db } from './sqlite-db.js';
+import type {
+  EpisodeFilter,
+  EpisodeRow,
+  EpisodeStore,
+  IngestItem,
+  IngestResult,
+  OutcomeChangeRow,
+  ReplicaRow,
+} from './types.js';
+import { EPISODE_EQ_COLUMNS } from './types.js';
+
+/** Attribute values longer than this are kept in the episode but not indexed for filters. */
+export const MAX_INDEXED_ATTR_VALUE = 512;
+const MAX_INDEXED_ATTR_KEY = 256;
+
+/** The string form an `annotation.<key>` / `metadata.<key>` filter compares against. */
+export function attrString(value: unknown): string {
+  return typeof value === 'string' ? value : (JSON.stringify(value) ?? 'null');
+}
+
+interface EpisodeDbRow {
+  seq: number;
+  id: string;
+  org_id: string;
+  robot_id: string;
+  recording_session_id: string;
+  episode_seq: number;
+  session_name: string | null;
+  task_id: string | null;
+  task_name: string | null;
+  subtask_id: string | null;
+  operator_id: string | null;
+  operator_name: string | null;
+  control_mode: string | null;
+  policy_version_id: string | null;
+  eval_id: string | null;
+  outcome: string;
+  recorded_outcome: string | null;
+  started_at: number;
+  ended_at: number | null;
+  duration_s: number | null;
+  message_count: number | null;
+  bag_size_bytes: number | null;
+  bag_uri: string | null;
+  metadata: string;
+  annotations: string;
+  segments: string;
+  manifest: string;
+  interrupted: number;
+  reported_at: number;
+}
+
+interface ReplicaDbRow {
+  episode_seq: number;
+  destination_id: string;
+  state: ReplicaRow['state'];
+  grant_id: string;
+  error: string | null;
+  object_key: string | null;
+  updated_at: number;
+}
+
+function fromDb(r: EpisodeDbRow, replicas: ReplicaRow[]): EpisodeRow {
+  return {
+    seq: r.seq,
+    id: r.id,
+    orgId: r.org_id,
+    robotId: r.robot_id,
+    report: {
+      id: r.id,
+      recording_session_id: r.recording_session_id,
+      episode_seq: r.episode_seq,
+      session_name: r.session_name,
+      task_id: r.task_id,
+      task_name: r.task_name,
+      subtask_id: r.subtask_id,
+      operator_id: r.operator_id,
+      operator_name: r.operator_name,
+      control_mode: r.control_mode,
+      policy_version_id: r.policy_version_id,
+      eval_id: r.eval_id,
+      started_at: new Date(r.started_at).toISOString(),
+      ended_at: r.ended_at === null ? null : new Date(r.ended_at).toISOString(),
+      duration_s: r.duration_s,
+      message_count: r.message_count,
+      bag_size_bytes: r.bag_size_bytes,
+      bag_uri: r.bag_uri,
+      interrupted: r.interrupted === 1,
+    },
+    outcome: r.outcome as EpisodeOutcome,
+    recordedOutcome: r.recorded_outcome as EpisodeOutcome | null,
+    metadata: JSON.parse(r.metadata) as Record<string, unknown>,
+    annotations: JSON.parse(r.annotations) as Record<string, unknown>,
+    segments: JSON.parse(r.segments) as EpisodeReport['segments'],
+    manifest: JSON.parse(r.manifest) as EpisodeReport['manifest'],
+    interrupted: r.interrupted === 1,
+    reportedAt: r.reported_at,
+    replicas,
+  };
+}
+
+export class SqliteEpisodes implements EpisodeStore {
+  private readonly byId;
+  private readonly byOrgId;
+  private readonly insert;
+  private readonly insertAttr;
+  private readonly deleteAttrs;
+  private readonly insertEvent;
+  private readonly updateAnnotations;
+  private readonly updateOutcome;
+  private readonly insertChange;
+  private readonly changes;
+  private readonly replicasOf;
+  private readonly countStmt;
+  private readonly listCache = new Map<string, Statement<unknown[]>>();
+
+  constructor(private readonly db: Db) {
+    this.byId = db.prepare<[string], { seq: number; org_id: string; robot_id: string }>('SELECT seq, org_id, robot_id FROM episodes WHERE id = ?');
+    this.byOrgId = db.prepare<[string, string], EpisodeDbRow>('SELECT * FROM episodes WHERE org_id = ? AND id = ?');
+    this.insert = db.prepare(
+      `INSERT INTO episodes (id, org_id, robot_id, recording_session_id, episode_seq, session_name, task_id, task_name, subtask_id,
+         operator_id, operator_name, control_mode, policy_version_id, eval_id, outcome, recorded_outcome, started_at, ended_at,
+         duration_s, message_count, bag_size_bytes, bag_uri, metadata, segments, manifest, interrupted, reported_at)
+       VALUES (@id, @org_id, @robot_id, @recording_session_id, @episode_seq, @session_name, @task_id, @task_name, @subtask_id,
+         @operator_id, @operator_name, @control_mode, @policy_version_id, @eval_id, @outcome, @outcome, @started_at, @ended_at,
+         @duration_s, @message_count, @bag_size_bytes, @bag_uri, @metadata, @segments, @manifest, @interrupted, @reported_at)`,
+    );
+    this.insertAttr = db.prepare('INSERT OR IGNORE INTO episode_attrs (org_id, layer, key, value, seq) VALUES (?, ?, ?, ?, ?)');
+    this.deleteAttrs = db.prepare('DELETE FROM episode_attrs WHERE org_id = ? AND layer = ? AND key = ? AND value = ? AND seq = ?');
+    this.insertEvent = db.prepare('INSERT INTO events (org_id, type, episode_id, payload, created_at) VALUES (?, ?, ?, ?, ?)');
+    this.updateAnnotations = db.prepare('UPDATE episodes SET annotations = ? WHERE seq = ?');
+    this.updateOutcome = db.prepare('UPDATE episodes SET outcome = ? WHERE seq = ?');
+    this.insertChange = db.prepare(
+      'INSERT INTO outcome_changes (episode_seq, at, actor, from_outcome, to_outcome, reason) VALUES (?, ?, ?, ?, ?, ?)',
+    );
+    this.changes = db.prepare<[number], { at: number; actor: string; from_outcome: string; to_outcome: string; reason: string }>(
+      'SELECT at, actor, from_outcome, to_outcome, reason FROM outcome_changes WHERE episode_seq = ? ORDER BY id',
+    );
+    this.replicasOf = db.prepare<[string], ReplicaDbRow>(
+      'SELECT * FROM replicas WHERE episode_seq IN (SELECT value FROM json_each(?)) ORDER BY episode_seq, destination_id',
+    );
+    this.countStmt = db.prepare<[string], { n: number }>('SELECT COUNT(*) AS n FROM episodes WHERE org_id = ?');
+  }
+
+  async ingest(items: readonly IngestItem[]): Promise<IngestResult[]> {
+    return this.db.transaction(() => items.map((item) => this.ingestOne(item)))();
+  }
+
+  private ingestOne({ orgId, robotId, report: r, reportedAt }: IngestItem): IngestResult {
+    const existing = this.byId.get(r.id);
+    if (existing) return existing.org_id === orgId && existing.robot_id === robotId ? 'duplicate' : 'conflict';
+    const info = this.insert.run({
+      id: r.id,
+      org_id: orgId,
+      robot_id: robotId,
+      recording_session_id: r.recording_session_id,
+      episode_seq: r.episode_seq,
+      session_name: r.session_name,
+      task_id: r.task_id,
+      task_name: r.task_name,
+      subtask_id: r.subtask_id,
+      operator_id: r.operator_id,
+      operator_name: r.operator_name,
+      control_mode: r.control_mode,
+      policy_version_id: r.policy_version_id,
+      eval_id: r.eval_id,
+      outcome: r.outcome,
+      started_at: Date.parse(r.started_at),
+      ended_at: r.ended_at === null ? null : Date.parse(r.ended_at),
+      duration_s: r.duration_s,
+      message_count: r.message_count,
+      bag_size_bytes: r.bag_size_bytes,
+      bag_uri: r.bag_uri ?? null,
+      metadata: JSON.stringify(r.metadata),
+      segments: JSON.stringify(r.segments),
+      manifest: JSON.stringify(r.manifest),
+      interrupted: r.interrupted ? 1 : 0,
+      reported_at: reportedAt,
+    });
+    const seq = Number(info.lastInsertRowid);
+    this.indexAttrs(orgId, 'm', r.metadata, seq);
+    this.insertEvent.run(
+      orgId,
+      'episode.finalized',
+      r.id,
+      JSON.stringify({
+        schema_version: 1,
+        episode_id: r.id,
+        robot_id: robotId,
+        recording_session_id: r.recording_session_id,
+        episode_seq: r.episode_seq,
+        state: 'reported',
+      }),
+      reportedAt,
+    );
+    return 'inserted';
+  }
+
+  private indexAttrs(orgId: string, layer: 'm' | 'a', values: Record<string, unknown>, seq: number, remove = false): void {
+    for (const [key, value] of Object.entries(values)) {
+      const s = attrString(value);
+      if (key.length > MAX_INDEXED_ATTR_KEY || s.length > MAX_INDEXED_ATTR_VALUE) continue;
+      if (remove) this.deleteAttrs.run(orgId, layer, key, s, seq);
+      else this.insertAttr.run(orgId, layer, key, s, seq);
+    }
+  }
+
+  async get(orgId: string, id: string): Promise<EpisodeRow | undefined> {
+    const r = this.byOrgId.get(orgId, id);
+    return r && this.hydrate([r])[0];
+  }
+
+  async list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq?: number): Promise<EpisodeRow[]> {
+    const { sql, params } = buildListQuery(orgId, filter, afterSeq, limit, 'e.*', maxSeq);
+    return this.hydrate(this.prepared(sql).all(...params) as EpisodeDbRow[]);
+  }
+
+  async listSeqs(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number): Promise<number[]> {
+    const { sql, params } = buildListQuery(orgId, filter, afterSeq, limit, 'e.seq');
+    return (this.prepared(sql).all(...params) as { seq: number }[]).map((r) => r.seq);
+  }
+
+  private prepared(sql: string): Statement<unknown[]> {
+    let stmt = this.listCache.get(sql);
+    if (!stmt) {
+      stmt = this.db.prepare<unknown[]>(sql);
+      // Filter shapes are few (which keys are present), so the cache stays small; bound it anyway.
+      if (this.listCache.size > 500) this.listCache.clear();
+      this.listCache.set(sql, stmt);
+    }
+    return stmt;
+  }
+
+  private hydrate(rows: EpisodeDbRow[]): EpisodeRow[] {
+    if (rows.length === 0) return [];
+    const bySeq = new Map<number, ReplicaRow[]>();
+    for (const r of this.replicasOf.all(JSON.stringify(rows.map((x) => x.seq)))) {
+      const list = bySeq.get(r.episode_seq) ?? [];
+      list.push({
+        destinationId: r.destination_id,
+        state: r.state,
+        grantId: r.grant_id,
+        error: r.error,
+        objectKey: r.object_key,
+        updatedAt: r.updated_at,
+      });
+      bySeq.set(r.episode_seq, list);
+    }
+    return rows.map((r) => fromDb(r, bySeq.get(r.seq) ?? []));
+  }
+
+  async patchAnnotations(orgId: string, id: string, patch: Record<string, unknown>): Promise<EpisodeRow | undefined> {
+    const done = this.db
+      .transaction(() => {
+        const row = this.byOrgId.get(orgId, id);
+        if (!row) return false;
+        const before = JSON.parse(row.annotations) as Record<string, unknown>;
+        const after = { ...before };
+        for (const [k, v] of Object.entries(patch)) {
+          if (v === null) delete after[k];
+          else after[k] = v;
+        }
+        this.indexAttrs(orgId, 'a', before, row.seq, true);
+        this.indexAttrs(orgId, 'a', after, row.seq);
+        this.updateAnnotations.run(JSON.stringify(after), row.seq);
+        return true;
+      })
+      .immediate();
+    return done ? this.get(orgId, id) : undefined;
+  }
+
+  async setOutcome(
+    orgId: string,
+    id: string,
+    change: { outcome: EpisodeOutcome; reason: string; actor: string; at: number },
+  ): Promise<EpisodeRow | undefined> {
+    const done = this.db
+      .transaction(() => {
+        const row = this.byOrgId.get(orgId, id);
+        if (!row) return false;
+        this.insertChange.run(row.seq, change.at, change.actor, row.outcome, change.outcome, change.reason);
+        this.updateOutcome.run(change.outcome, row.seq);
+        return true;
+      })
+      .immediate();
+    return done ? this.get(orgId, id) : undefined;
+  }
+
+  async outcomeHistory(orgId: string, id: string): Promise<OutcomeChangeRow[] | undefined> {
+    const row = this.byOrgId.get(orgId, id);
+    if (!row) return undefined;
+    return this.changes.all(row.seq).map((c) => ({
+      at: c.at,
+      actor: c.actor,
+      from: c.from_outcome as EpisodeOutcome,
+      to: c.to_outcome as EpisodeOutcome,
+      reason: c.reason,
+    }));
+  }
+
+  async count(orgId: string): Promise<number> {
+    return this.countStmt.get(orgId)!.n;
+  }
+}
+
+/**
+ * One SQL text per filter shape (which keys are present), values bound as parameters. With an
+ * attribute filter the scan is driven by the attribute index, which is ordered by seq for one
+ * (key, value): a page stops after `limit` rows even when most episodes carry the key.
+ */
+export function buildListQuery(
+  orgId: string,
+  f: EpisodeFilter,
+  afterSeq: number,
+  limit: number,
+  select: 'e.*' | 'e.seq' = 'e.*',
+  maxSeq?: number,
+): { sql: string; params: unknown[] } {
+  const attrs = [
+    ...Object.entries(f.metadata).map(([k, v]) => ['m', k, v] as const),
+    ...Object.entries(f.annotation).map(([k, v]) => ['a', k, v] as const),
+  ];
+  const where: string[] = [];
+  const params: unknown[] = [];
+  let from = 'episodes e';
+  let order = 'e.seq';
+  const [driver, ...rest] = attrs;
+  if (driver) {
+    from = 'episode_attrs d JOIN episodes e ON e.seq = d.seq';
+    where.push('d.org_id = ?', 'd.layer = ?', 'd.key = ?', 'd.value = ?', 'd.seq > ?');
+    params.push(orgId, driver[0], driver[1], driver[2], afterSeq);
+    order = 'd.seq';
+  }
+  where.push('e.org_id = ?', 'e.seq > ?');
+  params.push(orgId, afterSeq);
+  if (maxSeq !== undefined) {
+    where.push('e.seq <= ?');
+    params.push(maxSeq);
+  }
+  for (const col of EPISODE_EQ_COLUMNS) {
+    const v = f.eq[col];
+    if (v !== undefined) {
+      where.push(`e.${col} = ?`);
+      params.push(v);
+    }
+  }
+  if (f.from !== undefined) {
+    where.push('e.started_at >= ?');
+    params.push(f.from);
+  }
+  if (f.to !== undefined) {
+    where.push('e.started_at <= ?');
+    params.push(f.to);
+  }
+  for (const [layer, key, value] of rest) {
+    where.push('EXISTS (SELECT 1 FROM episode_attrs x WHERE x.org_id = e.org_id AND x.layer = ? AND x.key = ? AND x.value = ? AND x.seq = e.seq)');
+    params.push(layer, key, value);
+  }
+  if (f.syncState) {
+    const dest = f.syncState.destinationId;
+    const destSql = dest === undefined ? '' : ' AND r.destination_id = ?';
+    const states = f.syncState.state === 'synced' ? "('synced', 'verified')" : "('verified')";
+    const exists = `EXISTS (SELECT 1 FROM replicas r WHERE r.episode_seq = e.seq AND r.state IN ${states}${destSql})`;
+    where.push(f.syncState.state === 'unverified' ? `NOT ${exists}` : exists);
+    if (dest !== undefined) params.push(dest);
+  }
+  params.push(limit);
+  return { sql: `SELECT ${select} FROM ${from} WHERE ${where.join(' AND ')} ORDER BY ${order} LIMIT ?`, params };
+}

@@ -6,6 +6,7 @@ const resolve = { conditions: ['source'] };
 
 export default defineConfig({
   test: {
+    reporters: ['default', './test/support/summary-reporter.ts'],
     projects: [
       {
         resolve,

@@ -1,3 +1,62 @@
-// The on-robot agent (recording state machine, outbox, uploader, retention) lands with issue 3;
-// the workspace exists now so the build and lint already cover it.
-export const AGENT_RUNTIME_VERSION = '0.1.0';
+// @fleet/agent: the on-robot agent. The simulator and end-to-end tests use these exports; the
+// `fleet-agent` CLI (cli.ts) is built from the same parts.
+export { Agent, NotEnrolledError, type AgentDeps, type AgentStatus } from './daemon.js';
+export {
+  AGENT_RUNTIME_VERSION,
+  LEGACY_RUNTIME_VERSION,
+  AgentConfigSchema,
+  parseAgentConfig,
+  runtimeVersionOf,
+  type AgentConfig,
+  type AgentConfigInput,
+} from './config.js';
+export {
+  CREDENTIALS_FILE,
+  CredentialsSchema,
+  CredentialsError,
+  credentialsPath,
+  readCredentials,
+  writeCredentials,
+  type Credentials,
+} from './credentials.js';
+export { enroll, EnrollError, type EnrollOptions } from './enroll.js';
+export {
+  OPERATOR_CONTEXT_KEYS,
+  OperatorContextPatchSchema,
+  emptyOperatorContext,
+  type OperatorContext,
+  type OperatorContextKey,
+  type OperatorContextPatch,
+} from './context.js';
+export { ACTION_COMMANDS, SimulatedRobotActions, runAction, type ActionCommand, type RobotActions, type SimulatedRobotState, type SimulatedPose } from './actions.js';
+export { CommandHandler, type CommandHandlerOptions } from './commands.js';
+export { RefusalError, IllegalTransitionError } from './errors.js';
+export { newEpisodeId, newRecordingSessionId, EPISODE_ID_PATTERN } from './ids.js';
+export { systemScheduler, ManualScheduler, type Scheduler, type TimerHandle } from './time.js';
+export {
+  EPISODE_META_FILES,
+  type Recorder,
+  type RecordingHandle,
+  type RecordingInfo,
+  type RecordedFiles,
+  type RecorderStats,
+} from './recording/recorder.js';
+export { SyntheticRecorder, SYNTHETIC_FILE, SYNTHETIC_TOPIC, type SyntheticRecorderOptions } from './recording/synthetic-recorder.js';
+export {
+  RecordingStateMachine,
+  type RecordingState,
+  type RecordingEvent,
+  type EpisodeTransitionResult,
+  type EndVerb,
+  type StateChange,
+  type TransitionCause,
+  type RecordingStatus,
+} from './recording/state-machine.js';
+export type { EpisodeFacts, EpisodeManifest, ManifestFile, EpisodeSegment, EpisodeOutcome, SubtaskStep } from './recording/facts.js';
+export { segmentsFromSteps } from './recording/segments.js';
+export { toEpisodeReport } from './recording/report.js';
+export { sha256File } from './recording/finalize.js';
+export { MqttLink, type MqttLinkOptions } from './link/mqtt-link.js';
+export { ControlClient, ControlError, controlCall, controlSocketPath, CONTROL_SOCKET_FILE } from './control/client.js';
+export { CONTROL_OPS, type ControlOp, type ControlRequest, type ControlResponse, type ControlErrorCode } from './control/protocol.js';
+export { openAgentStore, AGENT_DATABASE_FILE, type AgentStore, type EpisodeRow, type RecordingRow, type StoredCommandResult } from './store/index.js';

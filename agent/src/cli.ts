@@ -1,0 +1,193 @@
+#!/usr/bin/env node
+import { systemClock } from '@fleet/protocol';
+import { Command, Option } from 'commander';
+import { pino } from 'pino';
+import { ZodError } from 'zod';
+import { SimulatedRobotActions } from './actions.js';
+import { AGENT_RUNTIME_VERSION, LEGACY_RUNTIME_VERSION, parseAgentConfig, type AgentConfig, type AgentConfigInput } from './config.js';
+import { OPERATOR_CONTEXT_KEYS, type OperatorContextPatch } from './context.js';
+import { controlCall, controlSocketPath, ControlError } from './control/client.js';
+import type { ControlResponse } from './control/protocol.js';
+import { Agent, NotEnrolledError } from './daemon.js';
+import { enroll, EnrollError } from './enroll.js';
+import { SyntheticRecorder } from './recording/synthetic-recorder.js';
+import { systemScheduler } from './time.js';
+
+/** Exit codes: 1 refused or failed, 2 bad usage or configuration, 3 no agent running. */
+const EXIT_REFUSED = 1;
+const EXIT_USAGE = 2;
+const EXIT_NOT_RUNNING = 3;
+
+const dataDirOption = () => new Option('--data-dir <dir>', 'the robot data directory (credentials, agent.sqlite, episodes, agent.sock)').env('FLEET_AGENT_DATA_DIR').makeOptionMandatory();
+const socketOption = () => new Option('--socket <path>', 'control socket (default <data-dir>/agent.sock)').env('FLEET_AGENT_SOCKET');
+
+function fail(message: string, code: number): never {
+  process.stderr.write(`fleet-agent: ${message}\n`);
+  process.exit(code);
+}
+
+function configOrExit(input: AgentConfigInput): AgentConfig {
+  try {
+    return parseAgentConfig(input);
+  } catch (err) {
+    if (err instanceof ZodError) fail(`invalid configuration: ${err.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`, EXIT_USAGE);
+    throw err;
+  }
+}
+
+const program = new Command('fleet-agent')
+  .description('On-robot agent: enrolls the robot, records episodes, answers commands from the fleet cloud.')
+  .version(AGENT_RUNTIME_VERSION)
+  .showHelpAfterError();
+
+program
+  .command('enroll')
+  .description('enroll this robot with the cloud and store its credentials (mode 0600) in the data directory')
+  .addOption(new Option('--api <url>', 'the fleet API base URL').env('FLEET_AGENT_API').makeOptionMandatory())
+  .addOption(new Option('--token <token>', 'enrollment token (ret_…)').env('FLEET_AGENT_ENROLL_TOKEN').makeOptionMandatory())
+  .addOption(dataDirOption())
+  .option('--name <name>', 'robot name (the cloud picks one if absent)')
+  .option('--platform <platform>', 'robot platform, e.g. the arm model')
+  .option('--runtime-version <version>', `runtime version to announce (default ${AGENT_RUNTIME_VERSION})`)
+  .option('--legacy-runtime', `enroll as a runtime without episodes.v1 (announces ${LEGACY_RUNTIME_VERSION})`)
+  .addOption(new Option('--mqtt-url <url>', 'broker address to store instead of the one the cloud answers with').env('FLEET_AGENT_MQTT_URL'))
+  .option('--force', 'replace existing credentials (the robot becomes a new robot)')
+  .action(async (o: { api: string; token: string; dataDir: string; name?: string; platform?: string; runtimeVersion?: string; legacyRuntime?: boolean; mqttUrl?: string; force?: boolean }) => {
+    try {
+      const creds = await enroll({
+        api: o.api,
+        token: o.token,
+        dataDir: o.dataDir,
+        runtimeVersion: o.runtimeVersion ?? (o.legacyRuntime ? LEGACY_RUNTIME_VERSION : AGENT_RUNTIME_VERSION),
+        ...(o.name !== undefined ? { name: o.name } : {}),
+        ...(o.platform !== undefined ? { platform: o.platform } : {}),
+        ...(o.mqttUrl !== undefined ? { mqttUrl: o.mqttUrl } : {}),
+        ...(o.force ? { force: true } : {}),
+      });
+      process.stdout.write(`${JSON.stringify({ robot_id: creds.robot_id, name: creds.name, data_dir: o.dataDir })}\n`);
+    } catch (err) {
+      if (err instanceof EnrollError) fail(err.message, err.code === 'already_enrolled' ? EXIT_USAGE : EXIT_REFUSED);
+      throw err;
+    }
+  });
+
+program
+  .command('start')
+  .description('run the agent daemon (needs credentials from `fleet-agent enroll`; never enrolls by itself)')
+  .addOption(dataDirOption())
+  .addOption(new Option('--legacy-runtime', 'behave as a runtime without episodes.v1').env('FLEET_AGENT_LEGACY_RUNTIME'))
+  .addOption(new Option('--bytes-per-second <n>', 'synthetic recorder byte rate (default 65536)').env('FLEET_AGENT_BYTES_PER_SECOND'))
+  .addOption(new Option('--chunk-interval-ms <ms>', 'synthetic recorder write interval (default 100)').env('FLEET_AGENT_CHUNK_INTERVAL_MS'))
+  .addOption(new Option('--finalizing-delay-ms <ms>', 'least time held in finalizing, counted from the verb (default 0)').env('FLEET_AGENT_FINALIZING_DELAY_MS'))
+  .addOption(new Option('--mqtt-url <url>', 'broker address overriding the stored one').env('FLEET_AGENT_MQTT_URL'))
+  .addOption(new Option('--platform <platform>', 'platform to announce (default: the one given at enrollment)').env('FLEET_AGENT_PLATFORM'))
+  .addOption(new Option('--runtime-version <version>', 'runtime version to announce').env('FLEET_AGENT_RUNTIME_VERSION'))
+  .addOption(new Option('--reconnect-min-ms <ms>', 'first reconnect delay (default 500)').env('FLEET_AGENT_RECONNECT_MIN_MS'))
+  .addOption(new Option('--reconnect-max-ms <ms>', 'longest reconnect delay (default 30000)').env('FLEET_AGENT_RECONNECT_MAX_MS'))
+  .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_AGENT_LOG_LEVEL').default('info'))
+  .action(async (o: Record<string, string | boolean | undefined>) => {
+    const str = (k: string) => (typeof o[k] === 'string' ? o[k] : undefined);
+    const input: AgentConfigInput = { dataDir: String(o.dataDir), legacyRuntime: o.legacyRuntime === true || o.legacyRuntime === 'true' || o.legacyRuntime === '1' };
+    const set = <K extends keyof AgentConfigInput>(key: K, value: AgentConfigInput[K] | undefined) => {
+      if (value !== undefined) input[key] = value;
+    };
+    set('bytesPerSecond', str('bytesPerSecond'));
+    set('chunkIntervalMs', str('chunkIntervalMs'));
+    set('finalizingDelayMs', str('finalizingDelayMs'));
+    set('mqttUrl', str('mqttUrl'));
+    set('platform', str('platform'));
+    set('runtimeVersion', str('runtimeVersion'));
+    set('reconnectMinMs', str('reconnectMinMs'));
+    set('reconnectMaxMs', str('reconnectMaxMs'));
+    set('logLevel', str('logLevel') as AgentConfig['logLevel']);
+    await runDaemon(configOrExit(input));
+  });
+
+async function runDaemon(config: AgentConfig): Promise<void> {
+  const logger = pino({ level: config.logLevel, base: { pid: process.pid }, redact: ['password', '*.password'] }, pino.destination({ dest: 2, sync: true }));
+  const recorder = new SyntheticRecorder({ clock: systemClock, scheduler: systemScheduler, bytesPerSecond: config.bytesPerSecond, chunkIntervalMs: config.chunkIntervalMs });
+  const agent = new Agent(config, { clock: systemClock, scheduler: systemScheduler, logger, recorder, actions: new SimulatedRobotActions() });
+  try {
+    await agent.start();
+  } catch (err) {
+    if (err instanceof NotEnrolledError) fail(err.message, EXIT_USAGE);
+    logger.fatal({ err }, 'agent failed to start');
+    fail(`could not start: ${(err as Error).message}`, EXIT_REFUSED);
+  }
+  agent.once('connected', () => process.stdout.write(`${JSON.stringify({ robot_id: agent.robotId, state: 'connected' })}\n`));
+  let stopping = false;
+  const shutdown = (signal: NodeJS.Signals) => {
+    if (stopping) {
+      logger.warn({ signal }, 'second signal: exiting now');
+      process.exit(1);
+    }
+    stopping = true;
+    logger.info({ signal }, 'shutting down');
+    agent.stop().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        logger.error({ err }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', shutdown);
+  process.on('SIGINT', shutdown);
+}
+
+/** Sends one control request, prints the answer as JSON; refusals exit non-zero with the reason. */
+async function control(o: { dataDir: string; socket?: string }, body: Parameters<typeof controlCall>[1]): Promise<void> {
+  let response: ControlResponse;
+  try {
+    response = await controlCall(o.socket ?? controlSocketPath(o.dataDir), body);
+  } catch (err) {
+    if (err instanceof ControlError) fail(err.message, EXIT_NOT_RUNNING);
+    throw err;
+  }
+  process.stdout.write(`${JSON.stringify(response.ok ? response.result : { error: response.error })}\n`);
+  if (!response.ok) fail(`${response.error.code}: ${response.error.message}`, EXIT_REFUSED);
+}
+
+const episode = program.command('episode').description('episode verbs on the running agent (what the headset and buttons do)');
+for (const verb of ['start', 'finish', 'fail', 'discard'] as const) {
+  const outcome = { start: 'start recording an episode', finish: 'end it with outcome success', fail: 'end it with outcome failure', discard: 'end it as discarded (files deleted, row kept)' }[verb];
+  episode
+    .command(verb)
+    .description(outcome)
+    .addOption(dataDirOption())
+    .addOption(socketOption())
+    .action((o: { dataDir: string; socket?: string }) => control(o, { op: `episode.${verb}` }));
+}
+
+const context = program.command('context').description('the operator context episodes are stamped with');
+const setCmd = context
+  .command('set')
+  .description('set context fields; an empty value clears a field, an absent option leaves it as it is')
+  .addOption(dataDirOption())
+  .addOption(socketOption());
+for (const key of OPERATOR_CONTEXT_KEYS) setCmd.option(`--${key.replaceAll('_', '-')} <value>`, key);
+setCmd.action((o: Record<string, string | undefined> & { dataDir: string; socket?: string }) => {
+  const patch: OperatorContextPatch = {};
+  for (const key of OPERATOR_CONTEXT_KEYS) {
+    const camel = key.replace(/_([a-z])/g, (_m, c: string) => c.toUpperCase());
+    const v = o[camel];
+    if (v !== undefined) patch[key] = v === '' ? null : v;
+  }
+  if (Object.keys(patch).length === 0) fail('nothing to set: give at least one option (see --help)', EXIT_USAGE);
+  return control(o, { op: 'context.set', context: patch });
+});
+context
+  .command('get')
+  .description('print the current operator context')
+  .addOption(dataDirOption())
+  .addOption(socketOption())
+  .action((o: { dataDir: string; socket?: string }) => control(o, { op: 'context.get' }));
+
+program
+  .command('status')
+  .description("print the running agent's status (recording state, connection, capabilities)")
+  .addOption(dataDirOption())
+  .addOption(socketOption())
+  .action((o: { dataDir: string; socket?: string }) => control(o, { op: 'status' }));
+
+await program.parseAsync(process.argv);

@@ -1,0 +1,200 @@
+import { CommandReplySchema, DAY, type CommandReply, type RobotCommand } from '@fleet/protocol';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Agent } from './daemon.js';
+import { commandPayload, makeTempDir, removeTempDirs, startTestAgent, testCredentials, type TestAgent } from './test-support.js';
+
+const running: Agent[] = [];
+async function agent(opts: Parameters<typeof startTestAgent>[0] = {}): Promise<TestAgent> {
+  const t = await startTestAgent(opts);
+  running.push(t.agent);
+  return t;
+}
+
+afterEach(async () => {
+  for (const a of running.splice(0)) await a.stop();
+  await removeTempDirs();
+});
+
+/** Feeds one payload as if it came from MQTT; returns what the agent replied (if anything). */
+async function send(t: TestAgent, cmdId: string, command: RobotCommand['command'], args?: Record<string, unknown>): Promise<CommandReply> {
+  const reply = await t.agent.commands.handlePayload(commandPayload(t.clock, cmdId, command, args));
+  if (!reply) throw new Error('no reply');
+  return CommandReplySchema.parse(reply);
+}
+
+function countTransitions(t: TestAgent): { count: () => number } {
+  let n = 0;
+  t.agent.on('state', () => (n += 1));
+  return { count: () => n };
+}
+
+describe('robot commands over MQTT', () => {
+  it('episodes.start answers with the episode, session, sequence and state', async () => {
+    const t = await agent();
+    const reply = await send(t, 'cmd-1', 'episodes.start');
+    expect(reply.ok).toBe(true);
+    if (!reply.ok) return;
+    expect(reply.cmd_id).toBe('cmd-1');
+    expect(reply.result).toMatchObject({
+      cmd_id: 'cmd-1',
+      command: 'episodes.start',
+      robot_id: t.credentials.robot_id,
+      ok: true,
+      recording_state: 'recording',
+      episode_seq: 1,
+    });
+    expect(reply.result.episode_id).toMatch(/^ep_/);
+    expect(reply.result.recording_session_id).toMatch(/^rs_/);
+    const end = await send(t, 'cmd-2', 'episodes.finish');
+    expect(end).toMatchObject({ ok: true, result: { episode_id: reply.result.episode_id, outcome: 'success', recording_state: 'finalizing' } });
+  });
+
+  it('a verb in the wrong state answers invalid_state and changes nothing', async () => {
+    const t = await agent();
+    const transitions = countTransitions(t);
+    for (const [i, cmd] of (['episodes.finish', 'episodes.fail', 'episodes.discard'] as const).entries()) {
+      expect(await send(t, `w${i}`, cmd)).toMatchObject({ ok: false, error: { code: 'invalid_state' } });
+    }
+    await send(t, 's', 'episodes.start');
+    expect(await send(t, 's2', 'episodes.start')).toMatchObject({ ok: false, error: { code: 'invalid_state' } });
+    expect(transitions.count()).toBe(1);
+    expect(t.agent.machine.state).toBe('recording');
+  });
+
+  it('a repeated cmd_id is answered from storage with one transition', async () => {
+    const t = await agent();
+    const transitions = countTransitions(t);
+    const first = await send(t, 'idem-1', 'episodes.start');
+    const again = await send(t, 'idem-1', 'episodes.start');
+    expect(again).toEqual(first);
+    expect(transitions.count()).toBe(1);
+    // A refusal is remembered too: the same id keeps its answer after the state changed.
+    const refused = await send(t, 'idem-2', 'episodes.finish', { metadata: 'not an object' });
+    expect(refused).toMatchObject({ ok: false, error: { code: 'invalid_args' } });
+    expect(await send(t, 'idem-2', 'episodes.finish')).toEqual(refused);
+    expect(t.agent.machine.state).toBe('recording');
+    expect(t.logs.messages()).toContain('repeated command answered from storage');
+  });
+
+  it('the same cmd_id delivered twice at once acts once', async () => {
+    const t = await agent();
+    const transitions = countTransitions(t);
+    const payload = commandPayload(t.clock, 'dup', 'episodes.start');
+    const [a, b] = await Promise.all([t.agent.commands.handlePayload(payload), t.agent.commands.handlePayload(payload)]);
+    expect(a).toEqual(b);
+    expect(a?.ok).toBe(true);
+    expect(transitions.count()).toBe(1);
+  });
+
+  it('remembers answers across a restart of the agent on the same data directory', async () => {
+    const dataDir = await makeTempDir();
+    const credentials = testCredentials();
+    const first = await startTestAgent({ dataDir, credentials });
+    const started = await send(first, 'restart-1', 'episodes.start');
+    const finished = await send(first, 'restart-2', 'episodes.finish');
+    await first.agent.machine.whenSettled();
+    await first.agent.stop();
+
+    const second = await agent({ dataDir, credentials, clock: first.clock });
+    const transitions = countTransitions(second);
+    expect(await send(second, 'restart-1', 'episodes.start')).toEqual(started);
+    expect(await send(second, 'restart-2', 'episodes.finish')).toEqual(finished);
+    expect(transitions.count()).toBe(0);
+    expect(second.agent.machine.state).toBe('idle');
+  });
+
+  it('forgets a cmd_id after the window: the same id then runs again', async () => {
+    const t = await agent();
+    const first = await send(t, 'old', 'go_home');
+    t.clock.advance(DAY + 1);
+    await t.agent.commands.prune();
+    await send(t, 'x', 'start_autonomous');
+    expect(await send(t, 'old', 'go_home')).toMatchObject({ ok: false, error: { code: 'invalid_state' } });
+    expect(first.ok).toBe(true);
+  });
+
+  it('ignores a command sent longer ago than the window', async () => {
+    const t = await agent();
+    const stale: RobotCommand = { cmd_id: 'stale', command: 'episodes.start', sent_at: t.clock.now() - DAY - 1 };
+    expect(await t.agent.commands.handlePayload(JSON.stringify(stale))).toBeUndefined();
+    expect(t.agent.machine.state).toBe('idle');
+  });
+
+  it('validates the episode verb bodies and never attaches them to the recording', async () => {
+    const t = await agent();
+    await t.agent.setContext({ task_id: 'robot_task' });
+    expect(await send(t, 'a1', 'episodes.start', { task_id: 5 })).toMatchObject({ ok: false, error: { code: 'invalid_args' } });
+    expect(await send(t, 'a2', 'episodes.start', { unknown: 1 })).toMatchObject({ ok: false, error: { code: 'invalid_args' } });
+    const ok = await send(t, 'a3', 'episodes.start', { task_id: 'api_task', subtask_id: 'api_sub', metadata: { k: 'v' } });
+    expect(ok.ok).toBe(true);
+    await send(t, 'a4', 'episodes.finish', { metadata: { k2: 'v2' } });
+    await t.agent.machine.whenSettled();
+    const [episode] = await listEpisodes(t);
+    expect(episode?.facts).toMatchObject({ task_id: 'robot_task', subtask_id: null, metadata: {} });
+  });
+
+  it('runs the other commands on the robot actions', async () => {
+    const t = await agent();
+    expect(await send(t, 'h', 'go_home')).toMatchObject({ ok: true, result: { command: 'go_home', pose: 'home', robot_id: t.credentials.robot_id, ok: true } });
+    await send(t, 'stop', 'stack.stop');
+    expect(await send(t, 'st', 'stack.status')).toMatchObject({ ok: true, result: { stack: 'stopped', autonomous: false, pose: 'home' } });
+    expect(await send(t, 'auto', 'start_autonomous')).toMatchObject({ ok: false, error: { code: 'invalid_state' } });
+    expect(t.actions.state.autonomous).toBe(false);
+  });
+});
+
+describe('legacy runtime', () => {
+  it('answers unsupported to start, finish and discard; fail works', async () => {
+    const t = await agent({ config: { legacyRuntime: true } });
+    expect(t.agent.capabilities).toEqual([]);
+    expect(await send(t, 'l1', 'episodes.start')).toMatchObject({ ok: false, error: { code: 'unsupported' } });
+    expect(t.agent.machine.state).toBe('idle');
+    // The headset still starts recordings on an old runtime.
+    await t.agent.episode('start');
+    expect(await send(t, 'l2', 'episodes.finish')).toMatchObject({ ok: false, error: { code: 'unsupported' } });
+    expect(await send(t, 'l3', 'episodes.discard')).toMatchObject({ ok: false, error: { code: 'unsupported' } });
+    expect(t.agent.machine.state).toBe('recording');
+    expect(await send(t, 'l4', 'episodes.fail')).toMatchObject({ ok: true, result: { outcome: 'failure' } });
+    await t.agent.machine.whenSettled();
+    expect((await listEpisodes(t)).map((e) => e.outcome)).toEqual(['failure']);
+  });
+
+  it('a current runtime announces episodes.v1', async () => {
+    const t = await agent();
+    expect(t.agent.capabilities).toEqual(['episodes.v1']);
+  });
+});
+
+describe('malformed MQTT payloads', () => {
+  it('are logged and dropped, and the agent keeps working', async () => {
+    const t = await agent();
+    const bad: (string | Buffer)[] = [
+      'not json',
+      '',
+      Buffer.from([0xff, 0xfe, 0x00]),
+      'null',
+      '[]',
+      JSON.stringify({ cmd_id: 'x', command: 'self_destruct', sent_at: t.clock.now() }),
+      JSON.stringify({ cmd_id: '', command: 'go_home', sent_at: t.clock.now() }),
+      JSON.stringify({ command: 'go_home', sent_at: t.clock.now() }),
+      JSON.stringify({ cmd_id: 'x', command: 'go_home', sent_at: 'yesterday' }),
+      JSON.stringify({ cmd_id: 'x', command: 'go_home', sent_at: t.clock.now(), args: 'nope' }),
+      JSON.stringify({ cmd_id: 'x', command: 'go_home', sent_at: t.clock.now(), pad: 'x'.repeat(70_000) }),
+    ];
+    for (const payload of bad) expect(await t.agent.commands.handlePayload(payload)).toBeUndefined();
+    const dropped = t.logs.records.filter((r) => String(r.msg).startsWith('dropped'));
+    expect(dropped).toHaveLength(bad.length);
+    expect(t.agent.machine.state).toBe('idle');
+    expect(await send(t, 'fine', 'episodes.start')).toMatchObject({ ok: true });
+  });
+});
+
+async function listEpisodes(t: TestAgent) {
+  const { openAgentStore } = await import('./store/sqlite.js');
+  const store = openAgentStore(t.dataDir);
+  try {
+    return await store.episodes.list();
+  } finally {
+    await store.close();
+  }
+}

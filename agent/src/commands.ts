@@ -1,0 +1,169 @@
+import {
+  CommandReplySchema,
+  EpisodeEndBodySchema,
+  EpisodeStartBodySchema,
+  RobotCommandSchema,
+  type Clock,
+  type CommandRefusal,
+  type CommandReply,
+  type RobotCommand,
+} from '@fleet/protocol';
+import type { Logger } from 'pino';
+import { isActionCommand, runAction, type RobotActions } from './actions.js';
+import { RefusalError } from './errors.js';
+import type { EpisodeTransitionResult, RecordingStateMachine } from './recording/state-machine.js';
+import type { AgentStore, StoredCommandResult } from './store/types.js';
+
+/** Largest command payload the agent parses; the cloud never sends anything near it. */
+export const MAX_COMMAND_BYTES = 64 * 1024;
+
+export interface CommandHandlerOptions {
+  robotId: string;
+  machine: RecordingStateMachine;
+  actions: RobotActions;
+  store: AgentStore;
+  clock: Clock;
+  logger: Logger;
+  /** A runtime without `episodes.v1`: episodes start, finish and discard answer `unsupported`. */
+  legacyRuntime: boolean;
+  /** How long a `cmd_id` is remembered (24 h). */
+  windowMs: number;
+  /** Sends a reply to the cloud. */
+  publish: (reply: CommandReply) => Promise<void>;
+}
+
+type EpisodeCommand = 'episodes.start' | 'episodes.finish' | 'episodes.fail' | 'episodes.discard';
+const EPISODE_VERB = {
+  'episodes.start': 'start',
+  'episodes.finish': 'finish',
+  'episodes.fail': 'fail',
+  'episodes.discard': 'discard',
+} as const satisfies Record<EpisodeCommand, string>;
+
+/**
+ * Runs the commands the cloud sends over MQTT. A `cmd_id` seen within the window is answered with
+ * the stored reply and nothing runs again (that is what makes an API retry after a 504 safe); an
+ * episode verb's reply is stored in the same transaction as the state change it caused.
+ */
+export class CommandHandler {
+  private readonly inFlight = new Map<string, Promise<CommandReply>>();
+
+  constructor(private readonly opts: CommandHandlerOptions) {}
+
+  /** Parses, runs and answers one MQTT payload. Never throws; malformed payloads are logged and dropped. */
+  async handlePayload(payload: Buffer | string): Promise<CommandReply | undefined> {
+    const { logger } = this.opts;
+    const bytes = typeof payload === 'string' ? Buffer.byteLength(payload) : payload.length;
+    if (bytes > MAX_COMMAND_BYTES) {
+      logger.warn({ bytes }, 'dropped oversized command');
+      return undefined;
+    }
+    let json: unknown;
+    try {
+      json = JSON.parse(typeof payload === 'string' ? payload : payload.toString('utf8'));
+    } catch {
+      logger.warn({ bytes }, 'dropped malformed command (not JSON)');
+      return undefined;
+    }
+    const parsed = RobotCommandSchema.safeParse(json);
+    if (!parsed.success) {
+      logger.warn({ issues: parsed.error.issues.slice(0, 5) }, 'dropped malformed command');
+      return undefined;
+    }
+    try {
+      const reply = await this.handle(parsed.data);
+      if (reply) await this.opts.publish(reply);
+      return reply;
+    } catch (err) {
+      logger.error({ err, cmd_id: parsed.data.cmd_id }, 'command handling failed');
+      return undefined;
+    }
+  }
+
+  /** Runs (or answers from storage) one valid command; undefined when it is too old to answer. */
+  async handle(cmd: RobotCommand): Promise<CommandReply | undefined> {
+    const now = this.opts.clock.now();
+    if (now - cmd.sent_at > this.opts.windowMs) {
+      this.opts.logger.warn({ cmd_id: cmd.cmd_id, command: cmd.command, sent_at: cmd.sent_at }, 'ignored a command older than the dedupe window');
+      return undefined;
+    }
+    // The same id arriving twice at once (a QoS 1 redelivery) waits for the first run.
+    const running = this.inFlight.get(cmd.cmd_id);
+    if (running) return running;
+    const run = this.execute(cmd, now).finally(() => this.inFlight.delete(cmd.cmd_id));
+    this.inFlight.set(cmd.cmd_id, run);
+    return run;
+  }
+
+  /** Forgets results older than the window. */
+  async prune(): Promise<number> {
+    return this.opts.store.commandResults.prune(this.opts.clock.now() - this.opts.windowMs);
+  }
+
+  private async execute(cmd: RobotCommand, now: number): Promise<CommandReply> {
+    const { store, logger } = this.opts;
+    const stored = await store.commandResults.get(cmd.cmd_id, now - this.opts.windowMs);
+    if (stored) {
+      if (stored.command !== cmd.command) logger.warn({ cmd_id: cmd.cmd_id, stored: stored.command, got: cmd.command }, 'command id reused for another command; answering the stored result');
+      logger.info({ cmd_id: cmd.cmd_id, command: stored.command }, 'repeated command answered from storage');
+      return stored.reply;
+    }
+    const reply = await this.run(cmd, now);
+    // A `failed` answer is transient (nothing changed), so a retry may run again; every other
+    // refusal is final and stored so that the same id keeps its answer.
+    if (!reply.ok && reply.error.code !== 'failed') await this.remember(cmd, reply, now);
+    logger.info({ cmd_id: cmd.cmd_id, command: cmd.command, ok: reply.ok, ...(reply.ok ? {} : { code: reply.error.code }) }, 'command answered');
+    return reply;
+  }
+
+  private async run(cmd: RobotCommand, now: number): Promise<CommandReply> {
+    try {
+      if (isActionCommand(cmd.command)) {
+        const fields = await runAction(this.opts.actions, cmd.command);
+        const reply = this.ok(cmd, fields);
+        await this.remember(cmd, reply, now);
+        return reply;
+      }
+      return await this.runEpisodeVerb(cmd, cmd.command, now);
+    } catch (err) {
+      if (err instanceof RefusalError) return this.refuse(cmd, err.code, err.message);
+      this.opts.logger.error({ err, cmd_id: cmd.cmd_id, command: cmd.command }, 'command failed');
+      return this.refuse(cmd, 'failed', `the robot could not run ${cmd.command}: ${(err as Error).message ?? String(err)}`);
+    }
+  }
+
+  private async runEpisodeVerb(cmd: RobotCommand, command: EpisodeCommand, now: number): Promise<CommandReply> {
+    const verb = EPISODE_VERB[command];
+    if (this.opts.legacyRuntime && verb !== 'fail') {
+      return this.refuse(cmd, 'unsupported', `this robot's runtime does not support ${command} (no episodes.v1); episodes.fail works on every runtime`);
+    }
+    // Validated and never attached: the robot stamps its own context (spec, Robot commands).
+    const body = (verb === 'start' ? EpisodeStartBodySchema : EpisodeEndBodySchema).safeParse(cmd.args);
+    if (!body.success) return this.refuse(cmd, 'invalid_args', `invalid arguments: ${body.error.issues.map((i) => i.path.join('.') || i.message).join(', ')}`);
+    let reply: CommandReply | undefined;
+    const result = await this.opts.machine.apply(verb, {
+      source: 'mqtt',
+      commandResult: (r: EpisodeTransitionResult): StoredCommandResult => {
+        reply = this.ok(cmd, { ...r });
+        return { cmdId: cmd.cmd_id, command: cmd.command, reply, receivedAt: now };
+      },
+    });
+    return reply ?? this.ok(cmd, { ...result });
+  }
+
+  private ok(cmd: RobotCommand, fields: Record<string, unknown>): CommandReply {
+    return CommandReplySchema.parse({
+      cmd_id: cmd.cmd_id,
+      ok: true,
+      result: { ...fields, cmd_id: cmd.cmd_id, command: cmd.command, robot_id: this.opts.robotId, ok: true },
+    });
+  }
+
+  private refuse(cmd: RobotCommand, code: CommandRefusal, message: string): CommandReply {
+    return { cmd_id: cmd.cmd_id, ok: false, error: { code, message: message.slice(0, 1024) } };
+  }
+
+  private async remember(cmd: RobotCommand, reply: CommandReply, now: number): Promise<void> {
+    await this.opts.store.commandResults.put({ cmdId: cmd.cmd_id, command: cmd.command, reply, receivedAt: now });
+  }
+}

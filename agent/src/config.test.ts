@@ -1,0 +1,29 @@
+import { describe, expect, it } from 'vitest';
+import { AGENT_RUNTIME_VERSION, LEGACY_RUNTIME_VERSION, parseAgentConfig, runtimeVersionOf } from './config.js';
+
+describe('agent config', () => {
+  it('has documented defaults and is frozen', () => {
+    const c = parseAgentConfig({ dataDir: '/tmp/x' });
+    expect(c).toMatchObject({
+      legacyRuntime: false,
+      bytesPerSecond: 65536,
+      chunkIntervalMs: 100,
+      finalizingDelayMs: 0,
+      reconnectMinMs: 500,
+      reconnectMaxMs: 30_000,
+      commandResultWindowMs: 24 * 60 * 60 * 1000,
+      logLevel: 'info',
+    });
+    expect(Object.isFrozen(c)).toBe(true);
+    expect(runtimeVersionOf(c)).toBe(AGENT_RUNTIME_VERSION);
+    expect(runtimeVersionOf(parseAgentConfig({ dataDir: '/tmp/x', legacyRuntime: true }))).toBe(LEGACY_RUNTIME_VERSION);
+  });
+
+  it('coerces flag strings and rejects bad values', () => {
+    expect(parseAgentConfig({ dataDir: 'd', bytesPerSecond: '1024' }).bytesPerSecond).toBe(1024);
+    expect(() => parseAgentConfig({ dataDir: 'd', bytesPerSecond: 0 })).toThrow();
+    expect(() => parseAgentConfig({ dataDir: 'd', mqttUrl: 'http://x' })).toThrow();
+    expect(() => parseAgentConfig({ dataDir: 'd', reconnectMinMs: 5000, reconnectMaxMs: 1000 })).toThrow(/reconnectMinMs/);
+    expect(() => parseAgentConfig({ dataDir: 'd', licenseKey: 'x' } as never)).toThrow();
+  });
+});

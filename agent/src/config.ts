@@ -1,0 +1,65 @@
+import { z } from 'zod';
+
+/** The runtime version this build announces; `--legacy-runtime` announces a pre-episodes.v1 one. */
+export const AGENT_RUNTIME_VERSION = '0.1.0';
+/** What a legacy runtime (no native episode commands) announces by default. */
+export const LEGACY_RUNTIME_VERSION = '0.0.9-legacy';
+
+const ms = (min: number) => z.coerce.number().int().min(min);
+
+/**
+ * Everything the agent can be told, with its default. The CLI merges flags and FLEET_AGENT_*
+ * variables and parses them here once; nothing below the entry point reads process.env.
+ */
+export const AgentConfigSchema = z
+  .strictObject({
+    /** Credentials, the agent's SQLite file, episode directories and the control socket. */
+    dataDir: z.string().min(1),
+    /**
+     * Behave like a runtime that predates native episode commands: no `episodes.v1` capability,
+     * and episodes start/finish/discard from the cloud answer `unsupported` (fail still works;
+     * the local control surface keeps every verb, as the headset did on those runtimes).
+     */
+    legacyRuntime: z.boolean().default(false),
+    /** Announced in the robot status; defaults to this build's version (or the legacy one). */
+    runtimeVersion: z.string().min(1).max(64).optional(),
+    /** Announced in the robot status; by default the one given at enrollment, else `unknown`. */
+    platform: z.string().min(1).max(128).optional(),
+    /** Rate at which the synthetic recorder writes (64 KiB/s by default). */
+    bytesPerSecond: z.coerce.number().int().min(1).max(1024 * 1024 * 1024).default(64 * 1024),
+    /** How often the synthetic recorder writes a message. */
+    chunkIntervalMs: ms(1).max(60_000).default(100),
+    /**
+     * Least time spent in `finalizing`, counted from the verb (capture stops at the verb), standing
+     * for a real recorder's flush; 0 in production, set by tests and the simulator to observe it.
+     */
+    finalizingDelayMs: ms(0).max(600_000).default(0),
+    /** Wait after a failed finalization step (e.g. a full disk) before trying it again. */
+    finalizeRetryMs: ms(10).default(5_000),
+    /** First reconnect delay of the MQTT link; doubles per failed attempt up to the max. */
+    reconnectMinMs: ms(10).default(500),
+    reconnectMaxMs: ms(10).default(30_000),
+    /** MQTT keepalive; the broker fires the last will after 1.5 times this without traffic. */
+    keepaliveSeconds: z.coerce.number().int().min(1).max(65_535).default(30),
+    /** A repeated `cmd_id` within this window is answered from storage (the API's 24 h). */
+    commandResultWindowMs: ms(1000).default(24 * 60 * 60 * 1000),
+    /** Broker address overriding the one stored at enrollment. */
+    mqttUrl: z.url({ protocol: /^mqtts?$/ }).optional(),
+    /** The local control socket; `<dataDir>/agent.sock` by default. */
+    socketPath: z.string().min(1).optional(),
+    logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  })
+  .refine((c) => c.reconnectMinMs <= c.reconnectMaxMs, { message: 'reconnectMinMs must not exceed reconnectMaxMs', path: ['reconnectMinMs'] });
+
+export type AgentConfig = Readonly<z.output<typeof AgentConfigSchema>>;
+export type AgentConfigInput = z.input<typeof AgentConfigSchema>;
+
+/** Parses once and freezes; throws a ZodError naming the offending fields. */
+export function parseAgentConfig(input: AgentConfigInput): AgentConfig {
+  return Object.freeze(AgentConfigSchema.parse(input));
+}
+
+/** The runtime version the agent announces under `config`. */
+export function runtimeVersionOf(config: AgentConfig): string {
+  return config.runtimeVersion ?? (config.legacyRuntime ? LEGACY_RUNTIME_VERSION : AGENT_RUNTIME_VERSION);
+}

@@ -1,0 +1,77 @@
+import { chmod, mkdir, open, readFile, rename, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { z } from 'zod';
+
+export const CREDENTIALS_FILE = 'credentials.json';
+
+/** What enrollment leaves on the robot: its identity and its broker login. */
+export const CredentialsSchema = z.object({
+  robot_id: z.string().min(1),
+  name: z.string(),
+  mqtt: z.object({
+    url: z.string().min(1),
+    client_id: z.string().min(1),
+    username: z.string().min(1),
+    password: z.string().min(1),
+    topic_prefix: z.string().min(1),
+  }),
+  /** The API the robot enrolled with. */
+  api_url: z.string().min(1),
+  /** The platform given at enrollment; announced unless the agent is started with another. */
+  platform: z.string().min(1).optional(),
+});
+export type Credentials = z.infer<typeof CredentialsSchema>;
+
+export class CredentialsError extends Error {
+  override readonly name = 'CredentialsError';
+}
+
+export function credentialsPath(dataDir: string): string {
+  return join(dataDir, CREDENTIALS_FILE);
+}
+
+/** The stored credentials, or undefined when the robot has not enrolled. */
+export async function readCredentials(dataDir: string): Promise<Credentials | undefined> {
+  const path = credentialsPath(dataDir);
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new CredentialsError(`${path} is not valid JSON; enroll again with --force`);
+  }
+  const parsed = CredentialsSchema.safeParse(json);
+  if (!parsed.success) throw new CredentialsError(`${path} is incomplete (${parsed.error.issues.map((i) => i.path.join('.')).join(', ')}); enroll again with --force`);
+  return parsed.data;
+}
+
+/**
+ * Writes the credentials with mode 0600 (the password is in there) by way of a temporary file
+ * and a rename, so a crash never leaves half a file behind.
+ */
+export async function writeCredentials(dataDir: string, credentials: Credentials): Promise<void> {
+  await mkdir(dataDir, { recursive: true, mode: 0o700 });
+  const path = credentialsPath(dataDir);
+  const tmp = `${path}.tmp-${process.pid}`;
+  const fh = await open(tmp, 'w', 0o600);
+  try {
+    await fh.writeFile(`${JSON.stringify(CredentialsSchema.parse(credentials), null, 2)}\n`);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  try {
+    // The mode given to open() is filtered by the umask; make it exact.
+    await chmod(tmp, 0o600);
+    await rename(tmp, path);
+  } catch (err) {
+    await rm(tmp, { force: true });
+    throw err;
+  }
+}

@@ -1,0 +1,304 @@
+import { mkdir } from 'node:fs/promises';
+import { EventEmitter } from 'node:events';
+import { CAPABILITY_EPISODES_V1, iso, type Clock, type CommandReply } from '@fleet/protocol';
+import type { Logger } from 'pino';
+import type { RobotActions } from './actions.js';
+import { CommandHandler } from './commands.js';
+import { RefusalError } from './errors.js';
+import { runtimeVersionOf, type AgentConfig } from './config.js';
+import type { OperatorContext, OperatorContextPatch } from './context.js';
+import { controlSocketPath } from './control/client.js';
+import type { ControlRequest } from './control/protocol.js';
+import { ControlServer } from './control/server.js';
+import { readCredentials, type Credentials } from './credentials.js';
+import { MqttLink } from './link/mqtt-link.js';
+import type { Recorder } from './recording/recorder.js';
+import { RecordingStateMachine, type EndVerb, type EpisodeTransitionResult, type RecordingState } from './recording/state-machine.js';
+import { openAgentStore } from './store/sqlite.js';
+import type { AgentStore } from './store/types.js';
+import type { Scheduler, TimerHandle } from './time.js';
+
+/** What the caller hands the agent: time, logging, and the robot-specific parts. */
+export interface AgentDeps {
+  clock: Clock;
+  scheduler: Scheduler;
+  logger: Logger;
+  recorder: Recorder;
+  actions: RobotActions;
+  /** Default: read from `<dataDir>/credentials.json`. */
+  credentials?: Credentials;
+  /** Default: `<dataDir>/agent.sqlite`. */
+  store?: AgentStore;
+  /** Connect to the broker (default true); off for tests of everything else. */
+  link?: boolean;
+  /** Serve the local control socket (default true). */
+  controlSocket?: boolean;
+  /** Jitter source of the reconnect backoff. */
+  random?: () => number;
+}
+
+/** The robot is not enrolled: `fleet-agent start` never enrolls by itself. */
+export class NotEnrolledError extends Error {
+  override readonly name = 'NotEnrolledError';
+}
+
+export interface AgentStatus {
+  robot_id: string;
+  name: string;
+  recording_state: RecordingState;
+  episode_id: string | null;
+  recording_session_id: string | null;
+  episode_seq: number | null;
+  started_at: string | null;
+  connected: boolean;
+  runtime_version: string;
+  platform: string;
+  capabilities: string[];
+}
+
+const PRUNE_EVERY_MS = 60 * 60 * 1000;
+
+/**
+ * One robot's agent: store, recording state machine, recorder, robot actions, MQTT link and
+ * local control surface. Several can run in one process (the simulator) as long as each has
+ * its own data directory.
+ */
+export class Agent extends EventEmitter<{ connected: []; disconnected: []; state: [RecordingState] }> {
+  private store: AgentStore | undefined;
+  private sm: RecordingStateMachine | undefined;
+  private handler: CommandHandler | undefined;
+  private mqtt: MqttLink | undefined;
+  private control: ControlServer | undefined;
+  private creds: Credentials | undefined;
+  private pruneTimer: TimerHandle | undefined;
+  private readonly inFlight = new Set<Promise<unknown>>();
+  private accepting = false;
+  private stopped = false;
+  private readonly log: Logger;
+
+  constructor(
+    readonly config: AgentConfig,
+    private readonly deps: AgentDeps,
+  ) {
+    super();
+    this.log = deps.logger;
+  }
+
+  get robotId(): string {
+    return this.credentials.robot_id;
+  }
+
+  get credentials(): Credentials {
+    if (!this.creds) throw new Error('agent not started');
+    return this.creds;
+  }
+
+  get machine(): RecordingStateMachine {
+    if (!this.sm) throw new Error('agent not started');
+    return this.sm;
+  }
+
+  get commands(): CommandHandler {
+    if (!this.handler) throw new Error('agent not started');
+    return this.handler;
+  }
+
+  get link(): MqttLink | undefined {
+    return this.mqtt;
+  }
+
+  /** The platform announced: configured, else the one given at enrollment. */
+  get platform(): string {
+    return this.config.platform ?? this.creds?.platform ?? 'unknown';
+  }
+
+  get capabilities(): string[] {
+    return this.config.legacyRuntime ? [] : [CAPABILITY_EPISODES_V1];
+  }
+
+  /**
+   * Opens the store, finalizes a recording a crash left behind (the robot is idle afterwards),
+   * then serves the control socket and connects to the broker (without waiting for it).
+   */
+  async start(): Promise<void> {
+    try {
+      await this.open();
+    } catch (err) {
+      // Leave nothing half-open: the socket (the directory's lock) and the store.
+      this.stopped = true;
+      await this.control?.close().catch(() => undefined);
+      await this.mqtt?.stop().catch(() => undefined);
+      await this.store?.close().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  private async open(): Promise<void> {
+    const { config, deps } = this;
+    const creds = deps.credentials ?? (await readCredentials(config.dataDir));
+    if (!creds) throw new NotEnrolledError(`not enrolled: no credentials in ${config.dataDir}; run \`fleet-agent enroll --api URL --token TOKEN --data-dir ${config.dataDir}\` first`);
+    this.creds = creds;
+    const log = this.log;
+    await mkdir(config.dataDir, { recursive: true, mode: 0o700 });
+    if (deps.controlSocket ?? true) {
+      // Listening first doubles as the data directory's lock: a second agent stops here, before
+      // it could mistake the first one's recording for a crashed one.
+      this.control = new ControlServer({ socketPath: config.socketPath ?? controlSocketPath(config.dataDir), handler: (r) => this.track(this.onControl(r)), logger: log });
+      await this.control.listen();
+    }
+    const store = deps.store ?? openAgentStore(config.dataDir);
+    this.store = store;
+    const machine = new RecordingStateMachine({
+      store,
+      recorder: deps.recorder,
+      robotId: creds.robot_id,
+      dataDir: config.dataDir,
+      clock: deps.clock,
+      scheduler: deps.scheduler,
+      logger: log,
+      finalizingDelayMs: config.finalizingDelayMs,
+      finalizeRetryMs: config.finalizeRetryMs,
+    });
+    this.sm = machine;
+    await machine.init();
+    machine.on('state', (change) => {
+      this.emit('state', change.to);
+      this.mqtt?.publishStatus().catch((err: unknown) => log.warn({ err }, 'could not publish status'));
+    });
+    this.handler = new CommandHandler({
+      robotId: creds.robot_id,
+      machine,
+      actions: deps.actions,
+      store,
+      clock: deps.clock,
+      logger: log,
+      legacyRuntime: config.legacyRuntime,
+      windowMs: config.commandResultWindowMs,
+      publish: (reply: CommandReply) => this.mqtt?.publishReply(reply) ?? Promise.resolve(),
+    });
+    await this.prune();
+    this.accepting = true;
+    if (deps.link ?? true) {
+      const link = new MqttLink({
+        credentials: creds,
+        ...(config.mqttUrl ? { url: config.mqttUrl } : {}),
+        clock: deps.clock,
+        scheduler: deps.scheduler,
+        logger: log,
+        reconnectMinMs: config.reconnectMinMs,
+        reconnectMaxMs: config.reconnectMaxMs,
+        keepaliveSeconds: config.keepaliveSeconds,
+        ...(deps.random ? { random: deps.random } : {}),
+        status: () => ({
+          runtime_version: runtimeVersionOf(config),
+          platform: this.platform,
+          capabilities: this.capabilities,
+          recording_state: machine.state,
+        }),
+        onCommand: (payload) => {
+          if (!this.accepting) return;
+          void this.track(this.commands.handlePayload(payload));
+        },
+      });
+      link.on('connected', () => this.emit('connected'));
+      link.on('disconnected', () => this.emit('disconnected'));
+      this.mqtt = link;
+      link.start();
+    }
+    log.info({ robot_id: creds.robot_id, legacy_runtime: config.legacyRuntime, state: machine.state }, 'agent started');
+  }
+
+  /** Resolves once connected to the broker. */
+  whenConnected(): Promise<void> {
+    if (!this.mqtt) return Promise.reject(new Error('agent has no MQTT link'));
+    return this.mqtt.whenConnected();
+  }
+
+  /**
+   * Stops cleanly: stops accepting commands and control requests, lets running ones and a running
+   * finalization end, closes a running recording's files (it is finalized as interrupted at the
+   * next start), publishes the retained offline status and closes the store.
+   */
+  async stop(): Promise<void> {
+    this.accepting = false;
+    this.stopped = true;
+    if (this.pruneTimer !== undefined) this.deps.scheduler.clearTimeout(this.pruneTimer);
+    this.pruneTimer = undefined;
+    await this.control?.close();
+    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
+    await this.sm?.close();
+    await this.mqtt?.stop();
+    await this.store?.close();
+    this.log.info('agent stopped');
+  }
+
+  status(): AgentStatus {
+    const s = this.machine.status();
+    return {
+      robot_id: this.robotId,
+      name: this.credentials.name,
+      recording_state: s.state,
+      episode_id: s.episode_id,
+      recording_session_id: s.recording_session_id,
+      episode_seq: s.episode_seq,
+      started_at: s.started_at === null ? null : iso(s.started_at),
+      connected: this.mqtt?.connected ?? false,
+      runtime_version: runtimeVersionOf(this.config),
+      platform: this.platform,
+      capabilities: this.capabilities,
+    };
+  }
+
+  /**
+   * An episode verb from the robot itself (headset, buttons, the simulator's operator): the same
+   * transition as the cloud's command, available on every runtime.
+   */
+  episode(verb: 'start' | EndVerb, source = 'local'): Promise<EpisodeTransitionResult> {
+    return this.machine.apply(verb, { source });
+  }
+
+  setContext(patch: OperatorContextPatch): Promise<OperatorContext> {
+    return this.machine.setContext(patch);
+  }
+
+  getContext(): Promise<OperatorContext> {
+    return this.machine.getContext();
+  }
+
+  private async onControl(req: ControlRequest): Promise<Record<string, unknown>> {
+    if (!this.accepting) throw new RefusalError('failed', this.stopped ? 'the agent is stopping' : 'the agent is starting');
+    switch (req.op) {
+      case 'episode.start':
+      case 'episode.finish':
+      case 'episode.fail':
+      case 'episode.discard': {
+        const verb = req.op.slice('episode.'.length) as 'start' | EndVerb;
+        return { robot_id: this.robotId, ...(await this.episode(verb, 'control')) };
+      }
+      case 'context.set':
+        return { context: await this.setContext(req.context) };
+      case 'context.get':
+        return { context: await this.getContext() };
+      case 'status':
+        return { ...this.status() };
+    }
+  }
+
+  private track<T>(p: Promise<T>): Promise<T> {
+    this.inFlight.add(p);
+    const done = () => this.inFlight.delete(p);
+    p.then(done, done);
+    return p;
+  }
+
+  private async prune(): Promise<void> {
+    if (this.stopped) return;
+    try {
+      const n = await this.commands.prune();
+      if (n > 0) this.log.debug({ pruned: n }, 'forgot old command results');
+    } catch (err) {
+      this.log.warn({ err }, 'could not prune command results');
+    }
+    if (!this.stopped) this.pruneTimer = this.deps.scheduler.setTimeout(() => void this.prune(), PRUNE_EVERY_MS);
+  }
+}

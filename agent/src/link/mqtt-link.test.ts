@@ -1,0 +1,200 @@
+import { createServer, type AddressInfo, type Server } from 'node:net';
+import { Aedes, type Client } from 'aedes';
+import mqtt, { type MqttClient } from 'mqtt';
+import { CommandReplySchema, RobotStatusSchema, topics, type CommandReply, type RobotCommand, type RobotStatus } from '@fleet/protocol';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Agent } from '../daemon.js';
+import { removeTempDirs, startTestAgent, testCredentials, type TestAgent } from '../test-support.js';
+import { systemScheduler } from '../time.js';
+
+const PASSWORD = 'robot-secret';
+
+interface TestBroker {
+  url: string;
+  port: number;
+  /** Broker-side connections by client id. */
+  clients: Map<string, Client>;
+  authAttempts: string[];
+  close(): Promise<void>;
+}
+
+/** A real aedes broker on a TCP port that admits robots with the right password and the observer. */
+async function startBroker(port = 0): Promise<TestBroker> {
+  const clients = new Map<string, Client>();
+  const authAttempts: string[] = [];
+  const broker = await Aedes.createBroker({
+    authenticate: (client, username, password, done) => {
+      authAttempts.push(client.id);
+      const ok = username === 'observer' || (username === client.id && password?.toString() === PASSWORD);
+      if (ok) done(null, true);
+      else done(Object.assign(new Error('bad credentials'), { returnCode: 4 as const }), false);
+    },
+  });
+  broker.on('client', (c) => clients.set(c.id, c));
+  const server: Server = createServer(broker.handle);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', () => resolve());
+  });
+  const actual = (server.address() as AddressInfo).port;
+  return {
+    url: `mqtt://127.0.0.1:${actual}`,
+    port: actual,
+    clients,
+    authAttempts,
+    async close() {
+      await new Promise<void>((resolve) => broker.close(() => resolve()));
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+interface Seen {
+  topic: string;
+  json: unknown;
+  retain: boolean;
+}
+
+/** A cloud-side MQTT client that records what it receives on a robot's status and reply topics. */
+async function observe(url: string, robotId: string): Promise<{ client: MqttClient; seen: Seen[]; statuses: () => RobotStatus[]; replies: () => CommandReply[] }> {
+  const client = await mqtt.connectAsync(url, { protocolVersion: 4, clientId: `observer_${Math.random().toString(36).slice(2)}`, username: 'observer', reconnectPeriod: 0 });
+  const seen: Seen[] = [];
+  client.on('message', (topic, payload, packet) => seen.push({ topic, json: JSON.parse(payload.toString()) as unknown, retain: packet.retain }));
+  await client.subscribeAsync([topics.status(robotId), topics.commandReply(robotId)], { qos: 1 });
+  return {
+    client,
+    seen,
+    statuses: () => seen.filter((s) => s.topic === topics.status(robotId)).map((s) => RobotStatusSchema.parse(s.json)),
+    replies: () => seen.filter((s) => s.topic === topics.commandReply(robotId)).map((s) => CommandReplySchema.parse(s.json)),
+  };
+}
+
+const brokers: TestBroker[] = [];
+const observers: MqttClient[] = [];
+const agents: Agent[] = [];
+
+async function linkedAgent(broker: TestBroker, opts: { legacy?: boolean; password?: string } = {}): Promise<TestAgent> {
+  const credentials = testCredentials(undefined, broker.url, opts.password ?? PASSWORD);
+  const t = await startTestAgent({ credentials, link: true, scheduler: systemScheduler, config: { legacyRuntime: opts.legacy ?? false, platform: 'test-arm' } });
+  agents.push(t.agent);
+  return t;
+}
+
+async function watch(broker: TestBroker, robotId: string) {
+  const o = await observe(broker.url, robotId);
+  observers.push(o.client);
+  return o;
+}
+
+afterEach(async () => {
+  for (const a of agents.splice(0)) await a.stop();
+  for (const o of observers.splice(0)) await o.endAsync(true);
+  for (const b of brokers.splice(0)) await b.close();
+  await removeTempDirs();
+});
+
+describe('MQTT link against a real broker', () => {
+  it('announces a retained online status with version, platform, capabilities and recording state', async () => {
+    const broker = await startBroker();
+    brokers.push(broker);
+    const t = await linkedAgent(broker);
+    await t.agent.whenConnected();
+    const o = await watch(broker, t.credentials.robot_id);
+    await expect.poll(() => o.seen.length).toBeGreaterThan(0);
+    expect(o.seen[0]!.retain).toBe(true);
+    expect(o.statuses()[0]).toMatchObject({ online: true, runtime_version: '0.1.0', platform: 'test-arm', capabilities: ['episodes.v1'], recording_state: 'idle' });
+
+    await t.agent.episode('start');
+    await expect.poll(() => o.statuses().at(-1)?.recording_state).toBe('recording');
+    await t.agent.episode('finish');
+    await expect.poll(() => o.statuses().at(-1)?.recording_state).toBe('idle');
+    expect(o.statuses().map((s) => s.recording_state)).toContain('finalizing');
+  });
+
+  it('a legacy runtime announces no episodes.v1', async () => {
+    const broker = await startBroker();
+    brokers.push(broker);
+    const t = await linkedAgent(broker, { legacy: true });
+    await t.agent.whenConnected();
+    const o = await watch(broker, t.credentials.robot_id);
+    await expect.poll(() => o.statuses().length).toBeGreaterThan(0);
+    expect(o.statuses()[0]!.capabilities).toEqual([]);
+  });
+
+  it('the last will marks the robot offline when its connection dies, and it comes back by itself', async () => {
+    const broker = await startBroker();
+    brokers.push(broker);
+    const t = await linkedAgent(broker);
+    await t.agent.whenConnected();
+    const o = await watch(broker, t.credentials.robot_id);
+    await expect.poll(() => o.statuses().length).toBe(1);
+    const reconnected = new Promise<void>((resolve) => t.agent.once('connected', resolve));
+    broker.clients.get(t.credentials.robot_id)!.conn.destroy();
+    await expect.poll(() => o.statuses().some((s) => !s.online)).toBe(true);
+    await reconnected;
+    await expect.poll(() => o.statuses().at(-1)?.online).toBe(true);
+  });
+
+  it('answers a command sent over MQTT, and a repeat of its cmd_id with the same reply', async () => {
+    const broker = await startBroker();
+    brokers.push(broker);
+    const t = await linkedAgent(broker);
+    await t.agent.whenConnected();
+    const o = await watch(broker, t.credentials.robot_id);
+    const id = t.credentials.robot_id;
+    await o.client.publishAsync(topics.command(id), 'garbage', { qos: 1 });
+    const cmd: RobotCommand = { cmd_id: 'rt-1', command: 'episodes.start', sent_at: t.clock.now() };
+    await o.client.publishAsync(topics.command(id), JSON.stringify(cmd), { qos: 1 });
+    await expect.poll(() => o.replies().length).toBe(1);
+    const reply = o.replies()[0]!;
+    expect(reply).toMatchObject({ cmd_id: 'rt-1', ok: true, result: { command: 'episodes.start', robot_id: id, recording_state: 'recording' } });
+    await o.client.publishAsync(topics.command(id), JSON.stringify(cmd), { qos: 1 });
+    await expect.poll(() => o.replies().length).toBe(2);
+    expect(o.replies()[1]).toEqual(reply);
+    expect(t.agent.machine.state).toBe('recording');
+    expect(t.logs.messages()).toContain('dropped malformed command (not JSON)');
+  });
+
+  it('reconnects after the broker restarts and announces itself again', async () => {
+    const first = await startBroker();
+    const t = await linkedAgent(first);
+    await t.agent.whenConnected();
+    const lost = new Promise<void>((resolve) => t.agent.once('disconnected', resolve));
+    await first.close();
+    await lost;
+    expect(t.agent.link?.connected).toBe(false);
+    const second = await startBroker(first.port);
+    brokers.push(second);
+    await t.agent.whenConnected();
+    // The new broker has no retained messages of its own: the agent's reconnect republished it.
+    const o = await watch(second, t.credentials.robot_id);
+    await expect.poll(() => o.statuses().length).toBeGreaterThan(0);
+    expect(o.statuses()[0]).toMatchObject({ online: true, recording_state: 'idle' });
+    expect(o.seen[0]!.retain).toBe(true);
+    // And commands work on the new connection.
+    await o.client.publishAsync(topics.command(t.credentials.robot_id), JSON.stringify({ cmd_id: 'after', command: 'stack.status', sent_at: t.clock.now() }), { qos: 1 });
+    await expect.poll(() => o.replies().length).toBe(1);
+    expect(o.replies()[0]).toMatchObject({ ok: true, result: { stack: 'running' } });
+  });
+
+  it('a clean stop leaves a retained offline status', async () => {
+    const broker = await startBroker();
+    brokers.push(broker);
+    const t = await linkedAgent(broker);
+    await t.agent.whenConnected();
+    await t.agent.stop();
+    agents.splice(agents.indexOf(t.agent), 1);
+    const o = await watch(broker, t.credentials.robot_id);
+    await expect.poll(() => o.statuses().length).toBe(1);
+    expect(o.statuses()[0]).toMatchObject({ online: false });
+    expect(o.seen[0]!.retain).toBe(true);
+  });
+
+  it('keeps retrying with backoff when the broker refuses its credentials', async () => {
+    const broker = await startBroker();
+    brokers.push(broker);
+    const t = await linkedAgent(broker, { password: 'wrong' });
+    await expect.poll(() => broker.authAttempts.filter((id) => id === t.credentials.robot_id).length, { timeout: 5000 }).toBeGreaterThanOrEqual(3);
+    expect(t.agent.link?.connected).toBe(false);
+  });
+});

@@ -1,0 +1,181 @@
+import { EventEmitter } from 'node:events';
+import mqtt, { type MqttClient } from 'mqtt';
+import { topics, type Clock, type CommandReply, type RobotStatus } from '@fleet/protocol';
+import type { Logger } from 'pino';
+import type { Credentials } from '../credentials.js';
+import type { Scheduler, TimerHandle } from '../time.js';
+import { reconnectDelay } from './backoff.js';
+
+/** The status fields besides `online` and `at`, read at every publication. */
+export type LinkStatusFields = Omit<RobotStatus, 'online' | 'at'>;
+
+export interface MqttLinkOptions {
+  credentials: Credentials;
+  /** Broker address overriding the stored one. */
+  url?: string;
+  clock: Clock;
+  scheduler: Scheduler;
+  logger: Logger;
+  reconnectMinMs: number;
+  reconnectMaxMs: number;
+  keepaliveSeconds: number;
+  status: () => LinkStatusFields;
+  onCommand: (payload: Buffer) => void;
+  random?: () => number;
+}
+
+/**
+ * The robot's MQTT 3.1.1 connection: presence by a retained status plus a last will, commands in,
+ * replies out, QoS 1. mqtt.js's fixed-period reconnect is off; this link reconnects with
+ * exponential backoff and re-announces its status on every connect (the broker may have lost
+ * retained messages when it restarted).
+ */
+export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> {
+  private client: MqttClient | undefined;
+  private attempt = 0;
+  private reconnectTimer: TimerHandle | undefined;
+  private stopping = false;
+  private everConnected = false;
+  private readonly robotId: string;
+
+  constructor(private readonly opts: MqttLinkOptions) {
+    super();
+    this.robotId = opts.credentials.robot_id;
+  }
+
+  get connected(): boolean {
+    return this.client?.connected ?? false;
+  }
+
+  get url(): string {
+    return this.opts.url ?? this.opts.credentials.mqtt.url;
+  }
+
+  /** Starts connecting; returns at once. `connected` fires on every (re)connect. */
+  start(): void {
+    if (this.client) return;
+    const { credentials, keepaliveSeconds } = this.opts;
+    const client = mqtt.connect(this.url, {
+      protocolVersion: 4,
+      clientId: credentials.mqtt.client_id,
+      username: credentials.mqtt.username,
+      password: credentials.mqtt.password,
+      clean: true,
+      keepalive: keepaliveSeconds,
+      reconnectPeriod: 0,
+      connectTimeout: 10_000,
+      resubscribe: false,
+      will: this.will(),
+    });
+    this.client = client;
+    client.on('connect', () => this.onConnect(client));
+    client.on('close', () => this.onClose());
+    client.on('error', (err) => this.opts.logger.warn({ err: { message: err.message, code: (err as { code?: unknown }).code } }, 'mqtt error'));
+    client.on('message', (topic, payload) => {
+      if (topic === topics.command(this.robotId)) this.opts.onCommand(payload);
+    });
+  }
+
+  /** Resolves at the next connect, or at once if connected. */
+  whenConnected(): Promise<void> {
+    if (this.connected) return Promise.resolve();
+    return new Promise((resolve) => this.once('connected', resolve));
+  }
+
+  /** Publishes the retained online status; a no-op while disconnected (connecting publishes it). */
+  async publishStatus(): Promise<void> {
+    const client = this.client;
+    if (!client?.connected) return;
+    const status: RobotStatus = { online: true, ...this.opts.status(), at: this.opts.clock.now() };
+    await client.publishAsync(topics.status(this.robotId), JSON.stringify(status), { qos: 1, retain: true });
+  }
+
+  /** Sends a command reply. While disconnected it is dropped: the cloud retries with the same id and gets the stored answer. */
+  async publishReply(reply: CommandReply): Promise<void> {
+    const client = this.client;
+    if (!client?.connected) {
+      this.opts.logger.warn({ cmd_id: reply.cmd_id }, 'reply not sent: not connected');
+      return;
+    }
+    await client.publishAsync(topics.commandReply(this.robotId), JSON.stringify(reply), { qos: 1 });
+  }
+
+  /** Publishes the retained offline status, then disconnects (no last will on a clean end). */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    if (this.reconnectTimer !== undefined) this.opts.scheduler.clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = undefined;
+    const client = this.client;
+    if (!client) return;
+    if (client.connected) {
+      const offline: RobotStatus = { online: false, at: this.opts.clock.now() };
+      try {
+        await this.withTimeout(client.publishAsync(topics.status(this.robotId), JSON.stringify(offline), { qos: 1, retain: true }), 5_000);
+      } catch (err) {
+        this.opts.logger.warn({ err }, 'could not publish the offline status');
+      }
+      await this.withTimeout(client.endAsync(), 5_000).catch(() => client.end(true));
+    } else {
+      await client.endAsync(true);
+    }
+    this.client = undefined;
+  }
+
+  private will() {
+    const offline: RobotStatus = { online: false, at: this.opts.clock.now() };
+    return { topic: topics.status(this.robotId), payload: Buffer.from(JSON.stringify(offline)), qos: 1 as const, retain: true };
+  }
+
+  private onConnect(client: MqttClient): void {
+    this.attempt = 0;
+    this.opts.logger.info({ url: this.url, reconnect: this.everConnected }, 'mqtt connected');
+    this.everConnected = true;
+    const ready = async () => {
+      await client.subscribeAsync(topics.command(this.robotId), { qos: 1 });
+      await this.publishStatus();
+    };
+    ready().then(
+      () => this.emit('connected'),
+      (err: unknown) => {
+        // The connection dropped under us; the close handler reconnects.
+        this.opts.logger.warn({ err }, 'could not subscribe or announce after connecting');
+      },
+    );
+  }
+
+  private onClose(): void {
+    if (this.stopping) return;
+    if (this.everConnected && this.attempt === 0) {
+      this.opts.logger.warn('mqtt connection lost');
+      this.emit('disconnected');
+    }
+    if (this.reconnectTimer !== undefined) return;
+    const delay = reconnectDelay(this.attempt, this.opts.reconnectMinMs, this.opts.reconnectMaxMs, this.opts.random);
+    this.attempt += 1;
+    this.opts.logger.debug({ delay_ms: delay, attempt: this.attempt }, 'mqtt reconnect scheduled');
+    this.reconnectTimer = this.opts.scheduler.setTimeout(() => {
+      this.reconnectTimer = undefined;
+      const client = this.client;
+      if (!client || this.stopping) return;
+      // The will's time is that of the attempt, so the cloud sees when presence was last claimed.
+      client.options.will = this.will();
+      client.reconnect({ incomingStore: client.incomingStore, outgoingStore: client.outgoingStore });
+    }, delay);
+  }
+
+  private withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const t = this.opts.scheduler.setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms);
+      p.then(
+        (v) => {
+          this.opts.scheduler.clearTimeout(t);
+          resolve(v);
+        },
+        (err: unknown) => {
+          this.opts.scheduler.clearTimeout(t);
+          reject(err instanceof Error ? err : new Error(String(err)));
+        },
+      );
+    });
+  }
+}

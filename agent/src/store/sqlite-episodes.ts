@@ -1,0 +1,81 @@
+import type Database from 'better-sqlite3';
+import type { CommandReply } from '@fleet/protocol';
+import type { EpisodeFacts, EpisodeManifest, EpisodeOutcome } from '../recording/facts.js';
+import type { CommandResultStore, EpisodeRow, EpisodeStore, StoredCommandResult } from './types.js';
+
+type Db = Database.Database;
+
+interface EpisodeDbRow {
+  id: string;
+  recording_session_id: string;
+  episode_seq: number;
+  outcome: EpisodeOutcome;
+  facts: string;
+  manifest: string;
+  finalized_at: number;
+  interrupted: number;
+  dir: string;
+}
+
+function fromDb(r: EpisodeDbRow): EpisodeRow {
+  return {
+    id: r.id,
+    recordingSessionId: r.recording_session_id,
+    episodeSeq: r.episode_seq,
+    outcome: r.outcome,
+    facts: JSON.parse(r.facts) as EpisodeFacts,
+    manifest: JSON.parse(r.manifest) as EpisodeManifest,
+    finalizedAt: r.finalized_at,
+    interrupted: r.interrupted === 1,
+    dir: r.dir,
+  };
+}
+
+export class SqliteEpisodes implements EpisodeStore {
+  constructor(private readonly db: Db) {}
+
+  async get(id: string): Promise<EpisodeRow | undefined> {
+    const r = this.db.prepare('SELECT * FROM episodes WHERE id = ?').get(id) as EpisodeDbRow | undefined;
+    return r ? fromDb(r) : undefined;
+  }
+
+  async list(opts: { limit?: number; afterFinalizedAt?: number } = {}): Promise<EpisodeRow[]> {
+    const rows = this.db
+      .prepare('SELECT * FROM episodes WHERE finalized_at > ? ORDER BY finalized_at, rowid LIMIT ?')
+      .all(opts.afterFinalizedAt ?? -1, opts.limit ?? -1) as EpisodeDbRow[];
+    return rows.map(fromDb);
+  }
+
+  async ids(): Promise<string[]> {
+    return this.db.prepare('SELECT id FROM episodes ORDER BY id').pluck().all() as string[];
+  }
+}
+
+/** Used inside the recording transactions, so a state change and its command result commit together. */
+export function insertCommandResult(db: Db, r: StoredCommandResult): void {
+  db.prepare('INSERT OR REPLACE INTO command_results (cmd_id, command, reply, received_at) VALUES (?, ?, ?, ?)').run(
+    r.cmdId,
+    r.command,
+    JSON.stringify(r.reply),
+    r.receivedAt,
+  );
+}
+
+export class SqliteCommandResults implements CommandResultStore {
+  constructor(private readonly db: Db) {}
+
+  async get(cmdId: string, notBefore: number): Promise<StoredCommandResult | undefined> {
+    const r = this.db.prepare('SELECT cmd_id, command, reply, received_at FROM command_results WHERE cmd_id = ? AND received_at >= ?').get(cmdId, notBefore) as
+      | { cmd_id: string; command: string; reply: string; received_at: number }
+      | undefined;
+    return r ? { cmdId: r.cmd_id, command: r.command, reply: JSON.parse(r.reply) as CommandReply, receivedAt: r.received_at } : undefined;
+  }
+
+  async put(r: StoredCommandResult): Promise<void> {
+    insertCommandResult(this.db, r);
+  }
+
+  async prune(olderThan: number): Promise<number> {
+    return this.db.prepare('DELETE FROM command_results WHERE received_at < ?').run(olderThan).changes;
+  }
+}

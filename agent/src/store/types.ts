@@ -1,0 +1,114 @@
+import type { CommandReply } from '@fleet/protocol';
+import type { OperatorContext } from '../context.js';
+import type { EpisodeFacts, EpisodeManifest, EpisodeOutcome, SubtaskStep } from '../recording/facts.js';
+
+/**
+ * The agent's durable state, behind an async interface like the cloud's store so another
+ * implementation is a module, not a rewrite. Times are ms since the epoch (robot clock).
+ * Every function that changes the recording together with a command result does so in one
+ * transaction: after a crash, either both happened or neither did.
+ */
+export interface AgentStore {
+  readonly recording: RecordingStore;
+  readonly episodes: EpisodeStore;
+  readonly commandResults: CommandResultStore;
+  readonly context: OperatorContextStore;
+  readonly sessions: RecordingSessionStore;
+  close(): Promise<void>;
+}
+
+/** The one recording in progress (state `recording` or `finalizing`); absent when idle. */
+export interface RecordingRow {
+  state: 'recording' | 'finalizing';
+  episodeId: string;
+  recordingSessionId: string;
+  sessionName: string | null;
+  episodeSeq: number;
+  startedAt: number;
+  /** Last time the running agent noted the recording alive; bounds `ended_at` after a crash. */
+  aliveAt: number;
+  endedAt: number | null;
+  outcome: EpisodeOutcome | null;
+  /** The operator context when recording started. */
+  context: OperatorContext;
+  /** Episode directory relative to the data directory. */
+  dir: string;
+}
+
+/** A command's answer, kept for the dedupe window so a repeated `cmd_id` gets it again. */
+export interface StoredCommandResult {
+  cmdId: string;
+  command: string;
+  reply: CommandReply;
+  receivedAt: number;
+}
+
+export interface RecordingSessionRow {
+  id: string;
+  name: string | null;
+  /** The `episode_seq` the next episode of this session gets. */
+  nextSeq: number;
+  createdAt: number;
+}
+
+export interface RecordingStore {
+  get(): Promise<RecordingRow | undefined>;
+  steps(episodeId: string): Promise<SubtaskStep[]>;
+  /**
+   * Inserts the recording in state `recording`, makes `session` current and advances its
+   * sequence past `recording.episodeSeq` (creating it when new), records `firstStep`, and stores
+   * `commandResult`; one transaction. Throws if a recording exists.
+   */
+  begin(args: { recording: RecordingRow; session: RecordingSessionRow; firstStep?: SubtaskStep; commandResult?: StoredCommandResult }): Promise<void>;
+  /** Moves the recording to `finalizing` with its outcome and end, and stores `commandResult`; one transaction. */
+  end(args: { episodeId: string; outcome: EpisodeOutcome; endedAt: number; commandResult?: StoredCommandResult }): Promise<void>;
+  /** Notes the recording alive at `at`. */
+  touch(episodeId: string, at: number): Promise<void>;
+  /** Inserts the finished episode and removes the recording and its steps; one transaction. */
+  complete(episode: EpisodeRow): Promise<void>;
+}
+
+/** A finished (finalized) episode. */
+export interface EpisodeRow {
+  id: string;
+  recordingSessionId: string;
+  episodeSeq: number;
+  outcome: EpisodeOutcome;
+  facts: EpisodeFacts;
+  manifest: EpisodeManifest;
+  finalizedAt: number;
+  /** Finalized at start-up after the agent died mid-recording. */
+  interrupted: boolean;
+  /** Relative to the data directory. */
+  dir: string;
+}
+
+export interface EpisodeStore {
+  get(id: string): Promise<EpisodeRow | undefined>;
+  /** In finalization order, oldest first. */
+  list(opts?: { limit?: number; afterFinalizedAt?: number }): Promise<EpisodeRow[]>;
+  ids(): Promise<string[]>;
+}
+
+export interface CommandResultStore {
+  /** The stored result of `cmdId` if it was received at or after `notBefore`. */
+  get(cmdId: string, notBefore: number): Promise<StoredCommandResult | undefined>;
+  /** Stores (or replaces an expired) result. */
+  put(result: StoredCommandResult): Promise<void>;
+  /** Deletes results received before `olderThan`; returns how many. */
+  prune(olderThan: number): Promise<number>;
+}
+
+export interface OperatorContextStore {
+  get(): Promise<OperatorContext>;
+  /**
+   * Replaces the context with `context`; appends `step` to the recording `step.episodeId`;
+   * with `newSession` the next recording starts a new session. One transaction.
+   */
+  set(args: { context: OperatorContext; step?: { episodeId: string; step: SubtaskStep }; newSession: boolean }): Promise<void>;
+}
+
+export interface RecordingSessionStore {
+  /** The session the next recording joins; undefined when it must start a new one. */
+  current(): Promise<RecordingSessionRow | undefined>;
+}

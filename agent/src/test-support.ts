@@ -1,0 +1,170 @@
+/**
+ * Fixtures for the agent's unit tests: temporary data directories, a log capture, a manual
+ * clock and scheduler, and agents or bare state machines built on them. Only `*.test.ts` files
+ * import this module (the build excludes it).
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { ManualClock, type RobotCommand } from '@fleet/protocol';
+import { pino, type Logger } from 'pino';
+import { SimulatedRobotActions } from './actions.js';
+import { parseAgentConfig, type AgentConfigInput } from './config.js';
+import type { Credentials } from './credentials.js';
+import { Agent, type AgentDeps } from './daemon.js';
+import { RecordingStateMachine } from './recording/state-machine.js';
+import { SyntheticRecorder } from './recording/synthetic-recorder.js';
+import { openAgentStore, type SqliteAgentStore } from './store/sqlite.js';
+import { ManualScheduler, type Scheduler } from './time.js';
+
+export interface LogCapture {
+  logger: Logger;
+  /** Every record logged so far, parsed. */
+  records: Record<string, unknown>[];
+  messages(): string[];
+}
+
+export function captureLogs(): LogCapture {
+  const records: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      for (const line of chunk.toString('utf8').split('\n')) if (line) records.push(JSON.parse(line) as Record<string, unknown>);
+      done();
+    },
+  });
+  const logger = pino({ level: 'debug' }, sink);
+  return { logger, records, messages: () => records.map((r) => String(r.msg)) };
+}
+
+const tempDirs: string[] = [];
+
+/** A fresh directory under the OS temp dir (short, so a Unix socket path fits in it). */
+export async function makeTempDir(): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'fa-'));
+  tempDirs.push(dir);
+  return dir;
+}
+
+export async function removeTempDirs(): Promise<void> {
+  for (const dir of tempDirs.splice(0)) await rm(dir, { recursive: true, force: true });
+}
+
+const BASE32 = 'abcdefghijklmnopqrstuvwxyz234567';
+export function fakeRobotId(): string {
+  return `rbt_${[...randomBytes(26)].map((b) => BASE32[b & 31]).join('')}`;
+}
+
+export function testCredentials(robotId = fakeRobotId(), mqttUrl = 'mqtt://127.0.0.1:1', password = 'robot-secret'): Credentials {
+  return {
+    robot_id: robotId,
+    name: 'test robot',
+    mqtt: { url: mqttUrl, client_id: robotId, username: robotId, password, topic_prefix: `fleet/v1/robots/${robotId}/` },
+    api_url: 'http://127.0.0.1:1',
+  };
+}
+
+export interface TestMachine {
+  machine: RecordingStateMachine;
+  recorder: SyntheticRecorder;
+  store: SqliteAgentStore;
+  clock: ManualClock;
+  scheduler: ManualScheduler;
+  dataDir: string;
+  robotId: string;
+  logs: LogCapture;
+  close(): Promise<void>;
+}
+
+/** A state machine with a synthetic recorder on a manual clock (64 KiB/s, 100 ms ticks). */
+export async function openTestMachine(
+  opts: { dataDir?: string; clock?: ManualClock; robotId?: string; finalizingDelayMs?: number; bytesPerSecond?: number; init?: boolean } = {},
+): Promise<TestMachine> {
+  const dataDir = opts.dataDir ?? (await makeTempDir());
+  const clock = opts.clock ?? new ManualClock();
+  const scheduler = new ManualScheduler(clock);
+  const logs = captureLogs();
+  const store = openAgentStore(dataDir);
+  const robotId = opts.robotId ?? fakeRobotId();
+  const recorder = new SyntheticRecorder({ clock, scheduler, bytesPerSecond: opts.bytesPerSecond ?? 64 * 1024, chunkIntervalMs: 100 });
+  const machine = new RecordingStateMachine({
+    store,
+    recorder,
+    robotId,
+    dataDir,
+    clock,
+    scheduler,
+    logger: logs.logger,
+    finalizingDelayMs: opts.finalizingDelayMs ?? 0,
+    finalizeRetryMs: 1000,
+  });
+  if (opts.init ?? true) await machine.init();
+  return {
+    machine,
+    recorder,
+    store,
+    clock,
+    scheduler,
+    dataDir,
+    robotId,
+    logs,
+    async close() {
+      await machine.close();
+      await store.close();
+    },
+  };
+}
+
+export interface TestAgent {
+  agent: Agent;
+  clock: ManualClock;
+  scheduler: Scheduler;
+  dataDir: string;
+  actions: SimulatedRobotActions;
+  logs: LogCapture;
+  credentials: Credentials;
+}
+
+/**
+ * An agent on a manual clock. Without `link` it has no broker connection (commands are fed to
+ * `agent.commands` directly); with `link` it uses the real scheduler so reconnects happen.
+ */
+export async function startTestAgent(
+  opts: {
+    dataDir?: string;
+    config?: Partial<AgentConfigInput>;
+    credentials?: Credentials;
+    link?: boolean;
+    controlSocket?: boolean;
+    clock?: ManualClock;
+    scheduler?: Scheduler;
+  } = {},
+): Promise<TestAgent> {
+  const dataDir = opts.dataDir ?? (await makeTempDir());
+  const clock = opts.clock ?? new ManualClock();
+  const scheduler = opts.scheduler ?? new ManualScheduler(clock);
+  const config = parseAgentConfig({ dataDir, reconnectMinMs: 20, reconnectMaxMs: 200, ...opts.config });
+  const logs = captureLogs();
+  const actions = new SimulatedRobotActions();
+  const credentials = opts.credentials ?? testCredentials();
+  const deps: AgentDeps = {
+    clock,
+    scheduler,
+    logger: logs.logger,
+    recorder: new SyntheticRecorder({ clock, scheduler, bytesPerSecond: config.bytesPerSecond, chunkIntervalMs: config.chunkIntervalMs }),
+    actions,
+    credentials,
+    link: opts.link ?? false,
+    controlSocket: opts.controlSocket ?? false,
+  };
+  const agent = new Agent(config, deps);
+  await agent.start();
+  return { agent, clock, scheduler, dataDir, actions, logs, credentials };
+}
+
+/** A command as the cloud sends it. */
+export function commandPayload(clock: ManualClock, cmdId: string, command: RobotCommand['command'], args?: Record<string, unknown>): string {
+  const cmd: RobotCommand = { cmd_id: cmdId, command, sent_at: clock.now(), ...(args ? { args } : {}) };
+  return JSON.stringify(cmd);
+}

@@ -14,8 +14,21 @@ interface Issue {
   message: string;
 }
 
+const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/;
+
+/** Has the shape of a date-time, valid or not (`to` of that shape is never a destination id). */
+function looksLikeDateTime(v: string): boolean {
+  return DATE_TIME.test(v);
+}
+
+// Date.parse rolls 2026-02-30 over to March 2 instead of failing, so the calendar day is checked too.
 function isDateTime(v: string): boolean {
-  return /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(v) && !Number.isNaN(Date.parse(v));
+  const m = DATE_TIME.exec(v);
+  if (!m || Number.isNaN(Date.parse(v))) return false;
+  const [y, mo, d] = [Number(m[1]), Number(m[2]), Number(m[3])];
+  const day = new Date(0);
+  day.setUTCFullYear(y, mo - 1, d);
+  return day.getUTCFullYear() === y && day.getUTCMonth() === mo - 1 && day.getUTCDate() === d;
 }
 
 /**
@@ -51,7 +64,8 @@ export function parseEpisodeFilter(input: Record<string, unknown>, location: 'qu
     if (layer === 'metadata' || layer === 'annotation') {
       const attr = key.slice(dot + 1);
       if (attr.length === 0 || attr.length > MAX_ATTR_KEY) bad(key, `the key after "${layer}." must be 1 to ${MAX_ATTR_KEY} characters`);
-      else filter[layer][attr] = value;
+      // defineProperty: a plain assignment to `__proto__` would drop the filter and match everything.
+      else Object.defineProperty(filter[layer], attr, { value, enumerable: true, writable: true, configurable: true });
       continue;
     }
     if ((EPISODE_EQ_COLUMNS as readonly string[]).includes(key)) {
@@ -66,6 +80,7 @@ export function parseEpisodeFilter(input: Record<string, unknown>, location: 'qu
         break;
       case 'to':
         if (isDateTime(value)) filter.to = Date.parse(value);
+        else if (looksLikeDateTime(value)) bad(key, 'must be a valid date-time');
         else toDestination = value;
         break;
       case 'destination_id':

@@ -32,6 +32,7 @@ export interface IngestorOptions {
 export class EpisodeIngestor {
   private queue: Pending[] = [];
   private flushing: Promise<void> | null = null;
+  private readonly accepting = new Set<Promise<void>>();
   private readonly orgOf = new Map<string, string>();
   private readonly maxBatch: number;
   /** Reports indexed since start (inserted, not duplicates). */
@@ -41,7 +42,14 @@ export class EpisodeIngestor {
     this.maxBatch = opts.maxBatch ?? 1000;
   }
 
-  async submit(robotId: string, payload: Buffer): Promise<void> {
+  submit(robotId: string, payload: Buffer): Promise<void> {
+    // Tracked until queued (or refused), so drain() covers submissions still being checked.
+    const accepting: Promise<void> = this.accept(robotId, payload).finally(() => this.accepting.delete(accepting));
+    this.accepting.add(accepting);
+    return accepting;
+  }
+
+  private async accept(robotId: string, payload: Buffer): Promise<void> {
     const { logger } = this.opts;
     if (payload.length > MAX_OUTBOX_MESSAGE_BYTES) {
       const msgId = peekMsgId(payload);
@@ -80,7 +88,11 @@ export class EpisodeIngestor {
 
   /** Resolves when everything submitted so far is written and acknowledged. */
   async drain(): Promise<void> {
-    while (this.flushing || this.queue.length > 0) {
+    while (this.accepting.size > 0 || this.flushing || this.queue.length > 0) {
+      if (this.accepting.size > 0) {
+        await Promise.allSettled([...this.accepting]);
+        continue;
+      }
       if (!this.flushing) this.schedule();
       await this.flushing;
     }

@@ -1,0 +1,346 @@
+import type { FastifyBaseLogger } from 'fastify';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { ManualClock, MAX_OUTBOX_MESSAGE_BYTES, type EpisodeReport, type OutboxAck } from '@fleet/protocol';
+import { createEnrollmentToken, enrollRobot } from '../robots/enrollment.js';
+import { openSqliteStore, type OrgRow, type SqliteStore } from '../store/index.js';
+import { EpisodeIngestor } from './ingest.js';
+
+const T0 = Date.parse('2026-01-01T00:00:00Z');
+
+interface Recorded {
+  robotId: string;
+  ack: OutboxAck;
+  /** Whether the episode of the acked message was already readable when the ack went out. */
+  rowExisted: boolean | null;
+}
+
+let store: SqliteStore;
+let clock: ManualClock;
+let org: OrgRow;
+let robotId: string;
+let acks: Recorded[];
+let logger: FastifyBaseLogger & { warn: ReturnType<typeof vi.fn>; error: ReturnType<typeof vi.fn> };
+let ingestor: EpisodeIngestor;
+/** msg_id -> episode id, so the fake ack can look the row up. */
+let episodeOfMsg: Map<string, string>;
+let counter = 0;
+
+function fakeLogger(): typeof logger {
+  const l: Record<string, unknown> = {
+    level: 'info',
+    silent: vi.fn(),
+    trace: vi.fn(),
+    debug: vi.fn(),
+    info: vi.fn(),
+    warn: vi.fn(),
+    error: vi.fn(),
+    fatal: vi.fn(),
+  };
+  l.child = () => l;
+  return l as unknown as typeof logger;
+}
+
+/** Any non-empty reason: acks are checked by code, not by message. */
+const aReason = expect.stringMatching(/./) as unknown as string;
+
+async function enroll(o: OrgRow, name: string): Promise<string> {
+  const { token } = await createEnrollmentToken(store, clock, { org: o, createdBy: 'test' });
+  return (await enrollRobot(store, clock, { token, name }, 'mqtt://localhost:1883')).robot_id;
+}
+
+beforeEach(async () => {
+  store = openSqliteStore(':memory:');
+  clock = new ManualClock(T0);
+  await store.orgs.create({ id: 'org_a', name: 'a', tier: 'enterprise', createdAt: T0 });
+  org = (await store.orgs.get('org_a'))!;
+  robotId = await enroll(org, 'r1');
+  acks = [];
+  episodeOfMsg = new Map();
+  logger = fakeLogger();
+  ingestor = new EpisodeIngestor({
+    store,
+    clock,
+    logger,
+    ack: async (rid, ack) => {
+      const episodeId = episodeOfMsg.get(ack.msg_id);
+      const robot = await store.robots.getById(rid);
+      const rowExisted = episodeId && robot ? (await store.episodes.get(robot.orgId, episodeId)) !== undefined : null;
+      acks.push({ robotId: rid, ack, rowExisted });
+    },
+  });
+});
+afterEach(async () => {
+  await ingestor.drain();
+  await store.close();
+});
+
+function report(over: Partial<EpisodeReport> = {}): EpisodeReport {
+  counter += 1;
+  return {
+    id: `ep_${counter.toString(36).padStart(12, '0')}`,
+    recording_session_id: 'rs_1',
+    episode_seq: counter,
+    session_name: null,
+    task_id: 'task_1',
+    task_name: null,
+    subtask_id: null,
+    operator_id: null,
+    operator_name: null,
+    control_mode: 'teleop',
+    policy_version_id: null,
+    eval_id: null,
+    outcome: 'success',
+    started_at: '2026-01-01T00:00:00.000Z',
+    ended_at: '2026-01-01T00:01:00.000Z',
+    duration_s: 60,
+    message_count: 10,
+    bag_size_bytes: 100,
+    metadata: { site: 'lab' },
+    segments: [{ segment_index: 0, subtask_id: null, subtask_name: null, start_offset_s: 0, end_offset_s: 60 }],
+    manifest: { files: [{ path: 'bag.mcap', size_bytes: 100, sha256: 'b'.repeat(64) }], total_bytes: 100 },
+    ...over,
+  };
+}
+
+let msgCounter = 0;
+function message(body: unknown, msgId = `m${++msgCounter}`): { msgId: string; payload: Buffer } {
+  const id = (body as { id?: unknown } | null)?.id;
+  if (typeof id === 'string') episodeOfMsg.set(msgId, id);
+  return { msgId, payload: Buffer.from(JSON.stringify({ msg_id: msgId, kind: 'episode.report', body })) };
+}
+
+async function send(body: unknown, rid = robotId, msgId?: string): Promise<string> {
+  const m = message(body, msgId);
+  await ingestor.submit(rid, m.payload);
+  await ingestor.drain();
+  return m.msgId;
+}
+
+function ackOf(msgId: string): Recorded[] {
+  return acks.filter((a) => a.ack.msg_id === msgId);
+}
+
+describe('EpisodeIngestor', () => {
+  it('indexes a valid report and acks ok only once the row exists', async () => {
+    const r = report();
+    const msgId = await send(r);
+    expect(await store.episodes.get(org.id, r.id)).toMatchObject({ id: r.id, robotId, reportedAt: T0, metadata: { site: 'lab' } });
+    expect(ackOf(msgId)).toEqual([{ robotId, ack: { msg_id: msgId, ok: true }, rowExisted: true }]);
+    expect(ingestor.indexed).toBe(1);
+  });
+
+  it('does not ack before the batch is written', async () => {
+    const r = report();
+    const m = message(r);
+    await ingestor.submit(robotId, m.payload);
+    // The batch waits for the next turn of the event loop; nothing may be acked yet.
+    expect(acks).toEqual([]);
+    await ingestor.drain();
+    expect(ackOf(m.msgId)).toHaveLength(1);
+    expect(ackOf(m.msgId)[0]!.rowExisted).toBe(true);
+  });
+
+  it('acks a resend ok and keeps one row', async () => {
+    const r = report();
+    const first = await send(r);
+    const again = await send(r, robotId, first);
+    const otherMsg = await send(r);
+    expect(acks.map((a) => a.ack)).toEqual([
+      { msg_id: first, ok: true },
+      { msg_id: again, ok: true },
+      { msg_id: otherMsg, ok: true },
+    ]);
+    expect(await store.episodes.count(org.id)).toBe(1);
+    expect(ingestor.indexed).toBe(1);
+  });
+
+  it('refuses an episode id that another robot reported, with conflict', async () => {
+    const other = await enroll(org, 'r2');
+    const r = report();
+    await send(r);
+    const msgId = await send({ ...r, task_id: 'forged' }, other);
+    expect(ackOf(msgId).map((a) => a.ack)).toEqual([{ msg_id: msgId, ok: false, error: { code: 'conflict', message: aReason } }]);
+    expect(ackOf(msgId)[0]!.robotId).toBe(other);
+    expect((await store.episodes.get(org.id, r.id))!).toMatchObject({ robotId, report: { task_id: 'task_1' } });
+  });
+
+  const malformed: [string, () => unknown][] = [
+    [
+      'a missing field',
+      () => {
+        const { outcome: _o, ...rest } = report();
+        return rest;
+      },
+    ],
+    ['a bad sha256', () => report({ manifest: { files: [{ path: 'bag.mcap', size_bytes: 1, sha256: 'XYZ' }], total_bytes: 1 } })],
+    ['an uppercase sha256', () => report({ manifest: { files: [{ path: 'bag.mcap', size_bytes: 1, sha256: 'B'.repeat(64) }], total_bytes: 1 } })],
+    ['a path with ..', () => report({ manifest: { files: [{ path: 'video/../../etc/passwd', size_bytes: 1, sha256: 'c'.repeat(64) }], total_bytes: 1 } })],
+    ['an absolute path', () => report({ manifest: { files: [{ path: '/etc/passwd', size_bytes: 1, sha256: 'c'.repeat(64) }], total_bytes: 1 } })],
+    ['an episode id of the wrong format', () => report({ id: 'episode-1' })],
+    ['an uppercase episode id', () => report({ id: 'ep_ABCDEFGHIJKL' })],
+    ['an unknown field', () => ({ ...report(), extra: 1 })],
+    ['a bad started_at', () => report({ started_at: 'yesterday' })],
+    ['a body that is not an object', () => 'hello'],
+  ];
+
+  it.each(malformed)('refuses a report with %s (validation_failed, with a reason), and indexes the next good one', async (_name, make) => {
+    const bad = make();
+    const badMsg = await send(bad);
+    const refused = ackOf(badMsg);
+    expect(refused).toHaveLength(1);
+    expect(refused[0]!.robotId).toBe(robotId);
+    const ack = refused[0]!.ack;
+    expect(ack.ok).toBe(false);
+    if (ack.ok) return;
+    expect(ack.error.code).toBe('validation_failed');
+    expect(ack.error.message.length).toBeGreaterThan(0);
+    expect(ack.error.message.length).toBeLessThanOrEqual(1024);
+    expect(await store.episodes.count(org.id)).toBe(0);
+    expect(logger.warn).toHaveBeenCalled();
+
+    const good = report();
+    const goodMsg = await send(good);
+    expect(ackOf(goodMsg).map((a) => a.ack)).toEqual([{ msg_id: goodMsg, ok: true }]);
+    expect(await store.episodes.get(org.id, good.id)).toBeDefined();
+    expect(await store.episodes.count(org.id)).toBe(1);
+  });
+
+  it('refuses a malformed envelope that still has a msg_id', async () => {
+    const payload = Buffer.from(JSON.stringify({ msg_id: 'm_env', kind: 'something.else', body: report() }));
+    await ingestor.submit(robotId, payload);
+    await ingestor.drain();
+    expect(acks.map((a) => a.ack)).toEqual([{ msg_id: 'm_env', ok: false, error: { code: 'validation_failed', message: aReason } }]);
+    expect(await store.episodes.count(org.id)).toBe(0);
+  });
+
+  it('drops a payload that is not JSON, or has no msg_id, without an ack and without throwing', async () => {
+    for (const raw of ['not json {', '', 'null', '42', '[]', JSON.stringify({ kind: 'episode.report', body: report() }), JSON.stringify({ msg_id: 7 })]) {
+      await expect(ingestor.submit(robotId, Buffer.from(raw))).resolves.toBeUndefined();
+    }
+    await ingestor.drain();
+    expect(acks).toEqual([]);
+    expect(await store.episodes.count(org.id)).toBe(0);
+    // Still works afterwards.
+    const goodMsg = await send(report());
+    expect(ackOf(goodMsg).map((a) => a.ack.ok)).toEqual([true]);
+  });
+
+  it('refuses an oversized payload with payload_too_large, addressed by the msg_id it starts with', async () => {
+    const r = report({ metadata: { pad: 'x'.repeat(MAX_OUTBOX_MESSAGE_BYTES) } });
+    const m = message(r, 'm_big');
+    expect(m.payload.length).toBeGreaterThan(MAX_OUTBOX_MESSAGE_BYTES);
+    expect(m.payload.subarray(0, 10).toString()).toBe('{"msg_id":');
+    await ingestor.submit(robotId, m.payload);
+    await ingestor.drain();
+    expect(acks.map((a) => a.ack)).toEqual([{ msg_id: 'm_big', ok: false, error: { code: 'payload_too_large', message: aReason } }]);
+    expect(await store.episodes.get(org.id, r.id)).toBeUndefined();
+
+    // An oversized payload whose msg_id cannot be found is dropped silently.
+    acks.length = 0;
+    await ingestor.submit(robotId, Buffer.from(JSON.stringify({ kind: 'episode.report', body: r, msg_id: 'late' })));
+    await ingestor.drain();
+    expect(acks).toEqual([]);
+
+    // A message of exactly the limit is not refused for its size.
+    const small = report();
+    const base = message({ ...small, metadata: { pad: '' } }, 'm_edge').payload.length;
+    const edge = message({ ...small, metadata: { pad: 'y'.repeat(MAX_OUTBOX_MESSAGE_BYTES - base) } }, 'm_edge');
+    expect(edge.payload.length).toBe(MAX_OUTBOX_MESSAGE_BYTES);
+    await ingestor.submit(robotId, edge.payload);
+    await ingestor.drain();
+    expect(acks.map((a) => a.ack)).toEqual([{ msg_id: 'm_edge', ok: true }]);
+  });
+
+  it('does not index a message from an unknown robot', async () => {
+    const r = report();
+    const msgId = await send(r, 'rbt_unknown');
+    expect(await store.episodes.count(org.id)).toBe(0);
+    expect(ackOf(msgId).filter((a) => a.ack.ok)).toEqual([]);
+    expect(count('SELECT COUNT(*) AS n FROM episodes')).toBe(0);
+    expect(logger.warn).toHaveBeenCalled();
+  });
+
+  it('indexes a robot under its own organization', async () => {
+    await store.orgs.create({ id: 'org_b', name: 'b', tier: 'enterprise', createdAt: T0 });
+    const theirs = await enroll((await store.orgs.get('org_b'))!, 'rb');
+    const r = report();
+    await send(r, theirs);
+    expect(await store.episodes.get('org_b', r.id)).toMatchObject({ robotId: theirs, orgId: 'org_b' });
+    expect(await store.episodes.get(org.id, r.id)).toBeUndefined();
+  });
+
+  it('writes a burst of 2000 reports in batches and acks all of them', async () => {
+    const spy = vi.spyOn(store.episodes, 'ingest');
+    const msgs = Array.from({ length: 2000 }, () => message(report()));
+    const submitted = msgs.map((m) => ingestor.submit(robotId, m.payload));
+    await Promise.all(submitted);
+    await ingestor.drain();
+
+    expect(spy.mock.calls.length).toBeGreaterThan(0);
+    expect(spy.mock.calls.length).toBeLessThan(10);
+    const sizes = spy.mock.calls.map(([items]) => items.length);
+    expect(sizes.reduce((a, b) => a + b, 0)).toBe(2000);
+    for (const s of sizes) expect(s).toBeLessThanOrEqual(1000);
+
+    expect(await store.episodes.count(org.id)).toBe(2000);
+    expect(acks).toHaveLength(2000);
+    expect(new Set(acks.map((a) => a.ack.msg_id))).toEqual(new Set(msgs.map((m) => m.msgId)));
+    expect(acks.every((a) => a.ack.ok && a.rowExisted === true)).toBe(true);
+    expect(ingestor.indexed).toBe(2000);
+  });
+
+  it('honours maxBatch', async () => {
+    const small = new EpisodeIngestor({ store, clock, logger, ack: async (rid, ack) => void acks.push({ robotId: rid, ack, rowExisted: null }), maxBatch: 7 });
+    const spy = vi.spyOn(store.episodes, 'ingest');
+    await Promise.all(Array.from({ length: 20 }, () => small.submit(robotId, message(report()).payload)));
+    await small.drain();
+    expect(spy.mock.calls.map(([items]) => items.length)).toEqual([7, 7, 6]);
+    expect(acks).toHaveLength(20);
+  });
+
+  it('drain() resolves only after everything submitted is acked', async () => {
+    const msgs = Array.from({ length: 50 }, () => message(report()));
+    // Submissions not awaited: drain must still cover them.
+    const submitted = msgs.map((m) => ingestor.submit(robotId, m.payload));
+    await ingestor.drain();
+    expect(acks).toHaveLength(50);
+    expect(await store.episodes.count(org.id)).toBe(50);
+    await Promise.all(submitted);
+
+    // And with nothing pending it resolves at once.
+    await expect(ingestor.drain()).resolves.toBeUndefined();
+  });
+
+  it('does not ack when the store fails, so the robot resends, and the resend is indexed', async () => {
+    const r = report();
+    const spy = vi.spyOn(store.episodes, 'ingest').mockRejectedValueOnce(new Error('disk full'));
+    const msgId = await send(r);
+    expect(ackOf(msgId)).toEqual([]);
+    expect(logger.error).toHaveBeenCalled();
+    expect(await store.episodes.count(org.id)).toBe(0);
+    await send(r, robotId, msgId);
+    expect(ackOf(msgId).map((a) => a.ack)).toEqual([{ msg_id: msgId, ok: true }]);
+    expect(spy).toHaveBeenCalledTimes(2);
+    expect(await store.episodes.count(org.id)).toBe(1);
+  });
+
+  it('survives an ack that throws', async () => {
+    const failing = new EpisodeIngestor({
+      store,
+      clock,
+      logger,
+      ack: async () => {
+        throw new Error('broker gone');
+      },
+    });
+    const r = report();
+    await failing.submit(robotId, message(r).payload);
+    await failing.drain();
+    expect(await store.episodes.get(org.id, r.id)).toBeDefined();
+    expect(logger.warn).toHaveBeenCalled();
+  });
+});
+
+function count(sql: string): number {
+  return (store.db.prepare(sql).get() as { n: number }).n;
+}

@@ -90,7 +90,11 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
         } finally {
           clearInterval(sweep);
         }
+        // Write and acknowledge the reports already received; any that arrive meanwhile are
+        // written too, and their robots resend until acknowledged (ingest is idempotent).
+        await ingestor.drain();
         await linkRef.stop();
+        await ingestor.drain();
         await brokerRef?.close();
         await store.close();
       },

@@ -148,7 +148,6 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
         seq INTEGER NOT NULL,
         PRIMARY KEY (org_id, layer, key, value, seq)
       ) STRICT, WITHOUT ROWID;
-      CREATE INDEX episode_attrs_by_episode ON episode_attrs (seq, layer);
       CREATE TABLE outcome_changes (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         episode_seq INTEGER NOT NULL REFERENCES episodes(seq),

@@ -329,7 +329,8 @@ export function buildListQuery(
   let order = 'e.seq';
   const [driver, ...rest] = attrs;
   if (driver) {
-    from = 'episode_attrs d JOIN episodes e ON e.seq = d.seq';
+    // CROSS JOIN pins the attribute index as the outer loop, so rows come out in seq order.
+    from = 'episode_attrs d CROSS JOIN episodes e ON e.seq = d.seq';
     where.push('d.org_id = ?', 'd.layer = ?', 'd.key = ?', 'd.value = ?', 'd.seq > ?');
     params.push(orgId, driver[0], driver[1], driver[2], afterSeq);
     order = 'd.seq';

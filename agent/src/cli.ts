@@ -84,6 +84,8 @@ program
   .addOption(new Option('--runtime-version <version>', 'runtime version to announce').env('FLEET_AGENT_RUNTIME_VERSION'))
   .addOption(new Option('--reconnect-min-ms <ms>', 'first reconnect delay (default 500)').env('FLEET_AGENT_RECONNECT_MIN_MS'))
   .addOption(new Option('--reconnect-max-ms <ms>', 'longest reconnect delay (default 30000)').env('FLEET_AGENT_RECONNECT_MAX_MS'))
+  .addOption(new Option('--outbox-ack-timeout-ms <ms>', 'send an unacknowledged outbox message again after this long (default 30000)').env('FLEET_AGENT_OUTBOX_ACK_TIMEOUT_MS'))
+  .addOption(new Option('--outbox-max-in-flight <n>', 'most outbox messages awaiting acknowledgment at a time (default 32)').env('FLEET_AGENT_OUTBOX_MAX_IN_FLIGHT'))
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_AGENT_LOG_LEVEL').default('info'))
   .action(async (o: Record<string, string | boolean | undefined>) => {
     const str = (k: string) => (typeof o[k] === 'string' ? o[k] : undefined);
@@ -99,6 +101,8 @@ program
     set('runtimeVersion', str('runtimeVersion'));
     set('reconnectMinMs', str('reconnectMinMs'));
     set('reconnectMaxMs', str('reconnectMaxMs'));
+    set('outboxAckTimeoutMs', str('outboxAckTimeoutMs'));
+    set('outboxMaxInFlight', str('outboxMaxInFlight'));
     set('logLevel', str('logLevel') as AgentConfig['logLevel']);
     await runDaemon(configOrExit(input));
   });
@@ -185,7 +189,7 @@ context
 
 program
   .command('status')
-  .description("print the running agent's status (recording state, connection, capabilities)")
+  .description("print the running agent's status (recording state, connection, capabilities, outbox pending and refused)")
   .addOption(dataDirOption())
   .addOption(socketOption())
   .action((o: { dataDir: string; socket?: string }) => control(o, { op: 'status' }));

@@ -41,6 +41,10 @@ export const AgentConfigSchema = z
     reconnectMaxMs: ms(10).default(30_000),
     /** MQTT keepalive; the broker fires the last will after 1.5 times this without traffic. */
     keepaliveSeconds: z.coerce.number().int().min(1).max(65_535).default(30),
+    /** An outbox message the cloud has not acknowledged this long after it was sent is sent again. */
+    outboxAckTimeoutMs: ms(100).max(24 * 60 * 60 * 1000).default(30_000),
+    /** Most outbox messages sent and not yet acknowledged at a time (a backlog drains at this window). */
+    outboxMaxInFlight: z.coerce.number().int().min(1).max(1000).default(32),
     /** A repeated `cmd_id` within this window is answered from storage (the API's 24 h). */
     commandResultWindowMs: ms(1000).default(24 * 60 * 60 * 1000),
     /** Broker address overriding the one stored at enrollment. */

@@ -12,6 +12,7 @@ import type { ControlRequest } from './control/protocol.js';
 import { ControlServer } from './control/server.js';
 import { readCredentials, type Credentials } from './credentials.js';
 import { MqttLink } from './link/mqtt-link.js';
+import { OutboxSender, type OutboxStatus } from './outbox.js';
 import type { Recorder } from './recording/recorder.js';
 import { RecordingStateMachine, type EndVerb, type EpisodeTransitionResult, type RecordingState } from './recording/state-machine.js';
 import { openAgentStore } from './store/sqlite.js';
@@ -54,9 +55,13 @@ export interface AgentStatus {
   runtime_version: string;
   platform: string;
   capabilities: string[];
+  /** The durable outbox: messages awaiting the cloud's acknowledgment, and ones it refused. */
+  outbox: OutboxStatus;
 }
 
 const PRUNE_EVERY_MS = 60 * 60 * 1000;
+/** Acknowledged outbox messages are kept this long (to look at), then deleted; refused ones stay. */
+const OUTBOX_ACKED_KEPT_MS = 24 * 60 * 60 * 1000;
 
 /**
  * One robot's agent: store, recording state machine, recorder, robot actions, MQTT link and
@@ -68,6 +73,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
   private sm: RecordingStateMachine | undefined;
   private handler: CommandHandler | undefined;
   private mqtt: MqttLink | undefined;
+  private sender: OutboxSender | undefined;
   private control: ControlServer | undefined;
   private creds: Credentials | undefined;
   private pruneTimer: TimerHandle | undefined;
@@ -107,6 +113,11 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
     return this.mqtt;
   }
 
+  get outbox(): OutboxSender {
+    if (!this.sender) throw new Error('agent not started');
+    return this.sender;
+  }
+
   /** The platform announced: configured, else the one given at enrollment. */
   get platform(): string {
     return this.config.platform ?? this.creds?.platform ?? 'unknown';
@@ -127,6 +138,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       // Leave nothing half-open: the socket (the directory's lock) and the store.
       this.stopped = true;
       await this.control?.close().catch(() => undefined);
+      await this.sender?.stop().catch(() => undefined);
       await this.mqtt?.stop().catch(() => undefined);
       await this.store?.close().catch(() => undefined);
       throw err;
@@ -160,8 +172,29 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       finalizeRetryMs: config.finalizeRetryMs,
     });
     this.sm = machine;
+    // The link is made below; the sender only publishes once it reports `connected`.
+    let link: MqttLink | undefined;
+    const sender = new OutboxSender({
+      store: store.outbox,
+      transport: {
+        get connected() {
+          return link?.connected ?? false;
+        },
+        publishOutbox: (payload) => (link ? link.publishOutbox(payload) : Promise.reject(new Error('no MQTT link'))),
+      },
+      clock: deps.clock,
+      scheduler: deps.scheduler,
+      logger: log,
+      maxInFlight: config.outboxMaxInFlight,
+      ackTimeoutMs: config.outboxAckTimeoutMs,
+    });
+    this.sender = sender;
+    // A recording recovered here enqueues its report like any other finalization.
     await machine.init();
+    await sender.start();
     machine.on('state', (change) => {
+      // A finalized episode's report was enqueued in the same transaction.
+      if (change.event === 'finalized') sender.notify();
       this.emit('state', change.to);
       this.mqtt?.publishStatus().catch((err: unknown) => log.warn({ err }, 'could not publish status'));
     });
@@ -179,7 +212,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
     await this.prune();
     this.accepting = true;
     if (deps.link ?? true) {
-      const link = new MqttLink({
+      link = new MqttLink({
         credentials: creds,
         ...(config.mqttUrl ? { url: config.mqttUrl } : {}),
         clock: deps.clock,
@@ -199,9 +232,16 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
           if (!this.accepting) return;
           void this.track(this.commands.handlePayload(payload));
         },
+        onOutboxAck: (payload) => sender.handleAck(payload),
       });
-      link.on('connected', () => this.emit('connected'));
-      link.on('disconnected', () => this.emit('disconnected'));
+      link.on('connected', () => {
+        sender.connected();
+        this.emit('connected');
+      });
+      link.on('disconnected', () => {
+        sender.disconnected();
+        this.emit('disconnected');
+      });
       this.mqtt = link;
       link.start();
     }
@@ -227,6 +267,8 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
     await this.control?.close();
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
     await this.sm?.close();
+    // Pending outbox messages stay in the store for the next start.
+    await this.sender?.stop();
     await this.mqtt?.stop();
     await this.store?.close();
     this.log.info('agent stopped');
@@ -246,6 +288,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       runtime_version: runtimeVersionOf(this.config),
       platform: this.platform,
       capabilities: this.capabilities,
+      outbox: this.sender?.status ?? { pending: 0, refused: 0 },
     };
   }
 
@@ -296,6 +339,8 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
     try {
       const n = await this.commands.prune();
       if (n > 0) this.log.debug({ pruned: n }, 'forgot old command results');
+      const acked = (await this.store?.outbox.prune(this.deps.clock.now() - OUTBOX_ACKED_KEPT_MS)) ?? 0;
+      if (acked > 0) this.log.debug({ pruned: acked }, 'forgot old acknowledged outbox messages');
     } catch (err) {
       this.log.warn({ err }, 'could not prune command results');
     }

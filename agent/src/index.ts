@@ -54,9 +54,29 @@ export {
 } from './recording/state-machine.js';
 export type { EpisodeFacts, EpisodeManifest, ManifestFile, EpisodeSegment, EpisodeOutcome, SubtaskStep } from './recording/facts.js';
 export { segmentsFromSteps } from './recording/segments.js';
-export { toEpisodeReport } from './recording/report.js';
+export { toEpisodeReport, episodeReportMessage, episodeReportMsgId } from './recording/report.js';
+export {
+  OutboxSender,
+  outboxPayload,
+  DEFAULT_OUTBOX_ACK_TIMEOUT_MS,
+  DEFAULT_OUTBOX_MAX_IN_FLIGHT,
+  type OutboxSenderOptions,
+  type OutboxStatus,
+  type OutboxTransport,
+} from './outbox.js';
 export { sha256File } from './recording/finalize.js';
 export { MqttLink, type MqttLinkOptions } from './link/mqtt-link.js';
 export { ControlClient, ControlError, controlCall, controlSocketPath, CONTROL_SOCKET_FILE } from './control/client.js';
 export { CONTROL_OPS, type ControlOp, type ControlRequest, type ControlResponse, type ControlErrorCode } from './control/protocol.js';
-export { openAgentStore, AGENT_DATABASE_FILE, type AgentStore, type EpisodeRow, type RecordingRow, type StoredCommandResult } from './store/index.js';
+export {
+  openAgentStore,
+  AGENT_DATABASE_FILE,
+  type AgentStore,
+  type EpisodeRow,
+  type RecordingRow,
+  type StoredCommandResult,
+  type OutboxStore,
+  type OutboxRow,
+  type OutboxCounts,
+  type NewOutboxMessage,
+} from './store/index.js';

@@ -5,10 +5,13 @@
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type AddressInfo, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { ManualClock, type RobotCommand } from '@fleet/protocol';
+import { Aedes, type Client } from 'aedes';
+import mqtt, { type MqttClient } from 'mqtt';
+import { ManualClock, OutboxMessageSchema, parseRobotTopic, topics, type OutboxAck, type OutboxMessage, type RobotCommand } from '@fleet/protocol';
 import { pino, type Logger } from 'pino';
 import { SimulatedRobotActions } from './actions.js';
 import { parseAgentConfig, type AgentConfigInput } from './config.js';
@@ -167,4 +170,102 @@ export async function startTestAgent(
 export function commandPayload(clock: ManualClock, cmdId: string, command: RobotCommand['command'], args?: Record<string, unknown>): string {
   const cmd: RobotCommand = { cmd_id: cmdId, command, sent_at: clock.now(), ...(args ? { args } : {}) };
   return JSON.stringify(cmd);
+}
+
+export interface TestBroker {
+  url: string;
+  port: number;
+  /** Broker-side connections by client id. */
+  clients: Map<string, Client>;
+  close(): Promise<void>;
+}
+
+/** A real aedes broker on a loopback TCP port that admits everyone (`port` 0: a free one). */
+export async function startTestBroker(port = 0): Promise<TestBroker> {
+  const clients = new Map<string, Client>();
+  const broker = await Aedes.createBroker();
+  broker.on('client', (c) => clients.set(c.id, c));
+  const server: Server = createServer(broker.handle);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', () => resolve());
+  });
+  const actual = (server.address() as AddressInfo).port;
+  let closed = false;
+  return {
+    url: `mqtt://127.0.0.1:${actual}`,
+    port: actual,
+    clients,
+    async close() {
+      if (closed) return;
+      closed = true;
+      await new Promise<void>((resolve) => broker.close(() => resolve()));
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/** One outbox message as the fake cloud received it. */
+export interface ReceivedOutboxMessage {
+  robotId: string;
+  raw: string;
+  message: OutboxMessage;
+}
+
+/**
+ * The cloud's side of the outbox on a test broker: records every message robots publish on
+ * `…/outbox` and answers as `policy` says (`ack` by default; `silent` answers nothing; a
+ * function decides per message, null for no answer).
+ */
+export class FakeCloud {
+  readonly received: ReceivedOutboxMessage[] = [];
+  /** Completed subscriptions to the outbox topics (one more after each reconnect). */
+  subscriptions = 0;
+  policy: 'ack' | 'silent' | ((m: ReceivedOutboxMessage) => OutboxAck | null) = 'ack';
+
+  private constructor(readonly client: MqttClient) {}
+
+  static async connect(url: string): Promise<FakeCloud> {
+    const client = await mqtt.connectAsync(url, { protocolVersion: 4, clientId: `cloud_${randomBytes(6).toString('hex')}`, reconnectPeriod: 50, clean: true });
+    const cloud = new FakeCloud(client);
+    client.on('message', (topic, payload) => cloud.onMessage(topic, payload));
+    await client.subscribeAsync(topics.allOutbox, { qos: 1 });
+    cloud.subscriptions += 1;
+    // A reconnect (the test restarted the broker) needs the subscription again.
+    client.on('connect', () => {
+      client.subscribeAsync(topics.allOutbox, { qos: 1 }).then(
+        () => (cloud.subscriptions += 1),
+        () => undefined,
+      );
+    });
+    return cloud;
+  }
+
+  /** Message ids received so far, in arrival order (with repeats). */
+  ids(): string[] {
+    return this.received.map((r) => r.message.msg_id);
+  }
+
+  /** How many times `msgId` arrived. */
+  count(msgId: string): number {
+    return this.received.filter((r) => r.message.msg_id === msgId).length;
+  }
+
+  async send(robotId: string, ack: OutboxAck | string): Promise<void> {
+    await this.client.publishAsync(topics.outboxAck(robotId), typeof ack === 'string' ? ack : JSON.stringify(ack), { qos: 1 });
+  }
+
+  async close(): Promise<void> {
+    await this.client.endAsync(true);
+  }
+
+  private onMessage(topic: string, payload: Buffer): void {
+    const t = parseRobotTopic(topic);
+    if (t?.rest !== 'outbox') return;
+    const raw = payload.toString('utf8');
+    const received: ReceivedOutboxMessage = { robotId: t.robotId, raw, message: OutboxMessageSchema.parse(JSON.parse(raw)) };
+    this.received.push(received);
+    const answer = this.policy === 'ack' ? { msg_id: received.message.msg_id, ok: true as const } : this.policy === 'silent' ? null : this.policy(received);
+    if (answer) void this.send(received.robotId, answer).catch(() => undefined);
+  }
 }

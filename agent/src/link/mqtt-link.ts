@@ -21,14 +21,16 @@ export interface MqttLinkOptions {
   keepaliveSeconds: number;
   status: () => LinkStatusFields;
   onCommand: (payload: Buffer) => void;
+  /** An application-level acknowledgment of an outbox message (`…/outbox/ack`). */
+  onOutboxAck?: (payload: Buffer) => void;
   random?: () => number;
 }
 
 /**
  * The robot's MQTT 3.1.1 connection: presence by a retained status plus a last will, commands in,
- * replies out, QoS 1. mqtt.js's fixed-period reconnect is off; this link reconnects with
- * exponential backoff and re-announces its status on every connect (the broker may have lost
- * retained messages when it restarted).
+ * replies out, outbox messages out and their acknowledgments in, QoS 1. mqtt.js's fixed-period
+ * reconnect is off; this link reconnects with exponential backoff and re-announces its status on
+ * every connect (the broker may have lost retained messages when it restarted).
  */
 export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> {
   private client: MqttClient | undefined;
@@ -73,6 +75,7 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
     client.on('error', (err) => this.opts.logger.warn({ err: { message: err.message, code: (err as { code?: unknown }).code } }, 'mqtt error'));
     client.on('message', (topic, payload) => {
       if (topic === topics.command(this.robotId)) this.opts.onCommand(payload);
+      else if (topic === topics.outboxAck(this.robotId)) this.opts.onOutboxAck?.(payload);
     });
   }
 
@@ -98,6 +101,16 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
       return;
     }
     await client.publishAsync(topics.commandReply(this.robotId), JSON.stringify(reply), { qos: 1 });
+  }
+
+  /**
+   * Publishes a durable outbox message (QoS 1); rejects while disconnected. The returned promise
+   * is the broker's PUBACK, not the cloud's acknowledgment, which comes on `…/outbox/ack`.
+   */
+  async publishOutbox(payload: string): Promise<void> {
+    const client = this.client;
+    if (!client?.connected) throw new Error('not connected');
+    await client.publishAsync(topics.outbox(this.robotId), payload, { qos: 1 });
   }
 
   /** Publishes the retained offline status, then disconnects (no last will on a clean end). */
@@ -131,7 +144,8 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
     this.opts.logger.info({ url: this.url, reconnect: this.everConnected }, 'mqtt connected');
     this.everConnected = true;
     const ready = async () => {
-      await client.subscribeAsync(topics.command(this.robotId), { qos: 1 });
+      // Subscribed before `connected` fires, so the outbox never publishes without hearing the acks.
+      await client.subscribeAsync([topics.command(this.robotId), topics.outboxAck(this.robotId)], { qos: 1 });
       await this.publishStatus();
     };
     ready().then(

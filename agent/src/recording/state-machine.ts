@@ -11,6 +11,7 @@ import type { Scheduler, TimerHandle } from '../time.js';
 import type { EpisodeOutcome, SubtaskStep } from './facts.js';
 import { closeRecordingFiles, finalizeEpisode, removeOrphanDirectories } from './finalize.js';
 import type { Recorder, RecordingHandle } from './recorder.js';
+import { episodeReportMessage } from './report.js';
 
 /** The robot's recording state (spec: Robot recording state). */
 export type RecordingState =
@@ -348,7 +349,8 @@ export class RecordingStateMachine extends EventEmitter<{ state: [StateChange] }
           finalizedAt: this.opts.clock.now(),
         });
         await this.exclusive(async () => {
-          await this.transition('finalized', () => this.opts.store.recording.complete(episode));
+          // The report is enqueued in the same transaction: a crash leaves both or neither.
+          await this.transition('finalized', () => this.opts.store.recording.complete(episode, episodeReportMessage(episode)));
           this.active = undefined;
         });
         return;

@@ -62,4 +62,36 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       CREATE TABLE agent_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT, WITHOUT ROWID;
     `,
   },
+  {
+    version: 2,
+    name: 'durable outbox',
+    sql: `
+      -- Messages that must reach the cloud, kept until it acknowledges them at application level.
+      -- seq is the creation order (AUTOINCREMENT: never reused, also after acked rows are pruned).
+      CREATE TABLE outbox (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        msg_id TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL,
+        body TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        last_sent_at INTEGER,
+        state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'acked', 'refused')),
+        refusal_code TEXT,
+        refusal_message TEXT,
+        settled_at INTEGER
+      ) STRICT;
+      CREATE INDEX outbox_by_state ON outbox (state, seq);
+      -- Episodes finalized before the outbox existed were never reported: report them now, in
+      -- finalization order (the body is what toEpisodeReport() builds).
+      INSERT INTO outbox (msg_id, kind, body, created_at)
+        SELECT 'episode.report:' || id, 'episode.report',
+               CASE WHEN interrupted = 1
+                 THEN json_set(json_remove(facts, '$.robot_id'), '$.manifest', json(manifest), '$.interrupted', json('true'))
+                 ELSE json_set(json_remove(facts, '$.robot_id'), '$.manifest', json(manifest))
+               END,
+               finalized_at
+        FROM episodes ORDER BY finalized_at, rowid;
+    `,
+  },
 ];

@@ -2,8 +2,10 @@ import type Database from 'better-sqlite3';
 import { emptyOperatorContext, OPERATOR_CONTEXT_KEYS, type OperatorContext } from '../context.js';
 import type { EpisodeOutcome, SubtaskStep } from '../recording/facts.js';
 import { insertCommandResult } from './sqlite-episodes.js';
+import { insertOutboxMessage } from './sqlite-outbox.js';
 import type {
   EpisodeRow,
+  NewOutboxMessage,
   OperatorContextStore,
   RecordingRow,
   RecordingSessionRow,
@@ -95,7 +97,7 @@ export class SqliteRecording implements RecordingStore {
     this.db.prepare('UPDATE recording SET alive_at = max(alive_at, ?) WHERE slot = 1 AND episode_id = ?').run(at, episodeId);
   }
 
-  async complete(e: EpisodeRow): Promise<void> {
+  async complete(e: EpisodeRow, report: NewOutboxMessage): Promise<void> {
     this.db.transaction(() => {
       this.db
         .prepare(
@@ -103,6 +105,7 @@ export class SqliteRecording implements RecordingStore {
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
         )
         .run(e.id, e.recordingSessionId, e.episodeSeq, e.outcome, JSON.stringify(e.facts), JSON.stringify(e.manifest), e.finalizedAt, e.interrupted ? 1 : 0, e.dir);
+      insertOutboxMessage(this.db, report);
       this.db.prepare('DELETE FROM recording WHERE slot = 1 AND episode_id = ?').run(e.id);
       this.db.prepare('DELETE FROM recording_steps WHERE episode_id = ?').run(e.id);
     }).immediate();

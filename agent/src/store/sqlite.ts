@@ -3,8 +3,9 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { MIGRATIONS } from './migrations.js';
 import { SqliteCommandResults, SqliteEpisodes } from './sqlite-episodes.js';
+import { SqliteOutbox } from './sqlite-outbox.js';
 import { SqliteOperatorContext, SqliteRecording, SqliteRecordingSessions } from './sqlite-recording.js';
-import type { AgentStore, CommandResultStore, EpisodeStore, OperatorContextStore, RecordingSessionStore, RecordingStore } from './types.js';
+import type { AgentStore, CommandResultStore, EpisodeStore, OperatorContextStore, OutboxStore, RecordingSessionStore, RecordingStore } from './types.js';
 
 export const AGENT_DATABASE_FILE = 'agent.sqlite';
 
@@ -45,6 +46,7 @@ export class SqliteAgentStore implements AgentStore {
   readonly commandResults: CommandResultStore;
   readonly context: OperatorContextStore;
   readonly sessions: RecordingSessionStore;
+  readonly outbox: OutboxStore;
 
   constructor(private readonly db: Database.Database) {
     this.recording = new SqliteRecording(db);
@@ -52,6 +54,7 @@ export class SqliteAgentStore implements AgentStore {
     this.commandResults = new SqliteCommandResults(db);
     this.context = new SqliteOperatorContext(db);
     this.sessions = new SqliteRecordingSessions(db);
+    this.outbox = new SqliteOutbox(db);
   }
 
   async close(): Promise<void> {

@@ -1,4 +1,4 @@
-import type { CommandReply } from '@fleet/protocol';
+import type { CommandReply, OutboxMessage } from '@fleet/protocol';
 import type { OperatorContext } from '../context.js';
 import type { EpisodeFacts, EpisodeManifest, EpisodeOutcome, SubtaskStep } from '../recording/facts.js';
 
@@ -14,6 +14,7 @@ export interface AgentStore {
   readonly commandResults: CommandResultStore;
   readonly context: OperatorContextStore;
   readonly sessions: RecordingSessionStore;
+  readonly outbox: OutboxStore;
   close(): Promise<void>;
 }
 
@@ -64,8 +65,12 @@ export interface RecordingStore {
   end(args: { episodeId: string; outcome: EpisodeOutcome; endedAt: number; commandResult?: StoredCommandResult }): Promise<void>;
   /** Notes the recording alive at `at`. */
   touch(episodeId: string, at: number): Promise<void>;
-  /** Inserts the finished episode and removes the recording and its steps; one transaction. */
-  complete(episode: EpisodeRow): Promise<void>;
+  /**
+   * Inserts the finished episode, enqueues `report` (its outbox message) and removes the
+   * recording and its steps; one transaction, so after a crash the episode and its report exist
+   * both or neither.
+   */
+  complete(episode: EpisodeRow, report: NewOutboxMessage): Promise<void>;
 }
 
 /** A finished (finalized) episode. */
@@ -111,4 +116,65 @@ export interface OperatorContextStore {
 export interface RecordingSessionStore {
   /** The session the next recording joins; undefined when it must start a new one. */
   current(): Promise<RecordingSessionRow | undefined>;
+}
+
+/** What an outbox message carries; `episode.report` for now. */
+export type OutboxKind = OutboxMessage['kind'];
+
+/** A message to enqueue. `body` is serialized as JSON. */
+export interface NewOutboxMessage {
+  /** Unique; the cloud acknowledges by it. At most 128 characters, no double quote or backslash (see outbox.ts). */
+  msgId: string;
+  kind: OutboxKind;
+  body: unknown;
+  createdAt: number;
+}
+
+export type OutboxState = 'pending' | 'acked' | 'refused';
+
+/** One durable outbox message. */
+export interface OutboxRow {
+  /** Creation order; never reused. */
+  seq: number;
+  msgId: string;
+  kind: OutboxKind;
+  /** The body as stored (JSON text). */
+  bodyJson: string;
+  createdAt: number;
+  /** How many times it was published. */
+  attempts: number;
+  lastSentAt: number | null;
+  state: OutboxState;
+  /** Why the cloud refused it (state `refused`). */
+  refusal: { code: string; message: string } | null;
+  /** When it was acknowledged or refused. */
+  settledAt: number | null;
+}
+
+export interface OutboxCounts {
+  pending: number;
+  acked: number;
+  refused: number;
+}
+
+/**
+ * The durable outbox (ARCHITECTURE.md, MQTT link): a message stays `pending` until the cloud
+ * acknowledges it (`acked`) or refuses it for good (`refused`).
+ */
+export interface OutboxStore {
+  /** Enqueues a message on its own; a msg_id already present is left as it is. */
+  enqueue(msg: NewOutboxMessage): Promise<void>;
+  get(msgId: string): Promise<OutboxRow | undefined>;
+  /** Pending messages created after `afterSeq`, oldest first. */
+  pending(opts: { afterSeq: number; limit: number }): Promise<OutboxRow[]>;
+  /** Notes that these messages were published at `at` (attempts + 1); one transaction. */
+  markSent(msgIds: readonly string[], at: number): Promise<void>;
+  /**
+   * Settles a pending message: acknowledged, or refused with the cloud's reason. Returns false
+   * (and changes nothing) when no pending message has that id.
+   */
+  settle(msgId: string, outcome: { state: 'acked' } | { state: 'refused'; code: string; message: string }, at: number): Promise<boolean>;
+  counts(): Promise<OutboxCounts>;
+  /** Deletes acknowledged messages settled before `olderThan` (refused ones are kept); returns how many. */
+  prune(olderThan: number): Promise<number>;
 }

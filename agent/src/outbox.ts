@@ -1,0 +1,280 @@
+import { OutboxAckSchema, type Clock, type OutboxAck } from '@fleet/protocol';
+import type { Logger } from 'pino';
+import type { OutboxRow, OutboxStore } from './store/types.js';
+import type { Scheduler, TimerHandle } from './time.js';
+
+/** What the sender publishes through: the robot's MQTT link. */
+export interface OutboxTransport {
+  /** True while a message can be published. */
+  readonly connected: boolean;
+  /** Publishes on the robot's outbox topic at QoS 1; resolves at the broker's PUBACK (not an acknowledgment). */
+  publishOutbox(payload: string): Promise<void>;
+}
+
+export interface OutboxSenderOptions {
+  store: OutboxStore;
+  transport: OutboxTransport;
+  clock: Clock;
+  scheduler: Scheduler;
+  logger: Logger;
+  /** Most messages published and not yet acknowledged (default 32). */
+  maxInFlight?: number;
+  /** A message not acknowledged this long after it was published is published again (default 30 s). */
+  ackTimeoutMs?: number;
+}
+
+export const DEFAULT_OUTBOX_MAX_IN_FLIGHT = 32;
+export const DEFAULT_OUTBOX_ACK_TIMEOUT_MS = 30_000;
+
+/** The counts `fleet-agent status` shows. */
+export interface OutboxStatus {
+  /** Waiting for the cloud's acknowledgment (sent or not). */
+  pending: number;
+  /** Refused by the cloud for good; kept, never resent. */
+  refused: number;
+}
+
+interface InFlight {
+  msgId: string;
+  seq: number;
+  payload: string;
+  timer: TimerHandle | undefined;
+}
+
+/**
+ * The wire form of an outbox message. `msg_id` is the first field, so the cloud can name even a
+ * message too large to parse; the stored body is spliced in as it is (never re-serialized).
+ */
+export function outboxPayload(row: Pick<OutboxRow, 'msgId' | 'kind' | 'bodyJson'>): string {
+  return `{"msg_id":${JSON.stringify(row.msgId)},"kind":${JSON.stringify(row.kind)},"body":${row.bodyJson}}`;
+}
+
+/**
+ * Sends the durable outbox to the cloud (ARCHITECTURE.md, MQTT link). While the link is up it
+ * publishes pending messages in creation order with at most `maxInFlight` unacknowledged at a
+ * time, so a backlog drains steadily; each acknowledgment frees a slot for the next message.
+ * A message is published again when no acknowledgment came within `ackTimeoutMs`, and every
+ * pending message is published again after each reconnect (acknowledgments sent while the robot
+ * was away are lost with its clean session). `ok: true` settles a message as acked; `ok: false`
+ * settles it as refused with the cloud's reason: it is logged and never sent again, and the
+ * messages after it go on. Nothing is removed from the store until it is settled, so a stop or a
+ * crash leaves the pending messages for the next start.
+ */
+export class OutboxSender {
+  private readonly inFlight = new Map<string, InFlight>();
+  /** Highest seq published since the last (re)connect: the pump continues after it. */
+  private cursor = 0;
+  /** Changes at every (re)connect and disconnect; work begun under another one is dropped. */
+  private generation = 0;
+  private online = false;
+  private stopped = false;
+  private pumping = false;
+  private again = false;
+  private retryTimer: TimerHandle | undefined;
+  private readonly ops = new Set<Promise<unknown>>();
+  private cached: OutboxStatus = { pending: 0, refused: 0 };
+  private readonly maxInFlight: number;
+  private readonly ackTimeoutMs: number;
+
+  constructor(private readonly opts: OutboxSenderOptions) {
+    this.maxInFlight = opts.maxInFlight ?? DEFAULT_OUTBOX_MAX_IN_FLIGHT;
+    this.ackTimeoutMs = opts.ackTimeoutMs ?? DEFAULT_OUTBOX_ACK_TIMEOUT_MS;
+    if (!Number.isInteger(this.maxInFlight) || this.maxInFlight < 1) throw new RangeError('maxInFlight must be a positive integer');
+  }
+
+  /** Counts as of the last change the sender made or was told about. */
+  get status(): OutboxStatus {
+    return { ...this.cached };
+  }
+
+  /** Messages published and not yet acknowledged in this connection. */
+  get inFlightCount(): number {
+    return this.inFlight.size;
+  }
+
+  /** Loads the counts; call once before use. */
+  async start(): Promise<void> {
+    await this.refreshCounts();
+  }
+
+  /** The link is up (subscribed to the acknowledgments): publish everything pending, from the oldest. */
+  connected(): void {
+    if (this.stopped) return;
+    this.reset();
+    this.online = true;
+    if (this.cached.pending > 0) this.opts.logger.info({ pending: this.cached.pending }, 'sending the outbox');
+    this.kick();
+  }
+
+  /** The link is down: forget what was in flight (it is all sent again at the next connect). */
+  disconnected(): void {
+    this.online = false;
+    this.reset();
+  }
+
+  /** A message was enqueued (an episode finalized). */
+  notify(): void {
+    if (this.stopped) return;
+    this.track(this.refreshCounts()).catch((err: unknown) => this.opts.logger.warn({ err }, 'could not count the outbox'));
+    this.kick();
+  }
+
+  /** An acknowledgment from `…/outbox/ack`. Malformed ones are logged and dropped; unknown ids are ignored. */
+  handleAck(payload: Buffer): void {
+    if (this.stopped) return;
+    let ack: OutboxAck;
+    try {
+      const parsed = OutboxAckSchema.safeParse(JSON.parse(payload.toString('utf8')));
+      if (!parsed.success) {
+        this.opts.logger.warn({ issues: parsed.error.issues.slice(0, 5) }, 'dropped malformed outbox ack');
+        return;
+      }
+      ack = parsed.data;
+    } catch {
+      this.opts.logger.warn({ bytes: payload.length }, 'dropped malformed outbox ack (not JSON)');
+      return;
+    }
+    this.track(this.settle(ack)).catch((err: unknown) => this.opts.logger.error({ err, msg_id: ack.msg_id }, 'could not record an outbox ack'));
+  }
+
+  /** Stops sending and waits for running store work; pending messages stay for the next start. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.online = false;
+    this.reset();
+    if (this.retryTimer !== undefined) this.opts.scheduler.clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+    while (this.ops.size > 0) await Promise.allSettled([...this.ops]);
+  }
+
+  private async settle(ack: OutboxAck): Promise<void> {
+    const { store, clock, logger } = this.opts;
+    const changed = await store.settle(
+      ack.msg_id,
+      ack.ok ? { state: 'acked' } : { state: 'refused', code: ack.error.code, message: ack.error.message },
+      clock.now(),
+    );
+    // Known or not, a settled message needs no slot: free it (a late resend of an acked message
+    // is acknowledged again and lands here with changed = false).
+    const entry = this.inFlight.get(ack.msg_id);
+    if (entry) this.release(entry);
+    if (!changed) {
+      logger.debug({ msg_id: ack.msg_id, ok: ack.ok }, 'ack for a message that is not pending; ignored');
+    } else if (ack.ok) {
+      logger.debug({ msg_id: ack.msg_id }, 'outbox message acknowledged');
+    } else {
+      logger.warn({ msg_id: ack.msg_id, code: ack.error.code, reason: ack.error.message }, 'the cloud refused an outbox message; it is kept and never sent again');
+    }
+    if (changed) await this.refreshCounts();
+    if (entry || changed) this.kick();
+  }
+
+  private release(entry: InFlight): void {
+    if (entry.timer !== undefined) this.opts.scheduler.clearTimeout(entry.timer);
+    entry.timer = undefined;
+    this.inFlight.delete(entry.msgId);
+  }
+
+  private reset(): void {
+    this.generation += 1;
+    for (const entry of this.inFlight.values()) if (entry.timer !== undefined) this.opts.scheduler.clearTimeout(entry.timer);
+    this.inFlight.clear();
+    this.cursor = 0;
+  }
+
+  private canSend(): boolean {
+    return this.online && !this.stopped && this.opts.transport.connected;
+  }
+
+  /** Runs the pump, or asks the running one to look again. */
+  private kick(): void {
+    if (this.stopped) return;
+    this.again = true;
+    if (this.pumping) return;
+    this.pumping = true;
+    void this.track(this.pump());
+  }
+
+  private async pump(): Promise<void> {
+    try {
+      while (this.again && !this.stopped) {
+        this.again = false;
+        await this.fill();
+      }
+    } catch (err) {
+      // The store failed (a full disk, say): try again a little later rather than wait for an event.
+      this.opts.logger.error({ err }, 'outbox pump failed; retrying');
+      if (this.retryTimer === undefined && !this.stopped) {
+        this.retryTimer = this.opts.scheduler.setTimeout(() => {
+          this.retryTimer = undefined;
+          this.kick();
+        }, Math.min(this.ackTimeoutMs, 5_000));
+      }
+    } finally {
+      // Same tick as the last check of `again`: a kick() after it starts a new pump.
+      this.pumping = false;
+    }
+  }
+
+  /** Publishes the next pending messages until `maxInFlight` are unacknowledged or none is left. */
+  private async fill(): Promise<void> {
+    while (this.canSend() && this.inFlight.size < this.maxInFlight) {
+      const generation = this.generation;
+      const rows = await this.opts.store.pending({ afterSeq: this.cursor, limit: this.maxInFlight - this.inFlight.size });
+      // A reconnect meanwhile restarts from the oldest message.
+      if (generation !== this.generation) continue;
+      if (rows.length === 0) return;
+      const batch: InFlight[] = [];
+      for (const row of rows) {
+        this.cursor = Math.max(this.cursor, row.seq);
+        if (this.inFlight.has(row.msgId)) continue;
+        const entry: InFlight = { msgId: row.msgId, seq: row.seq, payload: outboxPayload(row), timer: undefined };
+        this.inFlight.set(row.msgId, entry);
+        batch.push(entry);
+      }
+      await this.publish(batch, generation);
+    }
+  }
+
+  private async publish(batch: readonly InFlight[], generation: number): Promise<void> {
+    const { store, clock, logger, transport } = this.opts;
+    if (batch.length === 0) return;
+    try {
+      await store.markSent(
+        batch.map((e) => e.msgId),
+        clock.now(),
+      );
+    } catch (err) {
+      // Only bookkeeping: sending matters more.
+      logger.warn({ err }, 'could not note outbox attempts');
+    }
+    for (const entry of batch) {
+      if (generation !== this.generation || this.inFlight.get(entry.msgId) !== entry || !this.canSend()) continue;
+      transport.publishOutbox(entry.payload).catch((err: unknown) => {
+        // The ack timeout or the next reconnect sends it again.
+        logger.debug({ err, msg_id: entry.msgId }, 'outbox publish failed');
+      });
+      entry.timer = this.opts.scheduler.setTimeout(() => this.timedOut(entry, generation), this.ackTimeoutMs);
+    }
+  }
+
+  private timedOut(entry: InFlight, generation: number): void {
+    entry.timer = undefined;
+    if (this.stopped || generation !== this.generation || this.inFlight.get(entry.msgId) !== entry) return;
+    if (!this.canSend()) return;
+    this.opts.logger.info({ msg_id: entry.msgId, timeout_ms: this.ackTimeoutMs }, 'outbox message not acknowledged in time; sending it again');
+    this.track(this.publish([entry], generation)).catch((err: unknown) => this.opts.logger.warn({ err, msg_id: entry.msgId }, 'outbox resend failed'));
+  }
+
+  private async refreshCounts(): Promise<void> {
+    const c = await this.opts.store.counts();
+    this.cached = { pending: c.pending, refused: c.refused };
+  }
+
+  private track<T>(p: Promise<T>): Promise<T> {
+    this.ops.add(p);
+    const done = () => this.ops.delete(p);
+    p.then(done, done);
+    return p;
+  }
+}

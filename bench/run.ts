@@ -7,6 +7,7 @@ import type { BenchModule } from './lib/args.js';
 /** Every benchmark by name; each module is loaded only when asked for. */
 const BENCHMARKS: Readonly<Record<string, () => Promise<BenchModule>>> = {
   api: async () => (await import('./api.js')).api,
+  commands: async () => (await import('./commands.js')).commands,
   episodes: async () => (await import('./episodes.js')).episodes,
 };
 

@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import mqtt, { type MqttClient } from 'mqtt';
-import { topics, type Clock, type CommandReply, type RobotStatus } from '@fleet/protocol';
+import { disableNagle, topics, type Clock, type CommandReply, type RobotStatus } from '@fleet/protocol';
 import type { Logger } from 'pino';
 import type { Credentials } from '../credentials.js';
 import type { Scheduler, TimerHandle } from '../time.js';
@@ -140,6 +140,7 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
   }
 
   private onConnect(client: MqttClient): void {
+    disableNagle(client.stream);
     this.attempt = 0;
     this.opts.logger.info({ url: this.url, reconnect: this.everConnected }, 'mqtt connected');
     this.everConnected = true;

@@ -30,7 +30,8 @@ export async function startEmbeddedBroker(opts: { host: string; port: number; ho
     ...(opts.hooks?.authorizePublish ? { authorizePublish: opts.hooks.authorizePublish } : {}),
     ...(opts.hooks?.authorizeSubscribe ? { authorizeSubscribe: opts.hooks.authorizeSubscribe } : {}),
   });
-  const server: Server = createServer(aedes.handle);
+  // noDelay: commands, replies and acks are small packets that must not wait for Nagle.
+  const server: Server = createServer({ noDelay: true }, aedes.handle);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(opts.port, opts.host, () => {

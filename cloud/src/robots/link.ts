@@ -3,6 +3,7 @@ import mqtt, { type MqttClient } from 'mqtt';
 import type { FastifyBaseLogger } from 'fastify';
 import {
   CommandReplySchema,
+  disableNagle,
   parseRobotTopic,
   RobotStatusSchema,
   topics,
@@ -57,6 +58,8 @@ export class RobotLink {
       ...(this.opts.password ? { password: this.opts.password } : {}),
     });
     this.client = client;
+    disableNagle(client.stream);
+    client.on('connect', () => disableNagle(client.stream));
     client.on('message', (topic, payload) => {
       this.onMessage(topic, payload).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'robot message handling failed'));
     });

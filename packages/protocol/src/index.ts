@@ -4,3 +4,4 @@ export * from './api-keys.js';
 export * from './time.js';
 export * from './robot.js';
 export * from './episodes.js';
+export * from './tcp.js';

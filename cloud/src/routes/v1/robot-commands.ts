@@ -40,6 +40,14 @@ export const COMMAND_ROUTES: readonly CommandRoute[] = [
   { path: 'episodes/discard', command: 'episodes.discard', feature: 'data.metadata', meter: 'episodes.discarded', body: EpisodeEndBodySchema, needsEpisodesV1: true },
 ];
 
+/**
+ * 422 `validation_failed`: the robot's runtime predates native episode commands. The spec keeps
+ * 422 for this one case; every other `validation_failed` is 400 (decisions.md, HTTP conventions).
+ */
+class RuntimeUnsupportedError extends ApiError {
+  override readonly status = 422;
+}
+
 /** How a robot's refusal reads through the API (spec: Robot commands rules and Errors). */
 const REFUSAL_TO_ERROR = {
   invalid_state: 'internal',
@@ -70,9 +78,10 @@ export const robotCommandRoutes: V1Plugin = async (app, { store, robots }) => {
         const { org } = principalOf(request);
         const robot = await store.robots.get(org.id, request.params.id);
         if (!robot) throw notFound('robot');
-        // A robot that never connected has announced nothing: it is offline, not legacy.
-        if (robot.runtimeVersion !== null && def.needsEpisodesV1 && !robot.capabilities.includes(CAPABILITY_EPISODES_V1)) {
-          throw new ApiError('validation_failed', `the robot's runtime ${robot.runtimeVersion} does not support ${def.command}`, {
+        // A robot that never connected has announced nothing: it is offline, not legacy. (Its
+        // runtime version may be known from enrollment, but its capabilities are not.)
+        if (robot.lastSeenAt !== null && def.needsEpisodesV1 && !robot.capabilities.includes(CAPABILITY_EPISODES_V1)) {
+          throw new RuntimeUnsupportedError('validation_failed', `the robot's runtime ${robot.runtimeVersion} does not support ${def.command}`, {
             required_capability: CAPABILITY_EPISODES_V1,
           });
         }
@@ -81,10 +90,11 @@ export const robotCommandRoutes: V1Plugin = async (app, { store, robots }) => {
         const cmdId = typeof idem === 'string' ? idem : newId('cmd');
         const reply = await robots.send(robot.id, def.command, cmdId, (request.body ?? undefined) as Record<string, unknown> | undefined);
         if (reply.ok) return { status: 'ok' as const, result: reply.result };
-        throw new ApiError(REFUSAL_TO_ERROR[reply.error.code], `robot refused ${def.command}: ${reply.error.message}`, {
-          robot_error: reply.error.code,
-          cmd_id: cmdId,
-        });
+        const details = { robot_error: reply.error.code, cmd_id: cmdId };
+        const message = `robot refused ${def.command}: ${reply.error.message}`;
+        // The robot itself says its runtime lacks the command (the cloud's record was stale).
+        if (reply.error.code === 'unsupported') throw new RuntimeUnsupportedError('validation_failed', message, details);
+        throw new ApiError(REFUSAL_TO_ERROR[reply.error.code], message, details);
       },
     });
   }

@@ -1,0 +1,307 @@
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import {
+  Agent,
+  AGENT_RUNTIME_VERSION,
+  LEGACY_RUNTIME_VERSION,
+  SimulatedRobotActions,
+  SyntheticRecorder,
+  enroll,
+  parseAgentConfig,
+  readCredentials,
+  systemScheduler,
+  type Credentials,
+  type Scheduler,
+} from '@fleet/agent';
+import { systemClock, type Clock } from '@fleet/protocol';
+import { pino, type Logger } from 'pino';
+import { z } from 'zod';
+import { ScriptedOperator, type OperatorRobot, type OperatorScript, type OperatorTask } from './operator.js';
+import { seededRandom } from './random.js';
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+/**
+ * Everything `fleet-sim fleet` can be told, with its default; parsed once by the CLI (or by a
+ * test or benchmark calling {@link runFleet}).
+ */
+export const FleetOptionsSchema = z.strictObject({
+  /** The fleet API the robots enroll with (base URL, with or without /v1). */
+  api: z.url({ protocol: /^https?$/ }),
+  /** Enrollment token; needed only while some robot of the fleet has no credentials yet. */
+  token: z.string().min(1).max(256).optional(),
+  /** Robots to run, `<dataDir>/robot-0` … `robot-<count-1>`. */
+  count: z.coerce.number().int().min(1).max(10_000),
+  dataDir: z.string().min(1),
+  /** Robots without `episodes.v1` (the cloud answers 422 to start, finish and discard). */
+  legacyRuntime: z.boolean().default(false),
+  /** Synthetic recorder byte rate per robot. */
+  bytesPerSecond: z.coerce.number().int().min(1).max(1024 * 1024 * 1024).default(64 * 1024),
+  /** Synthetic recorder write interval. */
+  chunkIntervalMs: z.coerce.number().int().min(1).max(60_000).default(100),
+  /** Episodes each operator starts on its own per minute; 0: only the API and the control socket start them. */
+  autoEpisodesPerMinute: z.coerce.number().min(0).max(600).default(0),
+  /** Time each operator spends on one subtask while recording. */
+  subtaskMs: z.coerce.number().int().min(10).max(3_600_000).default(2_000),
+  platform: z.string().min(1).max(128).default('sim-arm'),
+  /** Robot names are `<namePrefix>-<i>`. */
+  namePrefix: z.string().min(1).max(64).default('sim'),
+  /** Seeds the operators' choices; robot i uses seed + i. */
+  seed: z.coerce.number().int().default(1),
+  /** Least time in `finalizing` (the agent's --finalizing-delay-ms). */
+  finalizingDelayMs: z.coerce.number().int().min(0).max(600_000).default(0),
+  /** Broker address overriding the one given at enrollment. */
+  mqttUrl: z.url({ protocol: /^mqtts?$/ }).optional(),
+  /** Robots enrolling and opening their stores at the same time. */
+  startConcurrency: z.coerce.number().int().min(1).max(1000).default(16),
+  /** Give up when not every robot is connected after this long. */
+  connectTimeoutMs: z.coerce.number().int().min(100).max(3_600_000).default(120_000),
+  /** Serve each robot's local control socket (`fleet-agent episode … --data-dir <dataDir>/robot-<i>`). */
+  controlSocket: z.boolean().default(true),
+  logLevel: z.enum(LOG_LEVELS).default('info'),
+});
+export type FleetOptions = Readonly<z.output<typeof FleetOptionsSchema>>;
+export type FleetOptionsInput = z.input<typeof FleetOptionsSchema>;
+
+export function parseFleetOptions(input: FleetOptionsInput): FleetOptions {
+  return Object.freeze(FleetOptionsSchema.parse(input));
+}
+
+/** What the caller supplies besides options: time and logging (tests pass their own). */
+export interface FleetDeps {
+  clock?: Clock;
+  scheduler?: Scheduler;
+  /** Default: JSON to stderr at the options' log level. */
+  logger?: Logger;
+  /** Aborting while starting stops the robots started so far and rejects. */
+  signal?: AbortSignal;
+}
+
+/** One simulated robot: a real agent, its simulated actions and its operator. */
+export interface SimulatedRobot {
+  index: number;
+  robotId: string;
+  name: string;
+  dataDir: string;
+  agent: Agent;
+  actions: SimulatedRobotActions;
+  operator: ScriptedOperator;
+}
+
+export interface Fleet {
+  readonly robots: readonly SimulatedRobot[];
+  /** The robot ids, in index order. */
+  readonly robotIds: readonly string[];
+  /** Stops every operator, then every agent (each publishes its offline status). */
+  stop(): Promise<void>;
+}
+
+/** Starting the fleet failed; the robots started so far are stopped. */
+export class FleetError extends Error {
+  override readonly name = 'FleetError';
+}
+
+/** The operator's view of a real agent. */
+export function agentAsOperatorRobot(agent: Agent): OperatorRobot {
+  return {
+    get recordingState() {
+      return agent.machine.state;
+    },
+    setContext: (patch) => agent.setContext(patch),
+    episode: (verb) => agent.episode(verb, 'simulator'),
+    onState: (listener) => {
+      agent.on('state', listener);
+      return () => agent.off('state', listener);
+    },
+  };
+}
+
+const TASKS: readonly OperatorTask[] = [
+  {
+    id: 'task_pick_place',
+    name: 'Pick and place',
+    subtasks: [
+      { id: 'reach', name: 'Reach the part' },
+      { id: 'grasp', name: 'Grasp' },
+      { id: 'place', name: 'Place in the bin' },
+    ],
+  },
+  {
+    id: 'task_fold_towel',
+    name: 'Fold a towel',
+    subtasks: [
+      { id: 'flatten', name: 'Flatten' },
+      { id: 'fold_half', name: 'Fold in half' },
+      { id: 'fold_quarter', name: 'Fold in quarters' },
+      { id: 'stack', name: 'Stack' },
+    ],
+  },
+  {
+    id: 'task_stack_cubes',
+    name: 'Stack cubes',
+    subtasks: [
+      { id: 'pick_red', name: 'Pick the red cube' },
+      { id: 'stack_red', name: 'Stack it' },
+    ],
+  },
+];
+
+/** The script of robot `index`: tasks rotate so neighbouring robots work on different ones. */
+export function operatorScript(index: number, name: string, opts: Pick<FleetOptions, 'subtaskMs'>): OperatorScript {
+  const tasks = TASKS.map((_, i) => TASKS[(index + i) % TASKS.length]!);
+  return {
+    tasks,
+    operatorId: `op_${index % 7}`,
+    operatorName: `Operator ${index % 7}`,
+    controlMode: index % 4 === 3 ? 'shared_autonomy' : 'teleop',
+    policyVersionId: 'pv_sim_1',
+    sessionName: `${name}-session`,
+    subtaskMs: opts.subtaskMs,
+  };
+}
+
+/** Runs `fn` over `items` with at most `limit` at a time; stops taking new items after a failure. */
+async function eachLimited<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  let failed: Error | undefined;
+  const worker = async () => {
+    while (failed === undefined && next < items.length) {
+      const item = items[next++]!;
+      try {
+        await fn(item);
+      } catch (err) {
+        failed ??= err instanceof Error ? err : new Error(String(err));
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  if (failed !== undefined) throw failed;
+}
+
+function robotDir(dataDir: string, index: number): string {
+  return join(dataDir, `robot-${index}`);
+}
+
+/**
+ * Runs `count` real agents in this process, each in `<dataDir>/robot-<i>` with the synthetic
+ * recorder, simulated robot actions and a scripted operator. A robot without credentials enrolls
+ * with the token; one with credentials reuses them. Resolves once every robot is connected.
+ */
+export async function runFleet(input: FleetOptionsInput | FleetOptions, deps: FleetDeps = {}): Promise<Fleet> {
+  const opts = parseFleetOptions(input);
+  const clock = deps.clock ?? systemClock;
+  const scheduler = deps.scheduler ?? systemScheduler;
+  const logger = deps.logger ?? pino({ level: opts.logLevel, base: { pid: process.pid }, redact: ['password', '*.password'] }, pino.destination({ dest: 2, sync: true }));
+  await mkdir(opts.dataDir, { recursive: true, mode: 0o700 });
+
+  const slots: (SimulatedRobot | undefined)[] = new Array<SimulatedRobot | undefined>(opts.count);
+  const started = (): SimulatedRobot[] => slots.filter((r): r is SimulatedRobot => r !== undefined);
+  const stopAll = async (robots: readonly SimulatedRobot[]): Promise<void> => {
+    await Promise.all(robots.map((r) => r.operator.stop()));
+    await eachLimited(robots, 64, async (r) => {
+      await r.agent.stop().catch((err: unknown) => logger.error({ err, robot_id: r.robotId }, 'agent did not stop cleanly'));
+    });
+  };
+  const aborted = () => {
+    if (deps.signal?.aborted) throw new FleetError('fleet start aborted');
+  };
+
+  const startOne = async (index: number): Promise<void> => {
+    aborted();
+    const dir = robotDir(opts.dataDir, index);
+    const name = `${opts.namePrefix}-${index}`;
+    const log = logger.child({ robot: name });
+    let creds: Credentials | undefined = await readCredentials(dir);
+    if (!creds) {
+      if (opts.token === undefined) throw new FleetError(`${dir} has no credentials and no enrollment token was given (--token)`);
+      creds = await enroll({
+        api: opts.api,
+        token: opts.token,
+        dataDir: dir,
+        name,
+        platform: opts.platform,
+        runtimeVersion: opts.legacyRuntime ? LEGACY_RUNTIME_VERSION : AGENT_RUNTIME_VERSION,
+        ...(opts.mqttUrl ? { mqttUrl: opts.mqttUrl } : {}),
+      });
+      log.info({ robot_id: creds.robot_id }, 'enrolled');
+    }
+    const config = parseAgentConfig({
+      dataDir: dir,
+      legacyRuntime: opts.legacyRuntime,
+      platform: opts.platform,
+      bytesPerSecond: opts.bytesPerSecond,
+      chunkIntervalMs: opts.chunkIntervalMs,
+      finalizingDelayMs: opts.finalizingDelayMs,
+      logLevel: opts.logLevel,
+      ...(opts.mqttUrl ? { mqttUrl: opts.mqttUrl } : {}),
+    });
+    const actions = new SimulatedRobotActions();
+    const agentLog = log.child({ robot_id: creds.robot_id });
+    const agent = new Agent(config, {
+      clock,
+      scheduler,
+      logger: agentLog,
+      recorder: new SyntheticRecorder({ clock, scheduler, bytesPerSecond: config.bytesPerSecond, chunkIntervalMs: config.chunkIntervalMs }),
+      actions,
+      credentials: creds,
+      controlSocket: opts.controlSocket,
+    });
+    await agent.start();
+    const operator = new ScriptedOperator({
+      robot: agentAsOperatorRobot(agent),
+      script: operatorScript(index, creds.name, opts),
+      clock,
+      scheduler,
+      random: seededRandom(opts.seed + index),
+      logger: agentLog,
+      autoEpisodesPerMinute: opts.autoEpisodesPerMinute,
+    });
+    slots[index] = { index, robotId: creds.robot_id, name: creds.name, dataDir: dir, agent, actions, operator };
+    operator.start();
+  };
+
+  try {
+    await eachLimited(
+      Array.from({ length: opts.count }, (_, i) => i),
+      opts.startConcurrency,
+      startOne,
+    );
+    aborted();
+    await waitConnected(started(), opts.connectTimeoutMs, deps.signal);
+  } catch (err) {
+    await stopAll(started());
+    throw err;
+  }
+
+  const robots = started();
+  logger.info({ robots: robots.length, legacy_runtime: opts.legacyRuntime, auto_episodes_per_minute: opts.autoEpisodesPerMinute }, 'fleet connected');
+  let stopping: Promise<void> | undefined;
+  return {
+    robots,
+    robotIds: robots.map((r) => r.robotId),
+    stop() {
+      stopping ??= stopAll(robots).then(() => logger.info({ robots: robots.length }, 'fleet stopped'));
+      return stopping;
+    },
+  };
+}
+
+/** Resolves once every agent is connected; a FleetError naming how many are not after `timeoutMs`. */
+async function waitConnected(robots: readonly SimulatedRobot[], timeoutMs: number, signal?: AbortSignal): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
+  const bounded = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      const missing = robots.filter((r) => !r.agent.link?.connected).length;
+      reject(new FleetError(`${missing} of ${robots.length} robots not connected after ${timeoutMs} ms`));
+    }, timeoutMs);
+    onAbort = () => reject(new FleetError('fleet start aborted'));
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    await Promise.race([Promise.all(robots.map((r) => r.agent.whenConnected())), bounded]);
+  } finally {
+    clearTimeout(timer);
+    if (onAbort) signal?.removeEventListener('abort', onAbort);
+  }
+}

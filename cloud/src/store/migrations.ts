@@ -182,4 +182,30 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       CREATE INDEX events_by_org ON events (org_id, id);
     `,
   },
+  {
+    version: 4,
+    name: 'datasets and pinned snapshot members',
+    sql: `
+      CREATE TABLE datasets (
+        id TEXT PRIMARY KEY,
+        org_id TEXT NOT NULL REFERENCES orgs(id),
+        name TEXT NOT NULL,
+        description TEXT,
+        filter TEXT NOT NULL,
+        snapshot_at INTEGER,
+        episode_count INTEGER,
+        created_by TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX datasets_by_org ON datasets (org_id, id);
+      -- A snapshot's members, numbered 1..episode_count in index order: the manifest pages by
+      -- position, so pages never overlap and later episodes never join.
+      CREATE TABLE dataset_members (
+        dataset_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        episode_seq INTEGER NOT NULL,
+        PRIMARY KEY (dataset_id, position)
+      ) STRICT, WITHOUT ROWID;
+    `,
+  },
 ];

@@ -21,7 +21,7 @@ export function attrString(value: unknown): string {
   return typeof value === 'string' ? value : (JSON.stringify(value) ?? 'null');
 }
 
-interface EpisodeDbRow {
+export interface EpisodeDbRow {
   seq: number;
   id: string;
   org_id: string;
@@ -234,7 +234,7 @@ export class SqliteEpisodes implements EpisodeStore {
     return stmt;
   }
 
-  private hydrate(rows: EpisodeDbRow[]): EpisodeRow[] {
+  hydrate(rows: EpisodeDbRow[]): EpisodeRow[] {
     if (rows.length === 0) return [];
     const bySeq = new Map<number, ReplicaRow[]>();
     for (const r of this.replicasOf.all(JSON.stringify(rows.map((x) => x.seq)))) {
@@ -360,6 +360,8 @@ export function buildListQuery(
     where.push('EXISTS (SELECT 1 FROM episode_attrs x WHERE x.org_id = e.org_id AND x.layer = ? AND x.key = ? AND x.value = ? AND x.seq = e.seq)');
     params.push(layer, key, value);
   }
+  if (f.excludeEval) where.push('e.eval_id IS NULL');
+  if (f.excludeDiscarded) where.push("e.outcome != 'discarded'");
   if (f.syncState) {
     const dest = f.syncState.destinationId;
     const destSql = dest === undefined ? '' : ' AND r.destination_id = ?';

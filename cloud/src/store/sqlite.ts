@@ -7,7 +7,8 @@ import type { Db } from './sqlite-db.js';
 import { SqliteIdempotency, SqliteMeters } from './sqlite-requests.js';
 import { SqliteRobots } from './sqlite-robots.js';
 import { SqliteEpisodes } from './sqlite-episodes.js';
-import type { ApiKeyStore, EpisodeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store } from './types.js';
+import { SqliteDatasets } from './sqlite-datasets.js';
+import type { ApiKeyStore, DatasetStore, EpisodeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store } from './types.js';
 
 export const DATABASE_FILE = 'cloud.sqlite';
 
@@ -53,6 +54,7 @@ export class SqliteStore implements Store {
   readonly meters: MeterStore;
   readonly robots: RobotStore;
   readonly episodes: EpisodeStore;
+  readonly datasets: DatasetStore;
 
   constructor(readonly db: Db) {
     this.orgs = new SqliteOrgs(db);
@@ -60,7 +62,9 @@ export class SqliteStore implements Store {
     this.idempotency = new SqliteIdempotency(db);
     this.meters = new SqliteMeters(db);
     this.robots = new SqliteRobots(db);
-    this.episodes = new SqliteEpisodes(db);
+    const episodes = new SqliteEpisodes(db);
+    this.episodes = episodes;
+    this.datasets = new SqliteDatasets(db, episodes);
   }
 
   async ping(): Promise<void> {

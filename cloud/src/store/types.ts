@@ -12,6 +12,7 @@ export interface Store {
   readonly meters: MeterStore;
   readonly robots: RobotStore;
   readonly episodes: EpisodeStore;
+  readonly datasets: DatasetStore;
   /** Cheap liveness probe for /readyz. */
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -185,6 +186,9 @@ export interface EpisodeFilter {
   annotation: Record<string, string>;
   /** `unverified`: no verified replica (at the destination, if given). */
   syncState?: { state: 'unverified' | 'synced' | 'verified'; destinationId?: string };
+  /** Dataset snapshot rules: leave out evaluation episodes / discarded episodes. */
+  excludeEval?: boolean;
+  excludeDiscarded?: boolean;
 }
 
 export interface ReplicaRow {
@@ -248,4 +252,31 @@ export interface EpisodeStore {
   setOutcome(orgId: string, id: string, change: { outcome: EpisodeOutcome; reason: string; actor: string; at: number }): Promise<EpisodeRow | undefined>;
   outcomeHistory(orgId: string, id: string): Promise<OutcomeChangeRow[] | undefined>;
   count(orgId: string): Promise<number>;
+}
+
+export interface DatasetRow {
+  id: string;
+  orgId: string;
+  name: string;
+  description: string | null;
+  /** Filter key -> string value, as given. */
+  filter: Record<string, string>;
+  snapshotAt: number | null;
+  episodeCount: number | null;
+  createdBy: string;
+  createdAt: number;
+}
+
+export interface DatasetStore {
+  create(row: Omit<DatasetRow, 'snapshotAt' | 'episodeCount'>): Promise<void>;
+  get(orgId: string, id: string): Promise<DatasetRow | undefined>;
+  /** Keyset page in creation order; `after` is the last id of the previous page. */
+  list(orgId: string, after: string | null, limit: number): Promise<DatasetRow[]>;
+  /**
+   * Pins the members (episodes matching `filter` now, in index order) in one transaction.
+   * `null` for an unknown dataset; `'already'` if it was snapshotted before.
+   */
+  snapshot(orgId: string, id: string, filter: EpisodeFilter, at: number): Promise<DatasetRow | 'already' | null>;
+  /** Members at positions afterPos+1 .. afterPos+limit, with their current episode data. */
+  members(datasetId: string, afterPos: number, limit: number): Promise<EpisodeRow[]>;
 }

@@ -5,3 +5,4 @@ export * from './time.js';
 export * from './robot.js';
 export * from './episodes.js';
 export * from './tcp.js';
+export * from './datasets.js';

@@ -1,4 +1,5 @@
 import { apiKeyRoutes } from './api-keys.js';
+import { datasetRoutes } from './datasets.js';
 import { entitlementRoutes } from './entitlements.js';
 import { episodeRoutes } from './episodes.js';
 import { robotCommandRoutes } from './robot-commands.js';
@@ -7,5 +8,5 @@ import { usageRoutes } from './usage.js';
 import type { V1Plugin } from './types.js';
 
 /** Every /v1 resource module; app.ts registers each under the /v1 prefix. */
-export const V1_PLUGINS: readonly V1Plugin[] = [apiKeyRoutes, entitlementRoutes, usageRoutes, robotRoutes, robotCommandRoutes, episodeRoutes];
+export const V1_PLUGINS: readonly V1Plugin[] = [apiKeyRoutes, entitlementRoutes, usageRoutes, robotRoutes, robotCommandRoutes, episodeRoutes, datasetRoutes];
 export type { CommandSender, V1Deps, V1Plugin, ZodApp } from './types.js';

@@ -1,0 +1,188 @@
+import { z } from 'zod';
+import { CreateDatasetBodySchema, DatasetSchema, EpisodeWithLocationsSchema, iso, SnapshotResultSchema, type Dataset } from '@fleet/protocol';
+import { parseEpisodeFilter } from '../../episodes/filter.js';
+import { toEpisodeWithLocations } from '../../episodes/present.js';
+import { ApiError, notFound } from '../../errors.js';
+import { principalOf } from '../../http/policy.js';
+import { newId } from '../../ids.js';
+import type { DatasetRow, EpisodeFilter } from '../../store/index.js';
+import { decodeCursor, encodeCursor } from '../cursor.js';
+import { NDJSON, sendNdjson } from '../ndjson.js';
+import type { V1Plugin } from './types.js';
+
+const MANIFEST_CHUNK = 500;
+
+function toDataset(d: DatasetRow): Dataset {
+  return {
+    id: d.id,
+    name: d.name,
+    description: d.description,
+    filter: d.filter,
+    snapshot_at: d.snapshotAt === null ? null : iso(d.snapshotAt),
+    episode_count: d.episodeCount,
+    created_by: d.createdBy,
+    created_at: iso(d.createdAt),
+  };
+}
+
+/**
+ * A dataset filter's values are stored as strings: strings as given, numbers and booleans in
+ * their usual form; anything else (objects, arrays, null) is refused.
+ */
+function filterStrings(filter: Record<string, unknown>): Record<string, string> {
+  const out: Record<string, string> = {};
+  const issues: { location: string; path: string; message: string }[] = [];
+  for (const [k, v] of Object.entries(filter)) {
+    if (typeof v === 'string') out[k] = v;
+    else if (typeof v === 'number' || typeof v === 'boolean') out[k] = String(v);
+    else issues.push({ location: 'body', path: `/filter/${k}`, message: 'must be a string, number or boolean' });
+  }
+  if (issues.length > 0) throw new ApiError('validation_failed', 'invalid filter', { issues });
+  return out;
+}
+
+/** The spec's snapshot rules, on top of the dataset's own filter. */
+export function snapshotFilter(filter: Record<string, string>): EpisodeFilter {
+  const parsed = parseEpisodeFilter(filter, 'body');
+  return { ...parsed, excludeEval: !('eval_id' in filter), excludeDiscarded: !('outcome' in filter) };
+}
+
+const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
+
+/** /v1/datasets: live filters, one-shot snapshots, paged NDJSON manifests (spec, Datasets). */
+export const datasetRoutes: V1Plugin = async (app, { store, clock }) => {
+  const read = { auth: 'key', scope: 'data:read', feature: 'data.metadata' } as const;
+  const write = { auth: 'key', scope: 'data:write', feature: 'data.metadata' } as const;
+
+  app.route({
+    method: 'POST',
+    url: '/datasets',
+    config: { policy: { ...write, meter: 'datasets.created' } },
+    schema: {
+      summary: 'Create a dataset (live until snapshotted)',
+      description: 'The filter takes exactly the episode list filter keys; an unknown key is 400.',
+      body: CreateDatasetBodySchema,
+      response: { 201: DatasetSchema },
+    },
+    handler: async (request, reply) => {
+      const { org, key } = principalOf(request);
+      const filter = filterStrings(request.body.filter);
+      parseEpisodeFilter(filter, 'body');
+      const row = {
+        id: newId('ds'),
+        orgId: org.id,
+        name: request.body.name,
+        description: request.body.description ?? null,
+        filter,
+        createdBy: key.id,
+        createdAt: clock.now(),
+      };
+      await store.datasets.create(row);
+      return reply.code(201).send(toDataset({ ...row, snapshotAt: null, episodeCount: null }));
+    },
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/datasets',
+    config: { policy: { ...read, meter: 'datasets.list' } },
+    schema: {
+      summary: 'List datasets',
+      querystring: z.strictObject({
+        cursor: z.string().min(1).max(512).optional(),
+        limit: z.coerce.number().int().min(1).max(100).default(50),
+      }),
+      response: { 200: z.object({ datasets: z.array(DatasetSchema), cursor: z.string().nullable() }) },
+    },
+    handler: async (request) => {
+      const { org } = principalOf(request);
+      const { limit, cursor } = request.query;
+      const after = cursor === undefined ? null : decodeCursor(cursor, (v) => (typeof v === 'string' ? v : null));
+      const rows = await store.datasets.list(org.id, after, limit + 1);
+      const page = rows.slice(0, limit);
+      return { datasets: page.map(toDataset), cursor: rows.length > limit ? encodeCursor(page[page.length - 1]!.id) : null };
+    },
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/datasets/:id',
+    config: { policy: { ...read, meter: 'datasets.get' } },
+    schema: { summary: 'Get a dataset', params: IdParams, response: { 200: DatasetSchema } },
+    handler: async (request) => {
+      const ds = await store.datasets.get(principalOf(request).org.id, request.params.id);
+      if (!ds) throw notFound('dataset');
+      return toDataset(ds);
+    },
+  });
+
+  app.route({
+    method: 'POST',
+    url: '/datasets/:id/snapshot',
+    config: { policy: { ...write, meter: 'datasets.snapshotted' } },
+    schema: {
+      summary: 'Pin the membership now (one-shot, permanent)',
+      description:
+        'Evaluation episodes (with an eval_id) are left out unless the filter names eval_id; discarded episodes unless it names outcome. 409 `conflict` if already snapshotted.',
+      params: IdParams,
+      body: z.strictObject({}).nullish(),
+      response: { 200: SnapshotResultSchema },
+    },
+    handler: async (request) => {
+      const { org } = principalOf(request);
+      const ds = await store.datasets.get(org.id, request.params.id);
+      if (!ds) throw notFound('dataset');
+      const result = await store.datasets.snapshot(org.id, ds.id, snapshotFilter(ds.filter), clock.now());
+      if (result === null) throw notFound('dataset');
+      if (result === 'already') throw new ApiError('conflict', 'the dataset is already snapshotted; a snapshot is permanent');
+      return { id: result.id, snapshot_at: iso(result.snapshotAt!), episode_count: result.episodeCount! };
+    },
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/datasets/:id/manifest',
+    config: { policy: { ...read, meter: 'datasets.manifest' } },
+    schema: {
+      summary: "A snapshot's members as NDJSON pages",
+      description:
+        'The first page starts with the header line (dataset_id, name, filter, snapshot_at, episode_count); then one line per member with its current data, files and locations. `X-Next-Cursor` is absent on the last page. 409 `conflict` while live.',
+      params: IdParams,
+      querystring: z.strictObject({
+        cursor: z.string().min(1).max(512).optional(),
+        limit: z.coerce.number().int().min(1).max(5000).default(1000),
+      }),
+      response: { 200: { description: 'NDJSON', content: { [NDJSON]: { schema: EpisodeWithLocationsSchema } } } },
+    },
+    handler: async (request, reply) => {
+      const { org } = principalOf(request);
+      const ds = await store.datasets.get(org.id, request.params.id);
+      if (!ds) throw notFound('dataset');
+      if (ds.snapshotAt === null || ds.episodeCount === null) throw new ApiError('conflict', 'the dataset is live; snapshot it first');
+      const { limit, cursor } = request.query;
+      const after =
+        cursor === undefined
+          ? 0
+          : decodeCursor(cursor, (v) => {
+              const p = (v as { p?: unknown } | null)?.p;
+              return typeof p === 'number' && Number.isSafeInteger(p) && p > 0 && p <= ds.episodeCount! ? p : null;
+            });
+      const end = Math.min(ds.episodeCount, after + limit);
+      const header = {
+        dataset_id: ds.id,
+        name: ds.name,
+        filter: ds.filter,
+        snapshot_at: iso(ds.snapshotAt),
+        episode_count: ds.episodeCount,
+      };
+      async function* lines(): AsyncGenerator<string> {
+        if (after === 0) yield `${JSON.stringify(header)}\n`;
+        for (let pos = after; pos < end; pos += MANIFEST_CHUNK) {
+          const rows = await store.datasets.members(ds!.id, pos, Math.min(MANIFEST_CHUNK, end - pos));
+          for (const row of rows) yield `${JSON.stringify(toEpisodeWithLocations(row))}\n`;
+        }
+      }
+      return sendNdjson(reply, end < ds.episodeCount ? encodeCursor({ p: end }) : null, lines());
+    },
+  });
+};

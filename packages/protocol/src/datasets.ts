@@ -1,0 +1,41 @@
+import { z } from 'zod';
+
+export const DatasetSchema = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    description: z.string().nullable(),
+    filter: z.record(z.string(), z.string()),
+    snapshot_at: z.string().nullable(),
+    episode_count: z.number().int().nullable(),
+    created_by: z.string(),
+    created_at: z.string(),
+  })
+  .meta({ id: 'Dataset' });
+export type Dataset = z.infer<typeof DatasetSchema>;
+
+export const CreateDatasetBodySchema = z
+  .strictObject({
+    name: z.string().min(1).max(128),
+    description: z.string().max(4096).nullable().optional(),
+    filter: z
+      .record(z.string().min(1).max(300), z.unknown())
+      .describe('Episode list filter keys (metadata.<key> and annotation.<key> included); values are stored as strings.'),
+  })
+  .meta({ id: 'CreateDatasetRequest' });
+export type CreateDatasetBody = z.infer<typeof CreateDatasetBodySchema>;
+
+export const SnapshotResultSchema = z
+  .object({ id: z.string(), snapshot_at: z.string(), episode_count: z.number().int() })
+  .meta({ id: 'DatasetSnapshot' });
+
+/** First line of the first manifest page. */
+export const ManifestHeaderSchema = z
+  .object({
+    dataset_id: z.string(),
+    name: z.string(),
+    filter: z.record(z.string(), z.string()),
+    snapshot_at: z.string(),
+    episode_count: z.number().int(),
+  })
+  .meta({ id: 'ManifestHeader' });

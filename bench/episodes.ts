@@ -56,7 +56,7 @@ function rawSqliteInsert(dir: string, n: number): number {
 }
 
 /** Fills a cloud data dir with n episodes through the store's own ingest; returns rows/s and the admin key. */
-async function storeIngest(dataDir: string, n: number): Promise<{ rps: number; orgId: string; key: string }> {
+export async function storeIngest(dataDir: string, n: number): Promise<{ rps: number; orgId: string; key: string }> {
   const store = openSqliteStore(dataDir);
   const orgId = 'org_bench';
   await store.orgs.create({ id: orgId, name: 'bench', tier: 'enterprise', createdAt: systemClock.now() });

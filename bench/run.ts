@@ -9,6 +9,7 @@ const BENCHMARKS: Readonly<Record<string, () => Promise<BenchModule>>> = {
   api: async () => (await import('./api.js')).api,
   commands: async () => (await import('./commands.js')).commands,
   episodes: async () => (await import('./episodes.js')).episodes,
+  datasets: async () => (await import('./datasets.js')).datasets,
 };
 
 function usage(): string {

@@ -1,0 +1,184 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { EpisodeReport } from '@fleet/protocol';
+import { snapshotFilter } from '../routes/v1/datasets.js';
+import { openSqliteStore, type SqliteStore } from './sqlite.js';
+import type { DatasetRow, EpisodeFilter, IngestItem } from './types.js';
+
+const T0 = Date.parse('2026-01-01T00:00:00Z');
+const ORG = 'org_a';
+const OTHER_ORG = 'org_b';
+const ROBOT = 'rbt_1';
+
+let store: SqliteStore;
+let counter = 0;
+
+beforeEach(async () => {
+  store = openSqliteStore(':memory:');
+  await store.orgs.create({ id: ORG, name: 'a', tier: 'enterprise', createdAt: T0 });
+  await store.orgs.create({ id: OTHER_ORG, name: 'b', tier: 'enterprise', createdAt: T0 });
+});
+afterEach(async () => {
+  await store.close();
+});
+
+function report(over: Partial<EpisodeReport> = {}): EpisodeReport {
+  counter += 1;
+  return {
+    id: `ep_${counter.toString(36).padStart(12, '0')}`,
+    recording_session_id: 'rs_1',
+    episode_seq: counter,
+    session_name: null,
+    task_id: null,
+    task_name: null,
+    subtask_id: null,
+    operator_id: null,
+    operator_name: null,
+    control_mode: null,
+    policy_version_id: null,
+    eval_id: null,
+    outcome: 'success',
+    started_at: new Date(T0).toISOString(),
+    ended_at: null,
+    duration_s: null,
+    message_count: null,
+    bag_size_bytes: null,
+    metadata: {},
+    segments: [],
+    manifest: { files: [], total_bytes: 0 },
+    ...over,
+  };
+}
+
+async function ingest(orgId: string, ...reports: EpisodeReport[]): Promise<string[]> {
+  const items: IngestItem[] = reports.map((r) => ({ orgId, robotId: ROBOT, report: r, reportedAt: T0 + 1000 }));
+  expect(await store.episodes.ingest(items)).toEqual(reports.map(() => 'inserted'));
+  return reports.map((r) => r.id);
+}
+
+let dsCounter = 0;
+async function createDataset(orgId: string, filter: Record<string, string> = {}): Promise<string> {
+  dsCounter += 1;
+  const id = `ds_${dsCounter.toString().padStart(6, '0')}`;
+  await store.datasets.create({ id, orgId, name: `ds ${dsCounter}`, description: null, filter, createdBy: 'key_1', createdAt: T0 });
+  return id;
+}
+
+async function snap(orgId: string, id: string, filter: EpisodeFilter, at = T0 + 5000): Promise<DatasetRow> {
+  const result = await store.datasets.snapshot(orgId, id, filter, at);
+  if (result === null || result === 'already') throw new Error(`snapshot gave ${String(result)}`);
+  return result;
+}
+
+async function allMembers(id: string, pageSize = 1000): Promise<string[]> {
+  const out: string[] = [];
+  for (let after = 0; ; after += pageSize) {
+    const rows = await store.datasets.members(id, after, pageSize);
+    out.push(...rows.map((r) => r.id));
+    if (rows.length < pageSize) return out;
+  }
+}
+
+describe('SqliteDatasets', () => {
+  it('creates, gets (per organization) and lists in id order with a keyset cursor', async () => {
+    const ids = [await createDataset(ORG, { task_id: 't' }), await createDataset(ORG), await createDataset(ORG)];
+    const theirs = await createDataset(OTHER_ORG);
+    const got = await store.datasets.get(ORG, ids[0]!);
+    expect(got?.name).toMatch(/^ds \d+$/);
+    expect(got).toEqual({
+      id: ids[0],
+      orgId: ORG,
+      name: got?.name,
+      description: null,
+      filter: { task_id: 't' },
+      snapshotAt: null,
+      episodeCount: null,
+      createdBy: 'key_1',
+      createdAt: T0,
+    });
+    expect(await store.datasets.get(OTHER_ORG, ids[0]!)).toBeUndefined();
+    expect(await store.datasets.get(ORG, theirs)).toBeUndefined();
+    expect((await store.datasets.list(ORG, null, 10)).map((d) => d.id)).toEqual(ids);
+    expect((await store.datasets.list(ORG, null, 2)).map((d) => d.id)).toEqual(ids.slice(0, 2));
+    expect((await store.datasets.list(ORG, ids[1]!, 2)).map((d) => d.id)).toEqual(ids.slice(2));
+    expect((await store.datasets.list(OTHER_ORG, null, 10)).map((d) => d.id)).toEqual([theirs]);
+  });
+
+  it("never includes another organization's episodes, on every query path", async () => {
+    const mine = await ingest(ORG, report({ task_id: 't1', metadata: { site: 'lab' } }), report({ task_id: 't1' }));
+    await ingest(OTHER_ORG, report({ task_id: 't1', metadata: { site: 'lab' } }), report({ task_id: 't1' }));
+    const more = await ingest(ORG, report({ task_id: 't1', metadata: { site: 'lab' } }));
+    const cases: [Record<string, string>, string[]][] = [
+      [{}, [...mine, ...more]],
+      [{ task_id: 't1' }, [...mine, ...more]],
+      [{ 'metadata.site': 'lab' }, [mine[0]!, more[0]!]],
+      [{ 'metadata.site': 'lab', task_id: 't1' }, [mine[0]!, more[0]!]],
+      [{ sync_state: 'unverified' }, [...mine, ...more]],
+    ];
+    for (const [filter, want] of cases) {
+      const id = await createDataset(ORG, filter);
+      const row = await snap(ORG, id, snapshotFilter(filter));
+      expect(row.episodeCount, JSON.stringify(filter)).toBe(want.length);
+      expect(await allMembers(id), JSON.stringify(filter)).toEqual(want);
+    }
+  });
+
+  it('returns null for an unknown dataset or one of another organization, and leaves it live', async () => {
+    const id = await createDataset(ORG);
+    await ingest(ORG, report());
+    expect(await store.datasets.snapshot(ORG, 'ds_nope', snapshotFilter({}), T0)).toBeNull();
+    expect(await store.datasets.snapshot(OTHER_ORG, id, snapshotFilter({}), T0)).toBeNull();
+    const row = await store.datasets.get(ORG, id);
+    expect(row?.snapshotAt).toBeNull();
+    expect(row?.episodeCount).toBeNull();
+    expect(await store.datasets.members(id, 0, 10)).toEqual([]);
+  });
+
+  it('snapshots an empty membership: count 0, no members, and it is still one-shot', async () => {
+    await ingest(ORG, report({ task_id: 't1' }));
+    const id = await createDataset(ORG, { task_id: 'none' });
+    const row = await snap(ORG, id, snapshotFilter({ task_id: 'none' }), T0 + 7000);
+    expect(row).toMatchObject({ id, snapshotAt: T0 + 7000, episodeCount: 0 });
+    expect(await store.datasets.get(ORG, id)).toMatchObject({ snapshotAt: T0 + 7000, episodeCount: 0 });
+    expect(await store.datasets.members(id, 0, 10)).toEqual([]);
+    expect(await store.datasets.snapshot(ORG, id, snapshotFilter({}), T0 + 8000)).toBe('already');
+    expect(await store.datasets.get(ORG, id)).toMatchObject({ snapshotAt: T0 + 7000, episodeCount: 0 });
+  });
+
+  it('a second snapshot is `already` and never adds members', async () => {
+    const first = await ingest(ORG, report(), report());
+    const id = await createDataset(ORG);
+    expect((await snap(ORG, id, snapshotFilter({}))).episodeCount).toBe(2);
+    await ingest(ORG, report());
+    expect(await store.datasets.snapshot(ORG, id, snapshotFilter({}), T0 + 9000)).toBe('already');
+    expect(await allMembers(id)).toEqual(first);
+    expect((await store.datasets.get(ORG, id))?.episodeCount).toBe(2);
+  });
+
+  it('numbers members 1..n in ingest order: pages by position never overlap or skip', async () => {
+    const ids = await ingest(ORG, ...Array.from({ length: 11 }, () => report()));
+    const id = await createDataset(ORG);
+    expect((await snap(ORG, id, snapshotFilter({}))).episodeCount).toBe(11);
+    expect(await allMembers(id, 3)).toEqual(ids);
+    expect((await store.datasets.members(id, 10, 5)).map((r) => r.id)).toEqual([ids[10]]);
+    expect(await store.datasets.members(id, 11, 5)).toEqual([]);
+    // Members of one dataset never leak into another's pages.
+    const other = await createDataset(ORG, { task_id: 'none' });
+    await snap(ORG, other, snapshotFilter({ task_id: 'none' }));
+    expect(await store.datasets.members(other, 0, 100)).toEqual([]);
+  });
+
+  it('applies the eval and discarded exclusions given in the filter', async () => {
+    const [plain, ev, disc] = await ingest(ORG, report(), report({ eval_id: 'ev1' }), report({ outcome: 'discarded' }));
+    const cases: [EpisodeFilter, string[]][] = [
+      [{ eq: {}, metadata: {}, annotation: {} }, [plain!, ev!, disc!]],
+      [{ eq: {}, metadata: {}, annotation: {}, excludeEval: true }, [plain!, disc!]],
+      [{ eq: {}, metadata: {}, annotation: {}, excludeDiscarded: true }, [plain!, ev!]],
+      [{ eq: {}, metadata: {}, annotation: {}, excludeEval: true, excludeDiscarded: true }, [plain!]],
+    ];
+    for (const [filter, want] of cases) {
+      const id = await createDataset(ORG);
+      await snap(ORG, id, filter);
+      expect(await allMembers(id), JSON.stringify(filter)).toEqual(want);
+    }
+  });
+});

@@ -6,3 +6,4 @@ export * from './robot.js';
 export * from './episodes.js';
 export * from './tcp.js';
 export * from './datasets.js';
+export * from './signature.js';

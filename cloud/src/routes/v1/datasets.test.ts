@@ -611,6 +611,14 @@ describe('GET /v1/datasets/{id}/manifest', () => {
       expect400(res, `cursor=${cursor}`);
       expect(res.headers['content-type']).toMatch(/^application\/json/);
     }
+    // A valid position in another dataset's cursor does not page this one.
+    const other = await createDataset({});
+    await snapshot(other.id);
+    const first = await get(`/v1/datasets/${other.id}/manifest?limit=1`);
+    const foreign = first.headers['x-next-cursor'];
+    expect(typeof foreign).toBe('string');
+    expect400(await get(`/v1/datasets/${ds.id}/manifest?cursor=${String(foreign)}`), 'a cursor of another dataset');
+    expect((await get(`/v1/datasets/${other.id}/manifest?cursor=${String(foreign)}`)).statusCode).toBe(200);
   });
 
   it('is 404 for an unknown dataset', async () => {

@@ -164,8 +164,10 @@ export const datasetRoutes: V1Plugin = async (app, { store, clock }) => {
         cursor === undefined
           ? 0
           : decodeCursor(cursor, (v) => {
-              const p = (v as { p?: unknown } | null)?.p;
-              return typeof p === 'number' && Number.isSafeInteger(p) && p > 0 && p <= ds.episodeCount! ? p : null;
+              // A cursor names its dataset, so one dataset's cursor never pages another.
+              const c = v as { d?: unknown; p?: unknown } | null;
+              const p = c?.p;
+              return c?.d === ds.id && typeof p === 'number' && Number.isSafeInteger(p) && p > 0 && p <= ds.episodeCount! ? p : null;
             });
       const end = Math.min(ds.episodeCount, after + limit);
       const header = {
@@ -182,7 +184,7 @@ export const datasetRoutes: V1Plugin = async (app, { store, clock }) => {
           for (const row of rows) yield `${JSON.stringify(toEpisodeWithLocations(row))}\n`;
         }
       }
-      return sendNdjson(reply, end < ds.episodeCount ? encodeCursor({ p: end }) : null, lines());
+      return sendNdjson(reply, end < ds.episodeCount ? encodeCursor({ d: ds.id, p: end }) : null, lines());
     },
   });
 };

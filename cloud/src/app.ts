@@ -33,6 +33,8 @@ export interface AppDeps {
   robots?: CommandSender;
   /** The broker address handed to enrolling robots. */
   mqttPublicUrl?: string;
+  /** Wakes the webhook delivery worker when something is queued. */
+  deliveries?: { notify(): void };
   /** Extra readiness checks (the MQTT broker); /readyz answers 503 while any fails. */
   readiness?: () => Promise<void>;
 }
@@ -64,6 +66,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   fastify.setSerializerCompiler(serializerCompiler);
   const app = fastify.withTypeProvider<ZodTypeProvider>() as unknown as ZodApp;
 
+  const secrets = deps.secrets ?? SecretBox.random();
   const lastUsed = new LastUsedTracker(store, config.lastUsedFlushMs, (err) => {
     fastify.log.error({ err }, 'flushing api key last-use times failed');
   });
@@ -72,7 +75,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     store,
     clock,
     authenticator,
-    secrets: deps.secrets ?? SecretBox.random(),
+    secrets,
     idempotencyLeaseMs: config.idempotencyLeaseMs,
   });
   decorateOpenApi(fastify);
@@ -101,6 +104,9 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     lastUsed,
     robots: deps.robots ?? noRobotLink,
     mqttPublicUrl: deps.mqttPublicUrl ?? config.mqttPublicUrl ?? '',
+    secrets,
+    deliveries: deps.deliveries ?? { notify: () => undefined },
+    egressAllowLoopback: config.egressAllowLoopback,
   };
   await fastify.register(
     async (v1) => {

@@ -44,6 +44,8 @@ program
   .addOption(new Option('--command-timeout-ms <ms>', 'how long a robot command waits for its answer').env('FLEET_COMMAND_TIMEOUT_MS'))
   .addOption(new Option('--body-limit-bytes <n>', 'largest accepted request body').env('FLEET_BODY_LIMIT_BYTES'))
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_LOG_LEVEL').default('info'))
+  .addOption(new Option('--egress-allow-loopback', 'tests and local development: webhook URLs may be on 127.0.0.1/::1').env('FLEET_EGRESS_ALLOW_LOOPBACK'))
+  .addOption(new Option('--egress-ca-file <file>', 'extra CA (PEM) trusted for outbound HTTPS').env('FLEET_EGRESS_CA_FILE'))
   .action(async (opts: Record<string, string | undefined>) => {
     const input: CloudConfigInput = {
       dataDir: opts.dataDir,
@@ -52,6 +54,8 @@ program
       mqttPort: opts.mqttPort,
       mqttUrl: opts.mqttUrl,
       mqttPublicUrl: opts.mqttPublicUrl,
+      egressAllowLoopback: opts.egressAllowLoopback !== undefined && String(opts.egressAllowLoopback) !== 'false',
+      egressCaFile: opts.egressCaFile,
       commandTimeoutMs: opts.commandTimeoutMs,
       bodyLimitBytes: opts.bodyLimitBytes,
       logLevel: opts.logLevel as CloudConfigInput['logLevel'],

@@ -24,6 +24,10 @@ export const CloudConfigSchema = z.strictObject({
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Base64 of 32 bytes that seals stored secrets; by default <dataDir>/secret.key (created 0600). */
   secretKey: z.base64().refine((k) => Buffer.from(k, 'base64').length === 32, 'must be 32 bytes').optional(),
+  /** Tests and local development only: webhooks (and later grant providers) may be on 127.0.0.1/::1. */
+  egressAllowLoopback: z.boolean().default(false),
+  /** Extra CA certificate (PEM file) trusted for outbound HTTPS (tests, private CAs). */
+  egressCaFile: z.string().min(1).optional(),
   /** How often buffered api-key last-use times are written. */
   lastUsedFlushMs: z.coerce.number().int().min(10).default(15_000),
   /** How long an in-flight Idempotency-Key claim lasts if its process dies mid-request. */

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import type { FastifyBaseLogger } from 'fastify';
 import { pino } from 'pino';
 import type { AddressInfo } from 'node:net';
@@ -12,6 +13,8 @@ import { openSqliteStore } from './store/index.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './robots/broker-auth.js';
 import { RobotLink } from './robots/link.js';
 import { EpisodeIngestor } from './episodes/ingest.js';
+import { EgressClient } from './egress/client.js';
+import { DeliveryWorker } from './webhooks/delivery.js';
 import type { Store } from './store/index.js';
 
 export interface RunningCloud {
@@ -31,6 +34,8 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
   const store = openSqliteStore(config.dataDir);
   let broker: EmbeddedBroker | null = null;
   let link: RobotLink | null = null;
+  let egress: EgressClient | null = null;
+  let worker: DeliveryWorker | null = null;
   let app: CloudApp | null = null;
   const logger = opts.logger ?? pino({ level: 'silent' });
   try {
@@ -51,14 +56,28 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
     }
     link = new RobotLink({ url: linkUrl, ...linkAuth, store, clock, logger, commandTimeoutMs: config.commandTimeoutMs });
     const ackVia = link;
-    const ingestor = new EpisodeIngestor({ store, clock, logger, ack: (robotId, ack) => ackVia.publishAck(robotId, ack) });
+    const secrets = loadSecretBox(config.dataDir, config.secretKey);
+    egress = new EgressClient({
+      allowLoopback: config.egressAllowLoopback,
+      ...(config.egressCaFile ? { ca: readFileSync(config.egressCaFile, 'utf8') } : {}),
+    });
+    worker = new DeliveryWorker({ store, secrets, egress, clock, logger });
+    const deliveries = worker;
+    const ingestor = new EpisodeIngestor({
+      store,
+      clock,
+      logger,
+      ack: (robotId, ack) => ackVia.publishAck(robotId, ack),
+      onIndexed: () => deliveries.notify(),
+    });
     link.onOutbox = (robotId, payload) => ingestor.submit(robotId, payload);
     await link.start();
     const brokerRef = broker;
     const linkRef = link;
     app = await buildApp(config, {
       store,
-      secrets: loadSecretBox(config.dataDir, config.secretKey),
+      secrets,
+      deliveries,
       clock,
       logger,
       robots: link,
@@ -69,6 +88,8 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
       },
     });
     await app.app.listen({ host: config.host, port: config.httpPort });
+    deliveries.start();
+    const egressRef = egress;
     const addr = app.app.server.address() as AddressInfo;
     const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
     const shownHost = host === '0.0.0.0' || host === '[::]' ? '127.0.0.1' : host;
@@ -95,6 +116,8 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
         await ingestor.drain();
         await linkRef.stop();
         await ingestor.drain();
+        await deliveries.stop();
+        await egressRef.close();
         await brokerRef?.close();
         await store.close();
       },
@@ -102,6 +125,8 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
   } catch (err) {
     await app?.close().catch(() => undefined);
     await link?.stop().catch(() => undefined);
+    await worker?.stop().catch(() => undefined);
+    await egress?.close().catch(() => undefined);
     await broker?.close().catch(() => undefined);
     await store.close();
     throw err;

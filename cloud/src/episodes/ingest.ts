@@ -21,6 +21,8 @@ export interface IngestorOptions {
   ack: (robotId: string, ack: OutboxAck) => Promise<void>;
   /** Most reports written in one transaction. */
   maxBatch?: number;
+  /** Called after a batch committed new rows (and so new events). */
+  onIndexed?: () => void;
 }
 
 /**
@@ -121,6 +123,7 @@ export class EpisodeIngestor {
       this.opts.logger.error({ err, reports: batch.length }, 'episode ingest failed');
       return;
     }
+    if (results.includes('inserted')) this.opts.onIndexed?.();
     await Promise.all(
       batch.map(async (p, i) => {
         const r = results[i];

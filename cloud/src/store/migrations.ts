@@ -208,4 +208,43 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       ) STRICT, WITHOUT ROWID;
     `,
   },
+  {
+    version: 5,
+    name: 'webhook subscriptions and deliveries',
+    sql: `
+      CREATE TABLE webhook_subscriptions (
+        id TEXT PRIMARY KEY,
+        org_id TEXT NOT NULL REFERENCES orgs(id),
+        url TEXT NOT NULL,
+        events TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('active', 'disabled')),
+        disabled_reason TEXT,
+        secret_sealed TEXT NOT NULL,
+        previous_secret_sealed TEXT,
+        previous_secret_until INTEGER,
+        -- The last event of the log already fanned out to this subscription.
+        event_cursor INTEGER NOT NULL,
+        last_delivered_at INTEGER,
+        last_delivery_error TEXT,
+        created_at INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX webhook_subscriptions_by_org ON webhook_subscriptions (org_id, created_at);
+      -- One row per event and subscription; a subscription's queue is its pending rows in id order.
+      CREATE TABLE webhook_deliveries (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        subscription_id TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        event_type TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'dead', 'redelivered')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at INTEGER NOT NULL,
+        last_status INTEGER,
+        last_error TEXT,
+        dead_lettered_at INTEGER,
+        created_at INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX webhook_deliveries_queue ON webhook_deliveries (subscription_id, state, id);
+    `,
+  },
 ];

@@ -8,7 +8,8 @@ import { SqliteIdempotency, SqliteMeters } from './sqlite-requests.js';
 import { SqliteRobots } from './sqlite-robots.js';
 import { SqliteEpisodes } from './sqlite-episodes.js';
 import { SqliteDatasets } from './sqlite-datasets.js';
-import type { ApiKeyStore, DatasetStore, EpisodeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store } from './types.js';
+import { SqliteWebhooks } from './sqlite-webhooks.js';
+import type { ApiKeyStore, DatasetStore, WebhookStore, EpisodeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store } from './types.js';
 
 export const DATABASE_FILE = 'cloud.sqlite';
 
@@ -55,6 +56,7 @@ export class SqliteStore implements Store {
   readonly robots: RobotStore;
   readonly episodes: EpisodeStore;
   readonly datasets: DatasetStore;
+  readonly webhooks: WebhookStore;
 
   constructor(readonly db: Db) {
     this.orgs = new SqliteOrgs(db);
@@ -65,6 +67,7 @@ export class SqliteStore implements Store {
     const episodes = new SqliteEpisodes(db);
     this.episodes = episodes;
     this.datasets = new SqliteDatasets(db, episodes);
+    this.webhooks = new SqliteWebhooks(db);
   }
 
   async ping(): Promise<void> {

@@ -13,6 +13,7 @@ export interface Store {
   readonly robots: RobotStore;
   readonly episodes: EpisodeStore;
   readonly datasets: DatasetStore;
+  readonly webhooks: WebhookStore;
   /** Cheap liveness probe for /readyz. */
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -279,4 +280,65 @@ export interface DatasetStore {
   snapshot(orgId: string, id: string, filter: EpisodeFilter, at: number): Promise<DatasetRow | 'already' | null>;
   /** Members at positions afterPos+1 .. afterPos+limit, with their current episode data. */
   members(datasetId: string, afterPos: number, limit: number): Promise<EpisodeRow[]>;
+}
+
+export interface WebhookRow {
+  id: string;
+  orgId: string;
+  url: string;
+  events: string[];
+  status: 'active' | 'disabled';
+  disabledReason: string | null;
+  secretSealed: string;
+  previousSecretSealed: string | null;
+  previousSecretUntil: number | null;
+  lastDeliveredAt: number | null;
+  lastDeliveryError: string | null;
+  createdAt: number;
+  pendingDeliveries: number;
+}
+
+export interface DeliveryRow {
+  id: number;
+  subscriptionId: string;
+  eventId: string;
+  eventType: string;
+  payload: string;
+  state: 'pending' | 'delivered' | 'dead' | 'redelivered';
+  attempts: number;
+  nextAttemptAt: number;
+  lastStatus: number | null;
+  lastError: string | null;
+  deadLetteredAt: number | null;
+  createdAt: number;
+}
+
+export type DeliveryOutcome =
+  | { kind: 'delivered'; status: number; at: number }
+  | { kind: 'retry'; status: number | null; error: string; at: number; nextAttemptAt: number }
+  | { kind: 'dead'; status: number | null; error: string; at: number };
+
+export interface WebhookStore {
+  /** Refuses (returns 'limit') when the org already has `maxActive` active subscriptions. */
+  create(row: Omit<WebhookRow, 'pendingDeliveries' | 'status' | 'disabledReason' | 'previousSecretSealed' | 'previousSecretUntil' | 'lastDeliveredAt' | 'lastDeliveryError'>, maxActive: number): Promise<'ok' | 'limit'>;
+  get(orgId: string, id: string): Promise<WebhookRow | undefined>;
+  /** Not scoped: only the delivery worker uses it. */
+  getById(id: string): Promise<WebhookRow | undefined>;
+  list(orgId: string): Promise<WebhookRow[]>;
+  delete(orgId: string, id: string): Promise<boolean>;
+  enable(orgId: string, id: string, maxActive: number): Promise<WebhookRow | 'limit' | undefined>;
+  disable(id: string, reason: string): Promise<void>;
+  rotateSecret(orgId: string, id: string, secretSealed: string, previousUntil: number): Promise<WebhookRow | undefined>;
+  /** Copies new events of the log into the queues of the active subscriptions that want them. */
+  fanOut(now: number): Promise<number>;
+  /** Appends one delivery to a subscription's queue (test events, redeliveries). */
+  enqueue(subscriptionId: string, delivery: { eventId: string; eventType: string; payload: string }, now: number): Promise<number>;
+  /** The head of each active subscription's queue that is due now. */
+  dueHeads(now: number, limit: number): Promise<DeliveryRow[]>;
+  /** Earliest next_attempt_at among active queue heads, for the scheduler. */
+  nextDueAt(): Promise<number | null>;
+  record(deliveryId: number, outcome: DeliveryOutcome): Promise<void>;
+  deadLetters(orgId: string, subscriptionId: string): Promise<DeliveryRow[] | undefined>;
+  /** Puts a dead letter's event back at the end of its subscription's queue. */
+  redeliver(orgId: string, subscriptionId: string, deliveryId: number, now: number): Promise<DeliveryRow | undefined>;
 }

@@ -7,3 +7,4 @@ export * from './episodes.js';
 export * from './tcp.js';
 export * from './datasets.js';
 export * from './signature.js';
+export * from './webhooks.js';

@@ -2,6 +2,7 @@ import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, Raw
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Clock, CommandReply, RobotCommandName } from '@fleet/protocol';
 import type { LastUsedTracker } from '../../auth.js';
+import type { SecretBox } from '../../secret-box.js';
 import type { CloudConfig } from '../../config.js';
 import type { Store } from '../../store/index.js';
 
@@ -23,6 +24,12 @@ export interface V1Deps {
   robots: CommandSender;
   /** The broker address handed to enrolling robots. */
   mqttPublicUrl: string;
+  /** Seals stored secrets (webhook and destination signing secrets). */
+  secrets: SecretBox;
+  /** Wakes the webhook delivery worker. */
+  deliveries: { notify(): void };
+  /** Tests and local development: webhook URLs may point at loopback. */
+  egressAllowLoopback: boolean;
 }
 
 export interface CommandSender {

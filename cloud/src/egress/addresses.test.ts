@@ -1,0 +1,181 @@
+import { describe, expect, it } from 'vitest';
+import { classifyAddress, parseHostLiteral, type AddressClass } from './addresses.js';
+
+/** The SSRF address table: address -> verdict. */
+const ADDRESSES: readonly (readonly [string, AddressClass])[] = [
+  // IPv4: allowed
+  ['8.8.8.8', 'public'],
+  ['1.1.1.1', 'public'],
+  ['93.184.216.34', 'public'],
+  ['172.15.255.255', 'public'],
+  ['172.32.0.0', 'public'],
+  ['100.63.255.255', 'public'],
+  ['100.128.0.0', 'public'],
+  ['198.17.255.255', 'public'],
+  ['198.20.0.0', 'public'],
+  ['223.255.255.255', 'public'],
+  // IPv4: refused
+  ['127.0.0.1', 'loopback'],
+  ['127.255.255.254', 'loopback'],
+  ['0.0.0.0', 'unspecified'],
+  ['0.1.2.3', 'unspecified'],
+  ['10.0.0.1', 'private'],
+  ['10.255.255.255', 'private'],
+  ['172.16.0.1', 'private'],
+  ['172.31.255.255', 'private'],
+  ['192.168.1.1', 'private'],
+  ['169.254.0.1', 'link_local'],
+  ['100.64.0.1', 'cgnat'],
+  ['100.127.255.255', 'cgnat'],
+  ['224.0.0.1', 'multicast'],
+  ['239.255.255.250', 'multicast'],
+  ['240.0.0.1', 'reserved'],
+  ['255.255.255.254', 'reserved'],
+  ['255.255.255.255', 'broadcast'],
+  ['192.0.0.8', 'reserved'],
+  ['192.88.99.1', 'reserved'],
+  ['198.18.0.1', 'benchmarking'],
+  ['198.19.255.255', 'benchmarking'],
+  ['192.0.2.10', 'documentation'],
+  ['198.51.100.7', 'documentation'],
+  ['203.0.113.99', 'documentation'],
+  // Metadata services
+  ['169.254.169.254', 'metadata'],
+  ['100.100.100.200', 'metadata'],
+  ['168.63.129.16', 'metadata'],
+  ['fd00:ec2::254', 'metadata'],
+  ['[fd00:ec2::254]', 'metadata'],
+  // IPv6: allowed
+  ['2606:4700:4700::1111', 'public'],
+  ['2001:4860:4860::8888', 'public'],
+  ['2a00:1450:4001:80b::200e', 'public'],
+  ['[2606:4700:4700::1111]', 'public'],
+  // IPv6: refused
+  ['::1', 'loopback'],
+  ['0:0:0:0:0:0:0:1', 'loopback'],
+  ['[::1]', 'loopback'],
+  ['::', 'unspecified'],
+  ['fc00::1', 'private'],
+  ['fd12:3456:789a::1', 'private'],
+  ['fec0::1', 'private'],
+  ['fe80::1', 'link_local'],
+  ['fe80::1%eth0', 'link_local'],
+  ['febf:ffff::1', 'link_local'],
+  ['ff02::1', 'multicast'],
+  ['ff0e::1', 'multicast'],
+  ['2001:db8::1', 'documentation'],
+  ['3fff::1', 'documentation'],
+  ['2001:2::1', 'benchmarking'],
+  ['2001:10::1', 'reserved'],
+  ['100::1', 'reserved'],
+  ['4000::1', 'reserved'],
+  ['5f00::1', 'reserved'],
+  // IPv4-mapped (dotted and hex forms), SIIT, IPv4-compatible
+  ['::ffff:127.0.0.1', 'loopback'],
+  ['::ffff:7f00:1', 'loopback'],
+  ['::FFFF:7F00:0001', 'loopback'],
+  ['0:0:0:0:0:ffff:7f00:1', 'loopback'],
+  ['::ffff:10.0.0.1', 'private'],
+  ['::ffff:a9fe:a9fe', 'metadata'],
+  ['::ffff:169.254.169.254', 'metadata'],
+  ['::ffff:0.0.0.0', 'unspecified'],
+  ['::ffff:8.8.8.8', 'ipv4_mapped'],
+  ['::ffff:0:7f00:1', 'loopback'],
+  ['::ffff:0:808:808', 'ipv4_mapped'],
+  ['::127.0.0.1', 'loopback'],
+  ['::7f00:1', 'loopback'],
+  ['::8.8.8.8', 'ipv4_compatible'],
+  // NAT64 well-known prefix: judged by the embedded address
+  ['64:ff9b::127.0.0.1', 'loopback'],
+  ['64:ff9b::7f00:1', 'loopback'],
+  ['64:ff9b::a00:1', 'private'],
+  ['64:ff9b::a9fe:a9fe', 'metadata'],
+  ['64:ff9b::808:808', 'public'],
+  ['64:ff9b::8.8.8.8', 'public'],
+  // Local-use NAT64 prefix: never global
+  ['64:ff9b:1::a00:1', 'private'],
+  ['64:ff9b:1:808:8:800::', 'private'],
+  // 6to4: judged by the embedded address
+  ['2002:7f00:1::1', 'loopback'],
+  ['2002:a00:1::', 'private'],
+  ['2002:c0a8:101::1', 'private'],
+  ['2002:a9fe:a9fe::1', 'metadata'],
+  ['2002:808:808::1', 'public'],
+  // Teredo
+  ['2001::1', 'teredo'],
+  ['2001:0:4136:e378:8000:63bf:3fff:fdd2', 'teredo'],
+  // Not addresses
+  ['localhost', 'invalid'],
+  ['example.com', 'invalid'],
+  ['127.1', 'invalid'],
+  ['', 'invalid'],
+  ['1.2.3.4.5', 'invalid'],
+];
+
+describe('classifyAddress', () => {
+  it.each(ADDRESSES)('%s -> %s', (address, expected) => {
+    expect(classifyAddress(address)).toBe(expected);
+  });
+});
+
+/** How URL hosts are read: numeric IPv4 forms are normalized by the WHATWG URL parser. */
+const URL_HOSTS: readonly (readonly [url: string, address: string | null, verdict: AddressClass | null])[] = [
+  ['https://2130706433/', '127.0.0.1', 'loopback'],
+  ['https://0177.0.0.1/', '127.0.0.1', 'loopback'],
+  ['https://0x7f.0.0.1/', '127.0.0.1', 'loopback'],
+  ['https://0x7f000001/', '127.0.0.1', 'loopback'],
+  ['https://017700000001/', '127.0.0.1', 'loopback'],
+  ['https://127.1/', '127.0.0.1', 'loopback'],
+  ['https://127.0.1/', '127.0.0.1', 'loopback'],
+  ['https://0/', '0.0.0.0', 'unspecified'],
+  ['https://0x0a.0.0.1/', '10.0.0.1', 'private'],
+  ['https://012.1/', '10.0.0.1', 'private'],
+  ['https://167772161/', '10.0.0.1', 'private'],
+  ['https://0xa9.0xfe.0xa9.0xfe/', '169.254.169.254', 'metadata'],
+  ['https://2852039166/', '169.254.169.254', 'metadata'],
+  ['https://0251.0376.0251.0376/', '169.254.169.254', 'metadata'],
+  ['https://0xC0.0xA8.1/', '192.168.0.1', 'private'],
+  ['https://127.0.0.1./', '127.0.0.1', 'loopback'],
+  ['https://[::1]:8443/', '::1', 'loopback'],
+  ['https://[::ffff:127.0.0.1]/', '::ffff:7f00:1', 'loopback'],
+  ['https://[0:0:0:0:0:ffff:a9fe:a9fe]/', '::ffff:a9fe:a9fe', 'metadata'],
+  ['https://[64:ff9b::10.0.0.1]/', '64:ff9b::a00:1', 'private'],
+  ['https://[2002:7f00:1::]/', '2002:7f00:1::', 'loopback'],
+  ['https://134744072/', '8.8.8.8', 'public'],
+  ['https://0x8.0x8.0x8.0x8/', '8.8.8.8', 'public'],
+  ['https://[2606:4700:4700::1111]/', '2606:4700:4700::1111', 'public'],
+  // Domain names are left to resolution.
+  ['https://example.com/', null, null],
+  ['https://localhost:8443/', null, null],
+  ['https://0x7f.example/', null, null],
+];
+
+describe('parseHostLiteral', () => {
+  it.each(URL_HOSTS)('%s -> %s (%s)', (url, address, verdict) => {
+    const literal = parseHostLiteral(new URL(url).host);
+    expect(literal?.address ?? null).toBe(address);
+    expect(literal === null ? null : classifyAddress(literal.address)).toBe(verdict);
+  });
+
+  it.each([
+    ['2130706433', '127.0.0.1'],
+    ['0177.0.0.1', '127.0.0.1'],
+    ['0x7f.0.0.1', '127.0.0.1'],
+    ['127.1', '127.0.0.1'],
+    ['::1', '::1'],
+    ['[::ffff:7f00:1]', '::ffff:7f00:1'],
+    ['127.1:8443', '127.0.0.1'],
+  ])('reads the bare host %s as %s', (host, address) => {
+    expect(parseHostLiteral(host)?.address).toBe(address);
+  });
+
+  it('reports the family', () => {
+    expect(parseHostLiteral('0x7f.1')).toEqual({ family: 4, address: '127.0.0.1' });
+    expect(parseHostLiteral('[::1]')).toEqual({ family: 6, address: '::1' });
+  });
+
+  it('throws on hosts no URL accepts', () => {
+    expect(() => parseHostLiteral('0x1ffffffff')).toThrow(TypeError);
+    expect(() => parseHostLiteral('256.0.0.1')).toThrow(TypeError);
+  });
+});

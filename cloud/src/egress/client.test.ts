@@ -1,0 +1,327 @@
+import { createServer as createNetServer, type AddressInfo } from 'node:net';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { EgressClient, EgressError, type EgressFailure, type ResolvedAddress, type Resolver } from './client.js';
+import { createTestPki, startHttpsReceiver, type TestPki, type TestReceiver } from './test-https.js';
+
+let pki: TestPki;
+let receiver: TestReceiver;
+let otherNameReceiver: TestReceiver;
+const clients: EgressClient[] = [];
+
+const v4 = (address: string): ResolvedAddress => ({ address, family: 4 });
+
+/** A resolver from a fixed table; records every name it is asked for. */
+function tableResolver(table: Record<string, readonly string[]>) {
+  const calls: string[] = [];
+  const resolve: Resolver = async (hostname) => {
+    calls.push(hostname);
+    const addresses = table[hostname];
+    if (addresses === undefined) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: 'ENOTFOUND' });
+    return addresses.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
+  };
+  return { resolve, calls };
+}
+
+function client(opts: ConstructorParameters<typeof EgressClient>[0] = {}): EgressClient {
+  const c = new EgressClient({ ca: pki.caPem, ...opts });
+  clients.push(c);
+  return c;
+}
+
+/** A client that may reach the loopback receiver, `localhost` resolving to 127.0.0.1. */
+function loopbackClient(): EgressClient {
+  return client({ allowLoopback: true, resolve: tableResolver({ localhost: ['127.0.0.1'] }).resolve });
+}
+
+async function failureOf(promise: Promise<unknown>): Promise<{ failure: EgressFailure; error: EgressError }> {
+  try {
+    await promise;
+  } catch (err) {
+    expect(err).toBeInstanceOf(EgressError);
+    const error = err as EgressError;
+    return { failure: error.failure, error };
+  }
+  throw new Error('expected the request to fail');
+}
+
+beforeAll(async () => {
+  pki = createTestPki();
+  const serverTls = pki.issue(['localhost', 'api.fleet.test'], ['127.0.0.1']);
+  receiver = await startHttpsReceiver(serverTls, (req, res, ctx) => {
+    switch (req.url) {
+      case '/ok':
+        res.writeHead(200, { 'content-type': 'application/json', 'x-receiver': 'yes' });
+        res.end(JSON.stringify({ received: req.body }));
+        return;
+      case '/redirect':
+        res.writeHead(302, { location: `${receiver.origin()}/target` });
+        res.end('moved');
+        return;
+      case '/huge': {
+        const body = Buffer.alloc(2 * 1024 * 1024, 'x');
+        res.writeHead(200, { 'content-length': body.length });
+        res.end(body);
+        return;
+      }
+      case '/stream': {
+        // No content-length: chunks forever until the client goes away.
+        res.writeHead(200, { 'content-type': 'application/octet-stream' });
+        const chunk = Buffer.alloc(16 * 1024, 'y');
+        const pump = () => {
+          while (!res.destroyed && res.write(chunk));
+          if (!res.destroyed) res.once('drain', pump);
+        };
+        pump();
+        return;
+      }
+      case '/exact':
+        res.writeHead(200);
+        res.end(Buffer.alloc(1000, 'z'));
+        return;
+      case '/hang':
+        return; // never answers
+      case '/reset':
+        ctx.reset();
+        return;
+      default:
+        res.writeHead(404);
+        res.end();
+    }
+  });
+  otherNameReceiver = await startHttpsReceiver(pki.issue(['other.example']), (_req, res) => {
+    res.writeHead(200);
+    res.end('should not be read');
+  });
+});
+
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((c) => c.close()));
+});
+
+afterAll(async () => {
+  await receiver?.close();
+  await otherNameReceiver?.close();
+  pki?.cleanup();
+});
+
+describe('EgressClient against a real HTTPS receiver', () => {
+  it('POSTs the body and headers and returns the answer', async () => {
+    const res = await loopbackClient().post(`${receiver.origin()}/ok`, {
+      headers: { 'content-type': 'application/json', 'x-service-event': 'episode.finalized' },
+      body: '{"hello":"world"}',
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers['x-receiver']).toBe('yes');
+    expect(JSON.parse(res.body.toString('utf8'))).toEqual({ received: '{"hello":"world"}' });
+    expect(res.address).toBe('127.0.0.1');
+    expect(res.durationMs).toBeGreaterThanOrEqual(0);
+    const got = receiver.requests.at(-1)!;
+    expect(got.method).toBe('POST');
+    expect(got.headers['x-service-event']).toBe('episode.finalized');
+    expect(got.headers.host).toBe(`localhost:${receiver.port}`);
+    expect(got.servername).toBe('localhost');
+  });
+
+  it('accepts a body exactly at the cap', async () => {
+    const res = await loopbackClient().post(`${receiver.origin()}/exact`, { maxResponseBytes: 1000 });
+    expect(res.body.length).toBe(1000);
+  });
+
+  it('returns a 3xx as a response and never follows it', async () => {
+    const before = receiver.requests.length;
+    const res = await loopbackClient().post(`${receiver.origin()}/redirect`, { body: 'x' });
+    expect(res.status).toBe(302);
+    expect(res.headers.location).toBe(`${receiver.origin()}/target`);
+    expect(res.body.toString()).toBe('moved');
+    const paths = receiver.requests.slice(before).map((r) => r.url);
+    expect(paths).toEqual(['/redirect']);
+  });
+
+  it('refuses a body larger than the cap (declared length)', async () => {
+    const { failure } = await failureOf(loopbackClient().post(`${receiver.origin()}/huge`, { maxResponseBytes: 64 * 1024 }));
+    expect(failure).toBe('too_large');
+  });
+
+  it('aborts an endless body past the cap (no declared length)', async () => {
+    const { failure } = await failureOf(loopbackClient().post(`${receiver.origin()}/stream`, { maxResponseBytes: 100 * 1024 }));
+    expect(failure).toBe('too_large');
+  });
+
+  it('times out on a receiver that never answers', async () => {
+    const { failure } = await failureOf(loopbackClient().post(`${receiver.origin()}/hang`, { timeoutMs: 300 }));
+    expect(failure).toBe('timeout');
+  });
+
+  it('reports a connection reset as unreachable', async () => {
+    const { failure } = await failureOf(loopbackClient().post(`${receiver.origin()}/reset`, { body: 'x' }));
+    expect(failure).toBe('unreachable');
+  });
+
+  it('reports a refused connection as unreachable', async () => {
+    const server = createNetServer();
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    const { failure } = await failureOf(loopbackClient().post(`https://localhost:${port}/ok`));
+    expect(failure).toBe('unreachable');
+  });
+
+  it('keeps verifying TLS against the host name: a certificate for another name fails', async () => {
+    const { failure, error } = await failureOf(loopbackClient().post(`${otherNameReceiver.origin()}/ok`));
+    expect(failure).toBe('tls');
+    expect(error.message).toMatch(/altname|hostname|does not match/i);
+    expect(otherNameReceiver.requests).toHaveLength(0);
+  });
+
+  it('fails TLS when the CA is not trusted', async () => {
+    const untrusting = new EgressClient({ allowLoopback: true, resolve: tableResolver({ localhost: ['127.0.0.1'] }).resolve });
+    clients.push(untrusting);
+    const { failure } = await failureOf(untrusting.post(`${receiver.origin()}/ok`));
+    expect(failure).toBe('tls');
+  });
+});
+
+describe('URL rules', () => {
+  it.each([
+    ['http://localhost/hook'],
+    ['ftp://example.com/'],
+    ['https://user:secret@example.com/'],
+    ['https://user@example.com/'],
+    ['not a url'],
+    ['https://0x1ffffffff/'],
+  ])('refuses %s as invalid_url without resolving it', async (url) => {
+    const { resolve, calls } = tableResolver({ localhost: ['127.0.0.1'], 'example.com': ['93.184.216.34'] });
+    const { failure } = await failureOf(client({ allowLoopback: true, resolve }).post(url));
+    expect(failure).toBe('invalid_url');
+    expect(calls).toEqual([]);
+  });
+
+  it('refuses an http:// URL to the running receiver without connecting', async () => {
+    const before = receiver.connections();
+    const { failure } = await failureOf(loopbackClient().post(`http://127.0.0.1:${receiver.port}/ok`));
+    expect(failure).toBe('invalid_url');
+    expect(receiver.connections()).toBe(before);
+  });
+});
+
+describe('address checks', () => {
+  it.each([
+    [['10.0.0.1'], 'private'],
+    [['8.8.8.8', '10.0.0.1'], 'private'],
+    [['2606:4700:4700::1111', 'fd00:ec2::254'], 'metadata'],
+    [['169.254.169.254'], 'metadata'],
+    [['::ffff:7f00:1'], 'loopback'],
+    [['64:ff9b::a00:1'], 'private'],
+  ] as const)('refuses a host resolving to %j (%s) before any connection', async (addresses, reason) => {
+    const { resolve } = tableResolver({ 'hooks.example.com': addresses });
+    const { failure, error } = await failureOf(client({ resolve }).post('https://hooks.example.com/hook'));
+    expect(failure).toBe('forbidden_address');
+    expect(error.details.reason).toBe(reason);
+  });
+
+  it('refuses a host resolving to the loopback receiver AND a private address, without connecting', async () => {
+    const before = receiver.connections();
+    const { resolve } = tableResolver({ localhost: ['127.0.0.1', '10.0.0.1'] });
+    const { failure, error } = await failureOf(client({ allowLoopback: true, resolve }).post(`${receiver.origin()}/ok`));
+    expect(failure).toBe('forbidden_address');
+    expect(error.details.address).toBe('10.0.0.1');
+    expect(receiver.connections()).toBe(before);
+  });
+
+  it.each([
+    ['https://169.254.169.254/latest/meta-data/'],
+    ['https://2852039166/'],
+    ['https://0x7f.1/'],
+    ['https://[::ffff:127.0.0.1]/'],
+    ['https://[fd00:ec2::254]/'],
+  ])('refuses the literal %s without resolving it', async (url) => {
+    const { resolve, calls } = tableResolver({});
+    const { failure } = await failureOf(client({ resolve }).post(url));
+    expect(failure).toBe('forbidden_address');
+    expect(calls).toEqual([]);
+  });
+
+  it('refuses loopback unless allowLoopback is set', async () => {
+    const before = receiver.connections();
+    const strict = client({ resolve: tableResolver({ localhost: ['127.0.0.1'] }).resolve });
+    const byName = await failureOf(strict.post(`${receiver.origin()}/ok`));
+    expect(byName.failure).toBe('forbidden_address');
+    expect(byName.error.details.reason).toBe('loopback');
+    const byLiteral = await failureOf(strict.post(`https://127.0.0.1:${receiver.port}/ok`));
+    expect(byLiteral.failure).toBe('forbidden_address');
+    const byOctal = await failureOf(strict.post(`https://0177.0.0.1:${receiver.port}/ok`));
+    expect(byOctal.failure).toBe('forbidden_address');
+    expect(receiver.connections()).toBe(before);
+
+    const res = await loopbackClient().post(`https://127.0.0.1:${receiver.port}/ok`, { body: 'literal' });
+    expect(res.status).toBe(200);
+    expect(receiver.connections()).toBeGreaterThan(before);
+  });
+
+  it('allowLoopback allows only 127/8 and ::1, not mapped forms or private addresses', async () => {
+    for (const address of ['::ffff:127.0.0.1', '10.0.0.1', '0.0.0.0', '169.254.169.254']) {
+      const { resolve } = tableResolver({ 'hooks.example.com': [address] });
+      const { failure } = await failureOf(client({ allowLoopback: true, resolve }).post('https://hooks.example.com/'));
+      expect(failure, address).toBe('forbidden_address');
+    }
+  });
+
+  it('reports a name that does not resolve as unresolvable', async () => {
+    const { failure, error } = await failureOf(client({ resolve: tableResolver({}).resolve }).post('https://nowhere.example/'));
+    expect(failure).toBe('unresolvable');
+    expect(error.details.transient).toBe(false);
+    const flaky = await failureOf(
+      client({ resolve: () => Promise.reject(Object.assign(new Error('queryA ETIMEOUT'), { code: 'EAI_AGAIN' })) }).post(
+        'https://flaky.example/',
+      ),
+    );
+    expect(flaky.failure).toBe('unresolvable');
+    expect(flaky.error.details.transient).toBe(true);
+    const empty = await failureOf(client({ resolve: async () => [] }).post('https://empty.example/'));
+    expect(empty.failure).toBe('unresolvable');
+    // The real resolver: .invalid never resolves.
+    const real = await failureOf(client().post('https://no-such-host.invalid/'));
+    expect(real.failure).toBe('unresolvable');
+  });
+});
+
+describe('DNS rebinding', () => {
+  it('connects to the checked address, even if the name would resolve elsewhere later', async () => {
+    // api.fleet.test is not in any real DNS: only the injected resolver knows it. It answers the
+    // loopback receiver once, then a different loopback address where nothing listens (the
+    // receiver is bound to 127.0.0.1 only).
+    let calls = 0;
+    const resolve: Resolver = async (hostname) => {
+      expect(hostname).toBe('api.fleet.test');
+      calls++;
+      return calls === 1 ? [v4('127.0.0.1')] : [v4('127.0.0.2')];
+    };
+    const rebinding = client({ allowLoopback: true, resolve });
+    const before = receiver.requests.length;
+    const res = await rebinding.post(`https://api.fleet.test:${receiver.port}/ok`, { body: 'pinned', timeoutMs: 5000 });
+    expect(res.status).toBe(200);
+    expect(res.address).toBe('127.0.0.1');
+    expect(calls).toBe(1);
+    const got = receiver.requests.slice(before);
+    expect(got).toHaveLength(1);
+    expect(got[0]!.headers.host).toBe(`api.fleet.test:${receiver.port}`);
+    expect(got[0]!.servername).toBe('api.fleet.test');
+    expect(got[0]!.body).toBe('pinned');
+
+    // The next request checks again and connects to the new answer, never reusing the
+    // connection pinned to the old one: nothing listens at 127.0.0.2, so it cannot succeed.
+    const second = await failureOf(rebinding.post(`https://api.fleet.test:${receiver.port}/ok`));
+    expect(second.failure).toBe('unreachable');
+    expect(calls).toBe(2);
+    expect(receiver.requests.length).toBe(before + 1);
+  });
+
+  it('refuses a rebinding to a private address on the next request', async () => {
+    let calls = 0;
+    const resolve: Resolver = async () => (++calls === 1 ? [v4('127.0.0.1')] : [v4('10.0.0.1')]);
+    const rebinding = client({ allowLoopback: true, resolve });
+    expect((await rebinding.post(`https://api.fleet.test:${receiver.port}/ok`)).status).toBe(200);
+    const { failure } = await failureOf(rebinding.post(`https://api.fleet.test:${receiver.port}/ok`));
+    expect(failure).toBe('forbidden_address');
+  });
+});

@@ -1,0 +1,348 @@
+/**
+ * The one way the cloud makes outbound HTTP requests (webhooks, grant providers, destination
+ * checks). Each request:
+ *   - accepts only `https:` URLs without userinfo;
+ *   - resolves the host itself and refuses it if ANY resolved address is not public
+ *     (see `classifyAddress`), before any connection is attempted;
+ *   - connects only to the addresses it checked (no second DNS lookup, so no DNS rebinding),
+ *     while TLS still verifies the certificate against the host NAME (SNI and identity check);
+ *   - never follows redirects (a 3xx is returned as a response);
+ *   - reads at most `maxResponseBytes` of the response body and aborts past it;
+ *   - gives up after `timeoutMs` overall (resolution, connection, headers and body).
+ * Failures are thrown as `EgressError` with a `failure` code.
+ */
+import { lookup as dnsLookup } from 'node:dns/promises';
+import type { LookupAddress } from 'node:dns';
+import { BlockList, isIP } from 'node:net';
+import { rootCertificates } from 'node:tls';
+import { performance } from 'node:perf_hooks';
+import { Pool } from 'undici';
+import { classifyAddress, parseHostLiteral, type AddressRefusal } from './addresses.js';
+
+export type EgressFailure =
+  | 'invalid_url'
+  | 'forbidden_address'
+  | 'unresolvable'
+  | 'unreachable'
+  | 'timeout'
+  | 'too_large'
+  | 'tls';
+
+export class EgressError extends Error {
+  override readonly name = 'EgressError';
+  constructor(
+    readonly failure: EgressFailure,
+    message: string,
+    readonly details: {
+      /** forbidden_address: the refused address and why. */
+      address?: string;
+      reason?: AddressRefusal;
+      /**
+       * unresolvable: true unless the resolver said the name does not exist (a DNS timeout or
+       * server failure may pass; a caller can choose not to disable a subscription for it).
+       */
+      transient?: boolean;
+      cause?: unknown;
+    } = {},
+  ) {
+    super(message, details.cause === undefined ? undefined : { cause: details.cause });
+  }
+}
+
+export interface ResolvedAddress {
+  address: string;
+  /** 4 or 6. */
+  family: number;
+}
+
+/** Resolves a host name to all its addresses (like `dns.lookup(host, { all: true })`). */
+export type Resolver = (hostname: string) => Promise<readonly ResolvedAddress[]>;
+
+export const DEFAULT_TIMEOUT_MS = 10_000;
+/** The spec caps a grant provider's answer at 1 MiB; webhooks read even less in practice. */
+export const DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024;
+
+export interface EgressClientOptions {
+  /**
+   * Tests and local development only: also allow 127.0.0.0/8 and ::1 (nothing else that is
+   * not public). Off by default.
+   */
+  allowLoopback?: boolean;
+  /**
+   * Extra trusted CA certificate(s), PEM (tests). Added to Node's bundled roots. Without it,
+   * the default trust store applies, including NODE_EXTRA_CA_CERTS.
+   */
+  ca?: string | readonly string[];
+  /** Host resolution; `dns.lookup(all)` by default. Injected by tests. */
+  resolve?: Resolver;
+  /** Pinned connection pools kept for keep-alive reuse (per origin and address set). */
+  maxPools?: number;
+}
+
+export interface EgressPostOptions {
+  headers?: Record<string, string>;
+  body?: string | Uint8Array;
+  /** Overall deadline: resolution, connection, response headers and body. */
+  timeoutMs?: number;
+  maxResponseBytes?: number;
+}
+
+export interface EgressResponse {
+  status: number;
+  headers: Record<string, string | string[]>;
+  /** The response body, never more than `maxResponseBytes`. */
+  body: Buffer;
+  durationMs: number;
+  /** The address the request was sent to (one that passed the check). */
+  address: string;
+}
+
+const defaultResolver: Resolver = (hostname) => dnsLookup(hostname, { all: true, verbatim: true });
+
+const LOOPBACK_V4 = new BlockList();
+LOOPBACK_V4.addSubnet('127.0.0.0', 8, 'ipv4');
+
+function isPlainLoopback(address: string): boolean {
+  const family = isIP(address);
+  if (family === 4) return LOOPBACK_V4.check(address, 'ipv4');
+  // Only ::1 itself, not ::ffff:127.0.0.1 and the like.
+  return family === 6 && parseHostLiteral(address)?.address === '::1';
+}
+
+/** Resolver answers that mean the name does not exist (anything else may be transient). */
+const DNS_NOT_FOUND = new Set(['ENOTFOUND', 'ENODATA', 'EAI_NONAME', 'EAI_NODATA']);
+
+const TLS_CODES = new Set([
+  'EPROTO',
+  'HOSTNAME_MISMATCH',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_DECRYPT_CERT_SIGNATURE',
+  'UNABLE_TO_DECODE_ISSUER_PUBLIC_KEY',
+  'CERT_SIGNATURE_FAILURE',
+  'CERT_NOT_YET_VALID',
+  'CERT_HAS_EXPIRED',
+  'ERROR_IN_CERT_NOT_BEFORE_FIELD',
+  'ERROR_IN_CERT_NOT_AFTER_FIELD',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'CERT_CHAIN_TOO_LONG',
+  'CERT_REVOKED',
+  'INVALID_CA',
+  'PATH_LENGTH_EXCEEDED',
+  'INVALID_PURPOSE',
+  'CERT_UNTRUSTED',
+  'CERT_REJECTED',
+]);
+
+const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'ETIMEDOUT']);
+
+function errorCodes(err: unknown): string[] {
+  const codes: string[] = [];
+  let current: unknown = err;
+  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
+    const { code, errors } = current as { code?: unknown; errors?: unknown };
+    if (typeof code === 'string') codes.push(code);
+    // AggregateError from happy-eyeballs connection attempts.
+    if (Array.isArray(errors)) codes.push(...errors.flatMap((e) => errorCodes(e)));
+    current = (current as { cause?: unknown }).cause;
+  }
+  return codes;
+}
+
+function networkFailure(err: unknown): EgressFailure {
+  const codes = errorCodes(err);
+  if (codes.some((c) => TLS_CODES.has(c) || /^ERR_(TLS|SSL|OSSL)_/.test(c))) return 'tls';
+  if (codes.some((c) => TIMEOUT_CODES.has(c))) return 'timeout';
+  return 'unreachable';
+}
+
+function describe(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+type LookupCallback = (err: Error | null, address: string | LookupAddress[], family?: number) => void;
+
+export class EgressClient implements AsyncDisposable {
+  private readonly allowLoopback: boolean;
+  private readonly ca: string[] | undefined;
+  private readonly resolve: Resolver;
+  private readonly maxPools: number;
+  /** Pools keyed by origin and the checked addresses they are pinned to (insertion = age). */
+  private readonly pools = new Map<string, Pool>();
+
+  constructor(opts: EgressClientOptions = {}) {
+    this.allowLoopback = opts.allowLoopback ?? false;
+    const extra = opts.ca === undefined ? [] : typeof opts.ca === 'string' ? [opts.ca] : [...opts.ca];
+    this.ca = extra.length > 0 ? [...rootCertificates, ...extra] : undefined;
+    this.resolve = opts.resolve ?? defaultResolver;
+    this.maxPools = opts.maxPools ?? 64;
+  }
+
+  /** POSTs `body` to `url`; see the module comment for the rules. */
+  async post(url: string | URL, opts: EgressPostOptions = {}): Promise<EgressResponse> {
+    const started = performance.now();
+    const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const maxResponseBytes = opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+    const target = this.parseUrl(url);
+
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(), timeoutMs);
+    const timedOut = () => new EgressError('timeout', `no complete answer from ${target.host} within ${timeoutMs} ms`);
+    try {
+      const addresses = await this.checkedAddresses(target, controller.signal);
+      if (controller.signal.aborted) throw timedOut();
+      const pool = this.poolFor(target, addresses);
+      let tooLarge = false;
+      try {
+        const res = await pool.request({
+          method: 'POST',
+          path: `${target.pathname}${target.search}`,
+          headers: opts.headers ?? {},
+          body: opts.body ?? '',
+          signal: controller.signal,
+        });
+        const headers: Record<string, string | string[]> = {};
+        for (const [name, value] of Object.entries(res.headers)) if (value !== undefined) headers[name] = value;
+
+        const declared = Number(headers['content-length']);
+        if (Number.isFinite(declared) && declared > maxResponseBytes) {
+          tooLarge = true;
+          res.body.destroy();
+          throw new EgressError('too_large', `response body of ${declared} bytes exceeds ${maxResponseBytes}`);
+        }
+        const chunks: Buffer[] = [];
+        let size = 0;
+        for await (const chunk of res.body) {
+          const buf = chunk as Buffer;
+          size += buf.length;
+          if (size > maxResponseBytes) {
+            tooLarge = true;
+            controller.abort();
+            res.body.destroy();
+            throw new EgressError('too_large', `response body exceeds ${maxResponseBytes} bytes`);
+          }
+          chunks.push(buf);
+        }
+        return {
+          status: res.statusCode,
+          headers,
+          body: Buffer.concat(chunks, size),
+          durationMs: performance.now() - started,
+          address: addresses[0]!.address,
+        };
+      } catch (err) {
+        if (err instanceof EgressError) throw err;
+        if (tooLarge) throw new EgressError('too_large', `response body exceeds ${maxResponseBytes} bytes`);
+        if (controller.signal.aborted) throw timedOut();
+        const failure = networkFailure(err);
+        throw new EgressError(failure, `${failure} POST ${target.origin}: ${describe(err)}`, { cause: err });
+      }
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Closes every pooled connection. */
+  async close(): Promise<void> {
+    const pools = [...this.pools.values()];
+    this.pools.clear();
+    await Promise.all(pools.map((p) => p.destroy()));
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  private parseUrl(url: string | URL): URL {
+    let parsed: URL;
+    try {
+      parsed = new URL(url);
+    } catch (err) {
+      throw new EgressError('invalid_url', 'not a valid URL', { cause: err });
+    }
+    if (parsed.protocol !== 'https:') throw new EgressError('invalid_url', `only https URLs are allowed, not ${parsed.protocol}`);
+    if (parsed.username !== '' || parsed.password !== '') {
+      throw new EgressError('invalid_url', 'URLs with credentials (userinfo) are not allowed');
+    }
+    return parsed;
+  }
+
+  /** Resolves the host (unless it is a literal) and checks every address; returns them all. */
+  private async checkedAddresses(target: URL, signal: AbortSignal): Promise<ResolvedAddress[]> {
+    const literal = parseHostLiteral(target.hostname);
+    let addresses: ResolvedAddress[];
+    if (literal !== null) {
+      addresses = [literal];
+    } else {
+      try {
+        addresses = [...(await abortable(this.resolve(target.hostname), signal))];
+      } catch (err) {
+        if (signal.aborted) throw new EgressError('timeout', `resolving ${target.hostname} took too long`);
+        const transient = !errorCodes(err).some((c) => DNS_NOT_FOUND.has(c));
+        throw new EgressError('unresolvable', `cannot resolve ${target.hostname}: ${describe(err)}`, { cause: err, transient });
+      }
+      if (addresses.length === 0) {
+        throw new EgressError('unresolvable', `${target.hostname} has no addresses`, { transient: false });
+      }
+    }
+    for (const { address } of addresses) {
+      const verdict = classifyAddress(address);
+      if (verdict === 'public') continue;
+      if (this.allowLoopback && isPlainLoopback(address)) continue;
+      throw new EgressError('forbidden_address', `${target.hostname} resolves to ${address} (${verdict})`, {
+        address,
+        reason: verdict,
+      });
+    }
+    return addresses;
+  }
+
+  /** A pool for `target`'s origin whose connections can only go to `addresses`. */
+  private poolFor(target: URL, addresses: readonly ResolvedAddress[]): Pool {
+    const key = `${target.origin}|${addresses.map((a) => a.address).join(',')}`;
+    const existing = this.pools.get(key);
+    if (existing !== undefined) {
+      // Refresh its age.
+      this.pools.delete(key);
+      this.pools.set(key, existing);
+      return existing;
+    }
+    const pinned = addresses.map((a) => ({ address: a.address, family: isIP(a.address) === 6 ? 6 : 4 }));
+    // Called by net.connect instead of DNS: it can only ever answer the checked addresses.
+    const lookup = (_hostname: string, options: { all?: boolean }, callback: LookupCallback) => {
+      if (options.all === true) callback(null, pinned);
+      else callback(null, pinned[0]!.address, pinned[0]!.family);
+    };
+    const pool = new Pool(target.origin, {
+      connect: { lookup, ...(this.ca === undefined ? {} : { ca: this.ca }) },
+    });
+    this.pools.set(key, pool);
+    while (this.pools.size > this.maxPools) {
+      const [oldestKey, oldest] = this.pools.entries().next().value as [string, Pool];
+      this.pools.delete(oldestKey);
+      oldest.close().catch(() => undefined);
+    }
+    return pool;
+  }
+}
+
+/** Settles with `promise`, or rejects as soon as `signal` aborts. */
+function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(new Error('aborted'));
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(new Error('aborted'));
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(err instanceof Error ? err : new Error(String(err)));
+      },
+    );
+  });
+}

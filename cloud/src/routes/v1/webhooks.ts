@@ -1,0 +1,205 @@
+import { randomBytes } from 'node:crypto';
+import { z } from 'zod';
+import { CreatedWebhookSchema, CreateWebhookBodySchema, DAY, DeadLetterSchema, iso, WebhookSchema, type Webhook } from '@fleet/protocol';
+import { classifyAddress, parseHostLiteral } from '../../egress/addresses.js';
+import { entitlementsOf } from '../../entitlements.js';
+import { ApiError, notFound } from '../../errors.js';
+import { principalOf } from '../../http/policy.js';
+import { newId, newSecret } from '../../ids.js';
+import type { OrgRow, WebhookRow } from '../../store/index.js';
+import type { V1Plugin } from './types.js';
+
+/** How long the previous secret keeps signing after a rotation (spec). */
+export const ROTATION_OVERLAP_MS = DAY;
+
+function toWebhook(w: WebhookRow): Webhook {
+  return {
+    id: w.id,
+    url: w.url,
+    events: w.events,
+    status: w.status,
+    disabled_reason: w.disabledReason,
+    pending_deliveries: w.pendingDeliveries,
+    last_delivered_at: w.lastDeliveredAt === null ? null : iso(w.lastDeliveredAt),
+    last_delivery_error: w.lastDeliveryError,
+    created_at: iso(w.createdAt),
+  };
+}
+
+const maxActive = (org: OrgRow): number => entitlementsOf(org).limits.webhook_subscriptions ?? 5;
+
+const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
+const NoBody = z.strictObject({}).nullish();
+
+/** /v1/webhooks: subscriptions, dead letters, rotation and the test event (admin). */
+export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deliveries, egressAllowLoopback }) => {
+  const admin = { auth: 'key', scope: 'admin', feature: 'api.access', meter: null } as const;
+
+  app.route({
+    method: 'POST',
+    url: '/webhooks',
+    config: { policy: admin },
+    schema: {
+      summary: 'Subscribe an HTTPS endpoint to events',
+      description: 'The `whsec_` secret is in this response only. At most 5 active subscriptions per organization (409 `conflict`).',
+      body: CreateWebhookBodySchema,
+      response: { 201: CreatedWebhookSchema },
+    },
+    handler: async (request, reply) => {
+      const { org } = principalOf(request);
+      const url = new URL(request.body.url);
+      if (url.username || url.password) throw invalidUrl('must not contain credentials');
+      const literal = parseHostLiteral(url.host);
+      if (literal) {
+        const cls = classifyAddress(literal.address);
+        if (cls !== 'public' && !(egressAllowLoopback && cls === 'loopback')) throw invalidUrl(`the address is not public (${cls})`);
+      }
+      const secret = newSecret('whsec');
+      const row = {
+        id: newId('wh'),
+        orgId: org.id,
+        url: url.toString(),
+        events: request.body.events,
+        secretSealed: secrets.seal(secret),
+        createdAt: clock.now(),
+      };
+      if ((await store.webhooks.create(row, maxActive(org))) === 'limit') {
+        throw new ApiError('conflict', `the organization already has ${maxActive(org)} active webhook subscriptions`, {
+          limit: 'webhook_subscriptions',
+          value: maxActive(org),
+        });
+      }
+      const created = (await store.webhooks.get(org.id, row.id))!;
+      return reply.code(201).send({ ...toWebhook(created), secret });
+    },
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/webhooks',
+    config: { policy: admin },
+    schema: { summary: 'List webhook subscriptions', response: { 200: z.object({ webhooks: z.array(WebhookSchema) }) } },
+    handler: async (request) => ({ webhooks: (await store.webhooks.list(principalOf(request).org.id)).map(toWebhook) }),
+  });
+
+  app.route({
+    method: 'DELETE',
+    url: '/webhooks/:id',
+    config: { policy: admin },
+    schema: { summary: 'Remove a subscription and its queue', params: IdParams, response: { 204: z.null().describe('Removed') } },
+    handler: async (request, reply) => {
+      if (!(await store.webhooks.delete(principalOf(request).org.id, request.params.id))) throw notFound('webhook');
+      return reply.code(204).send(null);
+    },
+  });
+
+  app.route({
+    method: 'POST',
+    url: '/webhooks/:id/enable',
+    config: { policy: admin },
+    schema: { summary: 'Re-activate an auto-disabled subscription', params: IdParams, body: NoBody, response: { 200: WebhookSchema } },
+    handler: async (request) => {
+      const { org } = principalOf(request);
+      const result = await store.webhooks.enable(org.id, request.params.id, maxActive(org));
+      if (result === undefined) throw notFound('webhook');
+      if (result === 'limit') throw new ApiError('conflict', `the organization already has ${maxActive(org)} active webhook subscriptions`);
+      deliveries.notify();
+      return toWebhook(result);
+    },
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/webhooks/:id/dead-letters',
+    config: { policy: admin },
+    schema: { summary: 'Deliveries that exhausted their retries', params: IdParams, response: { 200: z.object({ dead_letters: z.array(DeadLetterSchema) }) } },
+    handler: async (request) => {
+      const rows = await store.webhooks.deadLetters(principalOf(request).org.id, request.params.id);
+      if (!rows) throw notFound('webhook');
+      return {
+        dead_letters: rows.map((d) => ({
+          id: String(d.id),
+          event_id: d.eventId,
+          event: d.eventType,
+          payload: JSON.parse(d.payload) as Record<string, unknown>,
+          attempts: d.attempts,
+          last_status: d.lastStatus,
+          last_error: d.lastError,
+          dead_lettered_at: iso(d.deadLetteredAt ?? d.createdAt),
+        })),
+      };
+    },
+  });
+
+  app.route({
+    method: 'POST',
+    url: '/webhooks/:id/dead-letters/:delivery_id/redeliver',
+    config: { policy: admin },
+    schema: {
+      summary: 'Put a dead letter back at the end of its queue (same event id)',
+      params: z.strictObject({ id: z.string().min(1).max(128), delivery_id: z.string().regex(/^\d{1,15}$/) }),
+      body: NoBody,
+      response: { 202: z.object({ delivery_id: z.string(), event_id: z.string() }) },
+    },
+    handler: async (request, reply) => {
+      const d = await store.webhooks.redeliver(principalOf(request).org.id, request.params.id, Number(request.params.delivery_id), clock.now());
+      if (!d) throw notFound('dead letter');
+      deliveries.notify();
+      return reply.code(202).send({ delivery_id: String(d.id), event_id: d.eventId });
+    },
+  });
+
+  app.route({
+    method: 'POST',
+    url: '/webhooks/:id/rotate-secret',
+    config: { policy: admin },
+    schema: {
+      summary: 'Rotate the signing secret',
+      description: 'The new secret signs at once; the old one keeps signing, as a second v1 entry, for 24 hours.',
+      params: IdParams,
+      body: NoBody,
+      response: { 200: z.object({ secret: z.string(), previous_secret_expires_at: z.string() }) },
+    },
+    handler: async (request) => {
+      const secret = newSecret('whsec');
+      const until = clock.now() + ROTATION_OVERLAP_MS;
+      const row = await store.webhooks.rotateSecret(principalOf(request).org.id, request.params.id, secrets.seal(secret), until);
+      if (!row) throw notFound('webhook');
+      return { secret, previous_secret_expires_at: iso(until) };
+    },
+  });
+
+  app.route({
+    method: 'POST',
+    url: '/webhooks/:id/test',
+    config: { policy: admin },
+    schema: {
+      summary: 'Send a synthetic episode.finalized with test: true through the real pipeline',
+      description: 'Delivered whatever the event filter, in order with the subscription\'s other deliveries.',
+      params: IdParams,
+      body: NoBody,
+      response: { 202: z.object({ event_id: z.string() }) },
+    },
+    handler: async (request, reply) => {
+      const sub = await store.webhooks.get(principalOf(request).org.id, request.params.id);
+      if (!sub) throw notFound('webhook');
+      const eventId = `evt_test_${randomBytes(12).toString('hex')}`;
+      const payload = {
+        schema_version: 1,
+        episode_id: 'ep_test0000000000',
+        robot_id: 'rbt_test',
+        recording_session_id: 'rs_test',
+        episode_seq: 1,
+        state: 'reported',
+        test: true,
+      };
+      await store.webhooks.enqueue(sub.id, { eventId, eventType: 'episode.finalized', payload: JSON.stringify(payload) }, clock.now());
+      deliveries.notify();
+      return reply.code(202).send({ event_id: eventId });
+    },
+  });
+};
+
+function invalidUrl(message: string): ApiError {
+  return new ApiError('validation_failed', `url ${message}`, { issues: [{ location: 'body', path: '/url', message }] });
+}

@@ -1,0 +1,255 @@
+import type { Db } from './sqlite-db.js';
+import type { DeliveryOutcome, DeliveryRow, WebhookRow, WebhookStore } from './types.js';
+
+interface SubDbRow {
+  id: string;
+  org_id: string;
+  url: string;
+  events: string;
+  status: 'active' | 'disabled';
+  disabled_reason: string | null;
+  secret_sealed: string;
+  previous_secret_sealed: string | null;
+  previous_secret_until: number | null;
+  event_cursor: number;
+  last_delivered_at: number | null;
+  last_delivery_error: string | null;
+  created_at: number;
+  pending: number;
+}
+
+interface DeliveryDbRow {
+  id: number;
+  subscription_id: string;
+  event_id: string;
+  event_type: string;
+  payload: string;
+  state: DeliveryRow['state'];
+  attempts: number;
+  next_attempt_at: number;
+  last_status: number | null;
+  last_error: string | null;
+  dead_lettered_at: number | null;
+  created_at: number;
+}
+
+function subFromDb(r: SubDbRow): WebhookRow {
+  return {
+    id: r.id,
+    orgId: r.org_id,
+    url: r.url,
+    events: JSON.parse(r.events) as string[],
+    status: r.status,
+    disabledReason: r.disabled_reason,
+    secretSealed: r.secret_sealed,
+    previousSecretSealed: r.previous_secret_sealed,
+    previousSecretUntil: r.previous_secret_until,
+    lastDeliveredAt: r.last_delivered_at,
+    lastDeliveryError: r.last_delivery_error,
+    createdAt: r.created_at,
+    pendingDeliveries: r.pending,
+  };
+}
+
+function deliveryFromDb(r: DeliveryDbRow): DeliveryRow {
+  return {
+    id: r.id,
+    subscriptionId: r.subscription_id,
+    eventId: r.event_id,
+    eventType: r.event_type,
+    payload: r.payload,
+    state: r.state,
+    attempts: r.attempts,
+    nextAttemptAt: r.next_attempt_at,
+    lastStatus: r.last_status,
+    lastError: r.last_error,
+    deadLetteredAt: r.dead_lettered_at,
+    createdAt: r.created_at,
+  };
+}
+
+const SUB_COLUMNS = `s.*, (SELECT COUNT(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.state = 'pending') AS pending`;
+const FAN_OUT_BATCH = 1000;
+
+export class SqliteWebhooks implements WebhookStore {
+  private readonly byId;
+  private readonly byOrg;
+  private readonly activeCount;
+  private readonly insertSub;
+  private readonly maxEvent;
+  private readonly insertDelivery;
+
+  constructor(private readonly db: Db) {
+    this.byId = db.prepare<[string, string], SubDbRow>(`SELECT ${SUB_COLUMNS} FROM webhook_subscriptions s WHERE s.org_id = ? AND s.id = ?`);
+    this.byOrg = db.prepare<[string], SubDbRow>(`SELECT ${SUB_COLUMNS} FROM webhook_subscriptions s WHERE s.org_id = ? ORDER BY s.created_at, s.id`);
+    this.activeCount = db.prepare<[string], { n: number }>(`SELECT COUNT(*) AS n FROM webhook_subscriptions WHERE org_id = ? AND status = 'active'`);
+    this.insertSub = db.prepare(
+      `INSERT INTO webhook_subscriptions (id, org_id, url, events, status, secret_sealed, event_cursor, created_at)
+       VALUES (?, ?, ?, ?, 'active', ?, ?, ?)`,
+    );
+    this.maxEvent = db.prepare<[string], { m: number | null }>('SELECT MAX(id) AS m FROM events WHERE org_id = ?');
+    this.insertDelivery = db.prepare(
+      `INSERT INTO webhook_deliveries (subscription_id, event_id, event_type, payload, state, next_attempt_at, created_at)
+       VALUES (?, ?, ?, ?, 'pending', ?, ?)`,
+    );
+  }
+
+  async create(row: Parameters<WebhookStore['create']>[0], maxActive: number): Promise<'ok' | 'limit'> {
+    return this.db
+      .transaction((): 'ok' | 'limit' => {
+        if (this.activeCount.get(row.orgId)!.n >= maxActive) return 'limit';
+        // A new subscription starts with the events that come after it, not the history.
+        const cursor = this.maxEvent.get(row.orgId)!.m ?? 0;
+        this.insertSub.run(row.id, row.orgId, row.url, JSON.stringify(row.events), row.secretSealed, cursor, row.createdAt);
+        return 'ok';
+      })
+      .immediate();
+  }
+
+  async get(orgId: string, id: string): Promise<WebhookRow | undefined> {
+    const r = this.byId.get(orgId, id);
+    return r && subFromDb(r);
+  }
+
+  async getById(id: string): Promise<WebhookRow | undefined> {
+    const r = this.db.prepare<[string], SubDbRow>(`SELECT ${SUB_COLUMNS} FROM webhook_subscriptions s WHERE s.id = ?`).get(id);
+    return r && subFromDb(r);
+  }
+
+  async list(orgId: string): Promise<WebhookRow[]> {
+    return this.byOrg.all(orgId).map(subFromDb);
+  }
+
+  async delete(orgId: string, id: string): Promise<boolean> {
+    return this.db.transaction(() => {
+      const gone = this.db.prepare('DELETE FROM webhook_subscriptions WHERE org_id = ? AND id = ?').run(orgId, id).changes > 0;
+      if (gone) this.db.prepare('DELETE FROM webhook_deliveries WHERE subscription_id = ?').run(id);
+      return gone;
+    })();
+  }
+
+  async enable(orgId: string, id: string, maxActive: number): Promise<WebhookRow | 'limit' | undefined> {
+    const result = this.db
+      .transaction((): 'ok' | 'limit' | undefined => {
+        const r = this.byId.get(orgId, id);
+        if (!r) return undefined;
+        if (r.status === 'active') return 'ok';
+        if (this.activeCount.get(orgId)!.n >= maxActive) return 'limit';
+        this.db.prepare(`UPDATE webhook_subscriptions SET status = 'active', disabled_reason = NULL WHERE id = ?`).run(id);
+        return 'ok';
+      })
+      .immediate();
+    return result === 'ok' ? this.get(orgId, id) : result;
+  }
+
+  async disable(id: string, reason: string): Promise<void> {
+    this.db.prepare(`UPDATE webhook_subscriptions SET status = 'disabled', disabled_reason = ? WHERE id = ?`).run(reason, id);
+  }
+
+  async rotateSecret(orgId: string, id: string, secretSealed: string, previousUntil: number): Promise<WebhookRow | undefined> {
+    const changed = this.db
+      .prepare(
+        `UPDATE webhook_subscriptions SET previous_secret_sealed = secret_sealed, previous_secret_until = ?, secret_sealed = ?
+         WHERE org_id = ? AND id = ?`,
+      )
+      .run(previousUntil, secretSealed, orgId, id).changes;
+    return changed > 0 ? this.get(orgId, id) : undefined;
+  }
+
+  async fanOut(now: number): Promise<number> {
+    return this.db
+      .transaction(() => {
+        let added = 0;
+        const subs = this.db.prepare<[], SubDbRow>(`SELECT s.*, 0 AS pending FROM webhook_subscriptions s`).all();
+        const events = this.db.prepare<[string, number, number], { id: number; type: string; payload: string }>(
+          'SELECT id, type, payload FROM events WHERE org_id = ? AND id > ? ORDER BY id LIMIT ?',
+        );
+        const advance = this.db.prepare('UPDATE webhook_subscriptions SET event_cursor = ? WHERE id = ?');
+        for (const s of subs) {
+          const wanted = new Set(JSON.parse(s.events) as string[]);
+          const batch = events.all(s.org_id, s.event_cursor, FAN_OUT_BATCH);
+          if (batch.length === 0) continue;
+          for (const e of batch) {
+            if (!wanted.has(e.type)) continue;
+            this.insertDelivery.run(s.id, `evt_${e.id}`, e.type, e.payload, now, now);
+            added++;
+          }
+          advance.run(batch[batch.length - 1]!.id, s.id);
+        }
+        return added;
+      })
+      .immediate();
+  }
+
+  async enqueue(subscriptionId: string, d: { eventId: string; eventType: string; payload: string }, now: number): Promise<number> {
+    return Number(this.insertDelivery.run(subscriptionId, d.eventId, d.eventType, d.payload, now, now).lastInsertRowid);
+  }
+
+  async dueHeads(now: number, limit: number): Promise<DeliveryRow[]> {
+    return this.db
+      .prepare<[number, number], DeliveryDbRow>(
+        `SELECT d.* FROM webhook_subscriptions s
+         JOIN webhook_deliveries d ON d.id = (SELECT MIN(id) FROM webhook_deliveries q WHERE q.subscription_id = s.id AND q.state = 'pending')
+         WHERE s.status = 'active' AND d.next_attempt_at <= ? ORDER BY d.next_attempt_at LIMIT ?`,
+      )
+      .all(now, limit)
+      .map(deliveryFromDb);
+  }
+
+  async nextDueAt(): Promise<number | null> {
+    const r = this.db
+      .prepare<[], { t: number | null }>(
+        `SELECT MIN(d.next_attempt_at) AS t FROM webhook_subscriptions s
+         JOIN webhook_deliveries d ON d.id = (SELECT MIN(id) FROM webhook_deliveries q WHERE q.subscription_id = s.id AND q.state = 'pending')
+         WHERE s.status = 'active'`,
+      )
+      .get();
+    return r?.t ?? null;
+  }
+
+  async record(deliveryId: number, o: DeliveryOutcome): Promise<void> {
+    this.db.transaction(() => {
+      const d = this.db.prepare<[number], DeliveryDbRow>('SELECT * FROM webhook_deliveries WHERE id = ?').get(deliveryId);
+      if (!d) return;
+      if (o.kind === 'delivered') {
+        this.db.prepare(`UPDATE webhook_deliveries SET state = 'delivered', attempts = attempts + 1, last_status = ?, last_error = NULL WHERE id = ?`).run(o.status, deliveryId);
+        this.db.prepare('UPDATE webhook_subscriptions SET last_delivered_at = ?, last_delivery_error = NULL WHERE id = ?').run(o.at, d.subscription_id);
+      } else if (o.kind === 'retry') {
+        this.db
+          .prepare('UPDATE webhook_deliveries SET attempts = attempts + 1, last_status = ?, last_error = ?, next_attempt_at = ? WHERE id = ?')
+          .run(o.status, o.error, o.nextAttemptAt, deliveryId);
+        this.db.prepare('UPDATE webhook_subscriptions SET last_delivery_error = ? WHERE id = ?').run(o.error, d.subscription_id);
+      } else {
+        this.db
+          .prepare(`UPDATE webhook_deliveries SET state = 'dead', attempts = attempts + 1, last_status = ?, last_error = ?, dead_lettered_at = ? WHERE id = ?`)
+          .run(o.status, o.error, o.at, deliveryId);
+        this.db.prepare('UPDATE webhook_subscriptions SET last_delivery_error = ? WHERE id = ?').run(o.error, d.subscription_id);
+      }
+    })();
+  }
+
+  async deadLetters(orgId: string, subscriptionId: string): Promise<DeliveryRow[] | undefined> {
+    if (!this.byId.get(orgId, subscriptionId)) return undefined;
+    return this.db
+      .prepare<[string], DeliveryDbRow>(`SELECT * FROM webhook_deliveries WHERE subscription_id = ? AND state = 'dead' ORDER BY id`)
+      .all(subscriptionId)
+      .map(deliveryFromDb);
+  }
+
+  async redeliver(orgId: string, subscriptionId: string, deliveryId: number, now: number): Promise<DeliveryRow | undefined> {
+    const id = this.db
+      .transaction((): number | undefined => {
+        if (!this.byId.get(orgId, subscriptionId)) return undefined;
+        const d = this.db
+          .prepare<[number, string], DeliveryDbRow>(`SELECT * FROM webhook_deliveries WHERE id = ? AND subscription_id = ? AND state = 'dead'`)
+          .get(deliveryId, subscriptionId);
+        if (!d) return undefined;
+        this.db.prepare(`UPDATE webhook_deliveries SET state = 'redelivered' WHERE id = ?`).run(deliveryId);
+        return Number(this.insertDelivery.run(subscriptionId, d.event_id, d.event_type, d.payload, now, now).lastInsertRowid);
+      })
+      .immediate();
+    if (id === undefined) return undefined;
+    const row = this.db.prepare<[number], DeliveryDbRow>('SELECT * FROM webhook_deliveries WHERE id = ?').get(id);
+    return row && deliveryFromDb(row);
+  }
+}

@@ -1,0 +1,150 @@
+import type { FastifyBaseLogger } from 'fastify';
+import { HOUR, MINUTE, signPayload, SIGNATURE_HEADER, type Clock } from '@fleet/protocol';
+import { EgressError, type EgressClient } from '../egress/client.js';
+import type { SecretBox } from '../secret-box.js';
+import type { DeliveryOutcome, DeliveryRow, Store, WebhookRow } from '../store/index.js';
+
+/** Waits after the 1st … 6th failed attempt (spec, Delivery semantics 4): 7 attempts in all. */
+export const RETRY_SCHEDULE_MS: readonly number[] = [MINUTE, 5 * MINUTE, 30 * MINUTE, 2 * HOUR, 12 * HOUR, 24 * HOUR];
+export const RECEIVER_TIMEOUT_MS = 10_000;
+/** A receiver's answer is read up to this size; only its status matters. */
+const MAX_RESPONSE_BYTES = 64 * 1024;
+
+/** Statuses that are retried (spec): 408, 425, 429 and every 5xx; anything else non-2xx dead-letters. */
+export function isRetryableStatus(status: number): boolean {
+  return status === 408 || status === 425 || status === 429 || status >= 500;
+}
+
+/** Failures that mean the subscription's configuration cannot work: it is auto-disabled. */
+function unusableConfiguration(err: EgressError): boolean {
+  if (err.failure === 'invalid_url' || err.failure === 'forbidden_address') return true;
+  return err.failure === 'unresolvable' && err.details.transient !== true;
+}
+
+export interface DeliveryWorkerOptions {
+  store: Store;
+  secrets: SecretBox;
+  egress: EgressClient;
+  clock: Clock;
+  logger: FastifyBaseLogger;
+  schedule?: readonly number[];
+  /** Deliveries in flight at once, each to a different subscription. */
+  concurrency?: number;
+  /** How often the background loop looks for due work. */
+  pollMs?: number;
+}
+
+/**
+ * Fans events out of the log into one queue per subscription and delivers each queue strictly
+ * in order: only the oldest pending delivery of an active subscription is ever attempted, so a
+ * failing one holds the later ones until it succeeds or is dead-lettered. Everything is in the
+ * database, so a restart (or kill -9) resumes where it stopped: at least once, in order.
+ */
+export class DeliveryWorker {
+  private readonly schedule: readonly number[];
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<number> | null = null;
+  private again = false;
+
+  constructor(private readonly opts: DeliveryWorkerOptions) {
+    this.schedule = opts.schedule ?? RETRY_SCHEDULE_MS;
+  }
+
+  start(): void {
+    const poll = this.opts.pollMs ?? 1000;
+    this.timer ??= setInterval(() => this.notify(), poll);
+    this.timer.unref();
+    this.notify();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await this.running;
+  }
+
+  /** Something may be due (a new event, a test, a redelivery): run a pass soon. */
+  notify(): void {
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    this.running = this.tick()
+      .catch((err: unknown) => {
+        this.opts.logger.error({ err }, 'webhook delivery pass failed');
+        return 0;
+      })
+      .finally(() => {
+        this.running = null;
+        if (this.again) {
+          this.again = false;
+          this.notify();
+        }
+      });
+  }
+
+  /** One pass: fan out new events, then attempt every due queue head. Returns attempts made. */
+  async tick(): Promise<number> {
+    const { store, clock } = this.opts;
+    await store.webhooks.fanOut(clock.now());
+    let attempted = 0;
+    for (;;) {
+      const heads = await store.webhooks.dueHeads(clock.now(), this.opts.concurrency ?? 8);
+      if (heads.length === 0) return attempted;
+      await Promise.all(heads.map((d) => this.attempt(d)));
+      attempted += heads.length;
+    }
+  }
+
+  private async attempt(d: DeliveryRow): Promise<void> {
+    const { store, clock, logger } = this.opts;
+    const sub = await store.webhooks.getById(d.subscriptionId);
+    if (!sub || sub.status !== 'active') return;
+    const now = clock.now();
+    let outcome: DeliveryOutcome;
+    try {
+      const res = await this.opts.egress.post(sub.url, {
+        headers: this.headers(sub, d, now),
+        body: d.payload,
+        timeoutMs: RECEIVER_TIMEOUT_MS,
+        maxResponseBytes: MAX_RESPONSE_BYTES,
+      });
+      const at = clock.now();
+      if (res.status >= 200 && res.status < 300) outcome = { kind: 'delivered', status: res.status, at };
+      else if (isRetryableStatus(res.status)) outcome = this.retryOrDead(d, res.status, `HTTP ${res.status}`, at);
+      else outcome = { kind: 'dead', status: res.status, error: `HTTP ${res.status}`, at };
+    } catch (err) {
+      if (err instanceof EgressError && unusableConfiguration(err)) {
+        // The URL cannot work as configured: disable, keep the queue, count no attempt.
+        logger.warn({ subscription_id: sub.id, failure: err.failure }, 'webhook subscription auto-disabled');
+        await store.webhooks.disable(sub.id, `${err.failure}: ${err.message}`.slice(0, 512));
+        return;
+      }
+      const failure = err instanceof EgressError ? `${err.failure}: ${err.message}` : String(err);
+      outcome = this.retryOrDead(d, null, failure.slice(0, 512), clock.now());
+    }
+    await store.webhooks.record(d.id, outcome);
+  }
+
+  private retryOrDead(d: DeliveryRow, status: number | null, error: string, at: number): DeliveryOutcome {
+    const wait = this.schedule[d.attempts];
+    if (wait === undefined) return { kind: 'dead', status, error: `${error} (after ${d.attempts + 1} attempts)`, at };
+    return { kind: 'retry', status, error, at, nextAttemptAt: at + wait };
+  }
+
+  private headers(sub: WebhookRow, d: DeliveryRow, now: number): Record<string, string> {
+    const { secrets } = this.opts;
+    const signing = [secrets.open(sub.secretSealed)];
+    // During a rotation the old secret keeps signing, as a second v1 entry, for 24 h.
+    if (sub.previousSecretSealed && sub.previousSecretUntil !== null && sub.previousSecretUntil > now) {
+      signing.push(secrets.open(sub.previousSecretSealed));
+    }
+    return {
+      'content-type': 'application/json',
+      'user-agent': 'fleet-webhooks/1',
+      'x-service-event': d.eventType,
+      'x-service-event-id': d.eventId,
+      [SIGNATURE_HEADER.toLowerCase()]: signPayload(d.payload, signing, Math.floor(now / 1000)),
+    };
+  }
+}

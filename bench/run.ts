@@ -10,6 +10,7 @@ const BENCHMARKS: Readonly<Record<string, () => Promise<BenchModule>>> = {
   commands: async () => (await import('./commands.js')).commands,
   episodes: async () => (await import('./episodes.js')).episodes,
   datasets: async () => (await import('./datasets.js')).datasets,
+  webhooks: async () => (await import('./webhooks.js')).webhooks,
 };
 
 function usage(): string {

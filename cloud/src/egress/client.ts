@@ -42,6 +42,8 @@ export class EgressError extends Error {
        * server failure may pass; a caller can choose not to disable a subscription for it).
        */
       transient?: boolean;
+      /** too_large: the response status, which was received before the body was cut off. */
+      status?: number;
       cause?: unknown;
     } = {},
   ) {
@@ -210,7 +212,7 @@ export class EgressClient implements AsyncDisposable {
         if (Number.isFinite(declared) && declared > maxResponseBytes) {
           tooLarge = true;
           res.body.destroy();
-          throw new EgressError('too_large', `response body of ${declared} bytes exceeds ${maxResponseBytes}`);
+          throw new EgressError('too_large', `response body of ${declared} bytes exceeds ${maxResponseBytes}`, { status: res.statusCode });
         }
         const chunks: Buffer[] = [];
         let size = 0;
@@ -221,7 +223,7 @@ export class EgressClient implements AsyncDisposable {
             tooLarge = true;
             controller.abort();
             res.body.destroy();
-            throw new EgressError('too_large', `response body exceeds ${maxResponseBytes} bytes`);
+            throw new EgressError('too_large', `response body exceeds ${maxResponseBytes} bytes`, { status: res.statusCode });
           }
           chunks.push(buf);
         }

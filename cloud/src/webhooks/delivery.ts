@@ -102,6 +102,11 @@ export class DeliveryWorker {
     if (!sub || sub.status !== 'active') return;
     const now = clock.now();
     let outcome: DeliveryOutcome;
+    const byStatus = (status: number, at: number): DeliveryOutcome => {
+      if (status >= 200 && status < 300) return { kind: 'delivered', status, at };
+      if (isRetryableStatus(status)) return this.retryOrDead(d, status, `HTTP ${status}`, at);
+      return { kind: 'dead', status, error: `HTTP ${status}`, at };
+    };
     try {
       const res = await this.opts.egress.post(sub.url, {
         headers: this.headers(sub, d, now),
@@ -109,11 +114,13 @@ export class DeliveryWorker {
         timeoutMs: RECEIVER_TIMEOUT_MS,
         maxResponseBytes: MAX_RESPONSE_BYTES,
       });
-      const at = clock.now();
-      if (res.status >= 200 && res.status < 300) outcome = { kind: 'delivered', status: res.status, at };
-      else if (isRetryableStatus(res.status)) outcome = this.retryOrDead(d, res.status, `HTTP ${res.status}`, at);
-      else outcome = { kind: 'dead', status: res.status, error: `HTTP ${res.status}`, at };
+      outcome = byStatus(res.status, clock.now());
     } catch (err) {
+      if (err instanceof EgressError && err.failure === 'too_large' && err.details.status !== undefined) {
+        // Only the status matters: a huge body is cut off, not held against the receiver.
+        await store.webhooks.record(d.id, byStatus(err.details.status, clock.now()));
+        return;
+      }
       if (err instanceof EgressError && unusableConfiguration(err)) {
         // The URL cannot work as configured: disable, keep the queue, count no attempt.
         logger.warn({ subscription_id: sub.id, failure: err.failure }, 'webhook subscription auto-disabled');

@@ -1,0 +1,674 @@
+/**
+ * The delivery engine end to end, in process: the real routes (app.inject), the SQLite store,
+ * a ManualClock walked through the retry schedule, and REAL HTTPS receivers on 127.0.0.1 reached
+ * through the EgressClient (test CA, loopback allowed, an injected resolver for `hooks.test`).
+ */
+import type { ServerResponse } from 'node:http';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { DAY, HOUR, MINUTE, verifySignature, type EpisodeReport } from '@fleet/protocol';
+import { EgressClient } from '../egress/client.js';
+import { createTestPki, startHttpsReceiver, type KeyPair, type ReceivedRequest, type ReceiverContext, type TestPki, type TestReceiver } from '../egress/test-https.js';
+import { SecretBox } from '../secret-box.js';
+import { errorCode, startTestCloud, type TestCloud, type TestTenant } from '../test-support.js';
+import { DeliveryWorker, RETRY_SCHEDULE_MS } from './delivery.js';
+
+type Behaviour = (req: ReceivedRequest, res: ServerResponse, ctx: ReceiverContext) => void;
+const ok: Behaviour = (_req, res) => res.writeHead(200).end('ok');
+const status =
+  (code: number, headers: Record<string, string> = {}): Behaviour =>
+  (_req, res) =>
+    res.writeHead(code, headers).end();
+
+interface Env {
+  t: TestCloud;
+  tenant: TestTenant;
+  worker: DeliveryWorker;
+  egress: EgressClient;
+  rx: TestReceiver;
+  /** hostname -> address answered by the injected resolver (default 127.0.0.1). */
+  dns: Map<string, string>;
+  behave: { fn: Behaviour };
+  url: string;
+  secrets: SecretBox;
+}
+
+let pki: TestPki;
+let tls: KeyPair;
+let env: Env;
+let counter = 0;
+
+beforeAll(() => {
+  pki = createTestPki();
+  tls = pki.issue(['hooks.test', 'other.test', 'localhost'], ['127.0.0.1']);
+});
+afterAll(() => pki.cleanup());
+
+beforeEach(async () => {
+  const secrets = SecretBox.random();
+  const t = await startTestCloud({ config: { egressAllowLoopback: true }, deps: { secrets } });
+  const dns = new Map<string, string>();
+  const egress = new EgressClient({
+    allowLoopback: true,
+    ca: pki.caPem,
+    resolve: async (hostname) => [{ address: dns.get(hostname) ?? '127.0.0.1', family: 4 }],
+  });
+  const worker = new DeliveryWorker({ store: t.store, secrets, egress, clock: t.clock, logger: t.app.log });
+  const behave = { fn: ok };
+  const rx = await startHttpsReceiver(tls, (req, res, ctx) => behave.fn(req, res, ctx));
+  env = { t, tenant: await t.createTenant(), worker, egress, rx, dns, behave, url: `https://hooks.test:${rx.port}/hook`, secrets };
+});
+
+afterEach(async () => {
+  await env.worker.stop();
+  await env.egress.close();
+  await env.rx.close();
+  await env.t.close();
+});
+
+function report(over: Partial<EpisodeReport> = {}): EpisodeReport {
+  counter += 1;
+  return {
+    id: `ep_${counter.toString(36).padStart(12, '0')}`,
+    recording_session_id: 'rs_1',
+    episode_seq: counter,
+    session_name: null,
+    task_id: null,
+    task_name: null,
+    subtask_id: null,
+    operator_id: null,
+    operator_name: null,
+    control_mode: null,
+    policy_version_id: null,
+    eval_id: null,
+    outcome: 'success',
+    started_at: new Date(env.t.clock.now()).toISOString(),
+    ended_at: null,
+    duration_s: null,
+    message_count: null,
+    bag_size_bytes: null,
+    metadata: {},
+    segments: [],
+    manifest: { files: [], total_bytes: 0 },
+    ...over,
+  };
+}
+
+/** Ingests one new episode per call (an `episode.finalized` event each); returns the reports. */
+async function ingest(n = 1, orgId = env.tenant.org.id): Promise<EpisodeReport[]> {
+  const reports = Array.from({ length: n }, () => report());
+  const results = await env.t.store.episodes.ingest(reports.map((r) => ({ orgId, robotId: 'rbt_1', report: r, reportedAt: env.t.clock.now() })));
+  expect(results).toEqual(reports.map(() => 'inserted'));
+  return reports;
+}
+
+interface Created {
+  id: string;
+  secret: string;
+  url: string;
+  events: string[];
+}
+
+async function subscribe(events: string[] = ['episode.finalized'], opts: { auth?: { authorization: string }; url?: string } = {}): Promise<Created> {
+  const res = await env.t.app.inject({
+    method: 'POST',
+    url: '/v1/webhooks',
+    headers: opts.auth ?? env.tenant.auth,
+    payload: { url: opts.url ?? env.url, events },
+  });
+  expect(res.statusCode, res.payload).toBe(201);
+  return res.json<Created>();
+}
+
+interface Listed {
+  id: string;
+  status: string;
+  disabled_reason: string | null;
+  pending_deliveries: number;
+  last_delivered_at: string | null;
+  last_delivery_error: string | null;
+}
+
+async function listed(id: string, auth = env.tenant.auth): Promise<Listed> {
+  const res = await env.t.app.inject({ method: 'GET', url: '/v1/webhooks', headers: auth });
+  expect(res.statusCode).toBe(200);
+  const row = res.json<{ webhooks: Listed[] }>().webhooks.find((w) => w.id === id);
+  if (!row) throw new Error(`webhook ${id} not listed`);
+  return row;
+}
+
+interface DeadLetter {
+  id: string;
+  event_id: string;
+  event: string;
+  payload: Record<string, unknown>;
+  attempts: number;
+  last_status: number | null;
+  last_error: string | null;
+  dead_lettered_at: string;
+}
+
+async function deadLetters(id: string): Promise<DeadLetter[]> {
+  const res = await env.t.app.inject({ method: 'GET', url: `/v1/webhooks/${id}/dead-letters`, headers: env.tenant.auth });
+  expect(res.statusCode).toBe(200);
+  return res.json<{ dead_letters: DeadLetter[] }>().dead_letters;
+}
+
+async function post(url: string, auth = env.tenant.auth) {
+  return env.t.app.inject({ method: 'POST', url, headers: auth });
+}
+
+const eventIds = (rx: TestReceiver = env.rx): string[] => rx.requests.map((r) => String(r.headers['x-service-event-id']));
+const tick = () => env.worker.tick();
+const advance = (ms: number) => env.t.clock.advance(ms);
+const evt = (n: number) => `evt_${n}`;
+
+/** The `evt_<n>` ids of the events table, oldest first. */
+function loggedEventIds(): string[] {
+  return (env.t.store.db.prepare('SELECT id FROM events ORDER BY id').all() as { id: number }[]).map((r) => evt(r.id));
+}
+
+describe('delivery of episode.finalized', () => {
+  it('POSTs the payload with the spec headers and a signature verifiable with the returned secret', async () => {
+    const sub = await subscribe();
+    expect(sub.secret).toMatch(/^whsec_/);
+    const [r] = await ingest();
+    expect(await tick()).toBe(1);
+
+    expect(env.rx.requests).toHaveLength(1);
+    const req = env.rx.requests[0]!;
+    expect(req.method).toBe('POST');
+    expect(req.url).toBe('/hook');
+    expect(req.servername).toBe('hooks.test');
+    expect(req.headers['content-type']).toBe('application/json');
+    expect(req.headers['x-service-event']).toBe('episode.finalized');
+    expect(req.headers['x-service-event-id']).toBe(loggedEventIds()[0]);
+    expect(req.headers.authorization).toBeUndefined();
+    const header = String(req.headers['x-service-signature']);
+    expect(header).toMatch(/^t=\d+,v1=[0-9a-f]{64}$/);
+    const nowS = Math.floor(env.t.clock.now() / 1000);
+    expect(verifySignature({ body: req.body, header, secrets: [sub.secret], nowS })).toEqual({ ok: true, timestamp: nowS });
+    expect(verifySignature({ body: `${req.body} `, header, secrets: [sub.secret], nowS }).ok).toBe(false);
+    expect(verifySignature({ body: req.body, header, secrets: ['whsec_other'], nowS }).ok).toBe(false);
+
+    const payload = JSON.parse(req.body) as Record<string, unknown>;
+    expect(payload).toMatchObject({
+      schema_version: 1,
+      episode_id: r!.id,
+      robot_id: 'rbt_1',
+      recording_session_id: 'rs_1',
+      episode_seq: r!.episode_seq,
+      state: 'reported',
+    });
+    expect(payload).not.toHaveProperty('destination_id');
+    expect(payload.test).not.toBe(true);
+
+    const row = await listed(sub.id);
+    expect(row).toMatchObject({ status: 'active', pending_deliveries: 0, last_delivery_error: null });
+    expect(row.last_delivered_at).toBe(new Date(env.t.clock.now()).toISOString());
+    // Delivered once only.
+    advance(DAY);
+    expect(await tick()).toBe(0);
+    expect(env.rx.requests).toHaveLength(1);
+  });
+
+  it('respects the event filter and starts after the events that existed at creation', async () => {
+    await ingest(); // before any subscription: not delivered
+    const finalized = await subscribe(['episode.finalized']);
+    const synced = await subscribe(['episode.synced', 'episode.failed']);
+    await ingest(2);
+    await tick();
+    expect(eventIds()).toEqual(loggedEventIds().slice(1));
+    expect((await listed(finalized.id)).pending_deliveries).toBe(0);
+    expect((await listed(synced.id)).pending_deliveries).toBe(0);
+    const rows = env.t.store.db.prepare('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE subscription_id = ?').get(synced.id) as { n: number };
+    expect(rows.n).toBe(0);
+  });
+
+  it('delivers to every matching subscription of the organization, each in order', async () => {
+    const a = await subscribe();
+    const b = await subscribe();
+    await ingest(3);
+    await tick();
+    const ids = loggedEventIds();
+    const perSub = (secret: string) =>
+      env.rx.requests.filter((q) => verifySignature({ body: q.body, header: String(q.headers['x-service-signature']), secrets: [secret], nowS: env.t.clock.now() / 1000 }).ok).map((q) => String(q.headers['x-service-event-id']));
+    expect(perSub(a.secret)).toEqual(ids);
+    expect(perSub(b.secret)).toEqual(ids);
+  });
+});
+
+describe('ordering and the retry schedule', () => {
+  it('holds later events while the head fails, then delivers them in order', async () => {
+    const sub = await subscribe();
+    await ingest(3);
+    const [e1] = loggedEventIds();
+    env.behave.fn = (req, res) => (req.headers['x-service-event-id'] === e1 ? status(500)(req, res, undefined as never) : ok(req, res, undefined as never));
+    await tick();
+    expect(eventIds()).toEqual([e1]);
+    expect(await listed(sub.id)).toMatchObject({ pending_deliveries: 3, last_delivery_error: 'HTTP 500', status: 'active' });
+
+    advance(MINUTE - 1);
+    await tick();
+    expect(eventIds()).toEqual([e1]); // nothing before the 1 m retry, and not the later events
+    advance(1);
+    await tick();
+    expect(eventIds()).toEqual([e1, e1]); // still failing: the others still wait
+
+    env.behave.fn = ok;
+    advance(5 * MINUTE);
+    await tick();
+    expect(eventIds()).toEqual([e1, e1, ...loggedEventIds()]);
+    expect((await listed(sub.id)).pending_deliveries).toBe(0);
+  });
+
+  it('walks the full schedule: 7 attempts at 0, 1m, 5m, 30m, 2h, 12h, 24h, then dead-letters and moves on', async () => {
+    expect(RETRY_SCHEDULE_MS).toEqual([MINUTE, 5 * MINUTE, 30 * MINUTE, 2 * HOUR, 12 * HOUR, DAY]);
+    const sub = await subscribe();
+    const [first] = await ingest(2);
+    const [e1, e2] = loggedEventIds();
+    env.behave.fn = (req, res) => res.writeHead(req.headers['x-service-event-id'] === e1 ? 503 : 200).end();
+    const start = env.t.clock.now();
+    const attemptTimes: number[] = [];
+    env.rx.requests.length = 0;
+
+    await tick();
+    attemptTimes.push(env.t.clock.now() - start);
+    for (const wait of RETRY_SCHEDULE_MS) {
+      const before = env.rx.requests.length;
+      advance(wait - 1);
+      await tick();
+      expect(env.rx.requests.length, `nothing 1 ms before the ${wait} ms step`).toBe(before);
+      advance(1);
+      await tick();
+      attemptTimes.push(env.t.clock.now() - start);
+      expect(env.rx.requests.length).toBeGreaterThan(before);
+    }
+    const cumulative = [0, MINUTE, 6 * MINUTE, 36 * MINUTE, 2 * HOUR + 36 * MINUTE, 14 * HOUR + 36 * MINUTE, 38 * HOUR + 36 * MINUTE];
+    expect(attemptTimes).toEqual(cumulative);
+    // 7 attempts of e1, then e2 right after the 7th in the same pass.
+    expect(eventIds()).toEqual([...Array<string>(7).fill(e1!), e2!]);
+
+    const dead = await deadLetters(sub.id);
+    expect(dead).toHaveLength(1);
+    expect(dead[0]).toMatchObject({ event_id: e1, event: 'episode.finalized', attempts: 7, last_status: 503 });
+    expect(dead[0]!.id).toMatch(/^\d+$/);
+    expect(dead[0]!.payload).toMatchObject({ schema_version: 1, episode_id: first!.id, state: 'reported' });
+    expect(dead[0]!.last_error).toContain('HTTP 503');
+    expect(dead[0]!.dead_lettered_at).toBe(new Date(start + cumulative[6]!).toISOString());
+    // An HTTP failure never disables the subscription.
+    expect(await listed(sub.id)).toMatchObject({ status: 'active', disabled_reason: null, pending_deliveries: 0 });
+    advance(7 * DAY);
+    await tick();
+    expect(env.rx.requests).toHaveLength(8);
+  });
+
+  it.each([408, 425, 429, 500, 502, 503, 504, 599])('retries HTTP %i', async (code) => {
+    const sub = await subscribe();
+    await ingest();
+    env.behave.fn = status(code);
+    await tick();
+    expect(env.rx.requests).toHaveLength(1);
+    expect(await listed(sub.id)).toMatchObject({ status: 'active', pending_deliveries: 1, last_delivery_error: `HTTP ${code}` });
+    expect(await deadLetters(sub.id)).toEqual([]);
+    env.behave.fn = ok;
+    advance(MINUTE);
+    await tick();
+    expect(env.rx.requests).toHaveLength(2);
+    expect((await listed(sub.id)).pending_deliveries).toBe(0);
+  });
+
+  it.each([400, 401, 404, 410, 422, 301, 302, 307, 308])('dead-letters HTTP %i at once and proceeds with the next event', async (code) => {
+    // A redirect target that would record anything it got.
+    const target = await startHttpsReceiver(tls, (_req, res) => res.writeHead(200).end());
+    try {
+      const sub = await subscribe();
+      await ingest(2);
+      const [e1, e2] = loggedEventIds();
+      env.behave.fn = (req, res) =>
+        req.headers['x-service-event-id'] === e1
+          ? res.writeHead(code, { location: `https://other.test:${target.port}/elsewhere` }).end()
+          : res.writeHead(200).end();
+      await tick();
+      expect(eventIds()).toEqual([e1, e2]);
+      expect(target.requests).toHaveLength(0); // redirects are never followed
+      const dead = await deadLetters(sub.id);
+      expect(dead).toHaveLength(1);
+      expect(dead[0]).toMatchObject({ event_id: e1, attempts: 1, last_status: code });
+      expect(await listed(sub.id)).toMatchObject({ status: 'active', pending_deliveries: 0 });
+      advance(2 * DAY);
+      await tick();
+      expect(env.rx.requests).toHaveLength(2);
+    } finally {
+      await target.close();
+    }
+  });
+
+  it('treats a hanging receiver as a timeout (retryable)', { timeout: 30_000 }, async () => {
+    const sub = await subscribe();
+    await ingest();
+    env.behave.fn = () => undefined; // never answers
+    const t0 = Date.now();
+    await tick();
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(9_000);
+    expect(await listed(sub.id)).toMatchObject({ status: 'active', pending_deliveries: 1 });
+    expect((await listed(sub.id)).last_delivery_error).toMatch(/timeout/);
+    env.behave.fn = ok;
+    advance(MINUTE);
+    await tick();
+    expect(env.rx.requests).toHaveLength(2);
+    expect((await listed(sub.id)).pending_deliveries).toBe(0);
+  });
+
+  it('treats a connection reset as retryable', async () => {
+    const sub = await subscribe();
+    await ingest();
+    env.behave.fn = (_req, _res, ctx) => ctx.reset();
+    await tick();
+    expect(env.rx.requests).toHaveLength(1);
+    const row = await listed(sub.id);
+    expect(row).toMatchObject({ status: 'active', pending_deliveries: 1 });
+    expect(row.last_delivery_error).toMatch(/unreachable|reset|socket/i);
+    expect(await deadLetters(sub.id)).toEqual([]);
+    env.behave.fn = ok;
+    advance(MINUTE);
+    await tick();
+    expect((await listed(sub.id)).pending_deliveries).toBe(0);
+  });
+
+  it('caps a huge response body: a 2xx with 8 MiB is still delivered, a 5xx with one still retried', async () => {
+    const sub = await subscribe();
+    await ingest(2);
+    const [e1, e2] = loggedEventIds();
+    const huge = Buffer.alloc(8 * 1024 * 1024, 'x');
+    let first = true;
+    env.behave.fn = (req, res) => {
+      if (req.headers['x-service-event-id'] === e1 && first) {
+        first = false;
+        res.writeHead(500).end(huge);
+      } else res.writeHead(200, { 'content-length': String(huge.length) }).end(huge); // refused on the declared length
+    };
+    await tick();
+    expect(eventIds()).toEqual([e1]);
+    expect(await listed(sub.id)).toMatchObject({ pending_deliveries: 2, status: 'active' });
+    advance(MINUTE);
+    await tick();
+    expect(eventIds()).toEqual([e1, e1, e2]);
+    expect(await listed(sub.id)).toMatchObject({ pending_deliveries: 0, last_delivery_error: null });
+    expect(await deadLetters(sub.id)).toEqual([]);
+  });
+
+  it('caps a huge chunked body (no content-length) too', async () => {
+    const sub = await subscribe();
+    await ingest();
+    env.behave.fn = (_req, res) => {
+      res.writeHead(200, { 'transfer-encoding': 'chunked' });
+      const chunk = Buffer.alloc(256 * 1024, 'y');
+      let sent = 0;
+      const pump = () => {
+        while (sent < 64 && res.write(chunk)) sent++;
+        if (sent >= 64) res.end();
+        else res.once('drain', pump);
+      };
+      res.on('error', () => undefined);
+      pump();
+    };
+    await tick();
+    expect(await listed(sub.id)).toMatchObject({ pending_deliveries: 0, status: 'active' });
+  });
+
+  it('gets the pending delivery to a receiver that comes back after hours', async () => {
+    const sub = await subscribe();
+    await ingest();
+    const start = env.t.clock.now();
+    env.behave.fn = (_req, _res, ctx) => ctx.reset(); // down
+    await tick();
+    let attempts = 1;
+    for (const wait of RETRY_SCHEDULE_MS) {
+      advance(wait);
+      if (env.t.clock.now() - start >= 3 * HOUR) env.behave.fn = ok; // back after 3 h
+      await tick();
+      attempts++;
+      if ((await listed(sub.id)).pending_deliveries === 0) break;
+    }
+    // Down at 0, 1m, 6m, 36m, 2h36m; back at 14h36m, the 6th attempt.
+    expect(attempts).toBe(6);
+    expect(env.rx.requests.length).toBeGreaterThanOrEqual(5);
+    expect(await listed(sub.id)).toMatchObject({ status: 'active', pending_deliveries: 0, last_delivery_error: null });
+    expect(await deadLetters(sub.id)).toEqual([]);
+  });
+});
+
+describe('dead letters and redelivery', () => {
+  it('redeliver puts the same event id at the END of the queue and it is delivered', async () => {
+    const sub = await subscribe();
+    await ingest(2);
+    const [e1, e2] = loggedEventIds();
+    env.behave.fn = (req, res) => res.writeHead(req.headers['x-service-event-id'] === e1 ? 400 : 500).end();
+    await tick();
+    expect(eventIds()).toEqual([e1, e2]); // e1 dead at once, e2 failing and pending
+    const [dead] = await deadLetters(sub.id);
+    expect(dead).toMatchObject({ event_id: e1, last_status: 400 });
+
+    const res = await post(`/v1/webhooks/${sub.id}/dead-letters/${dead!.id}/redeliver`);
+    expect(res.statusCode, res.payload).toBe(202);
+    expect(res.json()).toMatchObject({ event_id: e1 });
+    expect(await deadLetters(sub.id)).toEqual([]);
+    expect((await listed(sub.id)).pending_deliveries).toBe(2);
+    // A second redeliver of the same dead letter: gone.
+    expect((await post(`/v1/webhooks/${sub.id}/dead-letters/${dead!.id}/redeliver`)).statusCode).toBe(404);
+
+    env.behave.fn = ok;
+    advance(MINUTE);
+    await tick();
+    expect(eventIds()).toEqual([e1, e2, e2, e1]);
+    const last = env.rx.requests.at(-1)!;
+    expect(JSON.parse(last.body)).toEqual(JSON.parse(env.rx.requests[0]!.body));
+    expect((await listed(sub.id)).pending_deliveries).toBe(0);
+  });
+
+  it('redeliver of an unknown delivery is 404', async () => {
+    const sub = await subscribe();
+    const res = await post(`/v1/webhooks/${sub.id}/dead-letters/999999/redeliver`);
+    expect(res.statusCode).toBe(404);
+  });
+});
+
+describe('secret rotation', () => {
+  it('signs with the new secret at once, with two v1 entries until +24 h, then one', async () => {
+    const sub = await subscribe();
+    await ingest();
+    await tick();
+    const nowS = () => Math.floor(env.t.clock.now() / 1000);
+    const sig = (i: number) => String(env.rx.requests[i]!.headers['x-service-signature']);
+    const verify = (i: number, secrets: string[]) => verifySignature({ body: env.rx.requests[i]!.body, header: sig(i), secrets, nowS: nowS() }).ok;
+    expect(verify(0, [sub.secret])).toBe(true);
+
+    const res = await post(`/v1/webhooks/${sub.id}/rotate-secret`);
+    expect(res.statusCode, res.payload).toBe(200);
+    const { secret, previous_secret_expires_at } = res.json<{ secret: string; previous_secret_expires_at: string }>();
+    expect(secret).toMatch(/^whsec_/);
+    expect(secret).not.toBe(sub.secret);
+    expect(previous_secret_expires_at).toBe(new Date(env.t.clock.now() + DAY).toISOString());
+
+    await ingest();
+    await tick();
+    expect(sig(1).match(/v1=/g)).toHaveLength(2);
+    expect(verify(1, [secret])).toBe(true);
+    expect(verify(1, [sub.secret])).toBe(true);
+
+    advance(DAY - 1000);
+    await ingest();
+    await tick();
+    expect(sig(2).match(/v1=/g)).toHaveLength(2);
+    expect(verify(2, [sub.secret])).toBe(true);
+
+    advance(1000);
+    await ingest();
+    await tick();
+    expect(sig(3).match(/v1=/g)).toHaveLength(1);
+    expect(verify(3, [secret])).toBe(true);
+    expect(verify(3, [sub.secret])).toBe(false);
+  });
+});
+
+describe('auto-disable and enable', () => {
+  it('disables a subscription whose host resolves to a private address, keeps its queue, and enable delivers it', async () => {
+    const sub = await subscribe();
+    env.dns.set('hooks.test', '10.0.0.1');
+    await ingest();
+    await tick();
+    expect(env.rx.connections()).toBe(0);
+    let row = await listed(sub.id);
+    expect(row.status).toBe('disabled');
+    expect(row.disabled_reason).toMatch(/forbidden_address/);
+    expect(row.pending_deliveries).toBe(1);
+    // No attempt counted, nothing dead.
+    expect(await deadLetters(sub.id)).toEqual([]);
+    const attempts = env.t.store.db.prepare('SELECT attempts FROM webhook_deliveries WHERE subscription_id = ?').get(sub.id) as { attempts: number };
+    expect(attempts.attempts).toBe(0);
+
+    // Events keep queueing while disabled; nothing is attempted.
+    await ingest();
+    advance(DAY);
+    await tick();
+    expect(env.rx.requests).toHaveLength(0);
+    expect((await listed(sub.id)).pending_deliveries).toBe(2);
+
+    env.dns.delete('hooks.test');
+    const res = await post(`/v1/webhooks/${sub.id}/enable`);
+    expect(res.statusCode, res.payload).toBe(200);
+    expect(res.json()).toMatchObject({ id: sub.id, status: 'active', disabled_reason: null });
+    await tick();
+    expect(eventIds()).toEqual(loggedEventIds());
+    row = await listed(sub.id);
+    expect(row).toMatchObject({ status: 'active', pending_deliveries: 0 });
+  });
+
+  it('disables a subscription whose host does not exist (non-transient)', async () => {
+    const egress = new EgressClient({
+      allowLoopback: true,
+      ca: pki.caPem,
+      resolve: async () => {
+        throw Object.assign(new Error('getaddrinfo ENOTFOUND hooks.test'), { code: 'ENOTFOUND' });
+      },
+    });
+    const worker = new DeliveryWorker({ store: env.t.store, secrets: env.secrets, egress, clock: env.t.clock, logger: env.t.app.log });
+    try {
+      const sub = await subscribe();
+      await ingest();
+      await worker.tick();
+      const row = await listed(sub.id);
+      expect(row.status).toBe('disabled');
+      expect(row.disabled_reason).toMatch(/unresolvable/);
+      expect(row.pending_deliveries).toBe(1);
+    } finally {
+      await egress.close();
+    }
+  });
+
+  it('enable of an active subscription is a no-op 200; of an unknown one 404', async () => {
+    const sub = await subscribe();
+    const res = await post(`/v1/webhooks/${sub.id}/enable`);
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toMatchObject({ status: 'active' });
+    expect((await post('/v1/webhooks/wh_nope/enable')).statusCode).toBe(404);
+  });
+});
+
+describe('limits', () => {
+  it('allows 5 active subscriptions (6th is 409 conflict); enable respects the limit', async () => {
+    const subs: Created[] = [];
+    for (let i = 0; i < 5; i++) subs.push(await subscribe());
+    const sixth = await env.t.app.inject({ method: 'POST', url: '/v1/webhooks', headers: env.tenant.auth, payload: { url: env.url, events: ['episode.finalized'] } });
+    expect(sixth.statusCode).toBe(409);
+    expect(errorCode(sixth)).toBe('conflict');
+
+    // Auto-disable one: a slot frees up and is taken by a new subscription.
+    await env.t.store.webhooks.disable(subs[0]!.id, 'forbidden_address: test');
+    const replacement = await subscribe();
+    const refused = await post(`/v1/webhooks/${subs[0]!.id}/enable`);
+    expect(refused.statusCode).toBe(409);
+    expect(errorCode(refused)).toBe('conflict');
+    expect((await listed(subs[0]!.id)).status).toBe('disabled');
+
+    // Another organization has its own 5.
+    const other = await env.t.createTenant();
+    await subscribe(['episode.finalized'], { auth: other.auth });
+
+    const del = await env.t.app.inject({ method: 'DELETE', url: `/v1/webhooks/${replacement.id}`, headers: env.tenant.auth });
+    expect(del.statusCode).toBe(204);
+    expect((await post(`/v1/webhooks/${subs[0]!.id}/enable`)).statusCode).toBe(200);
+  });
+});
+
+describe('the test event', () => {
+  it('sends episode.finalized with test: true through the queue even when the filter excludes it', async () => {
+    const sub = await subscribe(['episode.synced']);
+    const res = await post(`/v1/webhooks/${sub.id}/test`);
+    expect(res.statusCode, res.payload).toBe(202);
+    const { event_id } = res.json<{ event_id: string }>();
+    await tick();
+    expect(env.rx.requests).toHaveLength(1);
+    const req = env.rx.requests[0]!;
+    expect(req.headers['x-service-event']).toBe('episode.finalized');
+    expect(req.headers['x-service-event-id']).toBe(event_id);
+    expect(JSON.parse(req.body)).toMatchObject({ schema_version: 1, test: true, state: 'reported' });
+    expect(verifySignature({ body: req.body, header: String(req.headers['x-service-signature']), secrets: [sub.secret], nowS: env.t.clock.now() / 1000 }).ok).toBe(true);
+  });
+
+  it('is queued behind a failing head, in order', async () => {
+    const sub = await subscribe();
+    await ingest();
+    env.behave.fn = status(503);
+    await tick();
+    const { event_id } = (await post(`/v1/webhooks/${sub.id}/test`)).json<{ event_id: string }>();
+    await tick();
+    expect(env.rx.requests).toHaveLength(1);
+    env.behave.fn = ok;
+    advance(MINUTE);
+    await tick();
+    expect(eventIds()).toEqual([loggedEventIds()[0], loggedEventIds()[0], event_id]);
+  });
+});
+
+describe('delete and isolation', () => {
+  it('DELETE removes the subscription and its queue', async () => {
+    const sub = await subscribe();
+    await ingest(3);
+    env.behave.fn = status(500);
+    await tick();
+    expect((await listed(sub.id)).pending_deliveries).toBe(3);
+    const res = await env.t.app.inject({ method: 'DELETE', url: `/v1/webhooks/${sub.id}`, headers: env.tenant.auth });
+    expect(res.statusCode).toBe(204);
+    const left = env.t.store.db.prepare('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE subscription_id = ?').get(sub.id) as { n: number };
+    expect(left.n).toBe(0);
+    advance(DAY);
+    await ingest();
+    await tick();
+    expect(env.rx.requests).toHaveLength(1);
+    expect((await env.t.app.inject({ method: 'DELETE', url: `/v1/webhooks/${sub.id}`, headers: env.tenant.auth })).statusCode).toBe(404);
+  });
+
+  it("another organization's subscription is 404 on every route, and its events never cross", async () => {
+    const sub = await subscribe();
+    const other = await env.t.createTenant();
+    for (const [method, url] of [
+      ['DELETE', `/v1/webhooks/${sub.id}`],
+      ['POST', `/v1/webhooks/${sub.id}/enable`],
+      ['GET', `/v1/webhooks/${sub.id}/dead-letters`],
+      ['POST', `/v1/webhooks/${sub.id}/dead-letters/1/redeliver`],
+      ['POST', `/v1/webhooks/${sub.id}/rotate-secret`],
+      ['POST', `/v1/webhooks/${sub.id}/test`],
+    ] as const) {
+      const res = await env.t.app.inject({ method, url, headers: other.auth });
+      expect(res.statusCode, `${method} ${url}`).toBe(404);
+    }
+    const list = await env.t.app.inject({ method: 'GET', url: '/v1/webhooks', headers: other.auth });
+    expect(list.json()).toEqual({ webhooks: [] });
+    // The other organization's events are not delivered to this subscription.
+    await ingest(2, other.org.id);
+    await tick();
+    expect(env.rx.requests).toHaveLength(0);
+    expect((await listed(sub.id)).status).toBe('active');
+  });
+});

@@ -4,7 +4,7 @@
  * files import this module (the build excludes it).
  */
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
-import { ManualClock, type CreatedApiKey, type Scope } from '@fleet/protocol';
+import { ManualClock, type CreatedApiKey, type EpisodeReport, type Scope } from '@fleet/protocol';
 import { createApiKey } from './api-keys.js';
 import { buildApp, type AppDeps, type CloudApp } from './app.js';
 import { parseCloudConfig, type CloudConfig, type CloudConfigInput } from './config.js';
@@ -112,4 +112,38 @@ export function fillPath(url: string, value = 'dummy_id'): string {
 /** The UTC day (YYYY-MM-DD) of a clock. */
 export function dayOf(clock: { now(): number }): string {
   return new Date(clock.now()).toISOString().slice(0, 10);
+}
+
+let reportCounter = 0;
+
+/**
+ * A valid, minimal episode report: every call gets the next id and episode_seq; nullable facts
+ * are null, started at 2026-01-01T00:00:00Z unless `over` says otherwise.
+ */
+export function testReport(over: Partial<EpisodeReport> = {}): EpisodeReport {
+  reportCounter += 1;
+  return {
+    id: `ep_${reportCounter.toString(36).padStart(12, '0')}`,
+    recording_session_id: 'rs_1',
+    episode_seq: reportCounter,
+    session_name: null,
+    task_id: null,
+    task_name: null,
+    subtask_id: null,
+    operator_id: null,
+    operator_name: null,
+    control_mode: null,
+    policy_version_id: null,
+    eval_id: null,
+    outcome: 'success',
+    started_at: '2026-01-01T00:00:00.000Z',
+    ended_at: null,
+    duration_s: null,
+    message_count: null,
+    bag_size_bytes: null,
+    metadata: {},
+    segments: [],
+    manifest: { files: [], total_bytes: 0 },
+    ...over,
+  };
 }

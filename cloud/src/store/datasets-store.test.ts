@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { EpisodeReport } from '@fleet/protocol';
 import { snapshotFilter } from '../routes/v1/datasets.js';
+import { testReport } from '../test-support.js';
 import { openSqliteStore, type SqliteStore } from './sqlite.js';
 import type { DatasetRow, EpisodeFilter, IngestItem } from './types.js';
 
@@ -10,7 +11,6 @@ const OTHER_ORG = 'org_b';
 const ROBOT = 'rbt_1';
 
 let store: SqliteStore;
-let counter = 0;
 
 beforeEach(async () => {
   store = openSqliteStore(':memory:');
@@ -21,33 +21,7 @@ afterEach(async () => {
   await store.close();
 });
 
-function report(over: Partial<EpisodeReport> = {}): EpisodeReport {
-  counter += 1;
-  return {
-    id: `ep_${counter.toString(36).padStart(12, '0')}`,
-    recording_session_id: 'rs_1',
-    episode_seq: counter,
-    session_name: null,
-    task_id: null,
-    task_name: null,
-    subtask_id: null,
-    operator_id: null,
-    operator_name: null,
-    control_mode: null,
-    policy_version_id: null,
-    eval_id: null,
-    outcome: 'success',
-    started_at: new Date(T0).toISOString(),
-    ended_at: null,
-    duration_s: null,
-    message_count: null,
-    bag_size_bytes: null,
-    metadata: {},
-    segments: [],
-    manifest: { files: [], total_bytes: 0 },
-    ...over,
-  };
-}
+const report = testReport;
 
 async function ingest(orgId: string, ...reports: EpisodeReport[]): Promise<string[]> {
   const items: IngestItem[] = reports.map((r) => ({ orgId, robotId: ROBOT, report: r, reportedAt: T0 + 1000 }));

@@ -9,7 +9,7 @@ import { DAY, HOUR, MINUTE, verifySignature, type EpisodeReport } from '@fleet/p
 import { EgressClient } from '../egress/client.js';
 import { createTestPki, startHttpsReceiver, type KeyPair, type ReceivedRequest, type ReceiverContext, type TestPki, type TestReceiver } from '../egress/test-https.js';
 import { SecretBox } from '../secret-box.js';
-import { errorCode, startTestCloud, type TestCloud, type TestTenant } from '../test-support.js';
+import { errorCode, startTestCloud, testReport, type TestCloud, type TestTenant } from '../test-support.js';
 import { DeliveryWorker, RETRY_SCHEDULE_MS } from './delivery.js';
 
 type Behaviour = (req: ReceivedRequest, res: ServerResponse, ctx: ReceiverContext) => void;
@@ -35,7 +35,6 @@ interface Env {
 let pki: TestPki;
 let tls: KeyPair;
 let env: Env;
-let counter = 0;
 
 beforeAll(() => {
   pki = createTestPki();
@@ -66,31 +65,7 @@ afterEach(async () => {
 });
 
 function report(over: Partial<EpisodeReport> = {}): EpisodeReport {
-  counter += 1;
-  return {
-    id: `ep_${counter.toString(36).padStart(12, '0')}`,
-    recording_session_id: 'rs_1',
-    episode_seq: counter,
-    session_name: null,
-    task_id: null,
-    task_name: null,
-    subtask_id: null,
-    operator_id: null,
-    operator_name: null,
-    control_mode: null,
-    policy_version_id: null,
-    eval_id: null,
-    outcome: 'success',
-    started_at: new Date(env.t.clock.now()).toISOString(),
-    ended_at: null,
-    duration_s: null,
-    message_count: null,
-    bag_size_bytes: null,
-    metadata: {},
-    segments: [],
-    manifest: { files: [], total_bytes: 0 },
-    ...over,
-  };
+  return testReport({ started_at: new Date(env.t.clock.now()).toISOString(), ...over });
 }
 
 /** Ingests one new episode per call (an `episode.finalized` event each); returns the reports. */

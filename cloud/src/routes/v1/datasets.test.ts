@@ -2,7 +2,7 @@ import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { iso, type Dataset, type Episode, type EpisodeReport, type EpisodeWithLocations, type Scope, type Usage } from '@fleet/protocol';
 import { encodeCursor } from '../cursor.js';
-import { bearer, dayOf, errorCode, errorDetails, startTestCloud, type TestCloud, type TestTenant } from '../../test-support.js';
+import { bearer, dayOf, errorCode, errorDetails, startTestCloud, testReport, type TestCloud, type TestTenant } from '../../test-support.js';
 import type { IngestItem } from '../../store/index.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
@@ -10,7 +10,6 @@ const ROBOT = 'rbt_one';
 
 let t: TestCloud;
 let tenant: TestTenant;
-let counter = 0;
 
 beforeEach(async () => {
   t = await startTestCloud();
@@ -22,33 +21,7 @@ afterEach(async () => {
 
 type Auth = { authorization: string };
 
-function report(over: Partial<EpisodeReport> = {}): EpisodeReport {
-  counter += 1;
-  return {
-    id: `ep_${counter.toString(36).padStart(12, '0')}`,
-    recording_session_id: 'rs_1',
-    episode_seq: counter,
-    session_name: null,
-    task_id: null,
-    task_name: null,
-    subtask_id: null,
-    operator_id: null,
-    operator_name: null,
-    control_mode: null,
-    policy_version_id: null,
-    eval_id: null,
-    outcome: 'success',
-    started_at: iso(T0),
-    ended_at: null,
-    duration_s: null,
-    message_count: null,
-    bag_size_bytes: null,
-    metadata: {},
-    segments: [],
-    manifest: { files: [], total_bytes: 0 },
-    ...over,
-  };
-}
+const report = testReport;
 
 async function ingest(reports: EpisodeReport[], opts: { orgId?: string } = {}): Promise<EpisodeReport[]> {
   const items: IngestItem[] = reports.map((r) => ({ orgId: opts.orgId ?? tenant.org.id, robotId: ROBOT, report: r, reportedAt: t.clock.now() }));

@@ -1,7 +1,7 @@
 import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { iso, type Episode, type EpisodeReport, type EpisodeWithLocations, type Scope, type Usage } from '@fleet/protocol';
-import { bearer, dayOf, errorCode, errorDetails, startTestCloud, type TestCloud, type TestTenant } from '../../test-support.js';
+import { bearer, dayOf, errorCode, errorDetails, startTestCloud, testReport, type TestCloud, type TestTenant } from '../../test-support.js';
 import type { IngestItem } from '../../store/index.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
@@ -38,7 +38,6 @@ const EPISODE_FIELDS = [
 
 let t: TestCloud;
 let tenant: TestTenant;
-let counter = 0;
 
 beforeEach(async () => {
   t = await startTestCloud();
@@ -48,33 +47,7 @@ afterEach(async () => {
   await t.close();
 });
 
-function report(over: Partial<EpisodeReport> = {}): EpisodeReport {
-  counter += 1;
-  return {
-    id: `ep_${counter.toString(36).padStart(12, '0')}`,
-    recording_session_id: 'rs_1',
-    episode_seq: counter,
-    session_name: null,
-    task_id: null,
-    task_name: null,
-    subtask_id: null,
-    operator_id: null,
-    operator_name: null,
-    control_mode: null,
-    policy_version_id: null,
-    eval_id: null,
-    outcome: 'success',
-    started_at: iso(T0),
-    ended_at: null,
-    duration_s: null,
-    message_count: null,
-    bag_size_bytes: null,
-    metadata: {},
-    segments: [],
-    manifest: { files: [], total_bytes: 0 },
-    ...over,
-  };
-}
+const report = testReport;
 
 async function ingest(reports: EpisodeReport[], opts: { orgId?: string; robotId?: string } = {}): Promise<EpisodeReport[]> {
   const items: IngestItem[] = reports.map((r) => ({

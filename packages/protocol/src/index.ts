@@ -8,3 +8,5 @@ export * from './tcp.js';
 export * from './datasets.js';
 export * from './signature.js';
 export * from './webhooks.js';
+export * from './json.js';
+export * from './text.js';

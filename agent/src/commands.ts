@@ -2,6 +2,7 @@ import {
   CommandReplySchema,
   EpisodeEndBodySchema,
   EpisodeStartBodySchema,
+  parseBoundedJson,
   RobotCommandSchema,
   type Clock,
   type CommandRefusal,
@@ -58,14 +59,13 @@ export class CommandHandler {
       logger.warn({ bytes }, 'dropped oversized command');
       return undefined;
     }
-    let json: unknown;
-    try {
-      json = JSON.parse(typeof payload === 'string' ? payload : payload.toString('utf8'));
-    } catch {
-      logger.warn({ bytes }, 'dropped malformed command (not JSON)');
+    const bounded = parseBoundedJson(typeof payload === 'string' ? payload : payload.toString('utf8'));
+    if (!bounded.ok) {
+      if (bounded.reason === 'invalid_json') logger.warn({ bytes }, 'dropped malformed command (not JSON)');
+      else logger.warn({ bytes, reason: bounded.message }, 'dropped malformed command (beyond the JSON bounds)');
       return undefined;
     }
-    const parsed = RobotCommandSchema.safeParse(json);
+    const parsed = RobotCommandSchema.safeParse(bounded.value);
     if (!parsed.success) {
       logger.warn({ issues: parsed.error.issues.slice(0, 5) }, 'dropped malformed command');
       return undefined;

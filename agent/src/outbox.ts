@@ -1,4 +1,4 @@
-import { OutboxAckSchema, type Clock, type OutboxAck } from '@fleet/protocol';
+import { OutboxAckSchema, parseBoundedJson, type Clock, type OutboxAck } from '@fleet/protocol';
 import type { Logger } from 'pino';
 import type { OutboxRow, OutboxStore } from './store/types.js';
 import type { Scheduler, TimerHandle } from './time.js';
@@ -124,7 +124,9 @@ export class OutboxSender {
     if (this.stopped) return;
     let ack: OutboxAck;
     try {
-      const parsed = OutboxAckSchema.safeParse(JSON.parse(payload.toString('utf8')));
+      const bounded = parseBoundedJson(payload.toString('utf8'));
+      if (!bounded.ok) throw new Error(bounded.message);
+      const parsed = OutboxAckSchema.safeParse(bounded.value);
       if (!parsed.success) {
         this.opts.logger.warn({ issues: parsed.error.issues.slice(0, 5) }, 'dropped malformed outbox ack');
         return;

@@ -1,5 +1,5 @@
 import { iso, type ApiKey, type Clock, type CreatedApiKey, type Scope } from '@fleet/protocol';
-import { ApiError } from './errors.js';
+import { ApiError, validationError } from './errors.js';
 import { hashSecret, newId, newSecret } from './ids.js';
 import { entitlementsOf } from './entitlements.js';
 import type { ApiKeyRow, OrgRow, Store } from './store/index.js';
@@ -14,9 +14,7 @@ export async function createApiKey(
 ): Promise<CreatedApiKey> {
   const now = clock.now();
   if (args.expiresAt !== null && args.expiresAt <= now) {
-    throw new ApiError('validation_failed', 'expires_at must be in the future', {
-      issues: [{ location: 'body', path: ['expires_at'], message: 'must be in the future' }],
-    });
+    throw validationError('body', '/expires_at', 'expires_at must be in the future', 'in_past');
   }
   const limit = entitlementsOf(args.org).limits.api_keys;
   if (limit !== undefined) {

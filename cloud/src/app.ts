@@ -1,11 +1,9 @@
-import { randomBytes } from 'node:crypto';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
 import {
   jsonSchemaTransform,
   jsonSchemaTransformObject,
-  serializerCompiler,
   validatorCompiler,
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
@@ -14,7 +12,9 @@ import { ApiErrorBodySchema, HOUR, systemClock, type Clock } from '@fleet/protoc
 import { Authenticator, LastUsedTracker } from './auth.js';
 import type { CloudConfig } from './config.js';
 import { ApiError } from './errors.js';
-import { installPipeline, sendFrameworkError } from './http/pipeline.js';
+import { handleClientError, requestIdFor, sendFrameworkError } from './http/error-edge.js';
+import { installPipeline } from './http/pipeline.js';
+import { boundedSerializerCompiler } from './http/serializer.js';
 import type { CatalogEntry } from './http/policy.js';
 import { V1_PLUGINS, type CommandSender, type ZodApp } from './routes/v1/index.js';
 import { SecretBox } from './secret-box.js';
@@ -52,25 +52,34 @@ export interface CloudApp {
 export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<CloudApp> {
   const clock = deps.clock ?? systemClock;
   const { store } = deps;
-  const fastify = Fastify({
-    ...(deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
-    bodyLimit: config.bodyLimitBytes,
-    genReqId: () => `req_${randomBytes(12).toString('base64url')}`,
-    requestIdHeader: false,
-    return503OnClosing: true,
-    forceCloseConnections: 'idle',
-    routerOptions: { ignoreTrailingSlash: false, maxParamLength: 256 },
-    frameworkErrors: (err, request, reply) => sendFrameworkError(err, request, reply),
-  });
-  fastify.setValidatorCompiler(validatorCompiler);
-  fastify.setSerializerCompiler(serializerCompiler);
-  const app = fastify.withTypeProvider<ZodTypeProvider>() as unknown as ZodApp;
-
-  const secrets = deps.secrets ?? SecretBox.random();
   const lastUsed = new LastUsedTracker(store, config.lastUsedFlushMs, (err) => {
     fastify.log.error({ err }, 'flushing api key last-use times failed');
   });
   const authenticator = new Authenticator(store, clock, lastUsed);
+  const fastify = Fastify({
+    ...(deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
+    bodyLimit: config.bodyLimitBytes,
+    genReqId: requestIdFor,
+    requestIdHeader: false,
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+    routerOptions: { ignoreTrailingSlash: false, maxParamLength: 256 },
+    // The router's own refusals (a bad URL, an over-long parameter) come before any hook, so
+    // authentication is decided here first: a request without a valid key gets 401, not 400.
+    frameworkErrors: (err, request, reply) => {
+      const check = request.url.startsWith('/v1/') ? authenticator.authenticate(request.headers.authorization) : Promise.resolve();
+      check.then(
+        () => sendFrameworkError(err, request, reply),
+        (authErr: Error) => sendFrameworkError(authErr as FastifyError, request, reply),
+      );
+    },
+    clientErrorHandler: handleClientError,
+  });
+  fastify.setValidatorCompiler(validatorCompiler);
+  fastify.setSerializerCompiler(boundedSerializerCompiler);
+  const app = fastify.withTypeProvider<ZodTypeProvider>() as unknown as ZodApp;
+
+  const secrets = deps.secrets ?? SecretBox.random();
   const catalog = installPipeline(fastify, {
     store,
     clock,

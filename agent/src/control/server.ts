@@ -1,6 +1,7 @@
 import { chmod, rm } from 'node:fs/promises';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import type { Logger } from 'pino';
+import { parseBoundedJson } from '@fleet/protocol';
 import { RefusalError } from '../errors.js';
 import { ControlRequestSchema, MAX_CONTROL_LINE, type ControlRequest, type ControlResponse } from './protocol.js';
 
@@ -73,12 +74,9 @@ export class ControlServer {
   }
 
   private async answer(line: string): Promise<ControlResponse> {
-    let json: unknown;
-    try {
-      json = JSON.parse(line);
-    } catch {
-      return { ok: false, error: { code: 'bad_request', message: 'request is not JSON' } };
-    }
+    const bounded = parseBoundedJson(line);
+    if (!bounded.ok) return { ok: false, error: { code: 'bad_request', message: `request ${bounded.message === 'not valid JSON' ? 'is not JSON' : bounded.message}` } };
+    const json = bounded.value;
     const parsed = ControlRequestSchema.safeParse(json);
     const id = typeof json === 'object' && json !== null && 'id' in json && (typeof json.id === 'string' || typeof json.id === 'number') ? json.id : undefined;
     const withId = id === undefined ? {} : { id };

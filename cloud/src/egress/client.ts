@@ -17,6 +17,7 @@ import { BlockList, isIP } from 'node:net';
 import { rootCertificates } from 'node:tls';
 import { performance } from 'node:perf_hooks';
 import { Pool } from 'undici';
+import { parseBoundedJson, type BoundedJsonResult } from '@fleet/protocol';
 import { classifyAddress, parseHostLiteral, type AddressRefusal } from './addresses.js';
 
 export type EgressFailure =
@@ -97,6 +98,15 @@ export interface EgressResponse {
   durationMs: number;
   /** The address the request was sent to (one that passed the check). */
   address: string;
+}
+
+/**
+ * An answer's body as JSON, within the bounds every inbound JSON keeps (nesting depth, keys,
+ * array length): what the grant relay reads from a provider. Anything else is a typed refusal,
+ * never an exception and never a value that could break a later read.
+ */
+export function readJsonAnswer(res: Pick<EgressResponse, 'body'>): BoundedJsonResult {
+  return parseBoundedJson(res.body.toString('utf8'));
 }
 
 const defaultResolver: Resolver = (hostname) => dnsLookup(hostname, { all: true, verbatim: true });

@@ -1,5 +1,5 @@
 import { EPISODE_OUTCOMES } from '@fleet/protocol';
-import { ApiError } from '../errors.js';
+import { ApiError, jsonPointer, unrecognizedKeys, type ValidationIssue } from '../errors.js';
 import { EPISODE_EQ_COLUMNS, type EpisodeEqColumn, type EpisodeFilter } from '../store/index.js';
 
 export const MAX_FILTER_VALUE = 512;
@@ -8,11 +8,6 @@ const SYNC_STATES = ['unverified', 'synced', 'verified'] as const;
 /** Keys a filter may hold besides `metadata.<key>` and `annotation.<key>`. */
 export const FILTER_KEYS = [...EPISODE_EQ_COLUMNS, 'from', 'to', 'destination_id', 'sync_state'] as const;
 
-interface Issue {
-  location: string;
-  path: string;
-  message: string;
-}
 
 const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/;
 
@@ -38,8 +33,10 @@ function isDateTime(v: string): boolean {
  * `sync_state`) a destination id; `destination_id` is the unambiguous alias (decisions.md).
  */
 export function parseEpisodeFilter(input: Record<string, unknown>, location: 'querystring' | 'body'): EpisodeFilter {
-  const issues: Issue[] = [];
-  const bad = (key: string, message: string) => issues.push({ location, path: location === 'body' ? `/filter/${key}` : `/${key}`, message });
+  const issues: ValidationIssue[] = [];
+  const unknown: string[] = [];
+  const bad = (key: string, message: string, code = 'invalid') =>
+    issues.push({ location, path: jsonPointer(location === 'body' ? ['filter', key] : [key]), code, message });
   const filter: EpisodeFilter = { eq: {}, metadata: {}, annotation: {} };
   let destination: string | undefined;
   let toDestination: string | undefined;
@@ -47,7 +44,7 @@ export function parseEpisodeFilter(input: Record<string, unknown>, location: 'qu
   for (const [key, raw] of Object.entries(input)) {
     if (raw === undefined) continue;
     if (Array.isArray(raw)) {
-      bad(key, 'given more than once');
+      bad(key, 'given more than once', 'repeated');
       continue;
     }
     if (typeof raw !== 'string') {
@@ -91,7 +88,7 @@ export function parseEpisodeFilter(input: Record<string, unknown>, location: 'qu
         else bad(key, `must be one of ${SYNC_STATES.join(', ')}`);
         break;
       default:
-        bad(key, 'unknown filter key');
+        unknown.push(key);
     }
   }
 
@@ -104,6 +101,8 @@ export function parseEpisodeFilter(input: Record<string, unknown>, location: 'qu
     else filter.syncState.destinationId = dest;
   }
   if (filter.from !== undefined && filter.to !== undefined && filter.from > filter.to) bad('from', 'must not be after to');
+  // Reported as the route schemas report an unknown key, so every route refuses one alike.
+  if (unknown.length > 0) issues.push(unrecognizedKeys(location === 'body' ? 'body' : 'querystring', location === 'body' ? '/filter' : '', unknown));
   if (issues.length > 0) throw new ApiError('validation_failed', 'invalid filter', { issues });
   return filter;
 }

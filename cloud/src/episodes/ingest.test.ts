@@ -213,6 +213,23 @@ describe('EpisodeIngestor', () => {
     expect(await store.episodes.count(org.id)).toBe(0);
   });
 
+  it('refuses a report nested beyond the JSON bounds, stores nothing, and still indexes the next one', async () => {
+    // 4,100 levels in 8 KB: stored, it would have broken every later read of the episode.
+    const deepMeta = `{"a":${'['.repeat(4100)}${']'.repeat(4100)}}`;
+    const good = report();
+    const text = JSON.stringify({ msg_id: 'm_deep', kind: 'episode.report', body: { ...report(), metadata: '__DEEP__' } }).replace('"__DEEP__"', deepMeta);
+    await ingestor.submit(robotId, Buffer.from(text));
+    // A wide one too: more keys in one object than the bounds allow.
+    const wide = Object.fromEntries(Array.from({ length: 1001 }, (_, i) => [`k${i}`, i]));
+    const wideMsg = await send(report({ metadata: wide }));
+    await ingestor.drain();
+    expect(ackOf('m_deep').map((a) => a.ack)).toEqual([{ msg_id: 'm_deep', ok: false, error: { code: 'validation_failed', message: expect.stringMatching(/deeper than 32/) as unknown } }]);
+    expect(ackOf(wideMsg).map((a) => a.ack)).toEqual([{ msg_id: wideMsg, ok: false, error: { code: 'validation_failed', message: expect.stringMatching(/more than 1000 keys/) as unknown } }]);
+    expect(await store.episodes.count(org.id)).toBe(0);
+    const goodMsg = await send(good);
+    expect(ackOf(goodMsg).map((a) => a.ack.ok)).toEqual([true]);
+  });
+
   it('drops a payload that is not JSON, or has no msg_id, without an ack and without throwing', async () => {
     for (const raw of ['not json {', '', 'null', '42', '[]', JSON.stringify({ kind: 'episode.report', body: report() }), JSON.stringify({ msg_id: 7 })]) {
       await expect(ingestor.submit(robotId, Buffer.from(raw))).resolves.toBeUndefined();

@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import {
   EpisodeReportSchema,
+  parseBoundedJson,
   MAX_OUTBOX_MESSAGE_BYTES,
   OutboxMessageSchema,
   type Clock,
@@ -59,13 +60,20 @@ export class EpisodeIngestor {
       if (msgId) await this.refuse(robotId, msgId, 'payload_too_large', `message is ${payload.length} bytes; the limit is ${MAX_OUTBOX_MESSAGE_BYTES}`);
       return;
     }
-    let json: unknown;
-    try {
-      json = JSON.parse(payload.toString('utf8'));
-    } catch {
+    const parsed = parseBoundedJson(payload.toString('utf8'));
+    if (!parsed.ok && parsed.reason === 'invalid_json') {
       logger.warn({ robot_id: robotId }, 'dropped outbox message that is not JSON');
       return;
     }
+    if (!parsed.ok) {
+      // Never stored: a report nested beyond the bounds would break every later read of it.
+      const id = (parsed.value as { msg_id?: unknown } | null)?.msg_id;
+      const msgId = typeof id === 'string' && id.length > 0 && id.length <= 128 ? id : null;
+      logger.warn({ robot_id: robotId, msg_id: msgId, path: parsed.violation.path }, 'refused outbox message beyond the JSON bounds');
+      if (msgId) await this.refuse(robotId, msgId, 'validation_failed', `${parsed.message} at ${parsed.violation.path || 'the top'} (at most ${parsed.violation.max})`);
+      return;
+    }
+    const json = parsed.value;
     const msg = OutboxMessageSchema.safeParse(json);
     if (!msg.success) {
       const msgId = (json as { msg_id?: unknown } | null)?.msg_id;

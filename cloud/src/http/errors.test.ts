@@ -10,6 +10,7 @@ const StrictErrorBody = z.strictObject({
     code: z.enum(API_ERROR_CODES as [string, ...string[]]),
     message: z.string().min(1),
     details: z.record(z.string(), z.unknown()).optional(),
+    request_id: z.string().min(1),
   }),
 });
 
@@ -20,6 +21,8 @@ function expectError(res: LightMyRequestResponse, status: number, code: string):
   expect(res.headers['x-request-id']).toMatch(/^req_/);
   const parsed = StrictErrorBody.safeParse(JSON.parse(res.payload));
   expect(parsed.success, `error body shape: ${res.payload}`).toBe(true);
+  expect(parsed.data?.error.request_id).toBe(res.headers['x-request-id']);
+  expect(res.payload).not.toMatch(/FST_|statusCode/);
 }
 
 let t: TestCloud;
@@ -56,9 +59,8 @@ describe('error mapping', () => {
       ['GET', '/v1/nope'],
       ['GET', '/nope'],
       ['POST', '/v1/nope'],
-      ['PUT', '/v1/api-keys'],
+      ['PUT', '/v1/nope/deeper'],
       ['GET', '/v1/api-keys/'],
-      ['GET', '/v1/api-keys/some_id'],
       ['GET', '/v2/api-keys'],
     ] as const) {
       expectError(await t.app.inject({ method, url }), 404, 'not_found');

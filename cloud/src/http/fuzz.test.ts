@@ -96,8 +96,25 @@ const nearValid = fc.record(
   { requiredKeys: [] },
 );
 
+/** JSON nested far past the bounds (a few levels to thousands) around a near-valid body. */
+const deep = fc
+  .tuple(fc.integer({ min: 20, max: 6000 }), fc.constantFrom('[', '{"a":'), fc.constantFrom('metadata', 'annotations', 'filter', 'name', 'root'))
+  .map(([depth, open, field]) => {
+    const close = open === '[' ? ']' : '}';
+    const nested = `${open.repeat(depth)}1${close.repeat(depth)}`;
+    return field === 'root' ? nested : `{"name":"k","scopes":["admin"],"${field}":${nested}}`;
+  });
+
+/** Objects with more keys, and arrays with more items, than the bounds allow. */
+const wide = fc.tuple(fc.integer({ min: 900, max: 12_000 }), fc.boolean(), fc.constantFrom('metadata', 'annotations', 'filter', 'scopes')).map(([n, asArray, field]) => {
+  const inner = asArray ? `[${Array.from({ length: n }, () => '0').join(',')}]` : `{${Array.from({ length: n }, (_, i) => `"k${i}":0`).join(',')}}`;
+  return `{"name":"k","${field}":${inner}}`;
+});
+
 const body = fc.oneof(
   fc.constant<string | undefined>(undefined),
+  deep,
+  wide,
   fc.json({ maxDepth: 3 }),
   fc.jsonValue({ maxDepth: 3 }).map((v) => JSON.stringify(v)),
   fc.object({ maxDepth: 2 }).map((v) => JSON.stringify(v) ?? 'null'),
@@ -115,6 +132,9 @@ const extraHeaders = fc.dictionary(
   headerValue,
   { maxKeys: 4 },
 );
+
+/** The same header twice: Node joins some, keeps others as arrays; none may confuse a route. */
+const duplicateHeaders = fc.subarray(['authorization', 'idempotency-key', 'content-type', 'x-request-id', 'content-length'] as const);
 
 const idempotencyKey = fc.option(
   fc.oneof(fc.constantFrom('a', 'b', 'c'), fc.stringMatching(/^[\x21-\x7e]{1,300}$/), headerValue),
@@ -136,10 +156,16 @@ function checkAnswer(res: LightMyRequestResponse, what: string): void {
 describe.each(mutating.map((r) => [`${r.method} ${r.url}`, r] as const))('fuzz %s', (_name, route) => {
   it('never answers 5xx, and errors are {error: {code}} JSON', async () => {
     await fc.assert(
-      fc.asyncProperty(pathParam, queryString, body, contentType, idempotencyKey, extraHeaders, async (param, query, payload, ct, idem, extra) => {
-        const headers: Record<string, string> = { ...extra, ...tenant.auth };
+      fc.asyncProperty(pathParam, queryString, body, contentType, idempotencyKey, extraHeaders, duplicateHeaders, async (param, query, payload, ct, idem, extra, dups) => {
+        const headers: Record<string, string | string[]> = { ...extra, ...tenant.auth };
         if (ct !== undefined) headers['content-type'] = ct;
         if (idem !== undefined) headers['idempotency-key'] = idem;
+        for (const name of dups) {
+          const v = headers[name];
+          if (name === 'content-length') {
+            if (payload !== undefined) headers[name] = [String(Buffer.byteLength(payload)), String(Buffer.byteLength(payload))];
+          } else headers[name] = [typeof v === 'string' ? v : 'x', typeof v === 'string' ? v : 'y'];
+        }
         const url = `${route.url.replace(/:[A-Za-z0-9_]+/g, param)}${query}`;
         const res = await t.app.inject({
           method: route.method as 'POST',

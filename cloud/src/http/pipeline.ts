@@ -1,10 +1,12 @@
 import { createHash } from 'node:crypto';
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { hasZodFastifySchemaValidationErrors, isResponseSerializationError } from 'fastify-type-provider-zod';
+import type { FastifyError, FastifyInstance } from 'fastify';
+import { z } from 'zod';
 import { DAY, iso, scopeSatisfies, type Clock } from '@fleet/protocol';
 import type { Authenticator } from '../auth.js';
 import { hasFeature } from '../entitlements.js';
-import { ApiError } from '../errors.js';
+import { ApiError, quote, validationError } from '../errors.js';
+import { installJsonBodyParser } from './body.js';
+import { sendError, toApiError } from './error-edge.js';
 import type { SecretBox } from '../secret-box.js';
 import type { Store } from '../store/index.js';
 import type { CatalogEntry, RoutePolicy } from './policy.js';
@@ -21,6 +23,11 @@ export interface PipelineDeps {
 /** Idempotency-Key: printable ASCII, as Stripe and the IETF draft allow. */
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
 const IDEMPOTENCY_TTL_MS = DAY;
+
+/** Methods a route can have; a path that has some of them answers the others with 405. */
+const ROUTABLE_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+
+const NoQuery = z.strictObject({});
 
 /** Answers that a retry with the same key must run again instead of replaying (decisions.md). */
 const TRANSIENT_CODES = new Set(['robot_offline', 'command_timeout', 'rate_limited', 'not_ready']);
@@ -43,22 +50,16 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
     if (!route.url.startsWith('/v1/') && route.url !== '/v1') return;
     const policy = route.config?.policy;
     if (!policy) throw new Error(`route ${methods.join(',')} ${route.url} declares no policy`);
+    // A route that declares no query parameters refuses any, as the others refuse unknown ones.
+    const schema = (route.schema ??= {});
+    schema.querystring ??= NoQuery;
     for (const method of methods) {
       if (method === 'HEAD') continue;
       catalog.push({ method, url: route.url, policy, hasBody: Boolean(route.schema?.body) });
     }
   });
 
-  // An empty body with Content-Type: application/json is "no body", which many HTTP clients
-  // send on POSTs that take none (robot commands, snapshot). JSON is the only body the API
-  // takes: Fastify's built-in text/plain parser would hand a string to the body schema, so
-  // a text body got 400 instead of 415.
-  const jsonParser = app.getDefaultJsonParser('error', 'error');
-  app.removeAllContentTypeParsers();
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-    if (typeof body === 'string' && body.trim() === '') done(null, undefined);
-    else void jsonParser(req, body as string, done);
-  });
+  installJsonBodyParser(app);
 
   app.addHook('onRequest', async (request, reply) => {
     void reply.header('X-Request-Id', request.id);
@@ -87,9 +88,7 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
     if (raw === undefined) return;
     const key = Array.isArray(raw) ? raw[0] : raw;
     if (Array.isArray(raw) || !key || !IDEMPOTENCY_KEY.test(key)) {
-      throw new ApiError('validation_failed', 'Idempotency-Key must be 1 to 255 printable ASCII characters, given once', {
-        issues: [{ location: 'headers', path: 'idempotency-key', message: 'invalid' }],
-      });
+      throw validationError('headers', '/idempotency-key', 'Idempotency-Key must be 1 to 255 printable ASCII characters, given once');
     }
     const orgId = request.principal.org.id;
     const fingerprint = requestFingerprint(request.method, request.url, request.body);
@@ -154,26 +153,20 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
   });
 
   app.setNotFoundHandler((request, reply) => {
-    void reply.header('X-Request-Id', request.id);
-    return sendError(reply, new ApiError('not_found', `no route ${request.method} ${request.url.split('?')[0]}`));
+    const path = request.url.split('?')[0]!;
+    // The router would match an empty segment (`/v1/api-keys/`) as an empty parameter: no route has one.
+    const hasEmptySegment = path.endsWith('/') || path.includes('//');
+    const allowed = hasEmptySegment ? [] : ROUTABLE_METHODS.filter((method) => method !== request.method && app.findRoute({ method, url: path }) !== null);
+    if (allowed.length > 0) {
+      const allow = allowed.includes('GET') ? [...allowed, 'HEAD'] : allowed;
+      return sendError(reply, new ApiError('method_not_allowed', `${request.method} is not allowed here; use ${allow.join(', ')}`, undefined, { Allow: allow.join(', ') }));
+    }
+    return sendError(reply, new ApiError('not_found', `no route ${request.method} ${quote(path)}`));
   });
 
-  app.setErrorHandler((err: FastifyError, request, reply) => {
-    void reply.header('X-Request-Id', request.id);
-    return sendError(reply, toApiError(err, request));
-  });
+  app.setErrorHandler((err: FastifyError, request, reply) => sendError(reply, toApiError(err, request)));
 
   return catalog;
-}
-
-/**
- * For Fastify's `frameworkErrors`: failures the router raises before any route or hook runs
- * (an undecodable URL, a path parameter beyond maxParamLength) get the same body and
- * X-Request-Id as every other error instead of Fastify's own shape.
- */
-export function sendFrameworkError(err: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
-  void reply.header('X-Request-Id', request.id);
-  void sendError(reply, toApiError(err, request));
 }
 
 /**
@@ -206,44 +199,6 @@ function errorCodeOf(body: string | null): string | null {
   } catch {
     return null;
   }
-}
-
-function sendError(reply: FastifyReply, err: ApiError): FastifyReply {
-  if (err.headers) void reply.headers(err.headers);
-  return reply
-    .code(err.status)
-    .type('application/json; charset=utf-8')
-    .send(JSON.stringify({ error: { code: err.code, message: err.message, ...(err.details ? { details: err.details } : {}) } }));
-}
-
-/** Maps anything thrown to the documented error; the unknown becomes `internal` and is logged. */
-export function toApiError(err: FastifyError | Error, request: FastifyRequest): ApiError {
-  if (err instanceof ApiError) return err;
-  if (hasZodFastifySchemaValidationErrors(err)) {
-    const location = (err as FastifyError).validationContext ?? 'body';
-    return new ApiError('validation_failed', `invalid ${location}`, {
-      issues: err.validation.map((v) => ({
-        location,
-        path: v.instancePath,
-        code: v.keyword,
-        message: v.message,
-        ...(Array.isArray((v.params as { keys?: unknown }).keys) ? { keys: (v.params as { keys: string[] }).keys } : {}),
-      })),
-    });
-  }
-  if (isResponseSerializationError(err)) {
-    request.log.error({ err, issues: err.cause.issues }, 'response did not match its schema');
-    return new ApiError('internal', 'internal error');
-  }
-  const fe = err as FastifyError;
-  const status = fe.statusCode ?? 500;
-  if (fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE' || status === 413) return new ApiError('payload_too_large', 'request body too large');
-  if (fe.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' || status === 415) {
-    return new ApiError('unsupported_media_type', 'request bodies must be application/json');
-  }
-  if (status >= 400 && status < 500) return new ApiError('validation_failed', fe.message || 'bad request', { fastify_code: fe.code });
-  request.log.error({ err }, 'unhandled error');
-  return new ApiError('internal', 'internal error');
 }
 
 export type { RoutePolicy };

@@ -1,7 +1,7 @@
 import { DAY, iso, type Clock, type EnrollBody, type EnrollResponse } from '@fleet/protocol';
 import { topics } from '@fleet/protocol';
 import { entitlementsOf } from '../entitlements.js';
-import { ApiError } from '../errors.js';
+import { ApiError, validationError } from '../errors.js';
 import { hashSecret, newId, newSecret } from '../ids.js';
 import type { OrgRow, Store } from '../store/index.js';
 
@@ -15,9 +15,7 @@ export async function createEnrollmentToken(
   const now = clock.now();
   const expiresAt = args.expiresAt === undefined ? now + DEFAULT_TOKEN_TTL_MS : Date.parse(args.expiresAt);
   if (expiresAt <= now) {
-    throw new ApiError('validation_failed', 'expires_at must be in the future', {
-      issues: [{ location: 'body', path: '/expires_at', message: 'must be in the future' }],
-    });
+    throw validationError('body', '/expires_at', 'expires_at must be in the future', 'in_past');
   }
   const token = newSecret('ret');
   const row = {

@@ -4,6 +4,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import {
   CommandReplySchema,
   disableNagle,
+  parseBoundedJson,
   parseRobotTopic,
   RobotStatusSchema,
   topics,
@@ -118,14 +119,15 @@ export class RobotLink {
       this.opts.logger.warn({ robot_id: t.robotId, topic, bytes: payload.length }, 'dropped oversized robot message');
       return;
     }
-    let json: unknown;
-    try {
-      json = JSON.parse(payload.toString('utf8'));
-    } catch {
-      // A retained status is cleared with an empty payload; anything else is malformed.
-      if (payload.length > 0) this.opts.logger.warn({ robot_id: t.robotId, topic }, 'dropped malformed robot message (not JSON)');
+    // A retained status is cleared with an empty payload.
+    if (payload.length === 0) return;
+    const parsed = parseBoundedJson(payload.toString('utf8'));
+    if (!parsed.ok) {
+      // A reply nested beyond the bounds never reaches an API response; its command times out.
+      this.opts.logger.warn({ robot_id: t.robotId, topic, reason: parsed.message }, 'dropped malformed robot message');
       return;
     }
+    const json = parsed.value;
     if (t.rest === 'status') return this.onStatus(t.robotId, json);
     if (t.rest === 'cmd/reply') return this.onReply(t.robotId, json);
   }

@@ -1,4 +1,4 @@
-import { ApiError } from '../errors.js';
+import { validationError } from '../errors.js';
 
 /** Cursors are opaque: base64url of a JSON value the route alone understands. */
 export function encodeCursor(value: unknown): string {
@@ -14,7 +14,7 @@ export function decodeCursor<T>(cursor: string, check: (v: unknown) => T | null)
     value = null;
   }
   if (value === null) {
-    throw new ApiError('validation_failed', 'invalid cursor', { issues: [{ location: 'querystring', path: '/cursor', message: 'does not decode' }] });
+    throw validationError('querystring', '/cursor', 'the cursor does not decode', 'invalid_cursor');
   }
   return value;
 }

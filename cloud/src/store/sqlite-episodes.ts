@@ -1,5 +1,5 @@
 import type { Statement } from 'better-sqlite3';
-import type { EpisodeOutcome, EpisodeReport } from '@fleet/protocol';
+import { safeJsonStringify, type EpisodeOutcome, type EpisodeReport } from '@fleet/protocol';
 import type { Db } from './sqlite-db.js';
 import type {
   EpisodeFilter,
@@ -18,7 +18,7 @@ const MAX_INDEXED_ATTR_KEY = 256;
 
 /** The string form an `annotation.<key>` / `metadata.<key>` filter compares against. */
 export function attrString(value: unknown): string {
-  return typeof value === 'string' ? value : (JSON.stringify(value) ?? 'null');
+  return typeof value === 'string' ? value : safeJsonStringify(value);
 }
 
 export interface EpisodeDbRow {
@@ -265,7 +265,7 @@ export class SqliteEpisodes implements EpisodeStore {
         }
         this.indexAttrs(orgId, 'a', before, row.seq, true);
         this.indexAttrs(orgId, 'a', after, row.seq);
-        this.updateAnnotations.run(JSON.stringify(after), row.seq);
+        this.updateAnnotations.run(safeJsonStringify(after), row.seq);
         return true;
       })
       .immediate();

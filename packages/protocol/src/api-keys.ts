@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { humanText } from './text.js';
 import { ScopeSchema } from './scopes.js';
 
 /** Timestamps on the wire are ISO 8601 strings in UTC. */
@@ -25,7 +26,7 @@ export type CreatedApiKey = z.infer<typeof CreatedApiKeySchema>;
 
 export const CreateApiKeyBodySchema = z
   .strictObject({
-    name: z.string().min(1).max(128),
+    name: humanText(1, 128),
     scopes: z
       .array(ScopeSchema)
       .min(1)

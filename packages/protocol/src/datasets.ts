@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { humanText } from './text.js';
 
 export const DatasetSchema = z
   .object({
@@ -16,8 +17,8 @@ export type Dataset = z.infer<typeof DatasetSchema>;
 
 export const CreateDatasetBodySchema = z
   .strictObject({
-    name: z.string().min(1).max(128),
-    description: z.string().max(4096).nullable().optional(),
+    name: humanText(1, 128),
+    description: humanText(1, 4096).nullable().optional(),
     filter: z
       .record(z.string().min(1).max(300), z.unknown())
       .describe('Episode list filter keys (metadata.<key> and annotation.<key> included); values are stored as strings.'),

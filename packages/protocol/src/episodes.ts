@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { humanText } from './text.js';
 
 export const EPISODE_OUTCOMES = ['success', 'failure', 'discarded'] as const;
 export const EpisodeOutcomeSchema = z.enum(EPISODE_OUTCOMES);
@@ -159,7 +160,7 @@ export const PatchAnnotationsBodySchema = z
 export const PatchOutcomeBodySchema = z
   .strictObject({
     outcome: EpisodeOutcomeSchema,
-    reason: z.string().min(1).max(1024),
+    reason: humanText(1, 1024),
   })
   .meta({ id: 'PatchOutcomeRequest' });
 

@@ -11,10 +11,12 @@ export const API_ERRORS = {
   entitlement_required: 403,
   not_found: 404,
   method_not_allowed: 405,
+  request_timeout: 408,
   conflict: 409,
   idempotency_key_in_use: 409,
   payload_too_large: 413,
   unsupported_media_type: 415,
+  headers_too_large: 431,
   idempotency_key_reused: 422,
   rate_limited: 429,
   internal: 500,
@@ -32,6 +34,8 @@ export const ApiErrorBodySchema = z
       code: z.string(),
       message: z.string(),
       details: z.record(z.string(), z.unknown()).optional(),
+      // Optional only so that a client still reads an error from a proxy or an older server.
+      request_id: z.string().optional().describe('The X-Request-Id of the request (always sent by this service); quote it when asking for support'),
     }),
   })
   .meta({ id: 'Error', description: 'Every error response has this body.' });

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { humanText } from './text.js';
 
 /**
  * The MQTT link between a robot's agent and the cloud (MQTT 3.1.1: correlation ids travel in
@@ -128,7 +129,7 @@ export const EnrollmentTokenSchema = z
 export const EnrollBodySchema = z
   .strictObject({
     token: z.string().min(1).max(256),
-    name: z.string().min(1).max(128).optional(),
+    name: humanText(1, 128).optional(),
     platform: z.string().min(1).max(128).optional(),
     runtime_version: z.string().min(1).max(64).optional(),
   })

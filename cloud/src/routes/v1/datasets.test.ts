@@ -136,8 +136,8 @@ function expect400(res: LightMyRequestResponse, label: string): void {
 }
 
 function issuePaths(res: LightMyRequestResponse): string[] {
-  const issues = (errorDetails(res)?.issues ?? []) as { path?: unknown }[];
-  return issues.map((i) => String(i.path));
+  const issues = (errorDetails(res)?.issues ?? []) as { path?: unknown; keys?: string[] }[];
+  return issues.flatMap((i) => (i.keys ? i.keys.map((k) => `${String(i.path)}/${k}`) : [String(i.path)]));
 }
 
 describe('POST /v1/datasets', () => {

@@ -1,8 +1,9 @@
 import { z } from 'zod';
-import { CreateDatasetBodySchema, DatasetSchema, EpisodeWithLocationsSchema, iso, SnapshotResultSchema, type Dataset } from '@fleet/protocol';
+import { CreateDatasetBodySchema, DatasetSchema, EpisodeWithLocationsSchema, iso, safeJsonStringify, SnapshotResultSchema, type Dataset } from '@fleet/protocol';
 import { parseEpisodeFilter } from '../../episodes/filter.js';
+import { queryInt } from '../query.js';
 import { toEpisodeWithLocations } from '../../episodes/present.js';
-import { ApiError, notFound } from '../../errors.js';
+import { ApiError, jsonPointer, notFound, type ValidationIssue } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
 import { newId } from '../../ids.js';
 import type { DatasetRow, EpisodeFilter } from '../../store/index.js';
@@ -31,11 +32,11 @@ function toDataset(d: DatasetRow): Dataset {
  */
 function filterStrings(filter: Record<string, unknown>): Record<string, string> {
   const out: Record<string, string> = {};
-  const issues: { location: string; path: string; message: string }[] = [];
+  const issues: ValidationIssue[] = [];
   for (const [k, v] of Object.entries(filter)) {
     if (typeof v === 'string') out[k] = v;
     else if (typeof v === 'number' || typeof v === 'boolean') out[k] = String(v);
-    else issues.push({ location: 'body', path: `/filter/${k}`, message: 'must be a string, number or boolean' });
+    else issues.push({ location: 'body', path: jsonPointer(['filter', k]), code: 'invalid_type', message: 'must be a string, number or boolean' });
   }
   if (issues.length > 0) throw new ApiError('validation_failed', 'invalid filter', { issues });
   return out;
@@ -90,7 +91,7 @@ export const datasetRoutes: V1Plugin = async (app, { store, clock }) => {
       summary: 'List datasets',
       querystring: z.strictObject({
         cursor: z.string().min(1).max(512).optional(),
-        limit: z.coerce.number().int().min(1).max(100).default(50),
+        limit: queryInt(1, 100, 50),
       }),
       response: { 200: z.object({ datasets: z.array(DatasetSchema), cursor: z.string().nullable() }) },
     },
@@ -150,7 +151,7 @@ export const datasetRoutes: V1Plugin = async (app, { store, clock }) => {
       params: IdParams,
       querystring: z.strictObject({
         cursor: z.string().min(1).max(512).optional(),
-        limit: z.coerce.number().int().min(1).max(5000).default(1000),
+        limit: queryInt(1, 5000, 1000),
       }),
       response: { 200: { description: 'NDJSON', content: { [NDJSON]: { schema: EpisodeWithLocationsSchema } } } },
     },
@@ -181,7 +182,7 @@ export const datasetRoutes: V1Plugin = async (app, { store, clock }) => {
         if (after === 0) yield `${JSON.stringify(header)}\n`;
         for (let pos = after; pos < end; pos += MANIFEST_CHUNK) {
           const rows = await store.datasets.members(ds!.id, pos, Math.min(MANIFEST_CHUNK, end - pos));
-          for (const row of rows) yield `${JSON.stringify(toEpisodeWithLocations(row))}\n`;
+          for (const row of rows) yield `${safeJsonStringify(toEpisodeWithLocations(row))}\n`;
         }
       }
       return sendNdjson(reply, end < ds.episodeCount ? encodeCursor({ d: ds.id, p: end }) : null, lines());

@@ -7,15 +7,17 @@ import {
   OutcomeChangeSchema,
   PatchAnnotationsBodySchema,
   PatchOutcomeBodySchema,
+  safeJsonStringify,
   SegmentSchema,
 } from '@fleet/protocol';
 import { parseEpisodeFilter } from '../../episodes/filter.js';
 import { toEpisode, toEpisodeWithLocations } from '../../episodes/present.js';
-import { ApiError, notFound } from '../../errors.js';
+import { notFound, validationError } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
 import type { EpisodeFilter, Store } from '../../store/index.js';
 import { decodeCursor, encodeCursor } from '../cursor.js';
 import { NDJSON, sendNdjson } from '../ndjson.js';
+import { queryInt } from '../query.js';
 import type { V1Plugin } from './types.js';
 
 /** Largest annotations layer of one episode, as JSON. */
@@ -77,7 +79,7 @@ export async function streamEpisodePage(
     let after = afterSeq;
     for (;;) {
       const rows = await store.episodes.list(orgId, filter, after, EXPORT_CHUNK, lastSeq);
-      for (const row of rows) yield `${JSON.stringify(toEpisodeWithLocations(row))}\n`;
+      for (const row of rows) yield `${safeJsonStringify(toEpisodeWithLocations(row))}\n`;
       if (rows.length < EXPORT_CHUNK) return;
       after = rows[rows.length - 1]!.seq;
     }
@@ -97,7 +99,7 @@ export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
     schema: {
       summary: 'List episodes',
       description: 'Keyset-paginated in the order episodes were indexed, so paging never skips or repeats a row while new ones arrive.',
-      querystring: z.object({ ...FilterQuery, limit: z.coerce.number().int().min(1).max(100).default(50) }).catchall(Catchall),
+      querystring: z.object({ ...FilterQuery, limit: queryInt(1, 100, 50) }).catchall(Catchall),
       response: { 200: z.object({ episodes: z.array(EpisodeSchema), cursor: z.string().nullable() }) },
     },
     handler: async (request) => {
@@ -118,7 +120,7 @@ export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
     schema: {
       summary: 'Export episodes with their files and data locations as NDJSON',
       description: 'One line per episode. `X-Next-Cursor` carries the next page and is absent when complete.',
-      querystring: z.object({ ...FilterQuery, limit: z.coerce.number().int().min(1).max(5000).default(1000) }).catchall(Catchall),
+      querystring: z.object({ ...FilterQuery, limit: queryInt(1, 5000, 1000) }).catchall(Catchall),
       response: { 200: { description: 'NDJSON rows', content: { [NDJSON]: { schema: EpisodeWithLocationsSchema } } } },
     },
     handler: async (request, reply) => {
@@ -194,10 +196,8 @@ export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
         if (v === null) delete merged[k];
         else merged[k] = v;
       }
-      if (Buffer.byteLength(JSON.stringify(merged)) > MAX_ANNOTATIONS_BYTES) {
-        throw new ApiError('validation_failed', `annotations would exceed ${MAX_ANNOTATIONS_BYTES} bytes`, {
-          issues: [{ location: 'body', path: '/annotations', message: 'too large' }],
-        });
+      if (Buffer.byteLength(safeJsonStringify(merged)) > MAX_ANNOTATIONS_BYTES) {
+        throw validationError('body', '/annotations', `annotations would exceed ${MAX_ANNOTATIONS_BYTES} bytes`, 'too_large');
       }
       const row = await store.episodes.patchAnnotations(org.id, request.params.id, request.body.annotations);
       if (!row) throw notFound('episode');

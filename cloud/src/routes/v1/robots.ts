@@ -13,6 +13,7 @@ import { principalOf } from '../../http/policy.js';
 import { createEnrollmentToken, enrollRobot } from '../../robots/enrollment.js';
 import type { RobotRow } from '../../store/index.js';
 import { decodeCursor, encodeCursor } from '../cursor.js';
+import { queryInt } from '../query.js';
 import type { V1Plugin } from './types.js';
 
 export function toRobot(r: RobotRow): Robot {
@@ -31,7 +32,7 @@ export function toRobot(r: RobotRow): Robot {
 
 const ListQuery = z.strictObject({
   cursor: z.string().min(1).max(512).optional(),
-  limit: z.coerce.number().int().min(1).max(100).default(50),
+  limit: queryInt(1, 100, 50),
 });
 
 /** Enrollment and the robot records (decisions.md, Robots). */

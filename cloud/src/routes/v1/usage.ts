@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { DAY, iso, UsageSchema } from '@fleet/protocol';
-import { ApiError } from '../../errors.js';
+import { validationError } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
 import type { V1Plugin } from './types.js';
 
@@ -33,9 +33,7 @@ export const usageRoutes: V1Plugin = async (app, { store, clock }) => {
       const from = request.query.from ?? iso(Date.parse(`${to}T00:00:00Z`) - 29 * DAY).slice(0, 10);
       const span = (Date.parse(`${to}T00:00:00Z`) - Date.parse(`${from}T00:00:00Z`)) / DAY;
       if (span < 0 || span >= MAX_DAYS) {
-        throw new ApiError('validation_failed', `from must not be after to, and the range at most ${MAX_DAYS} days`, {
-          issues: [{ location: 'querystring', path: '/from', message: 'range' }],
-        });
+        throw validationError('querystring', '/from', `from must not be after to, and the range at most ${MAX_DAYS} days`, 'range');
       }
       return { usage: await store.meters.list(org.id, from, to) };
     },

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { CreatedWebhookSchema, CreateWebhookBodySchema, DAY, DeadLetterSchema, iso, WebhookSchema, type Webhook } from '@fleet/protocol';
 import { classifyAddress, parseHostLiteral } from '../../egress/addresses.js';
 import { entitlementsOf } from '../../entitlements.js';
-import { ApiError, notFound } from '../../errors.js';
+import { ApiError, notFound, validationError } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
 import { newId, newSecret } from '../../ids.js';
 import type { OrgRow, WebhookRow } from '../../store/index.js';
@@ -201,5 +201,5 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
 };
 
 function invalidUrl(message: string): ApiError {
-  return new ApiError('validation_failed', `url ${message}`, { issues: [{ location: 'body', path: '/url', message }] });
+  return validationError('body', '/url', `url ${message}`, 'invalid_url');
 }

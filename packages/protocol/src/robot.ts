@@ -84,8 +84,14 @@ export const RobotCommandSchema = z.object({
 });
 export type RobotCommand = z.infer<typeof RobotCommandSchema>;
 
-/** Why a robot refused a command; the cloud maps these to API errors. */
-export const COMMAND_REFUSALS = ['invalid_state', 'unsupported', 'invalid_args', 'failed'] as const;
+/**
+ * Why a robot declined a command. `invalid_state`: not possible in the robot's current state;
+ * `unsupported`: its runtime lacks the command; `invalid_args`: the arguments are wrong; `failed`:
+ * it tried and could not; `interrupted`: the robot stopped (crashed or restarted) while running
+ * this `cmd_id`, so whether it acted is unknown, and it will not run it again. How the API
+ * answers each: `cloud/src/routes/v1/robot-commands.ts`.
+ */
+export const COMMAND_REFUSALS = ['invalid_state', 'unsupported', 'invalid_args', 'failed', 'interrupted'] as const;
 export const CommandRefusalSchema = z.enum(COMMAND_REFUSALS);
 export type CommandRefusal = z.infer<typeof CommandRefusalSchema>;
 

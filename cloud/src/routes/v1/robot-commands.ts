@@ -52,6 +52,7 @@ class RuntimeUnsupportedError extends ApiError {
 const REFUSAL_TO_ERROR = {
   invalid_state: 'internal',
   failed: 'internal',
+  interrupted: 'internal',
   unsupported: 'validation_failed',
   invalid_args: 'validation_failed',
 } as const;

@@ -184,6 +184,29 @@ export const EpisodeStartBodySchema = z
   .nullish();
 export const EpisodeEndBodySchema = z.strictObject({ metadata: z.record(z.string(), z.unknown()).optional() }).nullish();
 
+/**
+ * `result` of a non-episode command the robot declined: it got the command and answered no.
+ * `unsupported` is not a decline: the API answers it 422 (the runtime lacks the command).
+ */
+export const CommandDeclinedSchema = z
+  .object({
+    ok: z.literal(false),
+    error: z.object({ code: CommandRefusalSchema.exclude(['unsupported']), message: z.string() }),
+    cmd_id: z.string(),
+    command: RobotCommandNameSchema,
+    robot_id: z.string(),
+  })
+  .meta({ id: 'RobotCommandDeclined' });
+export type CommandDeclined = z.infer<typeof CommandDeclinedSchema>;
+
 export const CommandResultSchema = z
-  .object({ status: z.literal('ok'), result: z.record(z.string(), z.unknown()) })
+  .object({
+    status: z.literal('ok'),
+    result: z.union([
+      CommandDeclinedSchema,
+      z
+        .record(z.string(), z.unknown())
+        .describe('what the robot answered: cmd_id, command, robot_id, ok (true) and the command-specific fields'),
+    ]),
+  })
   .meta({ id: 'RobotCommandResult' });

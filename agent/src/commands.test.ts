@@ -282,6 +282,27 @@ describe('a non-episode action and its stored answer', () => {
     expect(after.goHomeCalls).toBe(1);
   });
 
+  it('stack.status only reads: it writes no intent, so after a crash mid-read the retry reads again', async () => {
+    const dataDir = await makeTempDir();
+    let reads = 0;
+    const hanging = new (class extends SimulatedRobotActions {
+      override async stackStatus(): Promise<Record<string, unknown>> {
+        reads += 1;
+        return new Promise<never>(() => {});
+      }
+    })();
+    const first = await handlerOn(dataDir, hanging);
+    void first.handler.handle({ cmd_id: 'st-1', command: 'stack.status', sent_at: first.m.clock.now() });
+    await vi.waitFor(() => expect(reads).toBe(1));
+    await first.m.close();
+    machines.splice(machines.indexOf(first.m), 1);
+    const second = await handlerOn(dataDir, new SimulatedRobotActions(), first.m.clock);
+    expect(await second.handler.handle({ cmd_id: 'st-1', command: 'stack.status', sent_at: second.m.clock.now() })).toMatchObject({
+      ok: true,
+      result: { stack: 'running' },
+    });
+  });
+
   it('an answer that could not be stored: the robot still answers, and a retry answers interrupted and does not act again', async () => {
     const actions = new ObservedActions();
     const { handler, m, logs } = await handlerOn(await makeTempDir(), actions);

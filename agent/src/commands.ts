@@ -114,9 +114,8 @@ export class CommandHandler {
   /**
    * A `cmd_id` seen before. Answered: its stored reply. Running: no run of this handler owns it
    * (the in-flight map would have caught it), so the agent stopped while the action ran, or could
-   * not store its answer. Whether
-   * the robot acted is unknown, and acting again could do it twice, so the answer is a final
-   * `interrupted`, stored in place of the intent.
+   * not store its answer. Whether the robot acted is unknown, and acting again could do it twice,
+   * so the answer is a final `interrupted`, stored in place of the intent.
    */
   private async answerRemembered(cmd: RobotCommand, r: RememberedCommand): Promise<CommandReply> {
     const { logger } = this.opts;

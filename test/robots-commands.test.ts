@@ -52,10 +52,11 @@ const answered = new Set<Route>();
 async function command(agent: AgentProcess, route: Route, opts: { body?: unknown; idempotencyKey?: string } = {}): Promise<CommandResponse> {
   const r = await sendCommand(cloud, agent.robotId, route, opts);
   if (r.status === 200) {
-    answered.add(route);
+    // A 200 is an answer from the robot: a result (ok true) or a decline (ok false).
     expect(r.body.status).toBe('ok');
-    expect(r.body.result).toMatchObject({ command: ROUTES[route], robot_id: agent.robotId, ok: true });
+    expect(r.body.result).toMatchObject({ command: ROUTES[route], robot_id: agent.robotId, ok: expect.any(Boolean) as boolean });
     expect(r.body.result!.cmd_id).toEqual(opts.idempotencyKey ?? expect.stringMatching(/^cmd_/));
+    if (r.body.result!.ok === true) answered.add(route);
   }
   return r;
 }
@@ -63,10 +64,21 @@ async function command(agent: AgentProcess, route: Route, opts: { body?: unknown
 async function ok(agent: AgentProcess, route: Route, opts: { body?: unknown; idempotencyKey?: string } = {}): Promise<Record<string, unknown>> {
   const r = await command(agent, route, opts);
   expect(r.status, `${route}: ${JSON.stringify(r.body)}`).toBe(200);
+  expect(r.body.result!.ok, `${route}: ${JSON.stringify(r.body)}`).toBe(true);
   return r.body.result!;
 }
 
-/** A refusal in the wrong state: 500 internal naming the robot's code. */
+/** A non-episode command the robot declines in its state: 200 with the decline in `result`. */
+async function declined(agent: AgentProcess, route: Route): Promise<void> {
+  const r = await command(agent, route);
+  expect(r.status, `${route}: ${JSON.stringify(r.body)}`).toBe(200);
+  expect(r.body).toEqual({
+    status: 'ok',
+    result: { ok: false, error: { code: 'invalid_state', message: expect.any(String) as string }, cmd_id: expect.stringMatching(/^cmd_/) as string, command: ROUTES[route], robot_id: agent.robotId },
+  });
+}
+
+/** An episode verb in the wrong recording state: 500 internal naming the robot's code. */
 async function refused(agent: AgentProcess, route: Route): Promise<void> {
   const r = await command(agent, route);
   expect(r.status, `${route}: ${JSON.stringify(r.body)}`).toBe(500);
@@ -80,24 +92,24 @@ async function episodeFile(agent: AgentProcess, episodeId: string): Promise<Epis
 }
 
 describe('robot commands through /v1', () => {
-  test('the non-episode commands change the simulated robot, and refuse in the wrong state with 500 internal', async () => {
+  test('the non-episode commands change the simulated robot, and a decline in the wrong state is a 200 answer', async () => {
     expect(await ok(robot, 'stack/status')).toMatchObject({ stack: 'running', autonomous: false, pose: 'unknown' });
     expect(await ok(robot, 'stack/stop', { idempotencyKey: 'stop-1' })).toMatchObject({ stack: 'stopped' });
     expect(await ok(robot, 'stack/status')).toMatchObject({ stack: 'stopped' });
     // Autonomy and motion need the stack.
-    await refused(robot, 'start-autonomous');
-    await refused(robot, 'go-home');
-    await refused(robot, 'stack/stop');
+    await declined(robot, 'start-autonomous');
+    await declined(robot, 'go-home');
+    await declined(robot, 'stack/stop');
     expect(await ok(robot, 'stack/start')).toMatchObject({ stack: 'running' });
     expect(await ok(robot, 'go-home')).toMatchObject({ pose: 'home' });
     expect(await ok(robot, 'go-to-start')).toMatchObject({ pose: 'start' });
     expect(await ok(robot, 'stack/status')).toMatchObject({ stack: 'running', pose: 'start', autonomous: false });
     expect(await ok(robot, 'start-autonomous')).toMatchObject({ autonomous: true });
-    await refused(robot, 'stack/stop');
-    await refused(robot, 'go-home');
+    await declined(robot, 'stack/stop');
+    await declined(robot, 'go-home');
     expect(await ok(robot, 'stack/status')).toMatchObject({ autonomous: true });
     expect(await ok(robot, 'stop-autonomous')).toMatchObject({ autonomous: false });
-    await refused(robot, 'stop-autonomous');
+    await declined(robot, 'stop-autonomous');
     // The same Idempotency-Key answers the stored result and does not act again: a second
     // stack.stop would be refused (already stopped), the replay is the first answer.
     const replay = await command(robot, 'stack/stop', { idempotencyKey: 'stop-1' });
@@ -251,5 +263,22 @@ describe('episode verb bodies', () => {
     expect(r.body.error?.code).toBe('validation_failed');
     expect(await episodeDirs(robot.dataDir)).toEqual(dirs);
     expect((await robot.status()).recording_state).toBe('idle');
+  });
+});
+
+describe('a declined non-episode command is an answer, not a server error', () => {
+  test('stack/start while the stack runs: 200 with the decline, replayed under the same Idempotency-Key, and nothing changes', async () => {
+    expect(await ok(robot, 'stack/status')).toMatchObject({ stack: 'running' });
+    const first = await command(robot, 'stack/start', { idempotencyKey: 'decline-start-1' });
+    expect(first.status, JSON.stringify(first.body)).toBe(200);
+    expect(first.body).toEqual({
+      status: 'ok',
+      result: { ok: false, error: { code: 'invalid_state', message: expect.stringMatching(/already running/) as string }, cmd_id: 'decline-start-1', command: 'stack.start', robot_id: robot.robotId },
+    });
+    const replay = await command(robot, 'stack/start', { idempotencyKey: 'decline-start-1' });
+    expect(replay.status).toBe(200);
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(replay.body).toEqual(first.body);
+    expect(await ok(robot, 'stack/status')).toMatchObject({ stack: 'running' });
   });
 });

@@ -8,6 +8,13 @@ export function isActionCommand(command: string): command is ActionCommand {
   return (ACTION_COMMANDS as readonly string[]).includes(command);
 }
 
+/** Actions that only read the robot's state: running one twice changes nothing. */
+const READ_ONLY_ACTIONS: ReadonlySet<ActionCommand> = new Set(['stack.status']);
+
+export function isReadOnlyAction(command: ActionCommand): boolean {
+  return READ_ONLY_ACTIONS.has(command);
+}
+
 /**
  * What the robot does for the non-episode commands. A real robot plugs in its motion and
  * software stack here. Each method resolves with the command-specific result fields, or throws

@@ -1,7 +1,20 @@
-import { CommandReplySchema, DAY, type CommandReply, type RobotCommand } from '@fleet/protocol';
-import { afterEach, describe, expect, it } from 'vitest';
+import { CommandReplySchema, DAY, type CommandReply, type ManualClock, type RobotCommand } from '@fleet/protocol';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { SimulatedRobotActions, type RobotActions } from './actions.js';
+import { CommandHandler } from './commands.js';
 import type { Agent } from './daemon.js';
-import { commandPayload, makeTempDir, removeTempDirs, startTestAgent, testCredentials, type TestAgent } from './test-support.js';
+import {
+  captureLogs,
+  commandPayload,
+  makeTempDir,
+  openTestMachine,
+  removeTempDirs,
+  startTestAgent,
+  testCredentials,
+  type LogCapture,
+  type TestAgent,
+  type TestMachine,
+} from './test-support.js';
 
 const running: Agent[] = [];
 async function agent(opts: Parameters<typeof startTestAgent>[0] = {}): Promise<TestAgent> {
@@ -198,3 +211,142 @@ async function listEpisodes(t: TestAgent) {
     await store.close();
   }
 }
+
+/** Simulated actions that count go_home calls; `then` decides what happens after the count. */
+class ObservedActions extends SimulatedRobotActions {
+  goHomeCalls = 0;
+  constructor(private readonly then: 'move' | 'hang' | 'throw' = 'move') {
+    super();
+  }
+  override async goHome(): Promise<Record<string, unknown>> {
+    this.goHomeCalls += 1;
+    const moved = await super.goHome();
+    // 'hang': the robot moved and the process dies before anything else happens.
+    if (this.then === 'hang') return new Promise<never>(() => {});
+    if (this.then === 'throw') throw new Error('servo fault after moving');
+    return moved;
+  }
+}
+
+async function handlerOn(dataDir: string, actions: RobotActions, clock?: ManualClock): Promise<{ handler: CommandHandler; m: TestMachine; logs: LogCapture }> {
+  const m = await openTestMachine({ dataDir, ...(clock ? { clock } : {}) });
+  machines.push(m);
+  const logs = captureLogs();
+  const handler = new CommandHandler({
+    robotId: m.robotId,
+    machine: m.machine,
+    actions,
+    store: m.store,
+    clock: m.clock,
+    logger: logs.logger,
+    legacyRuntime: false,
+    windowMs: DAY,
+    publish: async () => {},
+  });
+  return { handler, m, logs };
+}
+
+const machines: TestMachine[] = [];
+afterEach(async () => {
+  for (const m of machines.splice(0)) await m.close();
+});
+
+const goHome = (clock: ManualClock, cmdId: string) => ({ cmd_id: cmdId, command: 'go_home' as const, sent_at: clock.now() });
+
+describe('a non-episode action and its stored answer', () => {
+  it('a crash after the robot acted and before the answer was stored: the restarted agent answers interrupted and does not act again', async () => {
+    const dataDir = await makeTempDir();
+    const before = new ObservedActions('hang');
+    const first = await handlerOn(dataDir, before);
+    void first.handler.handle(goHome(first.m.clock, 'crash-1'));
+    await vi.waitFor(() => expect(before.goHomeCalls).toBe(1));
+    // kill -9 now: the action ran, no answer was stored. The next process opens the same file.
+    await first.m.close();
+    machines.splice(machines.indexOf(first.m), 1);
+
+    const after = new ObservedActions();
+    const second = await handlerOn(dataDir, after, first.m.clock);
+    const retry = await second.handler.handle(goHome(second.m.clock, 'crash-1'));
+    expect(retry).toMatchObject({ cmd_id: 'crash-1', ok: false, error: { code: 'interrupted' } });
+    expect(after.goHomeCalls).toBe(0);
+    expect(after.state.pose).toBe('unknown');
+    // The answer is final and stored: the same id keeps it, also after another restart.
+    expect(await second.handler.handle(goHome(second.m.clock, 'crash-1'))).toEqual(retry);
+    await second.m.close();
+    machines.splice(machines.indexOf(second.m), 1);
+    const third = await handlerOn(dataDir, after, first.m.clock);
+    expect(await third.handler.handle(goHome(third.m.clock, 'crash-1'))).toEqual(retry);
+    expect(after.goHomeCalls).toBe(0);
+    // A new command id acts as usual.
+    expect(await third.handler.handle(goHome(third.m.clock, 'crash-2'))).toMatchObject({ ok: true, result: { pose: 'home' } });
+    expect(after.goHomeCalls).toBe(1);
+  });
+
+  it('stack.status only reads: it writes no intent, so after a crash mid-read the retry reads again', async () => {
+    const dataDir = await makeTempDir();
+    let reads = 0;
+    const hanging = new (class extends SimulatedRobotActions {
+      override async stackStatus(): Promise<Record<string, unknown>> {
+        reads += 1;
+        return new Promise<never>(() => {});
+      }
+    })();
+    const first = await handlerOn(dataDir, hanging);
+    void first.handler.handle({ cmd_id: 'st-1', command: 'stack.status', sent_at: first.m.clock.now() });
+    await vi.waitFor(() => expect(reads).toBe(1));
+    await first.m.close();
+    machines.splice(machines.indexOf(first.m), 1);
+    const second = await handlerOn(dataDir, new SimulatedRobotActions(), first.m.clock);
+    expect(await second.handler.handle({ cmd_id: 'st-1', command: 'stack.status', sent_at: second.m.clock.now() })).toMatchObject({
+      ok: true,
+      result: { stack: 'running' },
+    });
+  });
+
+  it('an answer that could not be stored: the robot still answers, and a retry answers interrupted and does not act again', async () => {
+    const actions = new ObservedActions();
+    const { handler, m, logs } = await handlerOn(await makeTempDir(), actions);
+    const put = m.store.commandResults.put.bind(m.store.commandResults);
+    m.store.commandResults.put = async () => {
+      throw new Error('disk I/O error');
+    };
+    // The robot moved: the answer says so even though it could not be stored.
+    expect(await handler.handlePayload(commandPayload(m.clock, 'lost', 'go_home'))).toMatchObject({ ok: true, result: { pose: 'home' } });
+    expect(logs.messages()).toContain('could not store the answer of an action; a retry of this id will answer interrupted');
+    expect(actions.goHomeCalls).toBe(1);
+    m.store.commandResults.put = put;
+    expect(await handler.handle(goHome(m.clock, 'lost'))).toMatchObject({ ok: false, error: { code: 'interrupted' } });
+    expect(actions.goHomeCalls).toBe(1);
+  });
+
+  it('a failed action is final: the same id answers the same failure and does not run again', async () => {
+    const actions = new ObservedActions('throw');
+    const { handler, m } = await handlerOn(await makeTempDir(), actions);
+    const failed = await handler.handle(goHome(m.clock, 'f1'));
+    expect(failed).toMatchObject({ ok: false, error: { code: 'failed' } });
+    expect(await handler.handle(goHome(m.clock, 'f1'))).toEqual(failed);
+    expect(actions.goHomeCalls).toBe(1);
+  });
+
+  it('a refused action is stored like any answer: the same id keeps it after the state changed', async () => {
+    const actions = new ObservedActions();
+    const { handler, m } = await handlerOn(await makeTempDir(), actions);
+    await handler.handle({ cmd_id: 's0', command: 'stack.stop', sent_at: m.clock.now() });
+    const refused = await handler.handle(goHome(m.clock, 'r1'));
+    expect(refused).toMatchObject({ ok: false, error: { code: 'invalid_state' } });
+    await handler.handle({ cmd_id: 's1', command: 'stack.start', sent_at: m.clock.now() });
+    expect(await handler.handle(goHome(m.clock, 'r1'))).toEqual(refused);
+    expect(actions.state.pose).toBe('unknown');
+  });
+
+  it('an episode verb that fails commits nothing and is not remembered: a retry runs it', async () => {
+    const { handler, m } = await handlerOn(await makeTempDir(), new ObservedActions());
+    const apply = m.machine.apply.bind(m.machine);
+    m.machine.apply = async () => {
+      throw new Error('disk full');
+    };
+    expect(await handler.handle({ cmd_id: 'e1', command: 'episodes.start', sent_at: m.clock.now() })).toMatchObject({ ok: false, error: { code: 'failed' } });
+    m.machine.apply = apply;
+    expect(await handler.handle({ cmd_id: 'e1', command: 'episodes.start', sent_at: m.clock.now() })).toMatchObject({ ok: true, result: { recording_state: 'recording' } });
+  });
+});

@@ -10,10 +10,10 @@ import {
   type RobotCommand,
 } from '@fleet/protocol';
 import type { Logger } from 'pino';
-import { isActionCommand, runAction, type RobotActions } from './actions.js';
+import { isActionCommand, isReadOnlyAction, runAction, type ActionCommand, type RobotActions } from './actions.js';
 import { RefusalError } from './errors.js';
 import type { EpisodeTransitionResult, RecordingStateMachine } from './recording/state-machine.js';
-import type { AgentStore, StoredCommandResult } from './store/types.js';
+import type { AgentStore, RememberedCommand, StoredCommandResult } from './store/types.js';
 
 /** Largest command payload the agent parses; the cloud never sends anything near it. */
 export const MAX_COMMAND_BYTES = 64 * 1024;
@@ -44,7 +44,9 @@ const EPISODE_VERB = {
 /**
  * Runs the commands the cloud sends over MQTT. A `cmd_id` seen within the window is answered with
  * the stored reply and nothing runs again (that is what makes an API retry after a 504 safe); an
- * episode verb's reply is stored in the same transaction as the state change it caused.
+ * episode verb's reply is stored in the same transaction as the state change it caused, and a
+ * non-episode action is noted as running before it acts, so a retry after a crash answers
+ * `interrupted` instead of acting twice.
  */
 export class CommandHandler {
   private readonly inFlight = new Map<string, Promise<CommandReply>>();
@@ -101,35 +103,85 @@ export class CommandHandler {
   }
 
   private async execute(cmd: RobotCommand, now: number): Promise<CommandReply> {
-    const { store, logger } = this.opts;
-    const stored = await store.commandResults.get(cmd.cmd_id, now - this.opts.windowMs);
-    if (stored) {
-      if (stored.command !== cmd.command) logger.warn({ cmd_id: cmd.cmd_id, stored: stored.command, got: cmd.command }, 'command id reused for another command; answering the stored result');
-      logger.info({ cmd_id: cmd.cmd_id, command: stored.command }, 'repeated command answered from storage');
-      return stored.reply;
-    }
-    const reply = await this.run(cmd, now);
-    // A `failed` answer is transient (nothing changed), so a retry may run again; every other
-    // refusal is final and stored so that the same id keeps its answer.
-    if (!reply.ok && reply.error.code !== 'failed') await this.remember(cmd, reply, now);
-    logger.info({ cmd_id: cmd.cmd_id, command: cmd.command, ok: reply.ok, ...(reply.ok ? {} : { code: reply.error.code }) }, 'command answered');
+    const notBefore = now - this.opts.windowMs;
+    const remembered = await this.opts.store.commandResults.get(cmd.cmd_id, notBefore);
+    if (remembered) return this.answerRemembered(cmd, remembered);
+    const reply = isActionCommand(cmd.command) ? await this.runAction(cmd, cmd.command, now, notBefore) : await this.runEpisodeCommand(cmd, cmd.command, now);
+    this.opts.logger.info({ cmd_id: cmd.cmd_id, command: cmd.command, ok: reply.ok, ...(reply.ok ? {} : { code: reply.error.code }) }, 'command answered');
     return reply;
   }
 
-  private async run(cmd: RobotCommand, now: number): Promise<CommandReply> {
-    try {
-      if (isActionCommand(cmd.command)) {
-        const fields = await runAction(this.opts.actions, cmd.command);
-        const reply = this.ok(cmd, fields);
-        await this.remember(cmd, reply, now);
-        return reply;
-      }
-      return await this.runEpisodeVerb(cmd, cmd.command, now);
-    } catch (err) {
-      if (err instanceof RefusalError) return this.refuse(cmd, err.code, err.message);
-      this.opts.logger.error({ err, cmd_id: cmd.cmd_id, command: cmd.command }, 'command failed');
-      return this.refuse(cmd, 'failed', `the robot could not run ${cmd.command}: ${(err as Error).message ?? String(err)}`);
+  /**
+   * A `cmd_id` seen before. Answered: its stored reply. Running: no run of this handler owns it
+   * (the in-flight map would have caught it), so the agent stopped while the action ran, or could
+   * not store its answer. Whether the robot acted is unknown, and acting again could do it twice,
+   * so the answer is a final `interrupted`, stored in place of the intent.
+   */
+  private async answerRemembered(cmd: RobotCommand, r: RememberedCommand): Promise<CommandReply> {
+    const { logger } = this.opts;
+    if (r.command !== cmd.command) logger.warn({ cmd_id: cmd.cmd_id, stored: r.command, got: cmd.command }, 'command id reused for another command; answering the stored result');
+    if (r.state === 'answered') {
+      logger.info({ cmd_id: cmd.cmd_id, command: r.command }, 'repeated command answered from storage');
+      return r.reply;
     }
+    const reply = this.refuse(
+      cmd,
+      'interrupted',
+      `${r.command} started for this command id but its outcome was never recorded (the robot stopped or failed while running it), so whether it acted is unknown; ` +
+        `it will not run again. Check the robot's state before sending a new command`,
+    );
+    await this.opts.store.commandResults.put({ cmdId: r.cmdId, command: r.command, reply, receivedAt: r.receivedAt });
+    logger.warn({ cmd_id: cmd.cmd_id, command: r.command }, 'repeated command never recorded an outcome; answered interrupted');
+    return reply;
+  }
+
+  /**
+   * A non-episode action: the intent is durable before the robot moves and the answer replaces
+   * it afterwards, so a crash in between leaves a `running` row and a retry never acts again.
+   * Every answer is final and stored, `failed` included: an action that threw may have moved the
+   * robot first, so the same id must not run it again (a new command id does).
+   */
+  private async runAction(cmd: RobotCommand, command: ActionCommand, now: number, notBefore: number): Promise<CommandReply> {
+    // A status read moves nothing: it needs no intent (and stays one write on the hot path).
+    if (!isReadOnlyAction(command)) {
+      const existing = await this.opts.store.commandResults.begin({ cmdId: cmd.cmd_id, command, receivedAt: now }, notBefore);
+      if (existing) return this.answerRemembered(cmd, existing);
+    }
+    let reply: CommandReply;
+    try {
+      reply = this.ok(cmd, await runAction(this.opts.actions, command));
+    } catch (err) {
+      reply = this.refusalOf(cmd, err);
+    }
+    try {
+      await this.remember(cmd, reply, now);
+    } catch (err) {
+      // The robot acted; say so. The intent stays `running`, so a retry answers `interrupted`.
+      this.opts.logger.error({ err, cmd_id: cmd.cmd_id, command }, 'could not store the answer of an action; a retry of this id will answer interrupted');
+    }
+    return reply;
+  }
+
+  /**
+   * An episode verb: a success is stored by the state machine in the transaction of the
+   * transition. A `failed` verb committed nothing, so it is not remembered and a retry may run
+   * it again; every other refusal is final and stored so that the same id keeps its answer.
+   */
+  private async runEpisodeCommand(cmd: RobotCommand, command: EpisodeCommand, now: number): Promise<CommandReply> {
+    let reply: CommandReply;
+    try {
+      reply = await this.runEpisodeVerb(cmd, command, now);
+    } catch (err) {
+      reply = this.refusalOf(cmd, err);
+    }
+    if (!reply.ok && reply.error.code !== 'failed') await this.remember(cmd, reply, now);
+    return reply;
+  }
+
+  private refusalOf(cmd: RobotCommand, err: unknown): CommandReply {
+    if (err instanceof RefusalError) return this.refuse(cmd, err.code, err.message);
+    this.opts.logger.error({ err, cmd_id: cmd.cmd_id, command: cmd.command }, 'command failed');
+    return this.refuse(cmd, 'failed', `the robot could not run ${cmd.command}: ${(err as Error).message ?? String(err)}`);
   }
 
   private async runEpisodeVerb(cmd: RobotCommand, command: EpisodeCommand, now: number): Promise<CommandReply> {

@@ -2,7 +2,8 @@ import type { CommandRefusal } from '@fleet/protocol';
 
 /**
  * A refusal with one of the protocol's codes (`invalid_state`, `unsupported`, `invalid_args`,
- * `failed`); the command handler and the control surface answer with its code and message.
+ * `failed`; `interrupted` is the command handler's own); the command handler and the control
+ * surface answer with its code and message.
  */
 export class RefusalError extends Error {
   override readonly name: string = 'RefusalError';

@@ -1,3 +1,4 @@
+import type { CommandRefusal } from '@fleet/protocol';
 import { z } from 'zod';
 import { OperatorContextPatchSchema } from '../context.js';
 
@@ -23,7 +24,7 @@ export const ControlRequestSchema = z.discriminatedUnion('op', [
 export type ControlRequest = z.infer<typeof ControlRequestSchema>;
 
 /** Same codes as command refusals, plus `bad_request` for a line that is not a valid request. */
-export type ControlErrorCode = 'invalid_state' | 'unsupported' | 'invalid_args' | 'failed' | 'bad_request';
+export type ControlErrorCode = CommandRefusal | 'bad_request';
 
 export type ControlResponse =
   | { id?: string | number; ok: true; result: Record<string, unknown> }

@@ -94,4 +94,26 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
         FROM episodes ORDER BY finalized_at, rowid;
     `,
   },
+  {
+    version: 3,
+    name: 'command intents: a command result row exists before the action runs',
+    sql: `
+      -- A non-episode action writes its row in state 'running' before it acts and replaces it
+      -- with the reply ('answered') afterwards, so after a crash the agent knows it may have acted
+      -- and never runs that cmd_id again. SQLite cannot relax NOT NULL in place: rebuild.
+      CREATE TABLE command_results_v3 (
+        cmd_id TEXT PRIMARY KEY,
+        command TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('running', 'answered')),
+        reply TEXT,
+        received_at INTEGER NOT NULL,
+        CHECK ((state = 'answered') = (reply IS NOT NULL))
+      ) STRICT;
+      INSERT INTO command_results_v3 (cmd_id, command, state, reply, received_at)
+        SELECT cmd_id, command, 'answered', reply, received_at FROM command_results;
+      DROP TABLE command_results;
+      ALTER TABLE command_results_v3 RENAME TO command_results;
+      CREATE INDEX command_results_by_time ON command_results (received_at);
+    `,
+  },
 ];

@@ -1,7 +1,7 @@
 import type Database from 'better-sqlite3';
 import type { CommandReply } from '@fleet/protocol';
 import type { EpisodeFacts, EpisodeManifest, EpisodeOutcome } from '../recording/facts.js';
-import type { CommandResultStore, EpisodeRow, EpisodeStore, StoredCommandResult } from './types.js';
+import type { CommandIntent, CommandResultStore, EpisodeRow, EpisodeStore, RememberedCommand, StoredCommandResult } from './types.js';
 
 type Db = Database.Database;
 
@@ -51,9 +51,12 @@ export class SqliteEpisodes implements EpisodeStore {
   }
 }
 
-/** Used inside the recording transactions, so a state change and its command result commit together. */
+/**
+ * Stores an answer in place of an intent or an expired row. Also used inside the recording
+ * transactions, so a state change and its command result commit together.
+ */
 export function insertCommandResult(db: Db, r: StoredCommandResult): void {
-  db.prepare('INSERT OR REPLACE INTO command_results (cmd_id, command, reply, received_at) VALUES (?, ?, ?, ?)').run(
+  db.prepare(`INSERT OR REPLACE INTO command_results (cmd_id, command, state, reply, received_at) VALUES (?, ?, 'answered', ?, ?)`).run(
     r.cmdId,
     r.command,
     JSON.stringify(r.reply),
@@ -61,14 +64,32 @@ export function insertCommandResult(db: Db, r: StoredCommandResult): void {
   );
 }
 
+interface CommandResultDbRow {
+  cmd_id: string;
+  command: string;
+  state: 'running' | 'answered';
+  reply: string | null;
+  received_at: number;
+}
+
 export class SqliteCommandResults implements CommandResultStore {
   constructor(private readonly db: Db) {}
 
-  async get(cmdId: string, notBefore: number): Promise<StoredCommandResult | undefined> {
-    const r = this.db.prepare('SELECT cmd_id, command, reply, received_at FROM command_results WHERE cmd_id = ? AND received_at >= ?').get(cmdId, notBefore) as
-      | { cmd_id: string; command: string; reply: string; received_at: number }
-      | undefined;
-    return r ? { cmdId: r.cmd_id, command: r.command, reply: JSON.parse(r.reply) as CommandReply, receivedAt: r.received_at } : undefined;
+  async get(cmdId: string, notBefore: number): Promise<RememberedCommand | undefined> {
+    return this.read(cmdId, notBefore);
+  }
+
+  async begin(intent: CommandIntent, notBefore: number): Promise<RememberedCommand | undefined> {
+    return this.db
+      .transaction(() => {
+        const existing = this.read(intent.cmdId, notBefore);
+        if (existing) return existing;
+        this.db
+          .prepare(`INSERT OR REPLACE INTO command_results (cmd_id, command, state, reply, received_at) VALUES (?, ?, 'running', NULL, ?)`)
+          .run(intent.cmdId, intent.command, intent.receivedAt);
+        return undefined;
+      })
+      .immediate();
   }
 
   async put(r: StoredCommandResult): Promise<void> {
@@ -77,5 +98,14 @@ export class SqliteCommandResults implements CommandResultStore {
 
   async prune(olderThan: number): Promise<number> {
     return this.db.prepare('DELETE FROM command_results WHERE received_at < ?').run(olderThan).changes;
+  }
+
+  private read(cmdId: string, notBefore: number): RememberedCommand | undefined {
+    const r = this.db.prepare('SELECT cmd_id, command, state, reply, received_at FROM command_results WHERE cmd_id = ? AND received_at >= ?').get(cmdId, notBefore) as
+      | CommandResultDbRow
+      | undefined;
+    if (!r) return undefined;
+    const base = { cmdId: r.cmd_id, command: r.command, receivedAt: r.received_at };
+    return r.reply === null ? { state: 'running', ...base } : { state: 'answered', ...base, reply: JSON.parse(r.reply) as CommandReply };
   }
 }

@@ -44,6 +44,19 @@ export interface StoredCommandResult {
   receivedAt: number;
 }
 
+/** A non-episode action about to run: noted before it acts, replaced by its answer afterwards. */
+export interface CommandIntent {
+  cmdId: string;
+  command: string;
+  receivedAt: number;
+}
+
+/**
+ * What the agent remembers of a `cmd_id`: its answer, or (`running`) that it started and has no
+ * answer yet. A `running` row that no live run owns means the agent stopped mid-action.
+ */
+export type RememberedCommand = ({ state: 'answered' } & StoredCommandResult) | ({ state: 'running' } & CommandIntent);
+
 export interface RecordingSessionRow {
   id: string;
   name: string | null;
@@ -96,9 +109,16 @@ export interface EpisodeStore {
 }
 
 export interface CommandResultStore {
-  /** The stored result of `cmdId` if it was received at or after `notBefore`. */
-  get(cmdId: string, notBefore: number): Promise<StoredCommandResult | undefined>;
-  /** Stores (or replaces an expired) result. */
+  /** What is remembered of `cmdId` if it was received at or after `notBefore`. */
+  get(cmdId: string, notBefore: number): Promise<RememberedCommand | undefined>;
+  /**
+   * Notes `intent` as `running` before its action runs and resolves undefined once that is
+   * durable. When the id is already remembered (running or answered) at or after `notBefore`,
+   * writes nothing and resolves with what is remembered; an expired row is replaced. One
+   * transaction.
+   */
+  begin(intent: CommandIntent, notBefore: number): Promise<RememberedCommand | undefined>;
+  /** Stores the answer in place of the intent (or of an expired result); one statement. */
   put(result: StoredCommandResult): Promise<void>;
   /** Deletes results received before `olderThan`; returns how many. */
   prune(olderThan: number): Promise<number>;

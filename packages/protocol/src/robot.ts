@@ -85,8 +85,14 @@ export const RobotCommandSchema = z.object({
 });
 export type RobotCommand = z.infer<typeof RobotCommandSchema>;
 
-/** Why a robot refused a command; the cloud maps these to API errors. */
-export const COMMAND_REFUSALS = ['invalid_state', 'unsupported', 'invalid_args', 'failed'] as const;
+/**
+ * Why a robot declined a command. `invalid_state`: not possible in the robot's current state;
+ * `unsupported`: its runtime lacks the command; `invalid_args`: the arguments are wrong; `failed`:
+ * it tried and could not; `interrupted`: the robot stopped (crashed or restarted) while running
+ * this `cmd_id`, so whether it acted is unknown, and it will not run it again. How the API
+ * answers each: `cloud/src/routes/v1/robot-commands.ts`.
+ */
+export const COMMAND_REFUSALS = ['invalid_state', 'unsupported', 'invalid_args', 'failed', 'interrupted'] as const;
 export const CommandRefusalSchema = z.enum(COMMAND_REFUSALS);
 export type CommandRefusal = z.infer<typeof CommandRefusalSchema>;
 
@@ -179,6 +185,29 @@ export const EpisodeStartBodySchema = z
   .nullish();
 export const EpisodeEndBodySchema = z.strictObject({ metadata: z.record(z.string(), z.unknown()).optional() }).nullish();
 
+/**
+ * `result` of a non-episode command the robot declined: it got the command and answered no.
+ * `unsupported` is not a decline: the API answers it 422 (the runtime lacks the command).
+ */
+export const CommandDeclinedSchema = z
+  .object({
+    ok: z.literal(false),
+    error: z.object({ code: CommandRefusalSchema.exclude(['unsupported']), message: z.string() }),
+    cmd_id: z.string(),
+    command: RobotCommandNameSchema,
+    robot_id: z.string(),
+  })
+  .meta({ id: 'RobotCommandDeclined' });
+export type CommandDeclined = z.infer<typeof CommandDeclinedSchema>;
+
 export const CommandResultSchema = z
-  .object({ status: z.literal('ok'), result: z.record(z.string(), z.unknown()) })
+  .object({
+    status: z.literal('ok'),
+    result: z.union([
+      CommandDeclinedSchema,
+      z
+        .record(z.string(), z.unknown())
+        .describe('what the robot answered: cmd_id, command, robot_id, ok (true) and the command-specific fields'),
+    ]),
+  })
   .meta({ id: 'RobotCommandResult' });

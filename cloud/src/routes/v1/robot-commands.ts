@@ -3,6 +3,9 @@ import {
   CAPABILITY_EPISODES_V1,
   CommandResultSchema,
   EpisodeEndBodySchema,
+  type ApiErrorCode,
+  type CommandDeclined,
+  type CommandRefusal,
   EpisodeStartBodySchema,
   type Feature,
   type RobotCommandName,
@@ -40,6 +43,11 @@ export const COMMAND_ROUTES: readonly CommandRoute[] = [
   { path: 'episodes/discard', command: 'episodes.discard', feature: 'data.metadata', meter: 'episodes.discarded', body: EpisodeEndBodySchema, needsEpisodesV1: true },
 ];
 
+/** The four episode verbs; every other command is a non-episode action (go_home, stack.start, ...). */
+function isEpisodeVerb(command: RobotCommandName): boolean {
+  return command.startsWith('episodes.');
+}
+
 /**
  * 422 `validation_failed`: the robot's runtime predates native episode commands. The spec keeps
  * 422 for this one case; every other `validation_failed` is 400 (decisions.md, HTTP conventions).
@@ -48,13 +56,19 @@ class RuntimeUnsupportedError extends ApiError {
   override readonly status = 422;
 }
 
-/** How a robot's refusal reads through the API (spec: Robot commands rules and Errors). */
-const REFUSAL_TO_ERROR = {
+/**
+ * How an episode verb's refusal reads through the API (spec: Robot commands rules and Errors):
+ * the wrong recording state is 500 `internal` as the spec names it, and so is `failed` (the
+ * robot's side of the service broke; nothing changed, so a retry is safe). `unsupported` is
+ * handled before this table for every command. Non-episode commands never reach it: their
+ * refusals are answered as a 200 decline (decisions.md, Robot commands).
+ */
+const EPISODE_REFUSAL_TO_ERROR = {
   invalid_state: 'internal',
   failed: 'internal',
-  unsupported: 'validation_failed',
+  interrupted: 'internal',
   invalid_args: 'validation_failed',
-} as const;
+} as const satisfies Record<Exclude<CommandRefusal, 'unsupported'>, ApiErrorCode>;
 
 /** POST /v1/robots/{id}/…: send the command over MQTT and answer with the robot's reply. */
 export const robotCommandRoutes: V1Plugin = async (app, { store, robots }) => {
@@ -66,10 +80,15 @@ export const robotCommandRoutes: V1Plugin = async (app, { store, robots }) => {
       schema: {
         summary: `Send ${def.command} to a robot and wait for its answer`,
         description:
-          (def.needsEpisodesV1 ? `422 \`validation_failed\` when the robot's runtime does not announce ${CAPABILITY_EPISODES_V1}. ` : '') +
+          (isEpisodeVerb(def.command)
+            ? '500 `internal` when the robot refuses the verb in its current recording state or fails to run it (`details.robot_error` names its code); ' +
+              '400 `validation_failed` when it refuses the arguments. '
+            : 'When the robot declines the command (its state does not allow it, the action failed, or it was interrupted by a restart) ' +
+              'the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). ') +
+          `422 \`validation_failed\` when the robot's runtime ${def.needsEpisodesV1 ? `does not announce ${CAPABILITY_EPISODES_V1} or ` : ''}says it does not support the command. ` +
           '503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time ' +
           '(retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).' +
-          (def.command.startsWith('episodes.') ? ' The body is validated and not attached: the robot stamps its own context.' : ''),
+          (isEpisodeVerb(def.command) ? ' The body is validated and not attached: the robot stamps its own context.' : ''),
         params: z.strictObject({ id: z.string().min(1).max(128) }),
         body: def.body,
         response: { 200: CommandResultSchema },
@@ -94,7 +113,19 @@ export const robotCommandRoutes: V1Plugin = async (app, { store, robots }) => {
         const message = `robot refused ${def.command}: ${reply.error.message}`;
         // The robot itself says its runtime lacks the command (the cloud's record was stale).
         if (reply.error.code === 'unsupported') throw new RuntimeUnsupportedError('validation_failed', message, details);
-        throw new ApiError(REFUSAL_TO_ERROR[reply.error.code], message, details);
+        // The command reached the robot and it answered no: that is an answer, not a failure of
+        // the service (a 5xx would tell clients to retry). Stored under an Idempotency-Key like any 200.
+        if (!isEpisodeVerb(def.command)) {
+          const declined: CommandDeclined = {
+            ok: false,
+            error: { code: reply.error.code, message: reply.error.message },
+            cmd_id: cmdId,
+            command: def.command,
+            robot_id: robot.id,
+          };
+          return { status: 'ok' as const, result: declined };
+        }
+        throw new ApiError(EPISODE_REFUSAL_TO_ERROR[reply.error.code], message, details);
       },
     });
   }

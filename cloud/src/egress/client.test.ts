@@ -1,6 +1,6 @@
 import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { EgressClient, EgressError, type EgressFailure, type ResolvedAddress, type Resolver } from './client.js';
+import { EgressClient, EgressError, readJsonAnswer, type EgressFailure, type ResolvedAddress, type Resolver } from './client.js';
 import { createTestPki, startHttpsReceiver, type TestPki, type TestReceiver } from './test-https.js';
 
 let pki: TestPki;
@@ -74,6 +74,10 @@ beforeAll(async () => {
         pump();
         return;
       }
+      case '/deep':
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(`{"grant_id":"g","x":${'['.repeat(5000)}${']'.repeat(5000)}}`);
+        return;
       case '/exact':
         res.writeHead(200);
         res.end(Buffer.alloc(1000, 'z'));
@@ -120,6 +124,16 @@ describe('EgressClient against a real HTTPS receiver', () => {
     expect(got.headers['x-service-event']).toBe('episode.finalized');
     expect(got.headers.host).toBe(`localhost:${receiver.port}`);
     expect(got.servername).toBe('localhost');
+  });
+
+  it('reads a JSON answer within the bounds, and refuses one nested beyond them or not JSON', async () => {
+    const client = loopbackClient();
+    const ok = readJsonAnswer(await client.post(`${receiver.origin()}/ok`, { body: '{"a":[1]}' }));
+    expect(ok).toEqual({ ok: true, value: { received: '{"a":[1]}' } });
+    const deep = readJsonAnswer(await client.post(`${receiver.origin()}/deep`, { body: '' }));
+    expect(deep).toMatchObject({ ok: false, reason: 'bounds', violation: { limit: 'depth', path: '/x/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0' } });
+    const text = readJsonAnswer(await client.post(`${receiver.origin()}/exact`, { body: '' }));
+    expect(text).toMatchObject({ ok: false, reason: 'invalid_json' });
   });
 
   it('accepts a body exactly at the cap', async () => {

@@ -165,6 +165,7 @@ describe('malformed MQTT payloads', () => {
       [topics.commandReply(mallory.robot_id), '{"cmd_id":'],
       [topics.commandReply(mallory.robot_id), '{"cmd_id":5,"ok":"maybe"}'],
       [topics.commandReply(mallory.robot_id), JSON.stringify({ cmd_id: 'never-sent', ok: true, result: {} })],
+      [topics.commandReply(mallory.robot_id), `{"cmd_id":"deep","ok":true,"result":{"x":${'['.repeat(5000)}${']'.repeat(5000)}}}`],
       [topics.outbox(mallory.robot_id), 'not json'],
       [topics.outbox(mallory.robot_id), JSON.stringify({ msg_id: 'm1', kind: 'episode.report', body: { nonsense: true } })],
     ];
@@ -181,6 +182,7 @@ describe('malformed MQTT payloads', () => {
     expect(logs()).toMatch(/dropped malformed robot status/);
     expect(logs()).toMatch(/dropped malformed command reply/);
     expect(logs()).toMatch(/dropped outbox message that is not JSON/);
+    expect(logs()).toMatch(/dropped robot message beyond the JSON bounds/);
     await client.endAsync();
 
     // None of it became presence: the robot never announced itself.

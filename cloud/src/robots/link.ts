@@ -124,7 +124,8 @@ export class RobotLink {
     const parsed = parseBoundedJson(payload.toString('utf8'));
     if (!parsed.ok) {
       // A reply nested beyond the bounds never reaches an API response; its command times out.
-      this.opts.logger.warn({ robot_id: t.robotId, topic, reason: parsed.message }, 'dropped malformed robot message');
+      if (parsed.reason === 'invalid_json') this.opts.logger.warn({ robot_id: t.robotId, topic }, 'dropped malformed robot message (not JSON)');
+      else this.opts.logger.warn({ robot_id: t.robotId, topic, reason: parsed.message }, 'dropped robot message beyond the JSON bounds');
       return;
     }
     const json = parsed.value;

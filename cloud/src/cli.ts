@@ -1,13 +1,13 @@
 #!/usr/bin/env node
 import { writeFileSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { pino } from 'pino';
 import { FEATURES, ScopeSchema, systemClock, type Feature, type Scope } from '@fleet/protocol';
 import { createApiKey } from './api-keys.js';
 import { buildApp } from './app.js';
 import { CloudConfigSchema, parseCloudConfig, type CloudConfigInput } from './config.js';
 import { isTier, TIER_NAMES } from './entitlements.js';
 import { newId } from './ids.js';
+import { createLogger } from './logger.js';
 import { openSqliteStore, type Store } from './store/index.js';
 import { startCloud } from './server.js';
 
@@ -66,13 +66,7 @@ program
     if (!parsed.success) fail(`invalid configuration: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
     const config = parseCloudConfig(parsed.data);
     // Logs go to stderr so stdout carries only what a caller parses.
-    const logger = pino(
-      {
-        level: config.logLevel,
-        redact: { paths: ['req.headers.authorization', 'headers.authorization', '*.key', '*.secret', '*.password'], censor: '[redacted]' },
-      },
-      pino.destination(2),
-    );
+    const logger = createLogger(config.logLevel);
     const cloud = await startCloud(config, { logger });
     if (cloud.bootstrapped) {
       process.stdout.write(

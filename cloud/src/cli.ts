@@ -43,6 +43,10 @@ program
   .addOption(new Option('--mqtt-public-url <url>', 'broker address handed to enrolling robots (default: the one the cloud uses)').env('FLEET_MQTT_PUBLIC_URL'))
   .addOption(new Option('--command-timeout-ms <ms>', 'how long a robot command waits for its answer').env('FLEET_COMMAND_TIMEOUT_MS'))
   .addOption(new Option('--body-limit-bytes <n>', 'largest accepted request body').env('FLEET_BODY_LIMIT_BYTES'))
+  .addOption(new Option('--request-timeout-ms <ms>', 'time a client has to send a whole request before 408 and close').env('FLEET_REQUEST_TIMEOUT_MS'))
+  .addOption(new Option('--ip-requests-per-minute <n>', 'per client address, on /v1 routes without an API key (enrollment)').env('FLEET_IP_REQUESTS_PER_MINUTE'))
+  .addOption(new Option('--mqtt-messages-per-second <n>', 'embedded broker: PUBLISH packets per second one robot may send').env('FLEET_MQTT_MESSAGES_PER_SECOND'))
+  .addOption(new Option('--mqtt-bytes-per-second <n>', 'embedded broker: payload bytes per second one robot may send').env('FLEET_MQTT_BYTES_PER_SECOND'))
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_LOG_LEVEL').default('info'))
   .addOption(new Option('--egress-allow-loopback', 'tests and local development: webhook URLs may be on 127.0.0.1/::1').env('FLEET_EGRESS_ALLOW_LOOPBACK'))
   .addOption(new Option('--egress-ca-file <file>', 'extra CA (PEM) trusted for outbound HTTPS').env('FLEET_EGRESS_CA_FILE'))
@@ -58,6 +62,10 @@ program
       egressCaFile: opts.egressCaFile,
       commandTimeoutMs: opts.commandTimeoutMs,
       bodyLimitBytes: opts.bodyLimitBytes,
+      requestTimeoutMs: opts.requestTimeoutMs,
+      ipRequestsPerMinute: opts.ipRequestsPerMinute,
+      mqttMessagesPerSecond: opts.mqttMessagesPerSecond,
+      mqttBytesPerSecond: opts.mqttBytesPerSecond,
       logLevel: opts.logLevel as CloudConfigInput['logLevel'],
       // Only from the environment: a flag would show the key in the process list.
       secretKey: process.env.FLEET_SECRET_KEY,

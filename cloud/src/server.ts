@@ -8,6 +8,7 @@ import { buildApp, type CloudApp } from './app.js';
 import { bootstrapIfEmpty, type Bootstrapped } from './bootstrap.js';
 import type { CloudConfig } from './config.js';
 import { startEmbeddedBroker, type EmbeddedBroker } from './mqtt/broker.js';
+import { PublishThrottle } from './mqtt/throttle.js';
 import { loadSecretBox } from './secret-box.js';
 import { openSqliteStore } from './store/index.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './robots/broker-auth.js';
@@ -47,7 +48,8 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
     } else {
       // The cloud's own client authenticates with a secret that lives only in this process.
       const cloudPassword = randomBytes(32).toString('base64url');
-      const hooks = robotBrokerHooks(store, cloudPassword, (msg, extra) => logger.warn(extra, msg));
+      const throttle = new PublishThrottle({ messagesPerSecond: config.mqttMessagesPerSecond, bytesPerSecond: config.mqttBytesPerSecond, clock });
+      const hooks = robotBrokerHooks(store, cloudPassword, (msg, extra) => logger.warn(extra, msg), { throttle });
       // Nobody is connected to a broker that has just started; robots republish on reconnect.
       await store.robots.markAllDisconnected();
       broker = await startEmbeddedBroker({ host: config.host, port: config.mqttPort, hooks });

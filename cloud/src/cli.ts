@@ -1,18 +1,21 @@
 #!/usr/bin/env node
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { FEATURES, ScopeSchema, systemClock, type Feature, type Scope } from '@fleet/protocol';
 import { createApiKey } from './api-keys.js';
 import { buildApp } from './app.js';
 import { CloudConfigSchema, parseCloudConfig, type CloudConfigInput } from './config.js';
-import { isTier, TIER_NAMES } from './entitlements.js';
+import { isTier, LIMIT_NAMES, TIER_NAMES } from './entitlements.js';
 import { newId } from './ids.js';
 import { createLogger } from './logger.js';
-import { openSqliteStore, type Store } from './store/index.js';
-import { startCloud } from './server.js';
+import { MissingDatabaseError, openSqliteStore, type Store } from './store/index.js';
+import { ListenError, startCloud } from './server.js';
+
+const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
 
 const program = new Command('fleet-cloud')
   .description('The fleet cloud: /v1 API, episode index, MQTT link to the robots.')
+  .version(version, '-V, --version', 'print the version')
   .showHelpAfterError()
   .configureOutput({ outputError: (str, write) => write(str) });
 
@@ -23,8 +26,15 @@ function fail(message: string): never {
   process.exit(1);
 }
 
+/** Administration commands work on an existing database only; `serve` is what creates one. */
 async function withStore<T>(dataDir: string, fn: (store: Store) => Promise<T>): Promise<T> {
-  const store = openSqliteStore(dataDir);
+  let store: Store;
+  try {
+    store = openSqliteStore(dataDir, { create: false });
+  } catch (err) {
+    if (err instanceof MissingDatabaseError) fail(err.message);
+    throw err;
+  }
   try {
     return await fn(store);
   } finally {
@@ -75,7 +85,14 @@ program
     const config = parseCloudConfig(parsed.data);
     // Logs go to stderr so stdout carries only what a caller parses.
     const logger = createLogger(config.logLevel);
-    const cloud = await startCloud(config, { logger });
+    let cloud: Awaited<ReturnType<typeof startCloud>>;
+    try {
+      cloud = await startCloud(config, { logger });
+    } catch (err) {
+      // A taken port is an operator's mistake, not a crash: one line, no stack.
+      if (err instanceof ListenError) fail(err.message);
+      throw err;
+    }
     if (cloud.bootstrapped) {
       process.stdout.write(
         `First start: created organization ${cloud.bootstrapped.orgId} and an admin API key (shown once; also saved to ${cloud.bootstrapped.keyFile}, mode 0600):\n` +
@@ -165,10 +182,15 @@ orgs
   .description('Override one named limit for an organization (NAME=default removes the override).')
   .addOption(dataDirOption())
   .argument('<org>', 'organization id')
-  .argument('<assignment>', 'NAME=NUMBER|default')
+  .argument('<assignment>', `NAME=NUMBER|default, NAME one of ${LIMIT_NAMES.join(', ')}, NUMBER a whole number`)
   .action(async (org: string, assignment: string, opts: { dataDir: string }) => {
-    const m = /^([a-z_.]+)=(\d+(?:\.\d+)?|default)$/.exec(assignment);
+    const m = /^([^=]+)=(.*)$/.exec(assignment);
     if (!m) fail('expected NAME=NUMBER|default');
+    if (!LIMIT_NAMES.includes(m[1]!)) fail(`unknown limit ${m[1]}; expected NAME=NUMBER|default with NAME one of ${LIMIT_NAMES.join(', ')}`);
+    // Limits count things (robots, keys, requests): whole numbers only.
+    if (m[2] !== 'default' && !(/^\d+$/.test(m[2]!) && Number.isSafeInteger(Number(m[2])))) {
+      fail(`expected NAME=NUMBER|default with NUMBER a whole number, got ${JSON.stringify(m[2])}`);
+    }
     const value = m[2] === 'default' ? null : Number(m[2]);
     const ok = await withStore(opts.dataDir, (store) => store.orgs.setLimit(org, m[1]!, value));
     if (!ok) fail(`no organization ${org}`);

@@ -28,6 +28,9 @@ export const TIERS: Readonly<Record<string, Tier>> = {
 
 export const TIER_NAMES = Object.keys(TIERS);
 
+/** Every limit a tier names: what `fleet-cloud orgs set-limit` accepts. */
+export const LIMIT_NAMES: readonly string[] = [...new Set(Object.values(TIERS).flatMap((t) => Object.keys(t.limits)))];
+
 export function isTier(name: string): boolean {
   return Object.hasOwn(TIERS, name);
 }

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import type { FastifyBaseLogger } from 'fastify';
 import { pino } from 'pino';
 import type { AddressInfo } from 'node:net';
+import type { Client } from 'aedes';
 import { systemClock, type Clock } from '@fleet/protocol';
 import { buildApp, type CloudApp } from './app.js';
 import { bootstrapIfEmpty, type Bootstrapped } from './bootstrap.js';
@@ -76,7 +77,12 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
     } else {
       // The cloud's own client authenticates with a secret that lives only in this process.
       const cloudPassword = randomBytes(32).toString('base64url');
-      const throttle = new PublishThrottle({ messagesPerSecond: config.mqttMessagesPerSecond, bytesPerSecond: config.mqttBytesPerSecond, clock });
+      const throttle = new PublishThrottle<Client>({
+        messagesPerSecond: config.mqttMessagesPerSecond,
+        bytesPerSecond: config.mqttBytesPerSecond,
+        clock,
+        isClosed: (client: Client) => client.closed,
+      });
       const hooks = robotBrokerHooks(store, cloudPassword, (msg, extra) => logger.warn(extra, msg), { throttle });
       // Nobody is connected to a broker that has just started; robots republish on reconnect.
       await store.robots.markAllDisconnected();

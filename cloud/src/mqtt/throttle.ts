@@ -1,6 +1,6 @@
 import { systemClock, type Clock } from '@fleet/protocol';
 
-export interface ThrottleOptions {
+export interface ThrottleOptions<K> {
   /** Sustained PUBLISH packets per second per client. */
   messagesPerSecond: number;
   /** Sustained payload bytes per second per client. */
@@ -8,6 +8,11 @@ export interface ThrottleOptions {
   /** How many seconds of the rate a quiet client may spend at once (bucket size). Default 2. */
   burstSeconds?: number;
   clock?: Clock;
+  /**
+   * Whether a client has gone. Its held packets are then dropped, not released: a status held
+   * from before a disconnect must not land after the broker published the client's will.
+   */
+  isClosed?: (client: K) => boolean;
 }
 
 interface Pending {
@@ -39,7 +44,7 @@ export class PublishThrottle<K extends object = object> {
   private readonly messageCap: number;
   private readonly byteCap: number;
 
-  constructor(private readonly opts: ThrottleOptions) {
+  constructor(private readonly opts: ThrottleOptions<K>) {
     this.clock = opts.clock ?? systemClock;
     const burst = opts.burstSeconds ?? 2;
     this.messageCap = Math.max(1, opts.messagesPerSecond * burst);
@@ -54,7 +59,7 @@ export class PublishThrottle<K extends object = object> {
       this.buckets.set(client, b);
     }
     b.queue.push({ bytes, release });
-    if (b.queue.length === 1) this.drain(b);
+    if (b.queue.length === 1) this.drain(client, b);
   }
 
   /** Packets held for `client` now. */
@@ -70,8 +75,13 @@ export class PublishThrottle<K extends object = object> {
     b.bytes = Math.min(this.byteCap, b.bytes + elapsed * this.opts.bytesPerSecond);
   }
 
-  private drain(b: Bucket): void {
+  private drain(client: K, b: Bucket): void {
     b.timer = null;
+    if (this.opts.isClosed?.(client)) {
+      b.queue.length = 0;
+      this.buckets.delete(client);
+      return;
+    }
     this.refill(b);
     while (b.queue.length > 0) {
       const next = b.queue[0]!;
@@ -80,7 +90,7 @@ export class PublishThrottle<K extends object = object> {
         const waitS = Math.max((1 - b.messages) / this.opts.messagesPerSecond, (needBytes - b.bytes) / this.opts.bytesPerSecond);
         // Bounded so that a clock moved by hand (tests) is noticed soon.
         const waitMs = Math.min(1000, Math.max(5, Math.ceil(waitS * 1000)));
-        b.timer = setTimeout(() => this.drain(b), waitMs);
+        b.timer = setTimeout(() => this.drain(client, b), waitMs);
         b.timer.unref();
         return;
       }

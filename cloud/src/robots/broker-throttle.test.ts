@@ -43,7 +43,7 @@ describe('embedded broker publish throttle (real aedes, real mqtt.js clients, in
       const r = await enrollRobot(store, clock, { token: token.token }, 'mqtt://unused');
       robots.push({ id: r.robot_id, password: r.mqtt.password });
     }
-    throttle = new PublishThrottle<Client>({ messagesPerSecond: RATE, bytesPerSecond: 1024 * 1024, clock });
+    throttle = new PublishThrottle<Client>({ messagesPerSecond: RATE, bytesPerSecond: 1024 * 1024, clock, isClosed: (c) => c.closed });
     broker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: robotBrokerHooks(store, CLOUD_PASSWORD, () => undefined, { throttle }) });
   });
 
@@ -118,5 +118,37 @@ describe('embedded broker publish throttle (real aedes, real mqtt.js clients, in
     await quietRoundTrip();
     expect(fromFlooder()).toEqual([...Array(TOTAL).keys()]);
     expect(throttle.held(flooderClient())).toBe(0);
+  });
+
+  it('drops what it holds for a robot that disconnects: nothing it sent before lands after its will', async () => {
+    const [flooder, quiet] = robots as [{ id: string; password: string }, { id: string; password: string }];
+    const cloud = await connect('cloud_test', CLOUD_MQTT_USERNAME, CLOUD_PASSWORD);
+    const fromFlooder: string[] = [];
+    const fromQuiet: string[] = [];
+    cloud.on('message', (topic, payload) => {
+      if (topic.includes(flooder.id)) fromFlooder.push(payload.toString());
+      if (topic.includes(quiet.id)) fromQuiet.push(payload.toString());
+    });
+    await cloud.subscribeAsync(topics.allStatus, { qos: 1 });
+    const f = await connect(flooder.id, flooder.id, flooder.password);
+    const q = await connect(quiet.id, quiet.id, quiet.password);
+    for (let n = 0; n < 40; n++) f.publish(topics.status(flooder.id), String(n), { qos: 0 });
+    await waitUntil(() => fromFlooder.length >= BURST, { description: 'the flooder burst to arrive' });
+    const aedesClients = () => (broker.aedes as unknown as { clients: Record<string, Client> }).clients;
+    const held = aedesClients()[flooder.id]!;
+    await waitUntil(() => throttle.held(held) > 0, { description: 'packets held for the flooder' });
+
+    await f.endAsync(true);
+    await waitUntil(() => aedesClients()[flooder.id] === undefined, { description: 'the broker to see the flooder gone' });
+    // Time passes until nothing is held any more (dropped, or, wrongly, released).
+    const deadline = Date.now() + 10_000;
+    while (throttle.held(held) > 0 && Date.now() < deadline) {
+      clock.advance(60_000);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(throttle.held(held)).toBe(0);
+    await q.publishAsync(topics.status(quiet.id), 'after', { qos: 1 });
+    await waitUntil(() => fromQuiet.includes('after'), { description: 'the quiet robot message' });
+    expect(fromFlooder).toEqual([...Array(BURST).keys()].map(String));
   });
 });

@@ -69,8 +69,10 @@ export function robotBrokerHooks(
         log('mqtt publish refused', { client_id: client.id, topic: packet.topic });
         callback(new Error('not authorized'));
       };
-      // Refused publishes count too: flooding a forbidden topic must not cost a log line each.
-      if (opts.throttle) opts.throttle.admit(client, packet.payload?.length ?? 0, decide);
+      // Refused publishes go through the bucket too: flooding a forbidden topic is no way around
+      // it. A publish from a connection that is already closed is its will (aedes authorizes it
+      // on close): it passes at once, and the throttle drops what it still held for that client.
+      if (opts.throttle && !client.closed) opts.throttle.admit(client, packet.payload?.length ?? 0, decide);
       else decide();
     },
     authorizeSubscribe(client, sub, callback) {

@@ -9,6 +9,7 @@ import { REPO_ROOT, startCloud } from '../test/support/cloud.js';
 import { spawnProcess } from '../test/support/process.js';
 import { fmt, measure, ratio, table, type LoadOptions } from './lib/measure.js';
 import { parseBenchArgs, type BenchModule } from './lib/args.js';
+import { BENCH_SERVE_ARGS, liftRequestLimits } from './lib/limits.js';
 
 const BARE_SERVER = fileURLToPath(new URL('./bare-fastify.ts', import.meta.url));
 
@@ -19,7 +20,8 @@ export const api: BenchModule = {
     const load: LoadOptions = { durationS: args.duration, connections: args.connections, warmupS: args.warmup };
     const logLevel = String(args.extra['log-level']);
 
-    await using cloud = await startCloud({ logLevel });
+    await using cloud = await startCloud({ logLevel, args: BENCH_SERVE_ARGS });
+    await liftRequestLimits(cloud);
     await using bare = spawnProcess(process.execPath, ['--import', 'tsx', BARE_SERVER], { name: 'bare fastify', cwd: REPO_ROOT });
     const bareLine = await bare.waitForStdout((l) => l.startsWith('{"http"'), { description: 'the bare server address' });
     const bareUrl = (JSON.parse(bareLine) as { http: string }).http;

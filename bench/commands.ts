@@ -30,6 +30,7 @@ import { createEnrollmentToken, listRobots, startFleet, type FleetProcess } from
 import { parseBenchArgs, type BenchModule } from './lib/args.js';
 import { closedLoop, type LoopFigures } from './lib/closed-loop.js';
 import { fmt, table } from './lib/measure.js';
+import { BENCH_SERVE_ARGS, liftRequestLimits } from './lib/limits.js';
 
 const BARE_BROKER = fileURLToPath(new URL('./bare-broker.ts', import.meta.url));
 const RESPONDER = fileURLToPath(new URL('./mqtt-responder.ts', import.meta.url));
@@ -147,7 +148,8 @@ interface CapacityRow {
 }
 
 async function capacity(opts: { sizes: number[]; perProcess: number; timeoutS: number; logLevel: string }): Promise<{ baseline_rss_mb: number; rows: CapacityRow[]; stopped: string | null }> {
-  await using cloud = await startCloud({ logLevel: opts.logLevel });
+  await using cloud = await startCloud({ logLevel: opts.logLevel, args: BENCH_SERVE_ARGS });
+  await liftRequestLimits(cloud);
   await sleep(1000);
   const base = memoryKb(cloud.process.pid);
   log(`capacity: cloud pid ${cloud.process.pid}, RSS ${fmt(mb(base.rss), 1)} MiB before any robot`);
@@ -249,7 +251,8 @@ export const commands: BenchModule = {
       // TCP_NODELAY on the bare broker and the raw clients, as the cloud's broker, its link and
       // the agent set it.
       await using pair = await startRawPair(true);
-      await using cloud = await startCloud({ logLevel, args: ['--mqtt-url', pair.url] });
+      await using cloud = await startCloud({ logLevel, args: ['--mqtt-url', pair.url, ...BENCH_SERVE_ARGS] });
+      await liftRequestLimits(cloud);
       await using fleet = await startFleet(cloud, { count: robotCount, logLevel: 'warn', args: ['--no-control-socket'] });
       robotIds = fleet.robots;
       log(`external broker ${pair.url}: measuring raw mqtt.js`);
@@ -261,7 +264,8 @@ export const commands: BenchModule = {
     // 2. The default deployment: the cloud's embedded broker with authentication and ACL.
     let v1Embedded: LoopFigures[];
     {
-      await using cloud = await startCloud({ logLevel });
+      await using cloud = await startCloud({ logLevel, args: BENCH_SERVE_ARGS });
+      await liftRequestLimits(cloud);
       await using fleet = await startFleet(cloud, { count: robotCount, logLevel: 'warn', args: ['--no-control-socket'] });
       log('embedded broker: measuring /v1');
       v1Embedded = await measureV1('/v1 stack/status, embedded broker', cloud, fleet.robots, load);

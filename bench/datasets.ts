@@ -14,6 +14,7 @@ import { startCloud } from '../test/support/cloud.js';
 import { parseBenchArgs, type BenchModule } from './lib/args.js';
 import { fmt, table } from './lib/measure.js';
 import { storeIngest } from './episodes.js';
+import { BENCH_SERVE_ARGS, liftRequestLimits } from './lib/limits.js';
 
 function peakRssMb(pid: number): number {
   const m = /VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
@@ -54,7 +55,8 @@ export const datasets: BenchModule = {
       db.exec('DROP TABLE bench_copy');
       db.close();
 
-      await using cloud = await startCloud({ dataDir, logLevel: 'warn' });
+      await using cloud = await startCloud({ dataDir, logLevel: 'warn', args: BENCH_SERVE_ARGS });
+      await liftRequestLimits(cloud);
       const post = async (path: string, body: unknown) => {
         const res = await fetch(`${cloud.http}${path}`, {
           method: 'POST',

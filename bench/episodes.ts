@@ -17,6 +17,7 @@ import { startCloud } from '../test/support/cloud.js';
 import { parseBenchArgs, type BenchModule } from './lib/args.js';
 import { fmt, table } from './lib/measure.js';
 import { robotOf, syntheticReport } from './lib/reports.js';
+import { BENCH_SERVE_ARGS, liftRequestLimits } from './lib/limits.js';
 
 const BATCH = 1000;
 
@@ -78,7 +79,8 @@ export async function storeIngest(dataDir: string, n: number): Promise<{ rps: nu
 
 /** Enrolled robots publish outbox reports over MQTT and wait for the cloud's acks. */
 async function mqttIngest(robots: number, perRobot: number, inFlight: number): Promise<{ rps: number; acked: number }> {
-  await using cloud = await startCloud({ logLevel: 'warn' });
+  await using cloud = await startCloud({ logLevel: 'warn', args: BENCH_SERVE_ARGS });
+  await liftRequestLimits(cloud);
   const tokenRes = await cloud.fetch('/v1/robots/enrollment-tokens', { method: 'POST', json: { max_uses: robots } });
   const { token } = (await tokenRes.json()) as { token: string };
   const clients = [];
@@ -156,7 +158,8 @@ export const episodes: BenchModule = {
       const viaMqtt = await mqttIngest(robots, perRobot, 32);
 
       process.stderr.write('list pages and export at full size...\n');
-      await using cloud = await startCloud({ dataDir, logLevel: 'warn' });
+      await using cloud = await startCloud({ dataDir, logLevel: 'warn', args: BENCH_SERVE_ARGS });
+      await liftRequestLimits(cloud);
       const rssStart = rssOf(cloud.process.pid);
       const pick = (k: number) => Array.from({ length: requests }, (_, i) => k + i);
       const lists = {

@@ -11,6 +11,7 @@ import { createTestPki, startHttpsReceiver } from '../cloud/src/egress/test-http
 import { startCloud, type CloudProcess } from '../test/support/cloud.js';
 import { parseBenchArgs, type BenchModule } from './lib/args.js';
 import { fmt, table } from './lib/measure.js';
+import { BENCH_SERVE_ARGS, liftRequestLimits } from './lib/limits.js';
 
 /** The worker attempts up to this many queue heads at once (DeliveryWorker's default). */
 const WORKER_CONCURRENCY = 8;
@@ -25,6 +26,7 @@ async function orgWithAdminKey(cloud: CloudProcess, name: string): Promise<strin
   if (org.code !== 0) throw new Error(`orgs create: ${org.stderr}`);
   const key = await cloud.cli(['keys', 'create', '--org', org.stdout.trim(), '--name', `${name} admin`, '--scopes', 'admin']);
   if (key.code !== 0) throw new Error(`keys create: ${key.stderr}`);
+  await liftRequestLimits(cloud);
   return key.stdout.trim();
 }
 
@@ -61,7 +63,7 @@ export const webhooks: BenchModule = {
     });
     // Only the figures of this run matter: drop what the receiver keeps per request.
     const trim = setInterval(() => rx.requests.splice(0), 1000);
-    const cloud = await startCloud({ args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile], logLevel: 'warn' });
+    const cloud = await startCloud({ args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile, ...BENCH_SERVE_ARGS], logLevel: 'warn' });
     try {
       // (a) through the cloud
       const subs: { key: string; id: string }[] = [];

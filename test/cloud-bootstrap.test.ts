@@ -1,4 +1,5 @@
-import { mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
 import { makeTempDir, parseAddressLine, runCloudCli, startCloud } from './support/cloud.js';
@@ -74,15 +75,46 @@ describe('first start on an empty data directory', () => {
     expect(statSync(join(dataDir, 'admin-key')).mode & 0o777).toBe(0o600);
   });
 
-  test('an organization created with the CLI before the first serve: no bootstrap org or key', async () => {
+  test('orgs create before the first serve is refused: only serve creates the database, and then bootstraps', async () => {
     await using dir = await makeTempDir();
     const dataDir = join(dir.path, 'data');
     const created = await runCloudCli(['orgs', 'create', '--name', 'early', '--data-dir', dataDir]);
-    expect(created.code).toBe(0);
+    expect(created.code).toBe(1);
+    expect(created.stderr).toMatch(/no database in .*fleet-cloud serve/s);
+    expect(existsSync(dataDir)).toBe(false);
     await using cloud = await startCloud({ dataDir });
-    expect(cloud.stdoutLines.join('\n')).not.toContain('ak_');
-    expect(() => cloud.adminKey).toThrow(/ENOENT/);
+    expect(cloud.stdoutLines.filter((l) => KEY_LINE.test(l))).toEqual([cloud.adminKey]);
     const orgs = await cloud.cli(['orgs', 'list']);
-    expect(orgs.stdout.trim().split('\n').map((l) => (JSON.parse(l) as { name: string }).name)).toEqual(['early']);
+    expect(orgs.stdout.trim().split('\n').map((l) => (JSON.parse(l) as { name: string }).name)).toEqual(['default']);
   });
+});
+
+describe('a first start that cannot listen', () => {
+  for (const listener of ['HTTP', 'MQTT'] as const) {
+    test(`${listener} port taken: says which port, exits 1 without a stack trace, and creates no organization or key`, async () => {
+      await using dir = await makeTempDir();
+      const dataDir = join(dir.path, 'data');
+      const taken = createServer();
+      await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+      try {
+        const port = (taken.address() as AddressInfo).port;
+        const ports = listener === 'HTTP' ? ['--http-port', String(port), '--mqtt-port', '0'] : ['--http-port', '0', '--mqtt-port', String(port)];
+        const res = await runCloudCli(['serve', '--data-dir', dataDir, '--host', '127.0.0.1', ...ports], { timeoutMs: 30_000 });
+        expect(res.code).toBe(1);
+        expect(res.stderr).toContain(`cannot listen for ${listener} on 127.0.0.1:${port}: address already in use`);
+        expect(res.stderr).not.toMatch(/\n\s+at /);
+        expect(res.stdout).not.toMatch(/ak_|First start/);
+        expect(existsSync(join(dataDir, 'admin-key'))).toBe(false);
+        // The database may exist (serve opened it), but holds no organization and no key.
+        const orgs = await runCloudCli(['orgs', 'list', '--data-dir', dataDir]);
+        expect(orgs.code, orgs.stderr).toBe(0);
+        expect(orgs.stdout).toBe('');
+      } finally {
+        await new Promise((resolve) => taken.close(resolve));
+      }
+      // Once the port is free, the first start bootstraps as usual.
+      await using cloud = await startCloud({ dataDir });
+      expect(cloud.stdoutLines.filter((l) => KEY_LINE.test(l))).toEqual([cloud.adminKey]);
+    });
+  }
 });

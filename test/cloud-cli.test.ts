@@ -1,5 +1,7 @@
+import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
-import { runCloudCli, startCloud, type CloudProcess } from './support/cloud.js';
+import { makeTempDir, REPO_ROOT, runCloudCli, startCloud, type CloudProcess } from './support/cloud.js';
 
 const ORG_ID = /^org_[a-z0-9]+$/;
 const KEY = /^ak_[A-Za-z0-9_-]{16,128}$/;
@@ -98,6 +100,10 @@ describe('fleet-cloud CLI against a running serve on the same data dir', () => {
       { what: 'missing org on set-feature', args: () => ['orgs', 'set-feature', 'org_missing', 'api.access=false'], stderr: /no organization/ },
       { what: 'bad limit value', args: (org) => ['orgs', 'set-limit', org, 'api_keys=lots'], stderr: /NAME=NUMBER/ },
       { what: 'missing org on set-limit', args: () => ['orgs', 'set-limit', 'org_missing', 'api_keys=3'], stderr: /no organization/ },
+      { what: 'unknown limit name', args: (org) => ['orgs', 'set-limit', org, 'robotz=3'], stderr: /unknown limit robotz.*api_keys/ },
+      { what: 'limit name with a dot', args: (org) => ['orgs', 'set-limit', org, 'api.keys=3'], stderr: /unknown limit api\.keys/ },
+      { what: 'fractional limit', args: (org) => ['orgs', 'set-limit', org, 'api_keys=1.5'], stderr: /whole number/ },
+      { what: 'negative limit', args: (org) => ['orgs', 'set-limit', org, 'robots=-1'], stderr: /whole number/ },
       { what: 'missing --name on create', args: () => ['orgs', 'create'], stderr: /--name/ },
       { what: 'empty --name on create', args: () => ['orgs', 'create', '--name', ''], stderr: /--name/ },
       { what: 'unknown scope', args: (org) => ['keys', 'create', '--org', org, '--name', 'k', '--scopes', 'data:read,root'], stderr: /unknown scope root/ },
@@ -129,6 +135,31 @@ describe('fleet-cloud CLI against a running serve on the same data dir', () => {
     });
   });
 
+  test('set-limit takes every limit a tier names, request rates included', async () => {
+    await using cloud = await startCloud();
+    const org = await ok(cloud, ['orgs', 'create', '--name', 'Limits', '--tier', 'free']);
+    const key = await ok(cloud, ['keys', 'create', '--org', org, '--name', 'admin', '--scopes', 'admin']);
+    for (const name of ['api_keys', 'robots', 'webhook_subscriptions', 'requests_per_minute_per_key', 'requests_per_minute_per_org']) {
+      await ok(cloud, ['orgs', 'set-limit', org, `${name}=1000`]);
+    }
+    expect((await cloud.client(key).entitlements()).limits).toEqual({
+      api_keys: 1000,
+      robots: 1000,
+      webhook_subscriptions: 1000,
+      requests_per_minute_per_key: 1000,
+      requests_per_minute_per_org: 1000,
+    });
+  });
+
+  test('--version prints the version of cloud/package.json', async () => {
+    const { version } = JSON.parse(readFileSync(join(REPO_ROOT, 'cloud', 'package.json'), 'utf8')) as { version: string };
+    for (const flag of ['--version', '-V']) {
+      const res = await runCloudCli([flag]);
+      expect(res.code, res.stderr).toBe(0);
+      expect(res.stdout.trim()).toBe(version);
+    }
+  });
+
   test('--help works for every command', async () => {
     const commands = [[], ['serve'], ['orgs'], ['orgs', 'create'], ['orgs', 'list'], ['orgs', 'set-tier'], ['orgs', 'set-feature'], ['orgs', 'set-limit'], ['keys'], ['keys', 'create'], ['openapi']];
     const results = await Promise.all(commands.map((c) => runCloudCli([...c, '--help'])));
@@ -149,5 +180,37 @@ describe('fleet-cloud CLI against a running serve on the same data dir', () => {
     expect(printed.code, printed.stderr).toBe(0);
     const served = await (await cloud.fetch('/v1/openapi.json', { key: null })).json();
     expect(JSON.parse(printed.stdout)).toEqual(served);
+  });
+});
+
+describe('administration commands need an existing database', () => {
+  const commands: string[][] = [
+    ['orgs', 'create', '--name', 'x'],
+    ['orgs', 'list'],
+    ['orgs', 'set-tier', 'org_x', 'pro'],
+    ['orgs', 'set-feature', 'org_x', 'api.access=false'],
+    ['orgs', 'set-limit', 'org_x', 'robots=3'],
+    ['keys', 'create', '--org', 'org_x', '--name', 'k', '--scopes', 'admin'],
+  ];
+
+  test('every command refuses a --data-dir without a database (missing or empty directory) and creates nothing', async () => {
+    await using tmp = await makeTempDir();
+    const missing = join(tmp.path, 'typo');
+    const empty = join(tmp.path, 'empty');
+    mkdirSync(empty);
+    const runs = commands.flatMap((c) => [missing, empty].map((dir) => ({ c, dir })));
+    const results = await Promise.all(runs.map(({ c, dir }) => runCloudCli([...c, '--data-dir', dir])));
+    const failures: string[] = [];
+    results.forEach((res, i) => {
+      const { c, dir } = runs[i]!;
+      const what = `${c.join(' ')} --data-dir ${dir === missing ? '<missing>' : '<empty>'}`;
+      if (res.code !== 1) failures.push(`${what}: exit ${res.code}`);
+      if (!/no database in .*cloud\.sqlite does not exist/.test(res.stderr)) failures.push(`${what}: stderr ${JSON.stringify(res.stderr)}`);
+      if (/\n\s+at /.test(res.stderr)) failures.push(`${what}: stack trace on stderr`);
+      if (res.stdout !== '') failures.push(`${what}: printed ${JSON.stringify(res.stdout)}`);
+    });
+    expect(failures).toEqual([]);
+    expect(existsSync(missing)).toBe(false);
+    expect(readdirSync(empty)).toEqual([]);
   });
 });

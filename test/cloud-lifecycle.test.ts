@@ -160,7 +160,9 @@ describe('configuration', () => {
   test('a port already in use: serve exits non-zero, and startCloud reports its stderr', async () => {
     await using first = await startCloud();
     const port = new URL(first.http).port;
-    await expect(startCloud({ args: ['--http-port', port] })).rejects.toThrow(/EADDRINUSE[\s\S]*exited|exited[\s\S]*EADDRINUSE/);
+    await expect(startCloud({ args: ['--http-port', port] })).rejects.toThrow(
+      new RegExp(`exited \\(code 1[\\s\\S]*cannot listen for HTTP on 127\\.0\\.0\\.1:${port}: address already in use \\(EADDRINUSE\\)`),
+    );
     // The failed second process did not disturb the first.
     expect((await first.fetch('/healthz', { key: null })).status).toBe(200);
   });

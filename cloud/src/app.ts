@@ -16,6 +16,7 @@ import { handleClientError, requestIdFor, sendFrameworkError } from './http/erro
 import { installPipeline } from './http/pipeline.js';
 import { boundedSerializerCompiler } from './http/serializer.js';
 import type { CatalogEntry } from './http/policy.js';
+import { installRateLimits } from './http/rate-limit.js';
 import { V1_PLUGINS, type CommandSender, type ZodApp } from './routes/v1/index.js';
 import { SecretBox } from './secret-box.js';
 import type { Store } from './store/index.js';
@@ -59,6 +60,10 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   const fastify = Fastify({
     ...(deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
     bodyLimit: config.bodyLimitBytes,
+    // A client gets requestTimeoutMs to send its whole request (node answers 408 and closes),
+    // checked every second rather than node's default 30 s.
+    requestTimeout: config.requestTimeoutMs,
+    http: { headersTimeout: config.requestTimeoutMs, requestTimeout: config.requestTimeoutMs, connectionsCheckingInterval: 1000 },
     genReqId: requestIdFor,
     requestIdHeader: false,
     return503OnClosing: true,
@@ -88,6 +93,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     idempotencyLeaseMs: config.idempotencyLeaseMs,
   });
   decorateOpenApi(fastify);
+  await installRateLimits(fastify, { unauthenticatedPerMinutePerIp: config.ipRequestsPerMinute });
 
   await fastify.register(fastifySwagger, {
     openapi: {

@@ -1,18 +1,21 @@
 #!/usr/bin/env node
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { pino } from 'pino';
 import { FEATURES, ScopeSchema, systemClock, type Feature, type Scope } from '@fleet/protocol';
 import { createApiKey } from './api-keys.js';
 import { buildApp } from './app.js';
 import { CloudConfigSchema, parseCloudConfig, type CloudConfigInput } from './config.js';
-import { isTier, TIER_NAMES } from './entitlements.js';
+import { isTier, LIMIT_NAMES, TIER_NAMES } from './entitlements.js';
 import { newId } from './ids.js';
-import { openSqliteStore, type Store } from './store/index.js';
-import { startCloud } from './server.js';
+import { createLogger } from './logger.js';
+import { MissingDatabaseError, openSqliteStore, type Store } from './store/index.js';
+import { ListenError, startCloud } from './server.js';
+
+const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
 
 const program = new Command('fleet-cloud')
   .description('The fleet cloud: /v1 API, episode index, MQTT link to the robots.')
+  .version(version, '-V, --version', 'print the version')
   .showHelpAfterError()
   .configureOutput({ outputError: (str, write) => write(str) });
 
@@ -23,8 +26,15 @@ function fail(message: string): never {
   process.exit(1);
 }
 
+/** Administration commands work on an existing database only; `serve` is what creates one. */
 async function withStore<T>(dataDir: string, fn: (store: Store) => Promise<T>): Promise<T> {
-  const store = openSqliteStore(dataDir);
+  let store: Store;
+  try {
+    store = openSqliteStore(dataDir, { create: false });
+  } catch (err) {
+    if (err instanceof MissingDatabaseError) fail(err.message);
+    throw err;
+  }
   try {
     return await fn(store);
   } finally {
@@ -43,6 +53,10 @@ program
   .addOption(new Option('--mqtt-public-url <url>', 'broker address handed to enrolling robots (default: the one the cloud uses)').env('FLEET_MQTT_PUBLIC_URL'))
   .addOption(new Option('--command-timeout-ms <ms>', 'how long a robot command waits for its answer').env('FLEET_COMMAND_TIMEOUT_MS'))
   .addOption(new Option('--body-limit-bytes <n>', 'largest accepted request body').env('FLEET_BODY_LIMIT_BYTES'))
+  .addOption(new Option('--request-timeout-ms <ms>', 'time a client has to send a whole request before 408 and close').env('FLEET_REQUEST_TIMEOUT_MS'))
+  .addOption(new Option('--ip-requests-per-minute <n>', 'per client address, on /v1 routes without an API key (enrollment)').env('FLEET_IP_REQUESTS_PER_MINUTE'))
+  .addOption(new Option('--mqtt-messages-per-second <n>', 'embedded broker: PUBLISH packets per second one robot may send').env('FLEET_MQTT_MESSAGES_PER_SECOND'))
+  .addOption(new Option('--mqtt-bytes-per-second <n>', 'embedded broker: payload bytes per second one robot may send').env('FLEET_MQTT_BYTES_PER_SECOND'))
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_LOG_LEVEL').default('info'))
   .addOption(new Option('--egress-allow-loopback', 'tests and local development: webhook URLs may be on 127.0.0.1/::1').env('FLEET_EGRESS_ALLOW_LOOPBACK'))
   .addOption(new Option('--egress-ca-file <file>', 'extra CA (PEM) trusted for outbound HTTPS').env('FLEET_EGRESS_CA_FILE'))
@@ -58,6 +72,10 @@ program
       egressCaFile: opts.egressCaFile,
       commandTimeoutMs: opts.commandTimeoutMs,
       bodyLimitBytes: opts.bodyLimitBytes,
+      requestTimeoutMs: opts.requestTimeoutMs,
+      ipRequestsPerMinute: opts.ipRequestsPerMinute,
+      mqttMessagesPerSecond: opts.mqttMessagesPerSecond,
+      mqttBytesPerSecond: opts.mqttBytesPerSecond,
       logLevel: opts.logLevel as CloudConfigInput['logLevel'],
       // Only from the environment: a flag would show the key in the process list.
       secretKey: process.env.FLEET_SECRET_KEY,
@@ -66,14 +84,15 @@ program
     if (!parsed.success) fail(`invalid configuration: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
     const config = parseCloudConfig(parsed.data);
     // Logs go to stderr so stdout carries only what a caller parses.
-    const logger = pino(
-      {
-        level: config.logLevel,
-        redact: { paths: ['req.headers.authorization', 'headers.authorization', '*.key', '*.secret', '*.password'], censor: '[redacted]' },
-      },
-      pino.destination(2),
-    );
-    const cloud = await startCloud(config, { logger });
+    const logger = createLogger(config.logLevel);
+    let cloud: Awaited<ReturnType<typeof startCloud>>;
+    try {
+      cloud = await startCloud(config, { logger });
+    } catch (err) {
+      // A taken port is an operator's mistake, not a crash: one line, no stack.
+      if (err instanceof ListenError) fail(err.message);
+      throw err;
+    }
     if (cloud.bootstrapped) {
       process.stdout.write(
         `First start: created organization ${cloud.bootstrapped.orgId} and an admin API key (shown once; also saved to ${cloud.bootstrapped.keyFile}, mode 0600):\n` +
@@ -163,10 +182,15 @@ orgs
   .description('Override one named limit for an organization (NAME=default removes the override).')
   .addOption(dataDirOption())
   .argument('<org>', 'organization id')
-  .argument('<assignment>', 'NAME=NUMBER|default')
+  .argument('<assignment>', `NAME=NUMBER|default, NAME one of ${LIMIT_NAMES.join(', ')}, NUMBER a whole number`)
   .action(async (org: string, assignment: string, opts: { dataDir: string }) => {
-    const m = /^([a-z_.]+)=(\d+(?:\.\d+)?|default)$/.exec(assignment);
+    const m = /^([^=]+)=(.*)$/.exec(assignment);
     if (!m) fail('expected NAME=NUMBER|default');
+    if (!LIMIT_NAMES.includes(m[1]!)) fail(`unknown limit ${m[1]}; expected NAME=NUMBER|default with NAME one of ${LIMIT_NAMES.join(', ')}`);
+    // Limits count things (robots, keys, requests): whole numbers only.
+    if (m[2] !== 'default' && !(/^\d+$/.test(m[2]!) && Number.isSafeInteger(Number(m[2])))) {
+      fail(`expected NAME=NUMBER|default with NUMBER a whole number, got ${JSON.stringify(m[2])}`);
+    }
     const value = m[2] === 'default' ? null : Number(m[2]);
     const ok = await withStore(opts.dataDir, (store) => store.orgs.setLimit(org, m[1]!, value));
     if (!ok) fail(`no organization ${org}`);

@@ -21,6 +21,17 @@ export const CloudConfigSchema = z.strictObject({
   commandTimeoutMs: z.coerce.number().int().min(100).max(120_000).default(10_000),
   /** Largest request body accepted; larger is 413 payload_too_large. */
   bodyLimitBytes: z.coerce.number().int().min(1024).max(64 * 1024 * 1024).default(1024 * 1024),
+  /**
+   * How long a client may take to send a whole request (headers and body); past it the
+   * connection is answered 408 and closed, so a client that stalls its body cannot hold it.
+   */
+  requestTimeoutMs: z.coerce.number().int().min(1000).max(300_000).default(15_000),
+  /** Requests per minute per client address on the /v1 routes that take no API key (enrollment). */
+  ipRequestsPerMinute: z.coerce.number().int().min(1).default(300),
+  /** What one robot may publish on the embedded broker: PUBLISH packets per second (sustained). */
+  mqttMessagesPerSecond: z.coerce.number().int().min(1).default(100),
+  /** …and payload bytes per second (sustained); bursts of two seconds' worth pass at once. */
+  mqttBytesPerSecond: z.coerce.number().int().min(1024).default(1024 * 1024),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Base64 of 32 bytes that seals stored secrets; by default <dataDir>/secret.key (created 0600). */
   secretKey: z.base64().refine((k) => Buffer.from(k, 'base64').length === 32, 'must be 32 bytes').optional(),

@@ -7,25 +7,29 @@ interface Tier {
 }
 
 /**
- * Tiers and what they include. Each limit is enforced where its resource is created
- * (robots at enrollment, webhook subscriptions at creation, api keys at creation).
+ * Tiers and what they include. Each count limit is enforced where its resource is created
+ * (robots at enrollment, webhook subscriptions at creation, api keys at creation); the request
+ * rates on every authenticated request (http/rate-limit.ts).
  */
 export const TIERS: Readonly<Record<string, Tier>> = {
   free: {
     features: { 'api.access': true, 'api.robot_commands': false, 'data.metadata': true },
-    limits: { api_keys: 10, robots: 5, webhook_subscriptions: 5 },
+    limits: { api_keys: 10, robots: 5, webhook_subscriptions: 5, requests_per_minute_per_key: 600, requests_per_minute_per_org: 1200 },
   },
   pro: {
     features: { 'api.access': true, 'api.robot_commands': true, 'data.metadata': true },
-    limits: { api_keys: 100, robots: 500, webhook_subscriptions: 5 },
+    limits: { api_keys: 100, robots: 500, webhook_subscriptions: 5, requests_per_minute_per_key: 6000, requests_per_minute_per_org: 12_000 },
   },
   enterprise: {
     features: { 'api.access': true, 'api.robot_commands': true, 'data.metadata': true },
-    limits: { api_keys: 1000, robots: 100_000, webhook_subscriptions: 5 },
+    limits: { api_keys: 1000, robots: 100_000, webhook_subscriptions: 5, requests_per_minute_per_key: 60_000, requests_per_minute_per_org: 120_000 },
   },
 };
 
 export const TIER_NAMES = Object.keys(TIERS);
+
+/** Every limit a tier names: what `fleet-cloud orgs set-limit` accepts. */
+export const LIMIT_NAMES: readonly string[] = [...new Set(Object.values(TIERS).flatMap((t) => Object.keys(t.limits)))];
 
 export function isTier(name: string): boolean {
   return Object.hasOwn(TIERS, name);

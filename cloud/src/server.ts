@@ -3,11 +3,13 @@ import { readFileSync } from 'node:fs';
 import type { FastifyBaseLogger } from 'fastify';
 import { pino } from 'pino';
 import type { AddressInfo } from 'node:net';
+import type { Client } from 'aedes';
 import { systemClock, type Clock } from '@fleet/protocol';
 import { buildApp, type CloudApp } from './app.js';
 import { bootstrapIfEmpty, type Bootstrapped } from './bootstrap.js';
 import type { CloudConfig } from './config.js';
 import { startEmbeddedBroker, type EmbeddedBroker } from './mqtt/broker.js';
+import { PublishThrottle } from './mqtt/throttle.js';
 import { loadSecretBox } from './secret-box.js';
 import { openSqliteStore } from './store/index.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './robots/broker-auth.js';
@@ -28,7 +30,36 @@ export interface RunningCloud {
   close(): Promise<void>;
 }
 
-/** Everything `fleet-cloud serve` runs, in one process. */
+/** A port `serve` could not bind (taken, or not allowed); says which listener and where. */
+export class ListenError extends Error {
+  constructor(
+    readonly listener: 'HTTP' | 'MQTT',
+    readonly address: string,
+    readonly code: string | undefined,
+    options: { cause: unknown },
+  ) {
+    const why = code === 'EADDRINUSE' ? 'address already in use' : code === 'EACCES' ? 'permission denied' : code === 'EADDRNOTAVAIL' ? 'address not available' : (options.cause as Error)?.message ?? String(options.cause);
+    super(`cannot listen for ${listener} on ${address}: ${why}${code ? ` (${code})` : ''}`, options);
+    this.name = 'ListenError';
+  }
+}
+
+async function listening<T>(listener: 'HTTP' | 'MQTT', host: string, port: number, fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EADDRINUSE' || code === 'EACCES' || code === 'EADDRNOTAVAIL') {
+      throw new ListenError(listener, `${host.includes(':') ? `[${host}]` : host}:${port}`, code, { cause: err });
+    }
+    throw err;
+  }
+}
+
+/**
+ * Everything `fleet-cloud serve` runs, in one process. Both ports are bound before the first
+ * start creates its organization and admin key, so a start that cannot listen leaves no key.
+ */
 export async function startCloud(config: CloudConfig, opts: { clock?: Clock; logger?: FastifyBaseLogger } = {}): Promise<RunningCloud> {
   const clock = opts.clock ?? systemClock;
   const store = openSqliteStore(config.dataDir);
@@ -39,7 +70,6 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
   let app: CloudApp | null = null;
   const logger = opts.logger ?? pino({ level: 'silent' });
   try {
-    const bootstrapped = await bootstrapIfEmpty(store, clock, config.dataDir);
     let linkUrl: string;
     let linkAuth: { username?: string; password?: string } = {};
     if (config.mqttUrl) {
@@ -47,10 +77,16 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
     } else {
       // The cloud's own client authenticates with a secret that lives only in this process.
       const cloudPassword = randomBytes(32).toString('base64url');
-      const hooks = robotBrokerHooks(store, cloudPassword, (msg, extra) => logger.warn(extra, msg));
+      const throttle = new PublishThrottle<Client>({
+        messagesPerSecond: config.mqttMessagesPerSecond,
+        bytesPerSecond: config.mqttBytesPerSecond,
+        clock,
+        isClosed: (client: Client) => client.closed,
+      });
+      const hooks = robotBrokerHooks(store, cloudPassword, (msg, extra) => logger.warn(extra, msg), { throttle });
       // Nobody is connected to a broker that has just started; robots republish on reconnect.
       await store.robots.markAllDisconnected();
-      broker = await startEmbeddedBroker({ host: config.host, port: config.mqttPort, hooks });
+      broker = await listening('MQTT', config.host, config.mqttPort, () => startEmbeddedBroker({ host: config.host, port: config.mqttPort, hooks }));
       linkUrl = broker.url;
       linkAuth = { username: CLOUD_MQTT_USERNAME, password: cloudPassword };
     }
@@ -87,7 +123,10 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
         if (!linkRef.connected) throw new Error('no connection to the MQTT broker');
       },
     });
-    await app.app.listen({ host: config.host, port: config.httpPort });
+    const listeningApp = app;
+    await listening('HTTP', config.host, config.httpPort, () => listeningApp.app.listen({ host: config.host, port: config.httpPort }));
+    // Only now, with both ports bound: a start that fails to listen creates nothing.
+    const bootstrapped = await bootstrapIfEmpty(store, clock, config.dataDir);
     deliveries.start();
     const egressRef = egress;
     const addr = app.app.server.address() as AddressInfo;

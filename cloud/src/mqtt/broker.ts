@@ -32,13 +32,18 @@ export async function startEmbeddedBroker(opts: { host: string; port: number; ho
   });
   // noDelay: commands, replies and acks are small packets that must not wait for Nagle.
   const server: Server = createServer({ noDelay: true }, aedes.handle);
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(opts.port, opts.host, () => {
-      server.off('error', reject);
-      resolve();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(opts.port, opts.host, () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
-  });
+  } catch (err) {
+    await new Promise<void>((resolve) => aedes.close(() => resolve()));
+    throw err;
+  }
   const port = (server.address() as AddressInfo).port;
   const host = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
   return {

@@ -3,6 +3,7 @@ import type { Client } from 'aedes';
 import { parseRobotTopic } from '@fleet/protocol';
 import { hashSecret } from '../ids.js';
 import type { BrokerHooks } from '../mqtt/broker.js';
+import type { PublishThrottle } from '../mqtt/throttle.js';
 import type { Store } from '../store/index.js';
 
 /** The username of the cloud's own MQTT client; it may publish and subscribe anywhere. */
@@ -26,7 +27,12 @@ function equalSecret(a: string, b: string): boolean {
  * the password issued at enrollment (stored hashed); it may publish only its own status, command
  * replies and outbox, and subscribe only to its own commands and outbox acknowledgments.
  */
-export function robotBrokerHooks(store: Store, cloudPassword: string, log: (msg: string, extra: object) => void): BrokerHooks {
+export function robotBrokerHooks(
+  store: Store,
+  cloudPassword: string,
+  log: (msg: string, extra: object) => void,
+  opts: { throttle?: PublishThrottle<Client> } = {},
+): BrokerHooks {
   const cloudClients = new WeakSet<Client>();
   return {
     authenticate(client, username, password, done) {
@@ -55,11 +61,19 @@ export function robotBrokerHooks(store: Store, cloudPassword: string, log: (msg:
       );
     },
     authorizePublish(client, packet, callback) {
+      // The cloud's own client is never throttled: it carries every robot's commands and acks.
       if (!client || cloudClients.has(client)) return callback(null);
-      const t = parseRobotTopic(packet.topic);
-      if (t && t.robotId === client.id && ROBOT_PUBLISH.has(t.rest)) return callback(null);
-      log('mqtt publish refused', { client_id: client.id, topic: packet.topic });
-      callback(new Error('not authorized'));
+      const decide = () => {
+        const t = parseRobotTopic(packet.topic);
+        if (t && t.robotId === client.id && ROBOT_PUBLISH.has(t.rest)) return callback(null);
+        log('mqtt publish refused', { client_id: client.id, topic: packet.topic });
+        callback(new Error('not authorized'));
+      };
+      // Refused publishes go through the bucket too: flooding a forbidden topic is no way around
+      // it. A publish from a connection that is already closed is its will (aedes authorizes it
+      // on close): it passes at once, and the throttle drops what it still held for that client.
+      if (opts.throttle && !client.closed) opts.throttle.admit(client, packet.payload?.length ?? 0, decide);
+      else decide();
     },
     authorizeSubscribe(client, sub, callback) {
       if (cloudClients.has(client)) return callback(null, sub);

@@ -1,3 +1,3 @@
 export type * from './types.js';
 export { EPISODE_EQ_COLUMNS } from './types.js';
-export { openSqliteStore, SqliteStore, DATABASE_FILE } from './sqlite.js';
+export { openSqliteStore, SqliteStore, DATABASE_FILE, MissingDatabaseError } from './sqlite.js';

@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { MIGRATIONS } from './migrations.js';
 import { SqliteApiKeys, SqliteOrgs } from './sqlite-accounts.js';
@@ -19,16 +19,31 @@ export const DATABASE_FILE = 'cloud.sqlite';
  * second writer wait instead of failing.
  */
 /** `dataDir` ':memory:' gives a private in-memory database (tests, OpenAPI generation). */
-export function openSqliteStore(dataDir: string): SqliteStore {
+export function openSqliteStore(dataDir: string, opts: { create?: boolean } = {}): SqliteStore {
   const inMemory = dataDir === ':memory:';
+  const file = join(dataDir, DATABASE_FILE);
+  // Only `serve` creates a database: an administration command pointed at the wrong directory
+  // must say so instead of writing an organization into a fresh, empty index nobody serves.
+  if (!inMemory && opts.create === false && !existsSync(file)) throw new MissingDatabaseError(dataDir, file);
   if (!inMemory) mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  const db = new Database(inMemory ? ':memory:' : join(dataDir, DATABASE_FILE));
+  const db = new Database(inMemory ? ':memory:' : file, { fileMustExist: !inMemory && opts.create === false });
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = NORMAL');
   db.pragma('foreign_keys = ON');
   db.pragma('busy_timeout = 5000');
   migrate(db);
   return new SqliteStore(db);
+}
+
+/** `openSqliteStore(dir, { create: false })` on a directory without a database. */
+export class MissingDatabaseError extends Error {
+  constructor(
+    readonly dataDir: string,
+    readonly file: string,
+  ) {
+    super(`no database in ${dataDir} (${file} does not exist); check --data-dir, or run \`fleet-cloud serve --data-dir ${dataDir}\` once to create it`);
+    this.name = 'MissingDatabaseError';
+  }
 }
 
 function migrate(db: Db): void {

@@ -1,0 +1,71 @@
+import fastifyRateLimit from '@fastify/rate-limit';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { MINUTE } from '@fleet/protocol';
+import { entitlementsOf } from '../entitlements.js';
+import { ApiError } from '../errors.js';
+
+export interface RateLimitOptions {
+  /** Requests per minute per client address on /v1 routes that take no API key (enrollment). */
+  unauthenticatedPerMinutePerIp: number;
+  /** How many counters (keys, organizations, addresses) are kept; the least recent go first. */
+  cacheSize?: number;
+}
+
+/** The entitlement limits read here; tiers name them in entitlements.ts. */
+export const KEY_LIMIT = 'requests_per_minute_per_key';
+export const ORG_LIMIT = 'requests_per_minute_per_org';
+
+type Check = (req: FastifyRequest) => Promise<{ isAllowed: boolean; isExceeded?: boolean; max?: number; ttlInSeconds?: number }>;
+
+function limitOf(req: FastifyRequest, name: string): number {
+  const value = req.principal ? entitlementsOf(req.principal.org).limits[name] : undefined;
+  // An organization row from before these limits existed has them from its tier; a limit
+  // nobody set (an unknown tier) does not limit.
+  return value === undefined ? Number.MAX_SAFE_INTEGER : value;
+}
+
+/**
+ * Request rate limits, fixed one-minute windows counted in this process's memory
+ * (@fastify/rate-limit's LRU store; several replicas would each count their own share unless a
+ * shared `store` is configured):
+ *
+ * - per API key and per organization on every /v1 route that takes a key, with the limits from
+ *   the organization's entitlements (`requests_per_minute_per_key`, `…_per_org`, overridable
+ *   with `fleet-cloud orgs set-limit`), checked after authentication;
+ * - per client address on the /v1 routes that take no key (enrollment).
+ *
+ * The check runs in preParsing, after every onRequest hook (authentication sets
+ * request.principal there) and before the body is read. Over the limit: 429 `rate_limited` with
+ * Retry-After, in the API's error body.
+ */
+export async function installRateLimits(app: FastifyInstance, opts: RateLimitOptions): Promise<void> {
+  await app.register(fastifyRateLimit, { global: false, timeWindow: MINUTE, cache: opts.cacheSize ?? 10_000 });
+  const perKey: Check = app.createRateLimit({ keyGenerator: (req) => `key:${req.principal!.key.id}`, max: (req) => limitOf(req, KEY_LIMIT) });
+  const perOrg: Check = app.createRateLimit({ keyGenerator: (req) => `org:${req.principal!.org.id}`, max: (req) => limitOf(req, ORG_LIMIT) });
+  const perIp: Check = app.createRateLimit({ max: opts.unauthenticatedPerMinutePerIp });
+
+  const enforce = async (check: Check, req: FastifyRequest, limit: string): Promise<void> => {
+    const r = await check(req);
+    if (r.isAllowed || !r.isExceeded) return;
+    const retryAfter = Math.max(1, r.ttlInSeconds ?? 60);
+    throw new ApiError(
+      'rate_limited',
+      `too many requests: the ${limit.replaceAll('_', ' ')} is ${r.max}; retry in ${retryAfter} s`,
+      { limit, max: r.max, retry_after_s: retryAfter },
+      { 'retry-after': String(retryAfter) },
+    );
+  };
+
+  app.addHook('preParsing', async (request, _reply, payload) => {
+    const policy = request.routeOptions.config.policy;
+    if (!policy) return payload;
+    if (request.principal) {
+      // The key's window first: a key over its own limit does not spend its organization's.
+      await enforce(perKey, request, KEY_LIMIT);
+      await enforce(perOrg, request, ORG_LIMIT);
+    } else if (policy.auth === 'none') {
+      await enforce(perIp, request, 'requests_per_minute_per_ip');
+    }
+    return payload;
+  });
+}

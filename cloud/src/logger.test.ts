@@ -1,0 +1,56 @@
+import { Writable } from 'node:stream';
+import { describe, expect, it } from 'vitest';
+import { newId, newSecret } from './ids.js';
+import { createLogger, redactUrl, scrubSecrets } from './logger.js';
+
+const SECRETS = ['ak', 'whsec', 'dsec', 'rsec', 'ret'].map((p) => newSecret(p));
+
+describe('redactUrl', () => {
+  it.each([
+    ['/v1/robots?api_key=SECRET&limit=5', '/v1/robots?api_key=[redacted]&limit=5'],
+    ['/v1/robots?limit=5&access_token=abc', '/v1/robots?limit=5&access_token=[redacted]'],
+    ['/x?Password=hunter2&X-Amz-Signature=ff', '/x?Password=[redacted]&X-Amz-Signature=[redacted]'],
+    ['/x?secret=1&client_secret=2&auth=3', '/x?secret=[redacted]&client_secret=[redacted]&auth=[redacted]'],
+    ['/v1/episodes?cursor=abc&limit=10', '/v1/episodes?cursor=abc&limit=10'],
+  ])('%s', (url, expected) => {
+    expect(redactUrl(url)).toBe(expected);
+  });
+
+  it('drops any query value that starts like one of our secrets, whatever its name, encoded or not', () => {
+    for (const s of SECRETS) {
+      expect(redactUrl(`/v1/x?q=${s}`)).toBe('/v1/x?q=[redacted]');
+      expect(redactUrl(`/v1/x?q=${encodeURIComponent(s).replace('_', '%5F')}`)).toBe('/v1/x?q=[redacted]');
+      expect(redactUrl(`/v1/x?${s}`)).toBe('/v1/x?[redacted]');
+      expect(redactUrl(`/v1/x/${s}/y`)).not.toContain(s);
+    }
+  });
+
+  it('keeps ids, which share prefixes with secrets but are not secret', () => {
+    const id = newId('ret');
+    expect(redactUrl(`/v1/robots/enrollment-tokens/${id}`)).toBe(`/v1/robots/enrollment-tokens/${id}`);
+    expect(scrubSecrets(`token ${id} revoked`)).toBe(`token ${id} revoked`);
+  });
+});
+
+describe('createLogger', () => {
+  it('never writes a secret: request URL, Authorization header, fields named like secrets, messages, errors', () => {
+    const lines: string[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, done) {
+        lines.push(chunk.toString());
+        done();
+      },
+    });
+    const log = createLogger('trace', sink);
+    const [ak, whsec, dsec, rsec, ret] = SECRETS as [string, string, string, string, string];
+    log.info({ req: { method: 'GET', url: `/v1/robots?api_key=${ak}`, headers: { authorization: `Bearer ${ak}` } } }, 'incoming request');
+    log.info({ headers: { authorization: `Bearer ${ak}` } }, 'h');
+    log.info({ webhook: { secret: whsec }, robot: { password: rsec }, token: ret }, 'fields');
+    log.warn(`message mentioning ${dsec} and ${ret}`);
+    log.error({ err: new Error(`failed with ${whsec}`) }, 'error');
+    const text = lines.join('');
+    expect(lines).toHaveLength(5);
+    for (const s of SECRETS) expect(text).not.toContain(s);
+    expect(text).toContain('api_key=[redacted]');
+  });
+});

@@ -107,6 +107,10 @@ describe('request timeout', () => {
     socket.destroy();
     expect(outcome).toBe('closed');
     expect(received).toMatch(/^HTTP\/1\.1 408 /);
+    // In the API's own error body, with the request id.
+    const body = JSON.parse(received.slice(received.indexOf('\r\n\r\n') + 4)) as { error: { code: string; request_id: string } };
+    expect(body.error.code).toBe('request_timeout');
+    expect(received).toContain(`X-Request-Id: ${body.error.request_id}`);
     // The server is fine afterwards.
     expect((await cloud.fetch('/v1/api-keys')).status).toBe(200);
   });

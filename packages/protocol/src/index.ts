@@ -10,3 +10,4 @@ export * from './signature.js';
 export * from './webhooks.js';
 export * from './json.js';
 export * from './text.js';
+export * from './sync.js';

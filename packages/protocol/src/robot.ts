@@ -20,10 +20,15 @@ export const topics = {
   outbox: (robotId: string) => `${TOPIC_ROOT}/${robotId}/outbox`,
   /** cloud -> robot, QoS 1: application-level acknowledgment of an outbox message. */
   outboxAck: (robotId: string) => `${TOPIC_ROOT}/${robotId}/outbox/ack`,
+  /** robot -> cloud, QoS 1: grant and assignment requests (`SyncRequestSchema`). */
+  syncRequest: (robotId: string) => `${TOPIC_ROOT}/${robotId}/sync/request`,
+  /** cloud -> robot, QoS 1: assignments, grants and deferrals (`SyncMessageSchema`). */
+  sync: (robotId: string) => `${TOPIC_ROOT}/${robotId}/sync`,
   /** Wildcards the cloud subscribes to. */
   allStatus: `${TOPIC_ROOT}/+/status`,
   allCommandReplies: `${TOPIC_ROOT}/+/cmd/reply`,
   allOutbox: `${TOPIC_ROOT}/+/outbox`,
+  allSyncRequests: `${TOPIC_ROOT}/+/sync/request`,
 } as const;
 
 /** Parses `fleet/v1/robots/{id}/{rest}`; null for anything else. */

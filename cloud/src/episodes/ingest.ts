@@ -81,6 +81,10 @@ export class EpisodeIngestor {
       if (typeof msgId === 'string' && msgId.length <= 128) await this.refuse(robotId, msgId, 'validation_failed', summarize(msg.error.issues));
       return;
     }
+    if (msg.data.kind !== 'episode.report') {
+      await this.refuse(robotId, msg.data.msg_id, 'validation_failed', `unknown message kind ${msg.data.kind}`);
+      return;
+    }
     const report = EpisodeReportSchema.safeParse(msg.data.body);
     if (!report.success) {
       logger.warn({ robot_id: robotId, msg_id: msg.data.msg_id, issues: report.error.issues }, 'refused malformed episode report');

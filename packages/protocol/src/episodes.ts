@@ -72,28 +72,6 @@ export const EpisodeReportSchema = z.strictObject({
 });
 export type EpisodeReport = z.infer<typeof EpisodeReportSchema>;
 
-/** Largest outbox message a robot may send; larger ones are refused with a reason. */
-export const MAX_OUTBOX_MESSAGE_BYTES = 1024 * 1024;
-
-/** robot -> cloud on `…/outbox`: one durable message, resent until acknowledged. */
-export const OutboxMessageSchema = z.object({
-  msg_id: z.string().min(1).max(128),
-  kind: z.enum(['episode.report']),
-  body: z.unknown(),
-});
-export type OutboxMessage = z.infer<typeof OutboxMessageSchema>;
-
-/**
- * cloud -> robot on `…/outbox/ack`. `ok: true` once the message is durably indexed (a PUBACK is
- * not that); `ok: false` when the cloud refuses it for good (malformed, too large): the robot
- * keeps the episode locally, logs the reason and stops resending that message.
- */
-export const OutboxAckSchema = z.discriminatedUnion('ok', [
-  z.object({ msg_id: z.string(), ok: z.literal(true) }),
-  z.object({ msg_id: z.string(), ok: z.literal(false), error: z.object({ code: z.string(), message: z.string() }) }),
-]);
-export type OutboxAck = z.infer<typeof OutboxAckSchema>;
-
 /** API: one replica of an episode at a destination (spec, Replica). */
 export const ReplicaSchema = z
   .object({

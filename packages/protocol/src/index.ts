@@ -11,3 +11,4 @@ export * from './webhooks.js';
 export * from './json.js';
 export * from './text.js';
 export * from './sync.js';
+export * from './outbox.js';

@@ -1,0 +1,53 @@
+import { z } from 'zod';
+import { EpisodeReportSchema } from './episodes.js';
+import { ReplicaReportSchema } from './sync.js';
+
+/** Largest outbox message a robot may send; larger ones are refused with a reason. */
+export const MAX_OUTBOX_MESSAGE_BYTES = 1024 * 1024;
+
+/**
+ * The kinds of durable message a robot sends through its outbox, each with its body's schema.
+ * The cloud hands each kind to its own handler; a kind it does not know yet (a newer agent) is
+ * answered "retry later", never refused for good, so nothing a robot must report is lost.
+ */
+export const OUTBOX_BODIES = {
+  /** An episode was finalized: its recorded facts, segments and manifest. */
+  'episode.report': EpisodeReportSchema,
+  /** A replica of an episode at a destination changed state (or an attempt failed). */
+  'replica.state': ReplicaReportSchema,
+} as const;
+export type OutboxKind = keyof typeof OUTBOX_BODIES;
+export const OUTBOX_KINDS = Object.keys(OUTBOX_BODIES) as OutboxKind[];
+export type OutboxBody<K extends OutboxKind> = z.infer<(typeof OUTBOX_BODIES)[K]>;
+
+export const isOutboxKind = (kind: string): kind is OutboxKind => Object.hasOwn(OUTBOX_BODIES, kind);
+
+/**
+ * robot -> cloud on `…/outbox`: one durable message, resent until acknowledged. The envelope is
+ * checked first; the body is checked against its kind's schema by the kind's handler.
+ */
+export const OutboxMessageSchema = z.object({
+  msg_id: z.string().min(1).max(128),
+  kind: z.string().regex(/^[a-z][a-z0-9._-]{0,63}$/, 'not a message kind'),
+  body: z.unknown(),
+});
+export type OutboxMessage = z.infer<typeof OutboxMessageSchema>;
+
+/**
+ * cloud -> robot on `…/outbox/ack`. `ok: true` once the message is durably handled (a PUBACK is
+ * not that). `ok: false` without `retry_after_s`: refused for good (malformed, too large); the
+ * robot keeps the data, logs the reason and stops resending that message. `ok: false` with
+ * `retry_after_s`: not now (a kind the cloud does not know yet, a replica state that arrived
+ * before its episode was indexed); the robot keeps the message and sends it again after that
+ * many seconds.
+ */
+export const OutboxAckSchema = z.discriminatedUnion('ok', [
+  z.object({ msg_id: z.string(), ok: z.literal(true) }),
+  z.object({
+    msg_id: z.string(),
+    ok: z.literal(false),
+    error: z.object({ code: z.string(), message: z.string() }),
+    retry_after_s: z.number().int().min(0).max(24 * 3600).optional(),
+  }),
+]);
+export type OutboxAck = z.infer<typeof OutboxAckSchema>;

@@ -1,0 +1,170 @@
+import { randomBytes } from 'node:crypto';
+import type { FastifyBaseLogger } from 'fastify';
+import {
+  DESTINATION_ID_HEADER,
+  GRANT_EVENT,
+  signPayload,
+  SIGNATURE_HEADER,
+  type Clock,
+  type DeferralMessage,
+  type DeferralReason,
+  type GrantMessage,
+  type GrantRequestEnvelope,
+  type SyncRequest,
+} from '@fleet/protocol';
+import { EgressError, readJsonAnswer, type EgressClient } from '../egress/client.js';
+import type { SecretBox } from '../secret-box.js';
+import type { EpisodeStore } from '../store/index.js';
+import type { DestinationRow, SyncStore } from '../store/sync-types.js';
+import { checkGrantAnswer, type CheckedAnswer } from './grant-answer.js';
+
+/** The spec's bounds on a grant provider: an answer within 10 s, at most 1 MiB. */
+export const PROVIDER_TIMEOUT_MS = 10_000;
+export const PROVIDER_MAX_BYTES = 1024 * 1024;
+/** How long a robot waits before asking again when the provider gave no `retry_after`. */
+export const DEFAULT_RETRY_AFTER_S = 60;
+
+/** The failure values of `POST /v1/destinations/{id}/check` (spec, Destinations). */
+export type CheckFailure = 'unreachable' | 'timeout' | 'http_error' | 'invalid_json' | 'schema_invalid' | 'destination_mismatch';
+
+export interface ForwardResult {
+  answer: CheckedAnswer;
+  /** The provider's HTTP status, when it answered. */
+  httpStatus: number | null;
+  latencyMs: number;
+  /** Set when the forward failed (a provider deferral is not a failure). */
+  failure: CheckFailure | null;
+}
+
+const FAILURE_OF_REASON: Partial<Record<DeferralReason, CheckFailure>> = {
+  unreachable: 'unreachable',
+  timeout: 'timeout',
+  http_error: 'http_error',
+  too_large: 'invalid_json',
+  invalid_json: 'invalid_json',
+  schema_invalid: 'schema_invalid',
+  grant_reused: 'schema_invalid',
+  expired: 'schema_invalid',
+  destination_mismatch: 'destination_mismatch',
+};
+
+export interface GrantRelayOptions {
+  /** The store's sync part and episode lookups (`store.sync`, `store.episodes` in production). */
+  store: { sync: SyncStore; episodes: Pick<EpisodeStore, 'get'> };
+  egress: EgressClient;
+  secrets: SecretBox;
+  clock: Clock;
+  logger: FastifyBaseLogger;
+  timeoutMs?: number;
+}
+
+/**
+ * The grant relay: a robot asks for a grant per (episode, destination) over MQTT; the relay
+ * checks that the episode is the robot's and routed to that live destination, POSTs the signed
+ * envelope to the destination's grant provider through the egress client, checks the answer
+ * strictly and hands the robot either the grant or a deferral with its reason. Every forward is
+ * recorded for destination health; a grant marks the replica `granted`. The bytes never come
+ * here: the robot uploads straight to the URLs of the grant.
+ */
+export class GrantRelay {
+  constructor(private readonly opts: GrantRelayOptions) {}
+
+  /** POSTs `envelope` to `destination` and checks the answer; never throws for the provider's faults. */
+  async forward(destination: DestinationRow, envelope: GrantRequestEnvelope): Promise<ForwardResult> {
+    const { egress, secrets, clock } = this.opts;
+    const body = JSON.stringify(envelope);
+    const started = performance.now();
+    const headers = {
+      'content-type': 'application/json',
+      'x-service-event': GRANT_EVENT,
+      'x-service-event-id': `evt_${randomBytes(12).toString('base64url')}`,
+      [SIGNATURE_HEADER.toLowerCase()]: signPayload(body, [secrets.open(destination.secretSealed)], Math.floor(clock.now() / 1000)),
+      [DESTINATION_ID_HEADER.toLowerCase()]: destination.id,
+    };
+    let httpStatus: number | null = null;
+    let answer: CheckedAnswer;
+    try {
+      const res = await egress.post(destination.url, { headers, body, timeoutMs: this.opts.timeoutMs ?? PROVIDER_TIMEOUT_MS, maxResponseBytes: PROVIDER_MAX_BYTES });
+      httpStatus = res.status;
+      if (res.status < 200 || res.status >= 300) {
+        answer = deferral('http_error', `the grant provider answered HTTP ${res.status}`);
+      } else {
+        const json = readJsonAnswer(res);
+        answer = json.ok ? checkGrantAnswer(json.value, envelope, clock.now()) : deferral('invalid_json', `the answer is ${json.message}`);
+      }
+    } catch (err) {
+      if (!(err instanceof EgressError)) throw err;
+      if (err.failure === 'too_large') {
+        httpStatus = err.details.status ?? null;
+        answer = deferral('too_large', `the answer is larger than ${PROVIDER_MAX_BYTES} bytes`);
+      } else if (err.failure === 'timeout') {
+        answer = deferral('timeout', err.message);
+      } else {
+        answer = deferral('unreachable', `${err.failure}: ${err.message}`);
+      }
+    }
+    const latencyMs = Math.round(performance.now() - started);
+    const failure = answer.kind === 'deferral' ? (FAILURE_OF_REASON[answer.reason] ?? null) : null;
+    return { answer, httpStatus, latencyMs, failure };
+  }
+
+  /** Answers a robot's `grant.request`: a grant, or a deferral with its reason. */
+  async handle(robotId: string, req: Extract<SyncRequest, { type: 'grant.request' }>): Promise<GrantMessage | DeferralMessage> {
+    const { store, clock, logger } = this.opts;
+    const base = { req_id: req.req_id, episode_id: req.episode_id, destination_id: req.destination_id };
+    const refuse = (reason: DeferralReason, message: string, retryAfterS = DEFAULT_RETRY_AFTER_S): DeferralMessage => ({
+      type: 'deferral',
+      ...base,
+      reason,
+      message: message.slice(0, 1024),
+      retry_after_s: retryAfterS,
+    });
+    if (req.pressure) await store.sync.notePressure(robotId, req.pressure, clock.now());
+    const route = await store.sync.assignment(robotId, req.episode_id, req.destination_id);
+    if (!route) return refuse('not_assigned', 'this episode is not assigned to that destination for this robot', 3600);
+    const destination = await store.sync.getDestination(route.orgId, req.destination_id);
+    if (!destination || destination.revokedAt !== null) return refuse('revoked', 'the destination was revoked', 3600);
+    const episode = await store.episodes.get(route.orgId, req.episode_id);
+    if (!episode || episode.robotId !== robotId) return refuse('unknown_episode', 'the episode is not indexed yet', 30);
+
+    const envelope: GrantRequestEnvelope = {
+      episode_id: episode.id,
+      org_id: route.orgId,
+      request: {
+        destination_id: destination.id,
+        episode: { robot_id: robotId, recording_session_id: episode.report.recording_session_id, episode_seq: episode.report.episode_seq },
+        manifest: episode.manifest,
+        ...(req.resume ? { resume: req.resume } : {}),
+        ...(req.pressure ? { pressure: req.pressure } : {}),
+      },
+    };
+    const result = await this.forward(destination, envelope);
+    let answer = result.answer;
+    if (answer.kind === 'grant' && !(await store.sync.claimGrantId(destination.id, answer.grantId, clock.now()))) {
+      answer = { kind: 'deferral', reason: 'grant_reused', message: 'the grant provider reused a grant_id', retryAfterS: null };
+    }
+    const now = clock.now();
+    if (answer.kind === 'deferral') {
+      await store.sync.recordForward(route.orgId, destination.id, now, { kind: 'deferred', reason: `${answer.reason}: ${answer.message}`.slice(0, 512) });
+      logger.info({ robot_id: robotId, episode_id: episode.id, destination_id: destination.id, reason: answer.reason }, 'grant deferred');
+      return refuse(answer.reason, answer.message, answer.retryAfterS ?? DEFAULT_RETRY_AFTER_S);
+    }
+    await store.sync.recordForward(route.orgId, destination.id, now, { kind: 'granted', grantId: answer.grantId });
+    const objectKey = answer.destination.object_key ?? null;
+    await store.sync.markGranted(route.orgId, episode.seq, destination.id, answer.grantId, objectKey, now);
+    return {
+      type: 'grant',
+      ...base,
+      grant_id: answer.grantId,
+      expires_at: answer.expiresAt,
+      protocol: answer.destination.protocol,
+      ...(objectKey !== null ? { object_key: objectKey } : {}),
+      retention: destination.retention,
+      files: answer.destination.files,
+    };
+  }
+}
+
+function deferral(reason: DeferralReason, message: string): CheckedAnswer {
+  return { kind: 'deferral', reason, message: message.slice(0, 300), retryAfterS: null };
+}

@@ -4,7 +4,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { pino } from 'pino';
 import type { AddressInfo } from 'node:net';
 import type { Client } from 'aedes';
-import { systemClock, type Clock } from '@fleet/protocol';
+import { Lifecycle, systemClock, type Clock } from '@fleet/protocol';
 import { buildApp, type CloudApp } from './app.js';
 import { bootstrapIfEmpty, type Bootstrapped } from './bootstrap.js';
 import type { CloudConfig } from './config.js';
@@ -15,6 +15,7 @@ import { openSqliteStore } from './store/index.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './robots/broker-auth.js';
 import { RobotLink } from './robots/link.js';
 import { EpisodeIngestor } from './episodes/ingest.js';
+import { OutboxRouter } from './robots/outbox-router.js';
 import { EgressClient } from './egress/client.js';
 import { DeliveryWorker } from './webhooks/delivery.js';
 import type { Store } from './store/index.js';
@@ -56,25 +57,32 @@ async function listening<T>(listener: 'HTTP' | 'MQTT', host: string, port: numbe
   }
 }
 
+interface BrokerPart {
+  broker: EmbeddedBroker | null;
+  linkUrl: string;
+  linkAuth: { username?: string; password?: string };
+}
+
 /**
- * Everything `fleet-cloud serve` runs, in one process. Both ports are bound before the first
- * start creates its organization and admin key, so a start that cannot listen leaves no key.
+ * Everything `fleet-cloud serve` runs, in one process: one ordered list of parts, started in
+ * order and closed in reverse (a failed start closes what had started). Both ports are bound
+ * before the first start creates its organization and admin key, so a start that cannot listen
+ * leaves no key.
  */
 export async function startCloud(config: CloudConfig, opts: { clock?: Clock; logger?: FastifyBaseLogger } = {}): Promise<RunningCloud> {
   const clock = opts.clock ?? systemClock;
-  const store = openSqliteStore(config.dataDir);
-  let broker: EmbeddedBroker | null = null;
-  let link: RobotLink | null = null;
-  let egress: EgressClient | null = null;
-  let worker: DeliveryWorker | null = null;
-  let app: CloudApp | null = null;
   const logger = opts.logger ?? pino({ level: 'silent' });
+  const life = new Lifecycle((name, err) => logger.error({ err, part: name }, 'closing failed'));
   try {
-    let linkUrl: string;
-    let linkAuth: { username?: string; password?: string } = {};
-    if (config.mqttUrl) {
-      linkUrl = config.mqttUrl;
-    } else {
+    const store = await life.add('store', async () => {
+      const s = openSqliteStore(config.dataDir);
+      return { value: s, close: () => s.close() };
+    });
+    const secrets = loadSecretBox(config.dataDir, config.secretKey);
+
+    // The MQTT broker: embedded (with robot credentials, topic ACL and a per-robot throttle), or external.
+    const { broker, linkUrl, linkAuth } = await life.add<BrokerPart>('broker', async () => {
+      if (config.mqttUrl) return { value: { broker: null, linkUrl: config.mqttUrl, linkAuth: {} }, close: async () => undefined };
       // The cloud's own client authenticates with a secret that lives only in this process.
       const cloudPassword = randomBytes(32).toString('base64url');
       const throttle = new PublishThrottle<Client>({
@@ -86,88 +94,102 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
       const hooks = robotBrokerHooks(store, cloudPassword, (msg, extra) => logger.warn(extra, msg), { throttle });
       // Nobody is connected to a broker that has just started; robots republish on reconnect.
       await store.robots.markAllDisconnected();
-      broker = await listening('MQTT', config.host, config.mqttPort, () => startEmbeddedBroker({ host: config.host, port: config.mqttPort, hooks }));
-      linkUrl = broker.url;
-      linkAuth = { username: CLOUD_MQTT_USERNAME, password: cloudPassword };
-    }
-    link = new RobotLink({ url: linkUrl, ...linkAuth, store, clock, logger, commandTimeoutMs: config.commandTimeoutMs });
-    const ackVia = link;
-    const secrets = loadSecretBox(config.dataDir, config.secretKey);
-    egress = new EgressClient({
-      allowLoopback: config.egressAllowLoopback,
-      ...(config.egressCaFile ? { ca: readFileSync(config.egressCaFile, 'utf8') } : {}),
+      const b = await listening('MQTT', config.host, config.mqttPort, () => startEmbeddedBroker({ host: config.host, port: config.mqttPort, hooks }));
+      return {
+        value: { broker: b, linkUrl: b.url, linkAuth: { username: CLOUD_MQTT_USERNAME, password: cloudPassword } },
+        close: () => b.close(),
+      };
     });
-    worker = new DeliveryWorker({ store, secrets, egress, clock, logger });
-    const deliveries = worker;
-    const ingestor = new EpisodeIngestor({
-      store,
-      clock,
-      logger,
-      ack: (robotId, ack) => ackVia.publishAck(robotId, ack),
-      onIndexed: () => deliveries.notify(),
+
+    const egress = await life.add('egress', async () => {
+      const e = new EgressClient({
+        allowLoopback: config.egressAllowLoopback,
+        ...(config.egressCaFile ? { ca: readFileSync(config.egressCaFile, 'utf8') } : {}),
+      });
+      return { value: e, close: () => e.close() };
     });
-    link.onOutbox = (robotId, payload) => ingestor.submit(robotId, payload);
-    await link.start();
-    const brokerRef = broker;
-    const linkRef = link;
-    app = await buildApp(config, {
-      store,
-      secrets,
-      deliveries,
-      clock,
-      logger,
-      robots: link,
-      mqttPublicUrl: config.mqttPublicUrl ?? linkUrl.replace(/\/\/[^@/]*@/, '//'),
-      readiness: async () => {
-        if (brokerRef?.aedes.closed) throw new Error('MQTT broker closed');
-        if (!linkRef.connected) throw new Error('no connection to the MQTT broker');
-      },
+
+    const deliveries = await life.add('webhook deliveries', async () => {
+      const w = new DeliveryWorker({ store, secrets, egress, clock, logger });
+      w.start();
+      return { value: w, close: () => w.stop() };
     });
-    const listeningApp = app;
-    await listening('HTTP', config.host, config.httpPort, () => listeningApp.app.listen({ host: config.host, port: config.httpPort }));
+
+    // The robot link: presence, commands, and the durable outboxes routed by message kind.
+    const link = await life.add('robot link', async () => {
+      const l = new RobotLink({ url: linkUrl, ...linkAuth, store, clock, logger, commandTimeoutMs: config.commandTimeoutMs });
+      const ingestor = new EpisodeIngestor({ store, clock, logger, onIndexed: () => deliveries.notify() });
+      const outbox = new OutboxRouter({
+        logger,
+        ack: (robotId, ack) => l.publishAck(robotId, ack),
+        handlers: { 'episode.report': ingestor },
+      });
+      l.onOutbox = (robotId, payload) => outbox.submit(robotId, payload);
+      await l.start();
+      return {
+        value: l,
+        close: async () => {
+          // Write and acknowledge the messages already received; any that arrive meanwhile are
+          // handled too, and their robots resend until acknowledged (every handler is idempotent).
+          await outbox.drain();
+          await l.stop();
+          await outbox.drain();
+        },
+      };
+    });
+
+    const app = await life.add('http', async () => {
+      const a = await buildApp(config, {
+        store,
+        secrets,
+        deliveries,
+        clock,
+        logger,
+        robots: link,
+        mqttPublicUrl: config.mqttPublicUrl ?? linkUrl.replace(/\/\/[^@/]*@/, '//'),
+        readiness: async () => {
+          if (broker?.aedes.closed) throw new Error('MQTT broker closed');
+          if (!link.connected) throw new Error('no connection to the MQTT broker');
+        },
+      });
+      try {
+        await listening('HTTP', config.host, config.httpPort, () => a.app.listen({ host: config.host, port: config.httpPort }));
+      } catch (err) {
+        await a.close();
+        throw err;
+      }
+      return {
+        value: a,
+        close: async () => {
+          // fastify closes the idle keep-alive connections once, when the shutdown starts. A
+          // connection whose in-flight request finishes later would idle on until the client or
+          // keepAliveTimeout (72 s) drops it and hold the exit that long; sweep them meanwhile.
+          const sweep = setInterval(() => a.app.server.closeIdleConnections(), 50);
+          try {
+            await a.close();
+          } finally {
+            clearInterval(sweep);
+          }
+        },
+      };
+    });
+
     // Only now, with both ports bound: a start that fails to listen creates nothing.
     const bootstrapped = await bootstrapIfEmpty(store, clock, config.dataDir);
-    deliveries.start();
-    const egressRef = egress;
     const addr = app.app.server.address() as AddressInfo;
     const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
     const shownHost = host === '0.0.0.0' || host === '[::]' ? '127.0.0.1' : host;
-    const running = app;
     return {
       http: `http://${shownHost}:${addr.port}`,
-      mqtt: broker ? broker.url : config.mqttUrl!,
+      mqtt: broker ? broker.url : linkUrl,
       store,
-      app: running,
+      app,
       broker,
       bootstrapped,
-      async close() {
-        // fastify closes the idle keep-alive connections once, when the shutdown starts. A
-        // connection whose in-flight request finishes later would idle on until the client or
-        // keepAliveTimeout (72 s) drops it and hold the exit that long; sweep them meanwhile.
-        const sweep = setInterval(() => running.app.server.closeIdleConnections(), 50);
-        try {
-          await running.close();
-        } finally {
-          clearInterval(sweep);
-        }
-        // Write and acknowledge the reports already received; any that arrive meanwhile are
-        // written too, and their robots resend until acknowledged (ingest is idempotent).
-        await ingestor.drain();
-        await linkRef.stop();
-        await ingestor.drain();
-        await deliveries.stop();
-        await egressRef.close();
-        await brokerRef?.close();
-        await store.close();
-      },
+      close: () => life.close(),
     };
   } catch (err) {
-    await app?.close().catch(() => undefined);
-    await link?.stop().catch(() => undefined);
-    await worker?.stop().catch(() => undefined);
-    await egress?.close().catch(() => undefined);
-    await broker?.close().catch(() => undefined);
-    await store.close();
+    await life.close();
     throw err;
   }
 }

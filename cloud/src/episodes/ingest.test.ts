@@ -3,6 +3,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ManualClock, MAX_OUTBOX_MESSAGE_BYTES, type EpisodeReport, type OutboxAck } from '@fleet/protocol';
 import { createEnrollmentToken, enrollRobot } from '../robots/enrollment.js';
 import { openSqliteStore, type OrgRow, type SqliteStore } from '../store/index.js';
+import { OutboxRouter } from '../robots/outbox-router.js';
 import { EpisodeIngestor } from './ingest.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
@@ -21,6 +22,7 @@ let robotId: string;
 let acks: Recorded[];
 let logger: FastifyBaseLogger & { warn: ReturnType<typeof vi.fn>; error: ReturnType<typeof vi.fn> };
 let ingestor: EpisodeIngestor;
+let router: OutboxRouter;
 /** msg_id -> episode id, so the fake ack can look the row up. */
 let episodeOfMsg: Map<string, string>;
 let counter = 0;
@@ -57,20 +59,21 @@ beforeEach(async () => {
   acks = [];
   episodeOfMsg = new Map();
   logger = fakeLogger();
-  ingestor = new EpisodeIngestor({
-    store,
-    clock,
-    logger,
-    ack: async (rid, ack) => {
-      const episodeId = episodeOfMsg.get(ack.msg_id);
-      const robot = await store.robots.getById(rid);
-      const rowExisted = episodeId && robot ? (await store.episodes.get(robot.orgId, episodeId)) !== undefined : null;
-      acks.push({ robotId: rid, ack, rowExisted });
-    },
-  });
+  ({ ingestor, router } = pipeline(async (rid, ack) => {
+    const episodeId = episodeOfMsg.get(ack.msg_id);
+    const robot = await store.robots.getById(rid);
+    const rowExisted = episodeId && robot ? (await store.episodes.get(robot.orgId, episodeId)) !== undefined : null;
+    acks.push({ robotId: rid, ack, rowExisted });
+  }));
 });
+/** The ingestor behind the outbox router, as the cloud runs it. */
+function pipeline(ack: (robotId: string, ack: OutboxAck) => Promise<void>, maxBatch?: number): { ingestor: EpisodeIngestor; router: OutboxRouter } {
+  const i = new EpisodeIngestor({ store, clock, logger, ...(maxBatch ? { maxBatch } : {}) });
+  return { ingestor: i, router: new OutboxRouter({ logger, ack, handlers: { 'episode.report': i } }) };
+}
+
 afterEach(async () => {
-  await ingestor.drain();
+  await router.drain();
   await store.close();
 });
 
@@ -111,8 +114,8 @@ function message(body: unknown, msgId = `m${++msgCounter}`): { msgId: string; pa
 
 async function send(body: unknown, rid = robotId, msgId?: string): Promise<string> {
   const m = message(body, msgId);
-  await ingestor.submit(rid, m.payload);
-  await ingestor.drain();
+  await router.submit(rid, m.payload);
+  await router.drain();
   return m.msgId;
 }
 
@@ -132,10 +135,10 @@ describe('EpisodeIngestor', () => {
   it('does not ack before the batch is written', async () => {
     const r = report();
     const m = message(r);
-    await ingestor.submit(robotId, m.payload);
+    await router.submit(robotId, m.payload);
     // The batch waits for the next turn of the event loop; nothing may be acked yet.
     expect(acks).toEqual([]);
-    await ingestor.drain();
+    await router.drain();
     expect(ackOf(m.msgId)).toHaveLength(1);
     expect(ackOf(m.msgId)[0]!.rowExisted).toBe(true);
   });
@@ -206,10 +209,22 @@ describe('EpisodeIngestor', () => {
   });
 
   it('refuses a malformed envelope that still has a msg_id', async () => {
-    const payload = Buffer.from(JSON.stringify({ msg_id: 'm_env', kind: 'something.else', body: report() }));
-    await ingestor.submit(robotId, payload);
-    await ingestor.drain();
+    const payload = Buffer.from(JSON.stringify({ msg_id: 'm_env', kind: 'Not A Kind!', body: report() }));
+    await router.submit(robotId, payload);
+    await router.drain();
     expect(acks.map((a) => a.ack)).toEqual([{ msg_id: 'm_env', ok: false, error: { code: 'validation_failed', message: aReason } }]);
+    expect(await store.episodes.count(org.id)).toBe(0);
+  });
+
+  it('answers a kind it has no handler for with "retry later", so the robot keeps it', async () => {
+    for (const kind of ['something.newer', 'replica.state']) {
+      await router.submit(robotId, Buffer.from(JSON.stringify({ msg_id: `m_${kind}`, kind, body: { x: 1 } })));
+    }
+    await router.drain();
+    expect(acks.map((a) => a.ack)).toEqual([
+      { msg_id: 'm_something.newer', ok: false, error: { code: 'unknown_kind', message: aReason }, retry_after_s: 3600 },
+      { msg_id: 'm_replica.state', ok: false, error: { code: 'unknown_kind', message: aReason }, retry_after_s: 3600 },
+    ]);
     expect(await store.episodes.count(org.id)).toBe(0);
   });
 
@@ -218,11 +233,11 @@ describe('EpisodeIngestor', () => {
     const deepMeta = `{"a":${'['.repeat(4100)}${']'.repeat(4100)}}`;
     const good = report();
     const text = JSON.stringify({ msg_id: 'm_deep', kind: 'episode.report', body: { ...report(), metadata: '__DEEP__' } }).replace('"__DEEP__"', deepMeta);
-    await ingestor.submit(robotId, Buffer.from(text));
+    await router.submit(robotId, Buffer.from(text));
     // A wide one too: more keys in one object than the bounds allow.
     const wide = Object.fromEntries(Array.from({ length: 1001 }, (_, i) => [`k${i}`, i]));
     const wideMsg = await send(report({ metadata: wide }));
-    await ingestor.drain();
+    await router.drain();
     expect(ackOf('m_deep').map((a) => a.ack)).toEqual([{ msg_id: 'm_deep', ok: false, error: { code: 'validation_failed', message: expect.stringMatching(/deeper than 32/) as unknown } }]);
     expect(ackOf(wideMsg).map((a) => a.ack)).toEqual([{ msg_id: wideMsg, ok: false, error: { code: 'validation_failed', message: expect.stringMatching(/more than 1000 keys/) as unknown } }]);
     expect(await store.episodes.count(org.id)).toBe(0);
@@ -232,9 +247,9 @@ describe('EpisodeIngestor', () => {
 
   it('drops a payload that is not JSON, or has no msg_id, without an ack and without throwing', async () => {
     for (const raw of ['not json {', '', 'null', '42', '[]', JSON.stringify({ kind: 'episode.report', body: report() }), JSON.stringify({ msg_id: 7 })]) {
-      await expect(ingestor.submit(robotId, Buffer.from(raw))).resolves.toBeUndefined();
+      await expect(router.submit(robotId, Buffer.from(raw))).resolves.toBeUndefined();
     }
-    await ingestor.drain();
+    await router.drain();
     expect(acks).toEqual([]);
     expect(await store.episodes.count(org.id)).toBe(0);
     // Still works afterwards.
@@ -247,15 +262,15 @@ describe('EpisodeIngestor', () => {
     const m = message(r, 'm_big');
     expect(m.payload.length).toBeGreaterThan(MAX_OUTBOX_MESSAGE_BYTES);
     expect(m.payload.subarray(0, 10).toString()).toBe('{"msg_id":');
-    await ingestor.submit(robotId, m.payload);
-    await ingestor.drain();
+    await router.submit(robotId, m.payload);
+    await router.drain();
     expect(acks.map((a) => a.ack)).toEqual([{ msg_id: 'm_big', ok: false, error: { code: 'payload_too_large', message: aReason } }]);
     expect(await store.episodes.get(org.id, r.id)).toBeUndefined();
 
     // An oversized payload whose msg_id cannot be found is dropped silently.
     acks.length = 0;
-    await ingestor.submit(robotId, Buffer.from(JSON.stringify({ kind: 'episode.report', body: r, msg_id: 'late' })));
-    await ingestor.drain();
+    await router.submit(robotId, Buffer.from(JSON.stringify({ kind: 'episode.report', body: r, msg_id: 'late' })));
+    await router.drain();
     expect(acks).toEqual([]);
 
     // A message of exactly the limit is not refused for its size.
@@ -263,8 +278,8 @@ describe('EpisodeIngestor', () => {
     const base = message({ ...small, metadata: { pad: '' } }, 'm_edge').payload.length;
     const edge = message({ ...small, metadata: { pad: 'y'.repeat(MAX_OUTBOX_MESSAGE_BYTES - base) } }, 'm_edge');
     expect(edge.payload.length).toBe(MAX_OUTBOX_MESSAGE_BYTES);
-    await ingestor.submit(robotId, edge.payload);
-    await ingestor.drain();
+    await router.submit(robotId, edge.payload);
+    await router.drain();
     expect(acks.map((a) => a.ack)).toEqual([{ msg_id: 'm_edge', ok: true }]);
   });
 
@@ -289,9 +304,9 @@ describe('EpisodeIngestor', () => {
   it('writes a burst of 2000 reports in batches and acks all of them', async () => {
     const spy = vi.spyOn(store.episodes, 'ingest');
     const msgs = Array.from({ length: 2000 }, () => message(report()));
-    const submitted = msgs.map((m) => ingestor.submit(robotId, m.payload));
+    const submitted = msgs.map((m) => router.submit(robotId, m.payload));
     await Promise.all(submitted);
-    await ingestor.drain();
+    await router.drain();
 
     expect(spy.mock.calls.length).toBeGreaterThan(0);
     expect(spy.mock.calls.length).toBeLessThan(10);
@@ -307,7 +322,7 @@ describe('EpisodeIngestor', () => {
   });
 
   it('honours maxBatch', async () => {
-    const small = new EpisodeIngestor({ store, clock, logger, ack: async (rid, ack) => void acks.push({ robotId: rid, ack, rowExisted: null }), maxBatch: 7 });
+    const small = pipeline(async (rid, ack) => void acks.push({ robotId: rid, ack, rowExisted: null }), 7).router;
     const spy = vi.spyOn(store.episodes, 'ingest');
     await Promise.all(Array.from({ length: 20 }, () => small.submit(robotId, message(report()).payload)));
     await small.drain();
@@ -318,14 +333,14 @@ describe('EpisodeIngestor', () => {
   it('drain() resolves only after everything submitted is acked', async () => {
     const msgs = Array.from({ length: 50 }, () => message(report()));
     // Submissions not awaited: drain must still cover them.
-    const submitted = msgs.map((m) => ingestor.submit(robotId, m.payload));
-    await ingestor.drain();
+    const submitted = msgs.map((m) => router.submit(robotId, m.payload));
+    await router.drain();
     expect(acks).toHaveLength(50);
     expect(await store.episodes.count(org.id)).toBe(50);
     await Promise.all(submitted);
 
     // And with nothing pending it resolves at once.
-    await expect(ingestor.drain()).resolves.toBeUndefined();
+    await expect(router.drain()).resolves.toBeUndefined();
   });
 
   it('does not ack when the store fails, so the robot resends, and the resend is indexed', async () => {
@@ -342,14 +357,9 @@ describe('EpisodeIngestor', () => {
   });
 
   it('survives an ack that throws', async () => {
-    const failing = new EpisodeIngestor({
-      store,
-      clock,
-      logger,
-      ack: async () => {
-        throw new Error('broker gone');
-      },
-    });
+    const failing = pipeline(async () => {
+      throw new Error('broker gone');
+    }).router;
     const r = report();
     await failing.submit(robotId, message(r).payload);
     await failing.drain();

@@ -9,8 +9,8 @@ import type { Store } from '../store/index.js';
 /** The username of the cloud's own MQTT client; it may publish and subscribe anywhere. */
 export const CLOUD_MQTT_USERNAME = '$cloud';
 
-const ROBOT_PUBLISH = new Set(['status', 'cmd/reply', 'outbox']);
-const ROBOT_SUBSCRIBE = new Set(['cmd', 'outbox/ack']);
+const ROBOT_PUBLISH = new Set(['status', 'cmd/reply', 'outbox', 'sync/request']);
+const ROBOT_SUBSCRIBE = new Set(['cmd', 'outbox/ack', 'sync']);
 
 function refuse(code: 4 | 5, message: string) {
   return Object.assign(new Error(message), { returnCode: code });
@@ -25,7 +25,8 @@ function equalSecret(a: string, b: string): boolean {
 /**
  * Broker authentication and ACL. A robot connects with client id = username = its robot id and
  * the password issued at enrollment (stored hashed); it may publish only its own status, command
- * replies and outbox, and subscribe only to its own commands and outbox acknowledgments.
+ * replies, outbox and sync requests, and subscribe only to its own commands, outbox
+ * acknowledgments and sync messages (assignments, grants, deferrals).
  */
 export function robotBrokerHooks(
   store: Store,

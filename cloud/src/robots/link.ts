@@ -13,6 +13,7 @@ import {
   type OutboxAck,
   type RobotCommand,
   type RobotCommandName,
+  type SyncMessage,
 } from '@fleet/protocol';
 import { ApiError } from '../errors.js';
 import type { Store } from '../store/index.js';
@@ -34,8 +35,10 @@ const MAX_ROBOT_PAYLOAD = 256 * 1024;
 export class RobotLink {
   private client: MqttClient | null = null;
   private readonly pending = new Map<string, Pending>();
-  /** Receives every robot outbox message (the episode ingestor). */
+  /** Receives every robot outbox message (the outbox router). */
   onOutbox: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
+  /** Receives every robot sync request (grant and assignment requests). */
+  onSyncRequest: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
 
   constructor(
     private readonly opts: {
@@ -65,7 +68,7 @@ export class RobotLink {
       this.onMessage(topic, payload).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'robot message handling failed'));
     });
     client.on('error', (err) => this.opts.logger.warn({ err }, 'mqtt client error'));
-    await client.subscribeAsync([topics.allStatus, topics.allCommandReplies, topics.allOutbox], { qos: 1 });
+    await client.subscribeAsync([topics.allStatus, topics.allCommandReplies, topics.allOutbox, topics.allSyncRequests], { qos: 1 });
   }
 
   get connected(): boolean {
@@ -115,6 +118,10 @@ export class RobotLink {
       if (this.onOutbox) await this.onOutbox(t.robotId, payload);
       return;
     }
+    if (t.rest === 'sync/request') {
+      if (this.onSyncRequest) await this.onSyncRequest(t.robotId, payload);
+      return;
+    }
     if (payload.length > MAX_ROBOT_PAYLOAD) {
       this.opts.logger.warn({ robot_id: t.robotId, topic, bytes: payload.length }, 'dropped oversized robot message');
       return;
@@ -131,6 +138,12 @@ export class RobotLink {
     const json = parsed.value;
     if (t.rest === 'status') return this.onStatus(t.robotId, json);
     if (t.rest === 'cmd/reply') return this.onReply(t.robotId, json);
+  }
+
+  /** Assignments, grants and deferrals for a robot (QoS 1). */
+  async publishSync(robotId: string, msg: SyncMessage): Promise<void> {
+    if (!this.client) throw new Error('robot link stopped');
+    await this.client.publishAsync(topics.sync(robotId), JSON.stringify(msg), { qos: 1 });
   }
 
   /** The application-level acknowledgment of an outbox message (QoS 1). */

@@ -1,0 +1,58 @@
+import type { FastifyBaseLogger } from 'fastify';
+import { ReplicaReportSchema, type Clock } from '@fleet/protocol';
+import { summarizeIssues, type OutboxKindHandler, type OutboxReply } from '../robots/outbox-router.js';
+import type { SyncStore } from '../store/sync-types.js';
+
+/** A replica state that arrives before its episode is indexed is offered again this much later. */
+export const REPLICA_BEFORE_EPISODE_RETRY_S = 30;
+
+/**
+ * The `replica.state` outbox kind: a robot's report that a replica moved (granted, syncing,
+ * synced, verified) or that an attempt failed. The store applies it idempotently and never moves
+ * a replica backwards, writing the webhook events in the same transaction; a report about an
+ * episode not indexed yet is answered "retry later", never refused.
+ */
+export class ReplicaStateHandler implements OutboxKindHandler {
+  constructor(
+    private readonly opts: {
+      store: { sync: SyncStore };
+      clock: Clock;
+      logger: FastifyBaseLogger;
+      /** Called after a report appended events (wakes the webhook worker). */
+      onApplied?: () => void;
+    },
+  ) {}
+
+  async handle(robotId: string, msgId: string, body: unknown, reply: OutboxReply): Promise<void> {
+    const { logger } = this.opts;
+    const report = ReplicaReportSchema.safeParse(body);
+    if (!report.success) {
+      logger.warn({ robot_id: robotId, msg_id: msgId, issues: report.error.issues.slice(0, 5) }, 'refused malformed replica report');
+      await reply.refuse('validation_failed', summarizeIssues(report.error.issues));
+      return;
+    }
+    let result;
+    try {
+      result = await this.opts.store.sync.applyReplicaReport(robotId, report.data, this.opts.clock.now());
+    } catch (err) {
+      // Not acknowledged: the robot resends, and applying a report again changes nothing.
+      logger.error({ err, robot_id: robotId, msg_id: msgId }, 'replica report failed');
+      return;
+    }
+    switch (result) {
+      case 'applied':
+        this.opts.onApplied?.();
+        await reply.ok();
+        return;
+      case 'unchanged':
+        await reply.ok();
+        return;
+      case 'unknown_episode':
+        await reply.later('unknown_episode', 'the episode is not indexed yet', REPLICA_BEFORE_EPISODE_RETRY_S);
+        return;
+      case 'conflict':
+        await reply.refuse('conflict', 'the episode belongs to another robot');
+        return;
+    }
+  }
+}

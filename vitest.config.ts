@@ -4,6 +4,11 @@ import { defineConfig } from 'vitest/config';
 // unit tests need no build; end-to-end tests spawn the built CLIs (`npm test` builds first).
 const resolve = { conditions: ['source'] };
 
+// expect.poll waits on real sockets, reconnects and child processes: vitest's default of 1 s is a
+// window a loaded machine misses. The timeout is only a failure bound; polls still end as soon as
+// their condition holds.
+const expect = { poll: { timeout: 15_000 } };
+
 export default defineConfig({
   test: {
     reporters: ['default', './test/support/summary-reporter.ts'],
@@ -14,6 +19,7 @@ export default defineConfig({
           name: 'unit',
           include: ['packages/*/src/**/*.test.ts', 'cloud/src/**/*.test.ts', 'agent/src/**/*.test.ts', 'simulator/src/**/*.test.ts'],
           testTimeout: 30_000,
+          expect,
         },
       },
       {
@@ -23,6 +29,7 @@ export default defineConfig({
           include: ['test/**/*.test.ts'],
           testTimeout: 120_000,
           hookTimeout: 60_000,
+          expect,
         },
       },
     ],

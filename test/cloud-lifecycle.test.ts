@@ -6,7 +6,7 @@ import { makeTempDir, runCloudCli, startCloud, type CloudProcess } from './suppo
 import { exitWithin } from './support/process.js';
 
 /** Generous bound: a shutdown that hangs fails the test instead of timing it out. */
-const EXIT_BOUND_MS = 10_000;
+const EXIT_BOUND_MS = 20_000;
 
 const logMsg = (fragment: string) => (line: string) => line.includes(fragment);
 

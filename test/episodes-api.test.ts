@@ -275,8 +275,19 @@ describe('the episode index through /v1, fed by simulated robots', () => {
   });
 
   test('keyset pagination with limit 1 to 3 walks every row exactly once while the operators keep recording', async () => {
-    const before = await listEpisodes(cloud);
-    expect(before.length).toBeGreaterThanOrEqual(3);
+    // The walk pauses after each of its first `pauses` pages for a new row. Each pause only
+    // happens if that page has a next one, so start once the index holds more rows than those
+    // pages take (limits 1, 2, 3, …): then every pause happens, however slowly the robots record.
+    const pagesRows = (pauses: number) => Array.from({ length: pauses }, (_, i) => (i % 3) + 1).reduce((a, b) => a + b, 0);
+    const atLeast = async (query: string, n: number) =>
+      waitFor(
+        async () => {
+          const rows = await listEpisodes(cloud, query);
+          return rows.length >= n ? rows : undefined;
+        },
+        { timeoutMs: 60_000, intervalMs: 200, description: `${n} episodes (${query || 'any robot'}) in the index before the walk` },
+      );
+    const before = await atLeast('', pagesRows(3) + 1);
     const beforeIds = new Set(before.map((e) => e.id));
 
     async function walk(query: string, pauseOnPages: number): Promise<{ ids: string[]; pages: number }> {
@@ -320,7 +331,7 @@ describe('the episode index through /v1, fed by simulated robots', () => {
 
     // The same under a filter: one robot of the fleet that keeps recording.
     const robot = fleetB.robots[1]!;
-    const robotBefore = (await listEpisodes(cloud, `robot_id=${robot}`)).map((e) => e.id);
+    const robotBefore = (await atLeast(`robot_id=${robot}`, pagesRows(1) + 1)).map((e) => e.id);
     const filtered = await walk(`robot_id=${robot}`, 1);
     const robotAfter = (await listEpisodes(cloud, `robot_id=${robot}`)).map((e) => e.id);
     expect(new Set(filtered.ids).size).toBe(filtered.ids.length);

@@ -164,13 +164,22 @@ describe('no report is lost or doubled, whatever crashes', () => {
     expectExactlyOnce(await waitForIndexed(cloud, [good]), [good]);
     await waitFor(async () => ((await agentStatus(dir)).outbox.refused === 2 ? true : undefined), { description: 'two refusals' });
     expect((await agentStatus(dir)).outbox).toEqual({ pending: 0, refused: 2 });
-    const refusals = second.process.stderrLines.filter((l) => l.includes('the cloud refused an outbox message')).map((l) => JSON.parse(l) as { msg_id: string; code: string });
+    // Log lines come through another pipe than the status: wait for them rather than assume
+    // they were read already.
+    const refusalLines = await waitFor(
+      () => {
+        const lines = second.process.stderrLines.filter((l) => l.includes('the cloud refused an outbox message'));
+        return lines.length >= 2 ? lines : undefined;
+      },
+      { description: "the agent's two refusal log lines" },
+    );
+    const refusals = refusalLines.map((l) => JSON.parse(l) as { msg_id: string; code: string });
     expect(refusals.map((r) => [r.msg_id, r.code]).sort()).toEqual([
       ['episode.report:malformed', 'validation_failed'],
       ['episode.report:oversized', 'payload_too_large'],
     ]);
-    expect(cloud.stderrLines.some((l) => l.includes('refused oversized outbox message'))).toBe(true);
-    expect(cloud.stderrLines.some((l) => l.includes('refused malformed episode report'))).toBe(true);
+    await cloud.process.waitForStderr((l) => l.includes('refused oversized outbox message'), { description: 'the oversized refusal log line' });
+    await cloud.process.waitForStderr((l) => l.includes('refused malformed episode report'), { description: 'the malformed refusal log line' });
     const refused = () => {
       const ro = new Database(join(dir, 'agent.sqlite'), { readonly: true });
       try {

@@ -32,8 +32,10 @@ const ROUTES = {
 type Route = keyof typeof ROUTES;
 
 // One cloud and two robots for the file; the tests run in order on them and each leaves its
-// robot idle. `slow` holds finalizing long enough to send verbs into it.
-const FINALIZING_MS = 4_000;
+// robot idle. `slow` holds finalizing long enough to send verbs into it: four command round trips
+// and a read must land inside the hold even on a loaded machine, so it is generous (the test
+// waits it out once).
+const FINALIZING_MS = 15_000;
 let cloud: CloudProcess;
 let robot: AgentProcess;
 let slow: AgentProcess;

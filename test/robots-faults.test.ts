@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { makeTempDir, startCloud, type CloudProcess } from './support/cloud.js';
@@ -11,6 +12,7 @@ import {
   sendCommand,
   startAgentProcess,
   waitForRobot,
+  type CommandResponse,
 } from './support/robots.js';
 
 // One cloud for the file, with a short command timeout so a 504 comes quickly.
@@ -23,10 +25,24 @@ afterAll(async () => {
   await cloud?.[Symbol.asyncDispose]();
 });
 
+/**
+ * A command that must reach the robot: the short timeout is there for the 504 test, and on a
+ * loaded machine any round trip (a just-resumed agent's above all) may outlast it. So a 504 is
+ * retried with the same Idempotency-Key, the API's own retry (the robot acts at most once for
+ * a key), until the robot answers; 30 s is only a failure bound.
+ */
+async function untilAnswered(robotId: string, route: string, idempotencyKey: string = `${route.replace('/', '-')}-${randomUUID()}`): Promise<CommandResponse> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const r = await sendCommand(cloud, robotId, route, { idempotencyKey });
+    if (r.status !== 504 || Date.now() > deadline) return r;
+  }
+}
+
 describe('503 robot_offline', () => {
   test('a robot whose agent was killed with SIGKILL goes offline through its last will; commands answer 503', async () => {
     await using agent = await startAgentProcess(cloud);
-    expect((await sendCommand(cloud, agent.robotId, 'stack/status')).status).toBe(200);
+    expect((await untilAnswered(agent.robotId, 'stack/status')).status).toBe(200);
     const exit = await agent.kill('SIGKILL');
     expect(exit.signal).toBe('SIGKILL');
     // Nobody said goodbye: only the broker's last will can mark it offline.
@@ -75,7 +91,7 @@ describe('504 command_timeout and the retry with the same Idempotency-Key', () =
 
     // On resuming, the robot runs the queued command (its reply finds nobody waiting). The retry
     // with the same key is the same cmd_id: answered from the robot's memory, not run again.
-    const retry = await sendCommand(cloud, agent.robotId, 'episodes/start', { idempotencyKey: key });
+    const retry = await untilAnswered(agent.robotId, 'episodes/start', key);
     expect(retry.status, JSON.stringify(retry.body)).toBe(200);
     expect(retry.body.result).toMatchObject({ cmd_id: key, command: 'episodes.start', robot_id: agent.robotId, ok: true, recording_state: 'recording' });
     const episodeId = retry.body.result!.episode_id as string;
@@ -84,15 +100,15 @@ describe('504 command_timeout and the retry with the same Idempotency-Key', () =
     // start (new key) is refused because it is already recording.
     expect(await episodeDirs(agent.dataDir)).toEqual([episodeId]);
     expect(await agent.status()).toMatchObject({ recording_state: 'recording', episode_id: episodeId, episode_seq: 1 });
-    const again = await sendCommand(cloud, agent.robotId, 'episodes/start', { idempotencyKey: `${key}-new` });
+    const again = await untilAnswered(agent.robotId, 'episodes/start', `${key}-new`);
     expect(again.status).toBe(500);
     expect(again.body.error?.code).toBe('internal');
     // A third try with the first key still answers the same stored result.
-    const third = await sendCommand(cloud, agent.robotId, 'episodes/start', { idempotencyKey: key });
+    const third = await untilAnswered(agent.robotId, 'episodes/start', key);
     expect(third.status).toBe(200);
     expect(third.body.result?.episode_id).toBe(episodeId);
 
-    const fin = await sendCommand(cloud, agent.robotId, 'episodes/finish');
+    const fin = await untilAnswered(agent.robotId, 'episodes/finish');
     expect(fin.status).toBe(200);
     await waitForRobot(cloud, agent.robotId, (r) => r.recording_state === 'idle', { description: 'idle' });
     expect((await finalizedEpisodes(agent.dataDir)).map((e) => [e.id, e.outcome])).toEqual([[episodeId, 'success']]);
@@ -126,13 +142,13 @@ describe('422 validation_failed on a legacy runtime', () => {
     expect(await agent.status()).toMatchObject({ recording_state: 'recording', episode_id: episodeId });
 
     // fail works on every runtime.
-    const fail = await sendCommand(cloud, agent.robotId, 'episodes/fail');
+    const fail = await untilAnswered(agent.robotId, 'episodes/fail');
     expect(fail.status, JSON.stringify(fail.body)).toBe(200);
     expect(fail.body.result).toMatchObject({ command: 'episodes.fail', ok: true, episode_id: episodeId, outcome: 'failure' });
     await waitForRobot(cloud, agent.robotId, (r) => r.recording_state === 'idle', { description: 'idle' });
     expect((await finalizedEpisodes(agent.dataDir)).map((e) => [e.id, e.outcome])).toEqual([[episodeId, 'failure']]);
 
     // The non-episode commands are not versioned.
-    expect((await sendCommand(cloud, agent.robotId, 'stack/status')).status).toBe(200);
+    expect((await untilAnswered(agent.robotId, 'stack/status')).status).toBe(200);
   });
 });

@@ -29,6 +29,8 @@ describe('fleet-sim fleet', () => {
       expect(fleet.process.stderrLines.length).toBeGreaterThan(0);
       for (const line of fleet.process.stderrLines) expect(() => JSON.parse(line) as unknown).not.toThrow();
 
+      // Connected to the broker when the line came; shown connected once the cloud read their status.
+      for (const id of fleet.robots) await waitForRobot(cloud, id, (r) => r.connected, { description: 'connected' });
       const listed = (await listRobots(cloud)).filter((r) => fleet.robots.includes(r.id));
       expect(listed).toHaveLength(3);
       for (const r of listed) {
@@ -59,10 +61,23 @@ describe('fleet-sim fleet', () => {
       // Without --auto-episodes nobody else starts a recording.
       expect(await finalizedEpisodes(fleet.robotDir(1))).toEqual([]);
 
-      // SIGTERM: every agent publishes offline, the process exits 0.
+      // SIGTERM: every agent publishes offline, the process exits 0. Shown by what happened, not
+      // by a stopwatch: each agent's link was up when it stopped (no "connection lost"), its QoS 1
+      // offline status was acknowledged (no "could not publish the offline status") and it
+      // stopped; the API then shows each offline (a failure bound far below the 45 s keepalive
+      // timeout that would mark a silent robot offline).
       fleet.process.child.kill('SIGTERM');
       expect(await exitWithin(fleet.process, 20_000)).toEqual({ code: 0, signal: null });
-      for (const id of fleet.robots) await waitForRobot(cloud, id, (r) => !r.connected, { timeoutMs: 3_000, description: 'offline after SIGTERM' });
+      for (const id of fleet.robots) {
+        const logs = fleet.process.stderrLines.filter((l) => l.includes(`"robot_id":"${id}"`)).join('\n');
+        expect({ id, lost: /mqtt connection lost/.test(logs), unpublished: /could not publish the offline status/.test(logs), stopped: /agent stopped/.test(logs) }).toEqual({
+          id,
+          lost: false,
+          unpublished: false,
+          stopped: true,
+        });
+      }
+      for (const id of fleet.robots) await waitForRobot(cloud, id, (r) => !r.connected, { timeoutMs: 20_000, description: 'offline after SIGTERM' });
     } finally {
       await fleet[Symbol.asyncDispose]();
     }
@@ -79,6 +94,9 @@ describe('fleet-sim fleet', () => {
 
   test('--legacy-runtime: the robots announce no episodes.v1 and the API answers 422 to episodes/start', async () => {
     await using fleet = await startFleet(cloud, { count: 2, legacy: true });
+    // The robots line comes once the agents are connected to the broker; the cloud shows them
+    // connected once it has read their status messages.
+    for (const id of fleet.robots) await waitForRobot(cloud, id, (r) => r.connected, { description: 'connected' });
     const listed = (await listRobots(cloud)).filter((r) => fleet.robots.includes(r.id));
     expect(listed).toHaveLength(2);
     for (const r of listed) {

@@ -35,11 +35,16 @@ describe('webhook deliveries across kill -9', () => {
     const dataDir = join(tmp.path, 'data');
     const args = ['--egress-allow-loopback', '--egress-ca-file', pki.caFile];
 
-    let holdMs = 2_000;
+    // The receiver holds every answer until the test releases it (after the kill), so the first
+    // delivery stays in flight, and the rest queued behind it, for as long as the test needs,
+    // however slow the machine (up to the cloud's 10 s receiver timeout, far more than the one
+    // request and the kill that happen meanwhile).
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
     await using rx = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (_req, res) => {
-      setTimeout(() => {
+      void released.then(() => {
         if (!res.destroyed) res.writeHead(200).end();
-      }, holdMs);
+      });
     });
 
     const first = await startCloud({ dataDir, args });
@@ -63,6 +68,7 @@ describe('webhook deliveries across kill -9', () => {
       await until('the first delivery to arrive', () => rx.requests.length >= 1);
       const pending = (await (await first.fetch('/v1/webhooks')).json()) as { webhooks: { pending_deliveries: number }[] };
       expect(pending.webhooks[0]!.pending_deliveries).toBeGreaterThanOrEqual(5);
+      expect(rx.requests).toHaveLength(1);
     } finally {
       const exit = await first.kill('SIGKILL');
       expect(exit.signal).toBe('SIGKILL');
@@ -70,7 +76,7 @@ describe('webhook deliveries across kill -9', () => {
     const beforeRestart = rx.requests.length;
     expect(beforeRestart).toBeLessThan(queued.length);
 
-    holdMs = 0;
+    release();
     await using second = await startCloud({ dataDir, args });
     const ids = () => rx.requests.map((r) => String(r.headers['x-service-event-id']));
     await until('every event to be delivered', () => queued.every((id) => ids().includes(id)), 30_000);

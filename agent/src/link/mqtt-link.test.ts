@@ -194,7 +194,7 @@ describe('MQTT link against a real broker', () => {
     const broker = await startBroker();
     brokers.push(broker);
     const t = await linkedAgent(broker, { password: 'wrong' });
-    await expect.poll(() => broker.authAttempts.filter((id) => id === t.credentials.robot_id).length, { timeout: 5000 }).toBeGreaterThanOrEqual(3);
+    await expect.poll(() => broker.authAttempts.filter((id) => id === t.credentials.robot_id).length, { timeout: 15_000 }).toBeGreaterThanOrEqual(3);
     expect(t.agent.link?.connected).toBe(false);
   });
 });

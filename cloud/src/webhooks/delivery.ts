@@ -32,6 +32,8 @@ export interface DeliveryWorkerOptions {
   concurrency?: number;
   /** How often the background loop looks for due work. */
   pollMs?: number;
+  /** How long a receiver has to answer an attempt (default RECEIVER_TIMEOUT_MS). */
+  receiverTimeoutMs?: number;
 }
 
 /**
@@ -111,7 +113,7 @@ export class DeliveryWorker {
       const res = await this.opts.egress.post(sub.url, {
         headers: this.headers(sub, d, now),
         body: d.payload,
-        timeoutMs: RECEIVER_TIMEOUT_MS,
+        timeoutMs: this.opts.receiverTimeoutMs ?? RECEIVER_TIMEOUT_MS,
         maxResponseBytes: MAX_RESPONSE_BYTES,
       });
       outcome = byStatus(res.status, clock.now());

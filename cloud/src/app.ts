@@ -8,7 +8,7 @@ import {
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { ApiErrorBodySchema, HOUR, systemClock, type Clock } from '@fleet/protocol';
+import { ApiErrorBodySchema, every, HOUR, systemClock, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
 import { Authenticator, LastUsedTracker } from './auth.js';
 import type { CloudConfig } from './config.js';
 import { ApiError } from './errors.js';
@@ -28,6 +28,8 @@ export interface AppDeps {
   /** Encrypts stored responses and secrets; a random one serves tests. */
   secrets?: SecretBox;
   clock?: Clock;
+  /** Paces background work (last-use flushes, the idempotency purge); default real timers. */
+  scheduler?: Scheduler;
   /** A pino logger; tests pass none and get a silent one. */
   logger?: FastifyBaseLogger;
   /** Sends robot commands; without one every robot is offline. */
@@ -52,10 +54,11 @@ export interface CloudApp {
 /** Builds the HTTP app without listening (tests call `app.inject`; the CLI calls `listen`). */
 export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<CloudApp> {
   const clock = deps.clock ?? systemClock;
+  const scheduler = deps.scheduler ?? systemScheduler;
   const { store } = deps;
   const lastUsed = new LastUsedTracker(store, config.lastUsedFlushMs, (err) => {
     fastify.log.error({ err }, 'flushing api key last-use times failed');
-  });
+  }, scheduler);
   const authenticator = new Authenticator(store, clock, lastUsed);
   const fastify = Fastify({
     ...(deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
@@ -149,16 +152,15 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   await fastify.ready();
   lastUsed.start();
   // Completed Idempotency-Key entries older than 24 h and dead claims are dropped hourly.
-  const purge = setInterval(() => {
+  const stopPurge = every(scheduler, HOUR, () => {
     store.idempotency.purgeExpired(clock.now()).catch((err: unknown) => fastify.log.error({ err }, 'idempotency purge failed'));
-  }, HOUR);
-  purge.unref();
+  });
   return {
     app: fastify,
     catalog,
     lastUsed,
     async close() {
-      clearInterval(purge);
+      stopPurge();
       await fastify.close();
       await lastUsed.stop();
     },

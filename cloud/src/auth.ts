@@ -1,4 +1,4 @@
-import type { Clock } from '@fleet/protocol';
+import { every, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
 import { isUsable } from './api-keys.js';
 import { ApiError } from './errors.js';
 import { hashSecret } from './ids.js';
@@ -46,19 +46,19 @@ export class Authenticator {
  */
 export class LastUsedTracker {
   private pending = new Map<string, number>();
-  private timer: NodeJS.Timeout | undefined;
+  private stopFlushing: (() => void) | undefined;
 
   constructor(
     private readonly store: Store,
     private readonly flushMs: number,
     private readonly onError: (err: unknown) => void,
+    private readonly scheduler: Scheduler = systemScheduler,
   ) {}
 
   start(): void {
-    this.timer ??= setInterval(() => {
+    this.stopFlushing ??= every(this.scheduler, this.flushMs, () => {
       this.flush().catch(this.onError);
-    }, this.flushMs);
-    this.timer.unref();
+    });
   }
 
   note(keyId: string, at: number): void {
@@ -86,8 +86,8 @@ export class LastUsedTracker {
   }
 
   async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
+    this.stopFlushing?.();
+    this.stopFlushing = undefined;
     await this.flush();
   }
 }

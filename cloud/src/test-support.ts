@@ -4,7 +4,7 @@
  * files import this module (the build excludes it).
  */
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
-import { ManualClock, type CreatedApiKey, type EpisodeReport, type Scope } from '@fleet/protocol';
+import { ManualClock, ManualScheduler, type CreatedApiKey, type EpisodeReport, type Scope } from '@fleet/protocol';
 import { createApiKey } from './api-keys.js';
 import { buildApp, type AppDeps, type CloudApp } from './app.js';
 import { parseCloudConfig, type CloudConfig, type CloudConfigInput } from './config.js';
@@ -24,6 +24,8 @@ export interface TestCloud extends AsyncDisposable {
   app: FastifyInstance;
   store: SqliteStore;
   clock: ManualClock;
+  /** Moves `clock` and fires the app's background timers that fall due. */
+  scheduler: ManualScheduler;
   config: CloudConfig;
   /** Creates an organization (enterprise tier unless told otherwise). */
   createOrg(opts?: { tier?: string; name?: string }): Promise<OrgRow>;
@@ -40,7 +42,9 @@ export async function startTestCloud(
   const config = parseCloudConfig(opts.config ?? {});
   const store = openSqliteStore(opts.dataDir ?? ':memory:');
   const clock = new ManualClock();
-  const cloud = await buildApp(config, { ...opts.deps, store, clock });
+  // Background work (last-use flushes, the purge) runs only when a test moves time.
+  const scheduler = new ManualScheduler(clock);
+  const cloud = await buildApp(config, { scheduler, ...opts.deps, store, clock });
 
   const freshOrg = async (org: OrgRow | string): Promise<OrgRow> => {
     const row = await store.orgs.get(typeof org === 'string' ? org : org.id);
@@ -53,6 +57,7 @@ export async function startTestCloud(
     app: cloud.app,
     store,
     clock,
+    scheduler,
     config,
     async createOrg(o = {}) {
       const id = newId('org');

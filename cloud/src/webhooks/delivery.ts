@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
-import { HOUR, MINUTE, signPayload, SIGNATURE_HEADER, type Clock } from '@fleet/protocol';
+import { every, HOUR, nextRetryDelay, MINUTE, signPayload, SIGNATURE_HEADER, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
 import { EgressError, type EgressClient } from '../egress/client.js';
 import type { SecretBox } from '../secret-box.js';
 import type { DeliveryOutcome, DeliveryRow, Store, WebhookRow } from '../store/index.js';
@@ -26,6 +26,8 @@ export interface DeliveryWorkerOptions {
   secrets: SecretBox;
   egress: EgressClient;
   clock: Clock;
+  /** Paces the background poll (default: real timers). */
+  scheduler?: Scheduler;
   logger: FastifyBaseLogger;
   schedule?: readonly number[];
   /** Deliveries in flight at once, each to a different subscription. */
@@ -44,7 +46,7 @@ export interface DeliveryWorkerOptions {
  */
 export class DeliveryWorker {
   private readonly schedule: readonly number[];
-  private timer: NodeJS.Timeout | null = null;
+  private stopPolling: (() => void) | null = null;
   private running: Promise<number> | null = null;
   private again = false;
 
@@ -54,14 +56,13 @@ export class DeliveryWorker {
 
   start(): void {
     const poll = this.opts.pollMs ?? 1000;
-    this.timer ??= setInterval(() => this.notify(), poll);
-    this.timer.unref();
+    this.stopPolling ??= every(this.opts.scheduler ?? systemScheduler, poll, () => this.notify());
     this.notify();
   }
 
   async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
+    this.stopPolling?.();
+    this.stopPolling = null;
     await this.running;
   }
 
@@ -136,8 +137,9 @@ export class DeliveryWorker {
   }
 
   private retryOrDead(d: DeliveryRow, status: number | null, error: string, at: number): DeliveryOutcome {
-    const wait = this.schedule[d.attempts];
-    if (wait === undefined) return { kind: 'dead', status, error: `${error} (after ${d.attempts + 1} attempts)`, at };
+    // The spec's schedule is fixed (no jitter, no Retry-After): receivers can predict it.
+    const wait = nextRetryDelay({ schedule: this.schedule }, d.attempts + 1);
+    if (wait === null) return { kind: 'dead', status, error: `${error} (after ${d.attempts + 1} attempts)`, at };
     return { kind: 'retry', status, error, at, nextAttemptAt: at + wait };
   }
 

@@ -13,3 +13,4 @@ export * from './text.js';
 export * from './sync.js';
 export * from './outbox.js';
 export * from './lifecycle.js';
+export * from './retry.js';

@@ -17,7 +17,16 @@ import { RobotLink } from './robots/link.js';
 import { EpisodeIngestor } from './episodes/ingest.js';
 import { EgressClient } from './egress/client.js';
 import { DeliveryWorker } from './webhooks/delivery.js';
+import { SyncRouter } from './sync/router.js';
+import type { RouteRow } from './store/index.js';
 import type { Store } from './store/index.js';
+
+export interface StartCloudOptions {
+  clock?: Clock;
+  logger?: FastifyBaseLogger;
+  /** New episode assignments, once written: the MQTT side pushes them to their robots. */
+  onAssigned?: (routes: RouteRow[]) => void | Promise<void>;
+}
 
 export interface RunningCloud {
   http: string;
@@ -60,7 +69,7 @@ async function listening<T>(listener: 'HTTP' | 'MQTT', host: string, port: numbe
  * Everything `fleet-cloud serve` runs, in one process. Both ports are bound before the first
  * start creates its organization and admin key, so a start that cannot listen leaves no key.
  */
-export async function startCloud(config: CloudConfig, opts: { clock?: Clock; logger?: FastifyBaseLogger } = {}): Promise<RunningCloud> {
+export async function startCloud(config: CloudConfig, opts: StartCloudOptions = {}): Promise<RunningCloud> {
   const clock = opts.clock ?? systemClock;
   const store = openSqliteStore(config.dataDir);
   let broker: EmbeddedBroker | null = null;
@@ -99,12 +108,21 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
     });
     worker = new DeliveryWorker({ store, secrets, egress, clock, logger });
     const deliveries = worker;
+    const sync = new SyncRouter({
+      store,
+      clock,
+      ...(opts.onAssigned ? { onAssigned: opts.onAssigned } : {}),
+      onError: (err, orgId) => logger.error({ err, org_id: orgId }, 'routing episodes failed'),
+    });
     const ingestor = new EpisodeIngestor({
       store,
       clock,
       logger,
       ack: (robotId, ack) => ackVia.publishAck(robotId, ack),
-      onIndexed: () => deliveries.notify(),
+      onIndexed: (orgIds) => {
+        deliveries.notify();
+        for (const orgId of orgIds) sync.schedule(orgId, 'new');
+      },
     });
     link.onOutbox = (robotId, payload) => ingestor.submit(robotId, payload);
     await link.start();
@@ -114,6 +132,7 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
       store,
       secrets,
       deliveries,
+      sync,
       clock,
       logger,
       robots: link,
@@ -155,6 +174,7 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
         await ingestor.drain();
         await linkRef.stop();
         await ingestor.drain();
+        await sync.idle();
         await deliveries.stop();
         await egressRef.close();
         await brokerRef?.close();

@@ -22,8 +22,8 @@ export interface IngestorOptions {
   ack: (robotId: string, ack: OutboxAck) => Promise<void>;
   /** Most reports written in one transaction. */
   maxBatch?: number;
-  /** Called after a batch committed new rows (and so new events). */
-  onIndexed?: () => void;
+  /** Called after a batch committed new rows (and so new events), with the organizations they belong to. */
+  onIndexed?: (orgIds: ReadonlySet<string>) => void;
 }
 
 /**
@@ -135,7 +135,8 @@ export class EpisodeIngestor {
       this.opts.logger.error({ err, reports: batch.length }, 'episode ingest failed');
       return;
     }
-    if (results.includes('inserted')) this.opts.onIndexed?.();
+    const orgIds = new Set(batch.filter((_p, i) => results[i] === 'inserted').map((p) => p.item.orgId));
+    if (orgIds.size > 0) this.opts.onIndexed?.(orgIds);
     await Promise.all(
       batch.map(async (p, i) => {
         const r = results[i];

@@ -12,3 +12,4 @@ export * from './json.js';
 export * from './text.js';
 export * from './sync.js';
 export * from './outbox.js';
+export * from './destinations.js';

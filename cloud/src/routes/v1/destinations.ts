@@ -1,25 +1,9 @@
 import { z } from 'zod';
-import { CreatedDestinationSchema, CreateDestinationBodySchema, DestinationSchema, iso, type Destination } from '@fleet/protocol';
+import { CreatedDestinationSchema, CreateDestinationBodySchema, DestinationSchema } from '@fleet/protocol';
 import { notFound } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
-import { newId, newSecret } from '../../ids.js';
-import type { DestinationHealth, DestinationRow } from '../../store/index.js';
-import { checkEgressUrl } from '../egress-url.js';
+import { createDestination, toDestination } from '../../sync/manage.js';
 import type { V1Plugin } from './types.js';
-
-export function toDestination(d: DestinationRow & DestinationHealth): Destination {
-  return {
-    id: d.id,
-    type: d.type,
-    url: d.url,
-    retention: d.retention,
-    created_at: iso(d.createdAt),
-    revoked_at: d.revokedAt === null ? null : iso(d.revokedAt),
-    last_forward_at: d.lastForwardAt === null ? null : iso(d.lastForwardAt),
-    forwards_24h: d.forwards24h,
-    deferrals_24h: d.deferrals24h,
-  };
-}
 
 const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 
@@ -40,21 +24,9 @@ export const destinationRoutes: V1Plugin = async (app, { store, clock, secrets, 
     },
     handler: async (request, reply) => {
       const { org } = principalOf(request);
-      const url = checkEgressUrl(request.body.url, egressAllowLoopback);
-      const secret = newSecret('dsec');
-      const row = {
-        id: newId('dst'),
-        orgId: org.id,
-        type: 'external' as const,
-        url,
-        secretSealed: secrets.seal(secret),
-        retention: request.body.retention ?? 'keep',
-        createdAt: clock.now(),
-      };
-      await store.sync.createDestination(row);
+      const created = await createDestination({ store, clock, secrets, allowLoopback: egressAllowLoopback }, org.id, request.body);
       sync.schedule(org.id, 'all');
-      const health = { lastForwardAt: null, forwards24h: 0, deferrals24h: 0 };
-      return reply.code(201).send({ ...toDestination({ ...row, revokedAt: null, ...health }), secret });
+      return reply.code(201).send(created);
     },
   });
 

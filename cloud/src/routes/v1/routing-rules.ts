@@ -1,30 +1,9 @@
 import { z } from 'zod';
-import {
-  CreateRoutingRuleBodySchema,
-  iso,
-  MAX_ROUTING_RULES,
-  RoutingRuleSchema,
-  SetRoutingRuleOrderBodySchema,
-  type RoutingRule,
-} from '@fleet/protocol';
-import { ApiError, notFound, validationError } from '../../errors.js';
+import { CreateRoutingRuleBodySchema, RoutingRuleSchema, SetRoutingRuleOrderBodySchema } from '@fleet/protocol';
+import { notFound, validationError } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
-import { newId } from '../../ids.js';
-import type { RoutingRuleRow } from '../../store/index.js';
+import { createRoutingRule, toRoutingRule } from '../../sync/manage.js';
 import type { V1Plugin } from './types.js';
-
-function toRule(r: RoutingRuleRow): RoutingRule {
-  return { id: r.id, destination_id: r.destinationId, match: r.match, position: r.position, created_at: iso(r.createdAt) };
-}
-
-/** A match as stored: every value an array, so `"a"` and `["a"]` are one rule. */
-export function normalizeMatch(match: Record<string, string | string[] | undefined>): Record<string, string[]> {
-  const out: Record<string, string[]> = {};
-  for (const [field, value] of Object.entries(match)) {
-    if (value !== undefined) out[field] = typeof value === 'string' ? [value] : [...new Set(value)];
-  }
-  return out;
-}
 
 const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 const RulesList = z.object({ routing_rules: z.array(RoutingRuleSchema) });
@@ -46,21 +25,9 @@ export const routingRuleRoutes: V1Plugin = async (app, { store, clock, sync }) =
     },
     handler: async (request, reply) => {
       const { org } = principalOf(request);
-      const dest = await store.sync.getDestination(org.id, request.body.destination_id);
-      if (!dest) throw notFound('destination');
-      if (dest.revokedAt !== null) throw validationError('body', '/destination_id', 'the destination is revoked', 'destination_revoked');
-      if ((await store.sync.listRules(org.id)).length >= MAX_ROUTING_RULES) {
-        throw new ApiError('conflict', `the organization already has ${MAX_ROUTING_RULES} routing rules`, { limit: 'routing_rules', value: MAX_ROUTING_RULES });
-      }
-      const rule = await store.sync.createRule({
-        id: newId('rr'),
-        orgId: org.id,
-        destinationId: dest.id,
-        match: normalizeMatch(request.body.match),
-        createdAt: clock.now(),
-      });
+      const rule = await createRoutingRule({ store, clock }, org.id, request.body);
       sync.schedule(org.id, 'all');
-      return reply.code(201).send(toRule(rule));
+      return reply.code(201).send(rule);
     },
   });
 
@@ -69,7 +36,7 @@ export const routingRuleRoutes: V1Plugin = async (app, { store, clock, sync }) =
     url: '/routing-rules',
     config: { policy: admin },
     schema: { summary: 'List routing rules in order', response: { 200: RulesList } },
-    handler: async (request) => ({ routing_rules: (await store.sync.listRules(principalOf(request).org.id)).map(toRule) }),
+    handler: async (request) => ({ routing_rules: (await store.sync.listRules(principalOf(request).org.id)).map(toRoutingRule) }),
   });
 
   app.route({
@@ -106,7 +73,7 @@ export const routingRuleRoutes: V1Plugin = async (app, { store, clock, sync }) =
         throw validationError('body', '/rule_ids', 'must list every routing rule of the organization exactly once', 'not_a_permutation');
       }
       sync.schedule(org.id, 'all');
-      return { routing_rules: (await store.sync.listRules(org.id)).map(toRule) };
+      return { routing_rules: (await store.sync.listRules(org.id)).map(toRoutingRule) };
     },
   });
 };

@@ -7,7 +7,7 @@ import { ApiError, notFound } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
 import { newId, newSecret } from '../../ids.js';
 import type { OrgRow, WebhookRow } from '../../store/index.js';
-import { checkEgressUrl } from '../egress-url.js';
+import { checkEgressUrl } from '../../egress/url-check.js';
 import type { V1Plugin } from './types.js';
 
 /** How long the previous secret keeps signing after a rotation (spec). */

@@ -1,4 +1,4 @@
-import { classifyAddress, parseHostLiteral } from '../egress/addresses.js';
+import { classifyAddress, parseHostLiteral } from './addresses.js';
 import { ApiError, validationError } from '../errors.js';
 
 /**

@@ -121,6 +121,20 @@ function ackOf(msgId: string): Recorded[] {
 }
 
 describe('EpisodeIngestor', () => {
+  it('tells onIndexed which organizations a batch wrote new episodes to, and not for a resend', async () => {
+    await store.orgs.create({ id: 'org_b', name: 'b', tier: 'enterprise', createdAt: T0 });
+    const robotB = await enroll((await store.orgs.get('org_b'))!, 'rb');
+    const seen: string[][] = [];
+    const watched = new EpisodeIngestor({ store, clock, logger, ack: async () => undefined, onIndexed: (orgIds) => void seen.push([...orgIds].sort()) });
+    const [a, b] = [report(), report()];
+    await Promise.all([watched.submit(robotId, message(a).payload), watched.submit(robotB, message(b).payload)]);
+    await watched.drain();
+    expect(seen).toEqual([['org_a', 'org_b']]);
+    await watched.submit(robotId, message(a).payload);
+    await watched.drain();
+    expect(seen).toHaveLength(1);
+  });
+
   it('indexes a valid report and acks ok only once the row exists', async () => {
     const r = report();
     const msgId = await send(r);

@@ -1,5 +1,5 @@
 import { classifyAddress, parseHostLiteral } from './addresses.js';
-import { ApiError, validationError } from '../errors.js';
+import { type ApiError, validationError } from '../errors.js';
 
 /**
  * The checks an outbound URL (a webhook receiver, a grant provider) passes when it is registered:

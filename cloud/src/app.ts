@@ -19,6 +19,7 @@ import type { CatalogEntry } from './http/policy.js';
 import { installRateLimits } from './http/rate-limit.js';
 import { V1_PLUGINS, type CommandSender, type ZodApp } from './routes/v1/index.js';
 import { SecretBox } from './secret-box.js';
+import { SyncRouter } from './sync/router.js';
 import type { Store } from './store/index.js';
 
 export const API_VERSION = '1.0.0';
@@ -38,6 +39,8 @@ export interface AppDeps {
   mqttPublicUrl?: string;
   /** Wakes the webhook delivery worker when something is queued. */
   deliveries?: { notify(): void };
+  /** Routes episodes to destinations; without one the app makes its own, which pushes nothing to robots. */
+  sync?: SyncRouter;
   /** Extra readiness checks (the MQTT broker); /readyz answers 503 while any fails. */
   readiness?: () => Promise<void>;
 }
@@ -47,6 +50,8 @@ export interface CloudApp {
   /** Every /v1 route with the policy it declared. */
   catalog: readonly CatalogEntry[];
   lastUsed: LastUsedTracker;
+  /** The episode router the routes schedule passes on (rules and destinations changed). */
+  sync: SyncRouter;
   /** Stops background work and flushes buffers; closes the HTTP server (not the store). */
   close(): Promise<void>;
 }
@@ -88,6 +93,9 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   const app = fastify.withTypeProvider<ZodTypeProvider>() as unknown as ZodApp;
 
   const secrets = deps.secrets ?? SecretBox.random();
+  const sync =
+    deps.sync ??
+    new SyncRouter({ store, clock, onError: (err, orgId) => fastify.log.error({ err, org_id: orgId }, 'routing episodes failed') });
   const catalog = installPipeline(fastify, {
     store,
     clock,
@@ -125,6 +133,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     secrets,
     deliveries: deps.deliveries ?? { notify: () => undefined },
     egressAllowLoopback: config.egressAllowLoopback,
+    sync,
   };
   await fastify.register(
     async (v1) => {
@@ -159,9 +168,11 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     app: fastify,
     catalog,
     lastUsed,
+    sync,
     async close() {
       stopPurge();
       await fastify.close();
+      await sync.idle();
       await lastUsed.stop();
     },
   };

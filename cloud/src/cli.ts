@@ -1,15 +1,28 @@
 #!/usr/bin/env node
 import { readFileSync, writeFileSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { FEATURES, ScopeSchema, systemClock, type Feature, type Scope } from '@fleet/protocol';
+import {
+  CreateDestinationBodySchema,
+  CreateRoutingRuleBodySchema,
+  FEATURES,
+  RETENTION_DIRECTIVES,
+  ScopeSchema,
+  systemClock,
+  type Feature,
+  type Scope,
+} from '@fleet/protocol';
 import { createApiKey } from './api-keys.js';
 import { buildApp } from './app.js';
 import { CloudConfigSchema, parseCloudConfig, type CloudConfigInput } from './config.js';
 import { isTier, LIMIT_NAMES, TIER_NAMES } from './entitlements.js';
 import { newId } from './ids.js';
+import { ApiError } from './errors.js';
 import { createLogger } from './logger.js';
+import { loadSecretBox } from './secret-box.js';
 import { MissingDatabaseError, openSqliteStore, type Store } from './store/index.js';
 import { ListenError, startCloud } from './server.js';
+import { createDestination, createRoutingRule, toDestination, toRoutingRule } from './sync/manage.js';
+import { SyncRouter } from './sync/router.js';
 
 const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
 
@@ -219,6 +232,151 @@ keys
       return createApiKey(store, systemClock, { org, name: opts.name, scopes: scopes as Scope[], expiresAt, createdBy: 'cli' });
     });
     process.stdout.write(`${created.key}\n`);
+  });
+
+const printJson = (value: unknown): void => {
+  process.stdout.write(`${JSON.stringify(value)}\n`);
+};
+
+/** Runs an administration change on an existing organization; an `ApiError` is one line on stderr. */
+async function withOrg<T>(dataDir: string, orgId: string, fn: (store: Store) => Promise<T>): Promise<T> {
+  return withStore(dataDir, async (store) => {
+    if (!(await store.orgs.get(orgId))) fail(`no organization ${orgId}`);
+    try {
+      return await fn(store);
+    } catch (err) {
+      if (err instanceof ApiError) fail(`${err.code}: ${err.message}`);
+      throw err;
+    }
+  });
+}
+
+/**
+ * Routes the organization's backlog from this process, so a change made here takes effect even
+ * while `serve` runs elsewhere: the routes are rows, and robots receive them when they next ask
+ * for their assignments (after each connect).
+ */
+async function routeBacklog(store: Store, orgId: string, revoked?: string): Promise<void> {
+  const router = new SyncRouter({ store, clock: systemClock });
+  if (revoked) await router.destinationRevoked(orgId, revoked);
+  else await router.reroute(orgId);
+}
+
+function zodFail(what: string, issues: readonly { path: PropertyKey[]; message: string }[]): never {
+  fail(`invalid ${what}: ${issues.map((i) => `${i.path.map(String).join('.') || '(root)'}: ${i.message}`).join('; ')}`);
+}
+
+const orgOption = () => new Option('--org <org>', 'organization id').makeOptionMandatory();
+
+const destinations = program.command('destinations').description("Manage an organization's sync destinations (grant providers).");
+
+destinations
+  .command('create')
+  .description('Register a grant provider; prints the destination as one JSON line, with its dsec_ secret (shown once).')
+  .addOption(dataDirOption())
+  .addOption(orgOption())
+  .requiredOption('--url <url>', 'HTTPS URL of the grant provider')
+  .addOption(new Option('--retention <directive>', 'local copy after verification').choices(RETENTION_DIRECTIVES).default('keep'))
+  .addOption(new Option('--egress-allow-loopback', 'tests and local development: the URL may be on 127.0.0.1/::1').env('FLEET_EGRESS_ALLOW_LOOPBACK'))
+  .action(async (opts: { dataDir: string; org: string; url: string; retention: string; egressAllowLoopback?: boolean | string }) => {
+    const body = CreateDestinationBodySchema.safeParse({ type: 'external', url: opts.url, retention: opts.retention });
+    if (!body.success) zodFail('destination', body.error.issues);
+    const allowLoopback = opts.egressAllowLoopback !== undefined && String(opts.egressAllowLoopback) !== 'false';
+    const created = await withOrg(opts.dataDir, opts.org, async (store) => {
+      const secrets = loadSecretBox(opts.dataDir, process.env.FLEET_SECRET_KEY);
+      const d = await createDestination({ store, clock: systemClock, secrets, allowLoopback }, opts.org, body.data);
+      await routeBacklog(store, opts.org);
+      return d;
+    });
+    printJson(created);
+  });
+
+destinations
+  .command('list')
+  .description("List the organization's destinations as JSON lines (never the secret).")
+  .addOption(dataDirOption())
+  .addOption(orgOption())
+  .action(async (opts: { dataDir: string; org: string }) => {
+    const rows = await withOrg(opts.dataDir, opts.org, (store) => store.sync.listDestinations(opts.org, systemClock.now()));
+    for (const d of rows) printJson(toDestination(d));
+  });
+
+destinations
+  .command('revoke')
+  .description('Revoke a destination: no new grants; synced data untouched; its pending episodes route again.')
+  .addOption(dataDirOption())
+  .addOption(orgOption())
+  .argument('<id>', 'destination id')
+  .action(async (id: string, opts: { dataDir: string; org: string }) => {
+    await withOrg(opts.dataDir, opts.org, async (store) => {
+      if (!(await store.sync.getDestination(opts.org, id))) fail(`no destination ${id} in organization ${opts.org}`);
+      await store.sync.revokeDestination(opts.org, id, systemClock.now());
+      await routeBacklog(store, opts.org, id);
+    });
+  });
+
+const rules = program.command('routing-rules').description("Manage an organization's routing rules (the first matching rule wins).");
+
+rules
+  .command('create')
+  .description('Append a routing rule; prints it as one JSON line.')
+  .addOption(dataDirOption())
+  .addOption(orgOption())
+  .requiredOption('--destination <id>', 'destination id')
+  .option('--match <json>', 'JSON object: field -> string or array of strings ({} matches every episode)', '{}')
+  .action(async (opts: { dataDir: string; org: string; destination: string; match: string }) => {
+    let match: unknown;
+    try {
+      match = JSON.parse(opts.match);
+    } catch {
+      fail('--match must be a JSON object');
+    }
+    const body = CreateRoutingRuleBodySchema.safeParse({ destination_id: opts.destination, match });
+    if (!body.success) zodFail('routing rule', body.error.issues);
+    const rule = await withOrg(opts.dataDir, opts.org, async (store) => {
+      const r = await createRoutingRule({ store, clock: systemClock }, opts.org, body.data);
+      await routeBacklog(store, opts.org);
+      return r;
+    });
+    printJson(rule);
+  });
+
+rules
+  .command('list')
+  .description('List routing rules in order as JSON lines.')
+  .addOption(dataDirOption())
+  .addOption(orgOption())
+  .action(async (opts: { dataDir: string; org: string }) => {
+    const rows = await withOrg(opts.dataDir, opts.org, (store) => store.sync.listRules(opts.org));
+    for (const r of rows) printJson(toRoutingRule(r));
+  });
+
+rules
+  .command('delete')
+  .description('Delete a routing rule.')
+  .addOption(dataDirOption())
+  .addOption(orgOption())
+  .argument('<id>', 'routing rule id')
+  .action(async (id: string, opts: { dataDir: string; org: string }) => {
+    await withOrg(opts.dataDir, opts.org, async (store) => {
+      if (!(await store.sync.deleteRule(opts.org, id))) fail(`no routing rule ${id} in organization ${opts.org}`);
+      await routeBacklog(store, opts.org);
+    });
+  });
+
+rules
+  .command('order')
+  .description('Set the order of the routing rules: every rule id, each once; prints the rules in the new order.')
+  .addOption(dataDirOption())
+  .addOption(orgOption())
+  .argument('<ids...>', 'routing rule ids in the new order')
+  .action(async (ids: string[], opts: { dataDir: string; org: string }) => {
+    const rows = await withOrg(opts.dataDir, opts.org, async (store) => {
+      if (!(await store.sync.reorderRules(opts.org, ids))) fail('the ids must list every routing rule of the organization exactly once');
+      await routeBacklog(store, opts.org);
+      return store.sync.listRules(opts.org);
+    });
+    for (const r of rows) printJson(toRoutingRule(r));
   });
 
 program

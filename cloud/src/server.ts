@@ -16,9 +16,21 @@ import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './robots/broker-auth.js';
 import { RobotLink } from './robots/link.js';
 import { EpisodeIngestor } from './episodes/ingest.js';
 import { OutboxRouter } from './robots/outbox-router.js';
+import { GrantRelay } from './sync/grant-relay.js';
+import { ReplicaStateHandler } from './sync/replica-ingest.js';
+import { SyncService } from './sync/sync-service.js';
 import { EgressClient } from './egress/client.js';
 import { DeliveryWorker } from './webhooks/delivery.js';
+import { SyncRouter } from './sync/router.js';
+import type { RouteRow } from './store/index.js';
 import type { Store } from './store/index.js';
+
+export interface StartCloudOptions {
+  clock?: Clock;
+  logger?: FastifyBaseLogger;
+  /** New episode assignments, once written: the MQTT side pushes them to their robots. */
+  onAssigned?: (routes: RouteRow[]) => void | Promise<void>;
+}
 
 export interface RunningCloud {
   http: string;
@@ -69,7 +81,7 @@ interface BrokerPart {
  * before the first start creates its organization and admin key, so a start that cannot listen
  * leaves no key.
  */
-export async function startCloud(config: CloudConfig, opts: { clock?: Clock; logger?: FastifyBaseLogger } = {}): Promise<RunningCloud> {
+export async function startCloud(config: CloudConfig, opts: StartCloudOptions = {}): Promise<RunningCloud> {
   const clock = opts.clock ?? systemClock;
   const logger = opts.logger ?? pino({ level: 'silent' });
   const life = new Lifecycle((name, err) => logger.error({ err, part: name }, 'closing failed'));
@@ -115,25 +127,52 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
       return { value: w, close: () => w.stop() };
     });
 
-    // The robot link: presence, commands, and the durable outboxes routed by message kind.
-    const link = await life.add('robot link', async () => {
+    // The robot link: presence, commands, the durable outboxes routed by message kind, and sync
+    // (assignments pushed as routes are decided, grant requests relayed to grant providers).
+    const { link, router } = await life.add('robot link', async () => {
       const l = new RobotLink({ url: linkUrl, ...linkAuth, store, clock, logger, commandTimeoutMs: config.commandTimeoutMs });
-      const ingestor = new EpisodeIngestor({ store, clock, logger, onIndexed: () => deliveries.notify() });
+      const relay = new GrantRelay({ store, egress, secrets, clock, logger });
+      const syncService = new SyncService({ store, relay, publish: (robotId, msg) => l.publishSync(robotId, msg), logger });
+      const r = new SyncRouter({
+        store,
+        clock,
+        onAssigned: async (routes) => {
+          await syncService.pushAssignments(routes);
+          await opts.onAssigned?.(routes);
+        },
+        onError: (err, orgId) => logger.error({ err, org_id: orgId }, 'routing episodes failed'),
+      });
+      const ingestor = new EpisodeIngestor({
+        store,
+        clock,
+        logger,
+        onIndexed: (orgIds) => {
+          deliveries.notify();
+          for (const orgId of orgIds) r.schedule(orgId, 'new');
+        },
+      });
+      const replicas = new ReplicaStateHandler({ store, clock, logger, onApplied: () => deliveries.notify() });
       const outbox = new OutboxRouter({
         logger,
         ack: (robotId, ack) => l.publishAck(robotId, ack),
-        handlers: { 'episode.report': ingestor },
+        handlers: { 'episode.report': ingestor, 'replica.state': replicas },
       });
       l.onOutbox = (robotId, payload) => outbox.submit(robotId, payload);
+      l.onSyncRequest = (robotId, payload) => syncService.submit(robotId, payload);
       await l.start();
+      // Episodes indexed while no cloud ran (or whose routing pass a crash cut short) get routed.
+      for (const org of await store.orgs.list()) r.schedule(org.id, 'new');
       return {
-        value: l,
+        value: { link: l, router: r },
         close: async () => {
-          // Write and acknowledge the messages already received; any that arrive meanwhile are
+          // Answer the messages and requests already received; any that arrive meanwhile are
           // handled too, and their robots resend until acknowledged (every handler is idempotent).
           await outbox.drain();
+          await syncService.drain();
           await l.stop();
           await outbox.drain();
+          await syncService.drain();
+          await r.idle();
         },
       };
     });
@@ -143,6 +182,7 @@ export async function startCloud(config: CloudConfig, opts: { clock?: Clock; log
         store,
         secrets,
         deliveries,
+        sync: router,
         clock,
         logger,
         robots: link,

@@ -67,8 +67,12 @@ beforeEach(async () => {
   }));
 });
 /** The ingestor behind the outbox router, as the cloud runs it. */
-function pipeline(ack: (robotId: string, ack: OutboxAck) => Promise<void>, maxBatch?: number): { ingestor: EpisodeIngestor; router: OutboxRouter } {
-  const i = new EpisodeIngestor({ store, clock, logger, ...(maxBatch ? { maxBatch } : {}) });
+function pipeline(
+  ack: (robotId: string, ack: OutboxAck) => Promise<void>,
+  maxBatch?: number,
+  onIndexed?: (orgIds: ReadonlySet<string>) => void,
+): { ingestor: EpisodeIngestor; router: OutboxRouter } {
+  const i = new EpisodeIngestor({ store, clock, logger, ...(maxBatch ? { maxBatch } : {}), ...(onIndexed ? { onIndexed } : {}) });
   return { ingestor: i, router: new OutboxRouter({ logger, ack, handlers: { 'episode.report': i } }) };
 }
 
@@ -124,6 +128,20 @@ function ackOf(msgId: string): Recorded[] {
 }
 
 describe('EpisodeIngestor', () => {
+  it('tells onIndexed which organizations a batch wrote new episodes to, and not for a resend', async () => {
+    await store.orgs.create({ id: 'org_b', name: 'b', tier: 'enterprise', createdAt: T0 });
+    const robotB = await enroll((await store.orgs.get('org_b'))!, 'rb');
+    const seen: string[][] = [];
+    const watched = pipeline(async () => undefined, undefined, (orgIds) => void seen.push([...orgIds].sort())).router;
+    const [a, b] = [report(), report()];
+    await Promise.all([watched.submit(robotId, message(a).payload), watched.submit(robotB, message(b).payload)]);
+    await watched.drain();
+    expect(seen).toEqual([['org_a', 'org_b']]);
+    await watched.submit(robotId, message(a).payload);
+    await watched.drain();
+    expect(seen).toHaveLength(1);
+  });
+
   it('indexes a valid report and acks ok only once the row exists', async () => {
     const r = report();
     const msgId = await send(r);

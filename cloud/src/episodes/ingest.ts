@@ -14,8 +14,8 @@ export interface IngestorOptions {
   logger: FastifyBaseLogger;
   /** Most reports written in one transaction. */
   maxBatch?: number;
-  /** Called after a batch committed new rows (and so new events), with their organizations. */
-  onIndexed?: (orgIds: string[]) => void;
+  /** Called after a batch committed new rows (and so new events), with the organizations they belong to. */
+  onIndexed?: (orgIds: ReadonlySet<string>) => void;
 }
 
 /**
@@ -97,8 +97,8 @@ export class EpisodeIngestor implements OutboxKindHandler {
       this.opts.logger.error({ err, reports: batch.length }, 'episode ingest failed');
       return;
     }
-    const orgs = [...new Set(batch.filter((_p, i) => results[i] === 'inserted').map((p) => p.item.orgId))];
-    if (orgs.length > 0) this.opts.onIndexed?.(orgs);
+    const orgIds = new Set(batch.filter((_p, i) => results[i] === 'inserted').map((p) => p.item.orgId));
+    if (orgIds.size > 0) this.opts.onIndexed?.(orgIds);
     await Promise.all(
       batch.map(async (p, i) => {
         const r = results[i];

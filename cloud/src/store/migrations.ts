@@ -247,4 +247,75 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       CREATE INDEX webhook_deliveries_queue ON webhook_deliveries (subscription_id, state, id);
     `,
   },
+  {
+    version: 6,
+    name: 'cloud sync: destinations, routing rules, routes, grant forwards, pressure',
+    sql: `
+      CREATE TABLE destinations (
+        id TEXT PRIMARY KEY,
+        org_id TEXT NOT NULL REFERENCES orgs(id),
+        type TEXT NOT NULL CHECK (type IN ('external')),
+        url TEXT NOT NULL,
+        secret_sealed TEXT NOT NULL,
+        retention TEXT NOT NULL CHECK (retention IN ('keep', 'until_all_verified_plus_72h')),
+        created_at INTEGER NOT NULL,
+        revoked_at INTEGER,
+        -- Kept here as well as in grant_forwards, which only holds the last day or so.
+        last_forward_at INTEGER
+      ) STRICT;
+      CREATE INDEX destinations_by_org ON destinations (org_id, created_at, id);
+      -- match: JSON object of field -> array of accepted strings. position: 1..n per org.
+      CREATE TABLE routing_rules (
+        id TEXT PRIMARY KEY,
+        org_id TEXT NOT NULL REFERENCES orgs(id),
+        destination_id TEXT NOT NULL REFERENCES destinations(id),
+        match TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX routing_rules_by_org ON routing_rules (org_id, position);
+      -- An episode's assignment to a destination: at most one per episode (routing picks the
+      -- first matching rule); the robot syncs it there until its replica is verified.
+      CREATE TABLE routes (
+        episode_seq INTEGER PRIMARY KEY REFERENCES episodes(seq),
+        destination_id TEXT NOT NULL,
+        org_id TEXT NOT NULL,
+        robot_id TEXT NOT NULL,
+        decided_at INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX routes_by_robot ON routes (robot_id, episode_seq);
+      CREATE INDEX routes_by_destination ON routes (destination_id, episode_seq);
+      -- One row per grant request forwarded to a provider (not the check endpoint's), for the
+      -- destinations' 24 h health counts; older rows are pruned as new ones come in.
+      CREATE TABLE grant_forwards (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        org_id TEXT NOT NULL,
+        destination_id TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        outcome TEXT NOT NULL CHECK (outcome IN ('granted', 'deferred')),
+        grant_id TEXT,
+        reason TEXT
+      ) STRICT;
+      CREATE INDEX grant_forwards_by_destination ON grant_forwards (destination_id, at);
+      -- Every grant id a provider ever answered, per destination: a reused one is refused.
+      CREATE TABLE grant_ids (
+        destination_id TEXT NOT NULL,
+        grant_id TEXT NOT NULL,
+        claimed_at INTEGER NOT NULL,
+        PRIMARY KEY (destination_id, grant_id)
+      ) STRICT, WITHOUT ROWID;
+      CREATE TABLE robot_pressure (
+        robot_id TEXT PRIMARY KEY,
+        free_bytes INTEGER NOT NULL,
+        backlog_bytes INTEGER NOT NULL,
+        hours_to_full REAL,
+        reported_at INTEGER NOT NULL
+      ) STRICT;
+      -- The robot clock (ms) of the last report applied to a replica: orders reports of one
+      -- state that arrive out of order. NULL when the cloud wrote the row (a grant handed over).
+      ALTER TABLE replicas ADD COLUMN reported_at INTEGER;
+      -- Set when the robot reports that an episode's local files disappeared before a verified sync.
+      ALTER TABLE episodes ADD COLUMN local_missing INTEGER NOT NULL DEFAULT 0;
+    `,
+  },
 ];

@@ -1,6 +1,8 @@
 import type { Statement } from 'better-sqlite3';
 import { safeJsonStringify, type EpisodeOutcome, type EpisodeReport } from '@fleet/protocol';
+import { finalizedEvent } from '../events.js';
 import type { Db } from './sqlite-db.js';
+import { eventAppender } from './sqlite-events.js';
 import type {
   EpisodeFilter,
   EpisodeRow,
@@ -108,7 +110,7 @@ export class SqliteEpisodes implements EpisodeStore {
   private readonly insert;
   private readonly insertAttr;
   private readonly deleteAttrs;
-  private readonly insertEvent;
+  private readonly appendEvent;
   private readonly updateAnnotations;
   private readonly updateOutcome;
   private readonly insertChange;
@@ -130,7 +132,7 @@ export class SqliteEpisodes implements EpisodeStore {
     );
     this.insertAttr = db.prepare('INSERT OR IGNORE INTO episode_attrs (org_id, layer, key, value, seq) VALUES (?, ?, ?, ?, ?)');
     this.deleteAttrs = db.prepare('DELETE FROM episode_attrs WHERE org_id = ? AND layer = ? AND key = ? AND value = ? AND seq = ?');
-    this.insertEvent = db.prepare('INSERT INTO events (org_id, type, episode_id, payload, created_at) VALUES (?, ?, ?, ?, ?)');
+    this.appendEvent = eventAppender(db);
     this.updateAnnotations = db.prepare('UPDATE episodes SET annotations = ? WHERE seq = ?');
     this.updateOutcome = db.prepare('UPDATE episodes SET outcome = ? WHERE seq = ?');
     this.insertChange = db.prepare(
@@ -182,20 +184,7 @@ export class SqliteEpisodes implements EpisodeStore {
     });
     const seq = Number(info.lastInsertRowid);
     this.indexAttrs(orgId, 'm', r.metadata, seq);
-    this.insertEvent.run(
-      orgId,
-      'episode.finalized',
-      r.id,
-      JSON.stringify({
-        schema_version: 1,
-        episode_id: r.id,
-        robot_id: robotId,
-        recording_session_id: r.recording_session_id,
-        episode_seq: r.episode_seq,
-        state: 'reported',
-      }),
-      reportedAt,
-    );
+    this.appendEvent(orgId, finalizedEvent({ episode_id: r.id, robot_id: robotId, recording_session_id: r.recording_session_id, episode_seq: r.episode_seq }), reportedAt);
     return 'inserted';
   }
 

@@ -9,6 +9,8 @@ import { SqliteRobots } from './sqlite-robots.js';
 import { SqliteEpisodes } from './sqlite-episodes.js';
 import { SqliteDatasets } from './sqlite-datasets.js';
 import { SqliteWebhooks } from './sqlite-webhooks.js';
+import { SqliteSync } from './sqlite-sync.js';
+import type { SyncStore } from './sync-types.js';
 import type { ApiKeyStore, DatasetStore, WebhookStore, EpisodeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store } from './types.js';
 
 export const DATABASE_FILE = 'cloud.sqlite';
@@ -72,6 +74,7 @@ export class SqliteStore implements Store {
   readonly episodes: EpisodeStore;
   readonly datasets: DatasetStore;
   readonly webhooks: WebhookStore;
+  readonly sync: SyncStore;
 
   constructor(readonly db: Db) {
     this.orgs = new SqliteOrgs(db);
@@ -83,6 +86,7 @@ export class SqliteStore implements Store {
     this.episodes = episodes;
     this.datasets = new SqliteDatasets(db, episodes);
     this.webhooks = new SqliteWebhooks(db);
+    this.sync = new SqliteSync(db);
   }
 
   async ping(): Promise<void> {

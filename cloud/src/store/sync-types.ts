@@ -69,7 +69,9 @@ export type ReplicaIngestResult =
   /** The episode is not indexed yet: the robot is told to retry later. */
   | 'unknown_episode'
   /** The episode belongs to another robot: refused for good. */
-  | 'conflict';
+  | 'conflict'
+  /** No such destination in the episode's organization: refused for good. */
+  | 'unknown_destination';
 
 export interface SyncHealthRow {
   robotId: string;
@@ -125,6 +127,11 @@ export interface SyncStore {
    * `error` keeps the state, sets the error and appends `episode.failed`.
    */
   applyReplicaReport(robotId: string, report: ReplicaReport, receivedAt: number): Promise<ReplicaIngestResult>;
+  /**
+   * The robot says an episode's local files disappeared before a verified sync (counted as
+   * `local_missing` in sync health). Same answers as a replica report, without `applied` events.
+   */
+  markLocalMissing(robotId: string, episodeId: string): Promise<'applied' | 'unchanged' | 'unknown_episode' | 'conflict'>;
   /** Marks (episode, destination) granted when the relay hands a grant over (never moves a replica back). */
   markGranted(orgId: string, episodeSeq: number, destinationId: string, grantId: string, objectKey: string | null, at: number): Promise<void>;
 

@@ -1,4 +1,5 @@
 import type { EpisodeOutcome, EpisodeReport, Feature, RecordingState, Scope } from '@fleet/protocol';
+import type { SyncStore } from './sync-types.js';
 
 /**
  * The cloud's durable state, behind an async interface so that a second implementation
@@ -14,6 +15,8 @@ export interface Store {
   readonly episodes: EpisodeStore;
   readonly datasets: DatasetStore;
   readonly webhooks: WebhookStore;
+  /** Cloud sync: destinations, routing rules, routes, replicas, sync health. */
+  readonly sync: SyncStore;
   /** Cheap liveness probe for /readyz. */
   ping(): Promise<void>;
   close(): Promise<void>;

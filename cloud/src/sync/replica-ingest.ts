@@ -53,6 +53,13 @@ export class ReplicaStateHandler implements OutboxKindHandler {
       case 'conflict':
         await reply.refuse('conflict', 'the episode belongs to another robot');
         return;
+      case 'unknown_destination':
+        await reply.refuse('not_found', "the destination is not one of the episode's organization");
+        return;
+      default: {
+        const never: never = result;
+        throw new Error(`unhandled replica ingest result ${String(never)}`);
+      }
     }
   }
 }

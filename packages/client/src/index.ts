@@ -1,4 +1,17 @@
-import type { ApiErrorBody, ApiKey, CreateApiKeyBody, CreatedApiKey, Entitlements, Usage } from '@fleet/protocol';
+import type {
+  ApiErrorBody,
+  ApiKey,
+  CreateApiKeyBody,
+  CreateDestinationBody,
+  CreatedApiKey,
+  CreatedDestination,
+  CreateRoutingRuleBody,
+  Destination,
+  Entitlements,
+  RoutingRule,
+  SyncHealthRowBody,
+  Usage,
+} from '@fleet/protocol';
 
 export interface FleetClientOptions {
   /** e.g. https://fleet.example.com (no /v1). */
@@ -43,6 +56,28 @@ export class FleetClient {
     list: (opts?: RequestOptions) => this.request<{ api_keys: ApiKey[] }>('GET', '/v1/api-keys', undefined, opts),
     revoke: (id: string, opts?: RequestOptions) => this.request<void>('DELETE', `/v1/api-keys/${encodeURIComponent(id)}`, undefined, opts),
   };
+
+  /** Grant providers; the `dsec_` secret is only in the creation answer. */
+  readonly destinations = {
+    create: (body: CreateDestinationBody, opts?: RequestOptions) => this.request<CreatedDestination>('POST', '/v1/destinations', body, opts),
+    list: (opts?: RequestOptions) => this.request<{ destinations: Destination[] }>('GET', '/v1/destinations', undefined, opts),
+    revoke: (id: string, opts?: RequestOptions) => this.request<void>('DELETE', `/v1/destinations/${encodeURIComponent(id)}`, undefined, opts),
+  };
+
+  /** Which episodes sync where; the first matching rule wins. */
+  readonly routingRules = {
+    create: (body: CreateRoutingRuleBody, opts?: RequestOptions) => this.request<RoutingRule>('POST', '/v1/routing-rules', body, opts),
+    list: (opts?: RequestOptions) => this.request<{ routing_rules: RoutingRule[] }>('GET', '/v1/routing-rules', undefined, opts),
+    delete: (id: string, opts?: RequestOptions) => this.request<void>('DELETE', `/v1/routing-rules/${encodeURIComponent(id)}`, undefined, opts),
+    /** `ruleIds`: every rule, each once, in the new order. */
+    setOrder: (ruleIds: string[], opts?: RequestOptions) =>
+      this.request<{ routing_rules: RoutingRule[] }>('PUT', '/v1/routing-rules/order', { rule_ids: ruleIds }, opts),
+  };
+
+  /** Per robot: what has not been verified at a destination yet. */
+  syncHealth(opts?: RequestOptions): Promise<{ robots: SyncHealthRowBody[] }> {
+    return this.request('GET', '/v1/sync-health/robots', undefined, opts);
+  }
 
   entitlements(opts?: RequestOptions): Promise<Entitlements> {
     return this.request('GET', '/v1/entitlements', undefined, opts);

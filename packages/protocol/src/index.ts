@@ -14,3 +14,4 @@ export * from './sync.js';
 export * from './outbox.js';
 export * from './lifecycle.js';
 export * from './retry.js';
+export * from './destinations.js';

@@ -48,3 +48,34 @@ export const DeadLetterSchema = z
     dead_lettered_at: z.string(),
   })
   .meta({ id: 'DeadLetter' });
+
+/** `episode.failed`'s error: the replica's one-line `code: message`, split. */
+export const WebhookErrorSchema = z.strictObject({ code: z.string().min(1).max(64), message: z.string().max(1024) });
+
+/**
+ * The body of every webhook delivery (spec, Events: Payload). Identifiers and the state change
+ * only; a receiver fetches detail with `episode_id`. Built in one place in the cloud
+ * (`cloud/src/events.ts`), which also enforces which fields each event carries.
+ */
+export const WebhookPayloadSchema = z
+  .strictObject({
+    schema_version: z.literal(1),
+    episode_id: z.string().min(1),
+    robot_id: z.string().min(1),
+    recording_session_id: z.string().min(1),
+    episode_seq: z.number().int(),
+    /** Omitted for `episode.finalized` and `episode.pruned`. */
+    destination_id: z.string().min(1).optional(),
+    grant_id: z.string().min(1).optional(),
+    /** Omitted when the grant provider reported none. */
+    object_key: z.string().min(1).optional(),
+    /** The new state: `reported`, `synced`, `verified`, `pruned`, or the state kept after a failed attempt. */
+    state: z.string().min(1),
+    /** Only on `episode.failed`. */
+    error: WebhookErrorSchema.optional(),
+    /** `true` only on the synthetic test event. */
+    test: z.literal(true).optional(),
+  })
+  .meta({ id: 'WebhookPayload' });
+export type WebhookPayload = z.infer<typeof WebhookPayloadSchema>;
+export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];

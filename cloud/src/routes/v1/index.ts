@@ -1,13 +1,16 @@
 import { apiKeyRoutes } from './api-keys.js';
 import { datasetRoutes } from './datasets.js';
+import { destinationRoutes } from './destinations.js';
 import { entitlementRoutes } from './entitlements.js';
 import { episodeRoutes } from './episodes.js';
 import { robotCommandRoutes } from './robot-commands.js';
 import { robotRoutes } from './robots.js';
+import { routingRuleRoutes } from './routing-rules.js';
+import { syncHealthRoutes } from './sync-health.js';
 import { usageRoutes } from './usage.js';
 import { webhookRoutes } from './webhooks.js';
 import type { V1Plugin } from './types.js';
 
 /** Every /v1 resource module; app.ts registers each under the /v1 prefix. */
-export const V1_PLUGINS: readonly V1Plugin[] = [apiKeyRoutes, entitlementRoutes, usageRoutes, robotRoutes, robotCommandRoutes, episodeRoutes, datasetRoutes, webhookRoutes];
+export const V1_PLUGINS: readonly V1Plugin[] = [apiKeyRoutes, entitlementRoutes, usageRoutes, robotRoutes, robotCommandRoutes, episodeRoutes, datasetRoutes, webhookRoutes, destinationRoutes, routingRuleRoutes, syncHealthRoutes];
 export type { CommandSender, V1Deps, V1Plugin, ZodApp } from './types.js';

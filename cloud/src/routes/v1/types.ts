@@ -5,6 +5,7 @@ import type { LastUsedTracker } from '../../auth.js';
 import type { SecretBox } from '../../secret-box.js';
 import type { CloudConfig } from '../../config.js';
 import type { Store } from '../../store/index.js';
+import type { SyncRouter } from '../../sync/router.js';
 
 export type ZodApp = FastifyInstance<
   RawServerDefault,
@@ -30,6 +31,8 @@ export interface V1Deps {
   deliveries: { notify(): void };
   /** Tests and local development: webhook URLs may point at loopback. */
   egressAllowLoopback: boolean;
+  /** Routes the backlog after rules or destinations change (in the background). */
+  sync: Pick<SyncRouter, 'schedule'>;
 }
 
 export interface CommandSender {

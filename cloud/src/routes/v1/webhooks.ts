@@ -1,12 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import { CreatedWebhookSchema, CreateWebhookBodySchema, DAY, DeadLetterSchema, iso, WebhookSchema, type Webhook } from '@fleet/protocol';
-import { classifyAddress, parseHostLiteral } from '../../egress/addresses.js';
 import { entitlementsOf } from '../../entitlements.js';
-import { ApiError, notFound, validationError } from '../../errors.js';
+import { testFinalizedEvent } from '../../events.js';
+import { ApiError, notFound } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
 import { newId, newSecret } from '../../ids.js';
 import type { OrgRow, WebhookRow } from '../../store/index.js';
+import { checkEgressUrl } from '../../egress/url-check.js';
 import type { V1Plugin } from './types.js';
 
 /** How long the previous secret keeps signing after a rotation (spec). */
@@ -47,18 +48,12 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
     },
     handler: async (request, reply) => {
       const { org } = principalOf(request);
-      const url = new URL(request.body.url);
-      if (url.username || url.password) throw invalidUrl('must not contain credentials');
-      const literal = parseHostLiteral(url.host);
-      if (literal) {
-        const cls = classifyAddress(literal.address);
-        if (cls !== 'public' && !(egressAllowLoopback && cls === 'loopback')) throw invalidUrl(`the address is not public (${cls})`);
-      }
+      const url = checkEgressUrl(request.body.url, egressAllowLoopback);
       const secret = newSecret('whsec');
       const row = {
         id: newId('wh'),
         orgId: org.id,
-        url: url.toString(),
+        url,
         events: request.body.events,
         secretSealed: secrets.seal(secret),
         createdAt: clock.now(),
@@ -184,22 +179,11 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
       const sub = await store.webhooks.get(principalOf(request).org.id, request.params.id);
       if (!sub) throw notFound('webhook');
       const eventId = `evt_test_${randomBytes(12).toString('hex')}`;
-      const payload = {
-        schema_version: 1,
-        episode_id: 'ep_test0000000000',
-        robot_id: 'rbt_test',
-        recording_session_id: 'rs_test',
-        episode_seq: 1,
-        state: 'reported',
-        test: true,
-      };
-      await store.webhooks.enqueue(sub.id, { eventId, eventType: 'episode.finalized', payload: JSON.stringify(payload) }, clock.now());
+      const event = testFinalizedEvent();
+      await store.webhooks.enqueue(sub.id, { eventId, eventType: event.type, payload: JSON.stringify(event.payload) }, clock.now());
       deliveries.notify();
       return reply.code(202).send({ event_id: eventId });
     },
   });
 };
 
-function invalidUrl(message: string): ApiError {
-  return validationError('body', '/url', `url ${message}`, 'invalid_url');
-}

@@ -1,0 +1,35 @@
+import { z } from 'zod';
+import { iso, SyncHealthRowSchema, type SyncHealthRowBody } from '@fleet/protocol';
+import { principalOf } from '../../http/policy.js';
+import type { SyncHealthRow } from '../../store/index.js';
+import type { V1Plugin } from './types.js';
+
+function toRow(r: SyncHealthRow): SyncHealthRowBody {
+  return {
+    robot_id: r.robotId,
+    episodes_reported: r.episodesReported,
+    unverified: r.unverified,
+    unverified_over_72h: r.unverifiedOver72h,
+    bytes_unverified: r.bytesUnverified,
+    local_missing: r.localMissing,
+    ...(r.pressure
+      ? { pressure: { free_bytes: r.pressure.free_bytes, backlog_bytes: r.pressure.backlog_bytes, hours_to_full: r.pressure.hours_to_full, reported_at: iso(r.pressure.reportedAt) } }
+      : {}),
+  };
+}
+
+/** /v1/sync-health: per robot, what has not reached a destination yet. */
+export const syncHealthRoutes: V1Plugin = async (app, { store, clock }) => {
+  app.route({
+    method: 'GET',
+    url: '/sync-health/robots',
+    config: { policy: { auth: 'key', scope: 'data:read', feature: 'data.metadata', meter: null } },
+    schema: {
+      summary: 'Sync health per robot',
+      description:
+        'One row per robot of the organization (and per robot id that reported episodes). `unverified`: reported, not discarded, and verified at no destination; `unverified_over_72h`: of those, reported more than 72 hours ago.',
+      response: { 200: z.object({ robots: z.array(SyncHealthRowSchema) }) },
+    },
+    handler: async (request) => ({ robots: (await store.sync.syncHealth(principalOf(request).org.id, clock.now())).map(toRow) }),
+  });
+};

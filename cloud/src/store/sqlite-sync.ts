@@ -1,0 +1,420 @@
+import { DAY, HOUR, replicaRank, type Pressure, type ReplicaReport, type RetentionDirective } from '@fleet/protocol';
+import { replicaFailedEvent, replicaReachedEvent, type EpisodeRef } from '../events.js';
+import { hasAutonomous } from '../sync/facts.js';
+import type { Db } from './sqlite-db.js';
+import { eventAppender } from './sqlite-events.js';
+import type {
+  DestinationHealth,
+  DestinationRow,
+  ForwardOutcome,
+  ReplicaIngestResult,
+  RouteRow,
+  RoutingFacts,
+  RoutingRuleRow,
+  SyncHealthRow,
+  SyncStore,
+} from './sync-types.js';
+import type { ReplicaRow } from './types.js';
+
+interface DestinationDbRow {
+  id: string;
+  org_id: string;
+  type: 'external';
+  url: string;
+  secret_sealed: string;
+  retention: RetentionDirective;
+  created_at: number;
+  revoked_at: number | null;
+  last_forward_at: number | null;
+}
+
+interface RuleDbRow {
+  id: string;
+  org_id: string;
+  destination_id: string;
+  match: string;
+  position: number;
+  created_at: number;
+}
+
+interface RouteDbRow {
+  episode_seq: number;
+  episode_id: string;
+  destination_id: string;
+  org_id: string;
+  robot_id: string;
+  decided_at: number;
+}
+
+interface ReplicaDbRow {
+  state: ReplicaRow['state'];
+  grant_id: string;
+  error: string | null;
+  object_key: string | null;
+  reported_at: number | null;
+}
+
+interface EpisodeRefDbRow {
+  seq: number;
+  org_id: string;
+  robot_id: string;
+  recording_session_id: string;
+  episode_seq: number;
+}
+
+function destinationFromDb(r: DestinationDbRow): DestinationRow {
+  return {
+    id: r.id,
+    orgId: r.org_id,
+    type: r.type,
+    url: r.url,
+    secretSealed: r.secret_sealed,
+    retention: r.retention,
+    createdAt: r.created_at,
+    revokedAt: r.revoked_at,
+  };
+}
+
+function ruleFromDb(r: RuleDbRow): RoutingRuleRow {
+  return {
+    id: r.id,
+    orgId: r.org_id,
+    destinationId: r.destination_id,
+    match: JSON.parse(r.match) as Record<string, string[]>,
+    position: r.position,
+    createdAt: r.created_at,
+  };
+}
+
+function routeFromDb(r: RouteDbRow): RouteRow {
+  return { orgId: r.org_id, robotId: r.robot_id, episodeId: r.episode_id, episodeSeq: r.episode_seq, destinationId: r.destination_id, decidedAt: r.decided_at };
+}
+
+/** Forwards older than this are pruned; the health counts look back 24 h. */
+const FORWARD_KEEP_MS = DAY + HOUR;
+const UNVERIFIED_ALERT_MS = 72 * HOUR;
+
+const ROUTE_COLUMNS = 'r.episode_seq, e.id AS episode_id, r.destination_id, r.org_id, r.robot_id, r.decided_at';
+
+export class SqliteSync implements SyncStore {
+  private readonly appendEvent;
+
+  constructor(private readonly db: Db) {
+    this.appendEvent = eventAppender(db);
+  }
+
+  // ---- destinations ------------------------------------------------------------------------
+
+  async createDestination(row: Omit<DestinationRow, 'revokedAt'>): Promise<void> {
+    this.db
+      .prepare('INSERT INTO destinations (id, org_id, type, url, secret_sealed, retention, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)')
+      .run(row.id, row.orgId, row.type, row.url, row.secretSealed, row.retention, row.createdAt);
+  }
+
+  async getDestination(orgId: string, id: string): Promise<DestinationRow | undefined> {
+    const r = this.db.prepare<[string, string], DestinationDbRow>('SELECT * FROM destinations WHERE org_id = ? AND id = ?').get(orgId, id);
+    return r && destinationFromDb(r);
+  }
+
+  async listDestinations(orgId: string, now: number): Promise<(DestinationRow & DestinationHealth)[]> {
+    const since = now - DAY;
+    return this.db
+      .prepare<[number, number, string], DestinationDbRow & { forwards: number; deferrals: number }>(
+        `SELECT d.*,
+           (SELECT COUNT(*) FROM grant_forwards f WHERE f.destination_id = d.id AND f.at > ?) AS forwards,
+           (SELECT COUNT(*) FROM grant_forwards f WHERE f.destination_id = d.id AND f.at > ? AND f.outcome = 'deferred') AS deferrals
+         FROM destinations d WHERE d.org_id = ? ORDER BY d.created_at, d.id`,
+      )
+      .all(since, since, orgId)
+      .map((r) => ({ ...destinationFromDb(r), lastForwardAt: r.last_forward_at, forwards24h: r.forwards, deferrals24h: r.deferrals }));
+  }
+
+  async revokeDestination(orgId: string, id: string, at: number): Promise<boolean> {
+    return this.db.prepare('UPDATE destinations SET revoked_at = ? WHERE org_id = ? AND id = ? AND revoked_at IS NULL').run(at, orgId, id).changes > 0;
+  }
+
+  // ---- routing rules -----------------------------------------------------------------------
+
+  async createRule(row: Omit<RoutingRuleRow, 'position'>): Promise<RoutingRuleRow> {
+    return this.db
+      .transaction((): RoutingRuleRow => {
+        const last = this.db.prepare<[string], { m: number | null }>('SELECT MAX(position) AS m FROM routing_rules WHERE org_id = ?').get(row.orgId)!.m ?? 0;
+        const position = last + 1;
+        this.db
+          .prepare('INSERT INTO routing_rules (id, org_id, destination_id, match, position, created_at) VALUES (?, ?, ?, ?, ?, ?)')
+          .run(row.id, row.orgId, row.destinationId, JSON.stringify(row.match), position, row.createdAt);
+        return { ...row, position };
+      })
+      .immediate();
+  }
+
+  async listRules(orgId: string): Promise<RoutingRuleRow[]> {
+    return this.db.prepare<[string], RuleDbRow>('SELECT * FROM routing_rules WHERE org_id = ? ORDER BY position, id').all(orgId).map(ruleFromDb);
+  }
+
+  async deleteRule(orgId: string, id: string): Promise<boolean> {
+    return this.db
+      .transaction((): boolean => {
+        const gone = this.db.prepare<[string, string], { position: number }>('DELETE FROM routing_rules WHERE org_id = ? AND id = ? RETURNING position').get(orgId, id);
+        if (!gone) return false;
+        // Positions stay 1..n.
+        this.db.prepare('UPDATE routing_rules SET position = position - 1 WHERE org_id = ? AND position > ?').run(orgId, gone.position);
+        return true;
+      })
+      .immediate();
+  }
+
+  async reorderRules(orgId: string, ruleIds: readonly string[]): Promise<boolean> {
+    return this.db
+      .transaction((): boolean => {
+        const current = this.db.prepare<[string], { id: string }>('SELECT id FROM routing_rules WHERE org_id = ?').all(orgId).map((r) => r.id);
+        const wanted = new Set(ruleIds);
+        if (wanted.size !== ruleIds.length || wanted.size !== current.length || !current.every((id) => wanted.has(id))) return false;
+        const set = this.db.prepare('UPDATE routing_rules SET position = ? WHERE org_id = ? AND id = ?');
+        ruleIds.forEach((id, i) => set.run(i + 1, orgId, id));
+        return true;
+      })
+      .immediate();
+  }
+
+  // ---- routes ------------------------------------------------------------------------------
+
+  async unroutedEpisodes(orgId: string, afterSeq: number, limit: number): Promise<{ seq: number; robotId: string; facts: RoutingFacts }[]> {
+    const rows = this.db
+      .prepare<
+        [string, number, number],
+        {
+          seq: number;
+          id: string;
+          robot_id: string;
+          task_id: string | null;
+          recording_session_id: string;
+          episode_seq: number;
+          outcome: string;
+          control_mode: string | null;
+          metadata: string;
+          platform: string | null;
+        }
+      >(
+        `SELECT e.seq, e.id, e.robot_id, e.task_id, e.recording_session_id, e.episode_seq, e.outcome, e.control_mode, e.metadata,
+           (SELECT platform FROM robots b WHERE b.id = e.robot_id) AS platform
+         FROM episodes e
+         WHERE e.org_id = ? AND e.seq > ? AND e.outcome != 'discarded' AND NOT EXISTS (SELECT 1 FROM routes r WHERE r.episode_seq = e.seq)
+         ORDER BY e.seq LIMIT ?`,
+      )
+      .all(orgId, afterSeq, limit);
+    return rows.map((r) => ({
+      seq: r.seq,
+      robotId: r.robot_id,
+      facts: {
+        episode_id: r.id,
+        robot_id: r.robot_id,
+        task_id: r.task_id,
+        recording_session_id: r.recording_session_id,
+        episode_seq: r.episode_seq,
+        outcome: r.outcome,
+        robot_platform: r.platform,
+        has_autonomous: hasAutonomous(r.control_mode, JSON.parse(r.metadata) as Record<string, unknown>),
+      },
+    }));
+  }
+
+  async addRoutes(routes: readonly RouteRow[]): Promise<RouteRow[]> {
+    // Written only for a live destination of the episode's own organization, to an episode that
+    // is not discarded and has no route yet: a routing pass that read the rules before a
+    // revocation (here or in another process) cannot assign anything to the revoked destination.
+    const insert = this.db.prepare(
+      `INSERT INTO routes (episode_seq, destination_id, org_id, robot_id, decided_at)
+       SELECT e.seq, d.id, e.org_id, e.robot_id, ?
+       FROM episodes e JOIN destinations d ON d.id = ? AND d.org_id = e.org_id AND d.revoked_at IS NULL
+       WHERE e.seq = ? AND e.org_id = ? AND e.robot_id = ? AND e.outcome != 'discarded'
+       ON CONFLICT (episode_seq) DO NOTHING`,
+    );
+    return this.db
+      .transaction(() => routes.filter((r) => insert.run(r.decidedAt, r.destinationId, r.episodeSeq, r.orgId, r.robotId).changes > 0))
+      .immediate();
+  }
+
+  async dropRoutesTo(orgId: string, destinationId: string): Promise<number> {
+    return this.db
+      .prepare(
+        `DELETE FROM routes WHERE org_id = ? AND destination_id = ?
+           AND EXISTS (SELECT 1 FROM destinations d WHERE d.id = routes.destination_id AND d.revoked_at IS NOT NULL)
+           AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.episode_seq = routes.episode_seq AND p.destination_id = routes.destination_id
+                           AND p.state IN ('synced', 'verified'))`,
+      )
+      .run(orgId, destinationId).changes;
+  }
+
+  async pendingAssignments(robotId: string): Promise<RouteRow[]> {
+    return this.db
+      .prepare<[string], RouteDbRow>(
+        `SELECT ${ROUTE_COLUMNS} FROM routes r
+         JOIN episodes e ON e.seq = r.episode_seq
+         JOIN destinations d ON d.id = r.destination_id AND d.revoked_at IS NULL
+         WHERE r.robot_id = ?
+           AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.episode_seq = r.episode_seq AND p.destination_id = r.destination_id AND p.state = 'verified')
+         ORDER BY r.episode_seq`,
+      )
+      .all(robotId)
+      .map(routeFromDb);
+  }
+
+  async assignment(robotId: string, episodeId: string, destinationId: string): Promise<RouteRow | undefined> {
+    const r = this.db
+      .prepare<[string, string, string], RouteDbRow>(
+        `SELECT ${ROUTE_COLUMNS} FROM episodes e
+         JOIN routes r ON r.episode_seq = e.seq AND r.destination_id = ?
+         JOIN destinations d ON d.id = r.destination_id AND d.revoked_at IS NULL
+         WHERE e.id = ? AND e.robot_id = ?`,
+      )
+      .get(destinationId, episodeId, robotId);
+    return r && routeFromDb(r);
+  }
+
+  // ---- grant forwards ----------------------------------------------------------------------
+
+  async recordForward(orgId: string, destinationId: string, at: number, outcome: ForwardOutcome): Promise<void> {
+    this.db.transaction(() => {
+      this.db
+        .prepare('INSERT INTO grant_forwards (org_id, destination_id, at, outcome, grant_id, reason) VALUES (?, ?, ?, ?, ?, ?)')
+        .run(orgId, destinationId, at, outcome.kind, outcome.kind === 'granted' ? outcome.grantId : null, outcome.kind === 'deferred' ? outcome.reason : null);
+      this.db
+        .prepare('UPDATE destinations SET last_forward_at = MAX(COALESCE(last_forward_at, 0), ?) WHERE org_id = ? AND id = ?')
+        .run(at, orgId, destinationId);
+      this.db.prepare('DELETE FROM grant_forwards WHERE destination_id = ? AND at < ?').run(destinationId, at - FORWARD_KEEP_MS);
+    })();
+  }
+
+  async claimGrantId(destinationId: string, grantId: string, at: number): Promise<boolean> {
+    return this.db.prepare('INSERT OR IGNORE INTO grant_ids (destination_id, grant_id, claimed_at) VALUES (?, ?, ?)').run(destinationId, grantId, at).changes > 0;
+  }
+
+  async notePressure(robotId: string, p: Pressure, at: number): Promise<void> {
+    this.db
+      .prepare(
+        `INSERT INTO robot_pressure (robot_id, free_bytes, backlog_bytes, hours_to_full, reported_at) VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT (robot_id) DO UPDATE SET free_bytes = excluded.free_bytes, backlog_bytes = excluded.backlog_bytes,
+           hours_to_full = excluded.hours_to_full, reported_at = excluded.reported_at
+         WHERE excluded.reported_at >= robot_pressure.reported_at`,
+      )
+      .run(robotId, p.free_bytes, p.backlog_bytes, p.hours_to_full, at);
+  }
+
+  // ---- replicas ----------------------------------------------------------------------------
+
+  async applyReplicaReport(robotId: string, report: ReplicaReport, receivedAt: number): Promise<ReplicaIngestResult> {
+    return this.db.transaction((): ReplicaIngestResult => this.applyReport(robotId, report, receivedAt)).immediate();
+  }
+
+  private applyReport(robotId: string, report: ReplicaReport, receivedAt: number): ReplicaIngestResult {
+    const ep = this.episodeRef(report.episode_id);
+    if (!ep) return 'unknown_episode';
+    if (ep.robot_id !== robotId) return 'conflict';
+    // A destination of the org is enough, route or not, live or revoked: the route may have been
+    // decided and then dropped while the robot was uploading, and what reached the customer's
+    // storage is a fact the index must show.
+    const dest = this.db.prepare('SELECT 1 FROM destinations WHERE org_id = ? AND id = ?').get(ep.org_id, report.destination_id);
+    if (!dest) return 'unknown_destination';
+
+    const old = this.db
+      .prepare<[number, string], ReplicaDbRow>('SELECT state, grant_id, error, object_key, reported_at FROM replicas WHERE episode_seq = ? AND destination_id = ?')
+      .get(ep.seq, report.destination_id);
+    const newRank = replicaRank(report.state);
+    const oldRank = old ? replicaRank(old.state) : -1;
+    if (old && newRank < oldRank) return 'unchanged';
+    if (old && newRank === oldRank) {
+      // Same state: only a newer report (robot clock) changes anything; an exact repeat (a
+      // resend of the same outbox message) is older-or-equal, so it never appends a second event.
+      if (old.reported_at !== null && report.at <= old.reported_at) return 'unchanged';
+    }
+
+    const objectKey = report.object_key ?? old?.object_key ?? null;
+    this.db
+      .prepare(
+        `INSERT INTO replicas (episode_seq, destination_id, state, grant_id, error, object_key, updated_at, reported_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (episode_seq, destination_id) DO UPDATE SET state = excluded.state, grant_id = excluded.grant_id, error = excluded.error,
+           object_key = excluded.object_key, updated_at = excluded.updated_at, reported_at = excluded.reported_at`,
+      )
+      .run(ep.seq, report.destination_id, report.state, report.grant_id, report.error, objectKey, receivedAt, report.at);
+
+    const episode: EpisodeRef = { episode_id: report.episode_id, robot_id: ep.robot_id, recording_session_id: ep.recording_session_id, episode_seq: ep.episode_seq };
+    const replica = { destination_id: report.destination_id, grant_id: report.grant_id, object_key: objectKey, state: report.state };
+    // A replica that jumps past `synced` (the synced report was lost or is still on its way)
+    // still tells subscribers that the files arrived, then that they were verified.
+    const synced = replicaRank('synced');
+    const verified = replicaRank('verified');
+    if (oldRank < synced && newRank >= synced) this.appendEvent(ep.org_id, replicaReachedEvent('episode.synced', episode, replica), receivedAt);
+    if (oldRank < verified && newRank >= verified) this.appendEvent(ep.org_id, replicaReachedEvent('episode.verified', episode, replica), receivedAt);
+    if (report.error !== null) this.appendEvent(ep.org_id, replicaFailedEvent(episode, replica, report.error), receivedAt);
+    return 'applied';
+  }
+
+  private episodeRef(episodeId: string): EpisodeRefDbRow | undefined {
+    return this.db
+      .prepare<[string], EpisodeRefDbRow>('SELECT seq, org_id, robot_id, recording_session_id, episode_seq FROM episodes WHERE id = ?')
+      .get(episodeId);
+  }
+
+  async markLocalMissing(robotId: string, episodeId: string): Promise<'applied' | 'unchanged' | 'unknown_episode' | 'conflict'> {
+    const ep = this.episodeRef(episodeId);
+    if (!ep) return 'unknown_episode';
+    if (ep.robot_id !== robotId) return 'conflict';
+    return this.db.prepare('UPDATE episodes SET local_missing = 1 WHERE seq = ? AND local_missing = 0').run(ep.seq).changes > 0 ? 'applied' : 'unchanged';
+  }
+
+  async markGranted(orgId: string, episodeSeq: number, destinationId: string, grantId: string, objectKey: string | null, at: number): Promise<void> {
+    // A new grant for a replica still uploading (URLs expired, resumed) takes the new grant id;
+    // a replica already synced or verified is left as it is.
+    this.db
+      .prepare(
+        `INSERT INTO replicas (episode_seq, destination_id, state, grant_id, error, object_key, updated_at, reported_at)
+         SELECT seq, ?, 'granted', ?, NULL, ?, ?, NULL FROM episodes WHERE seq = ? AND org_id = ?
+         ON CONFLICT (episode_seq, destination_id) DO UPDATE SET grant_id = excluded.grant_id,
+           object_key = COALESCE(excluded.object_key, replicas.object_key), updated_at = excluded.updated_at
+         WHERE replicas.state IN ('granted', 'syncing')`,
+      )
+      .run(destinationId, grantId, objectKey, at, episodeSeq, orgId);
+  }
+
+  // ---- sync health -------------------------------------------------------------------------
+
+  async syncHealth(orgId: string, now: number): Promise<SyncHealthRow[]> {
+    const rows = this.db
+      .prepare<
+        [number, string],
+        { robot_id: string; reported: number; unverified: number; over: number; bytes: number; missing: number }
+      >(
+        `SELECT robot_id, COUNT(*) AS reported, SUM(u) AS unverified, SUM(u * (reported_at < ?)) AS over, SUM(u * bytes) AS bytes, SUM(local_missing) AS missing
+         FROM (SELECT e.robot_id, e.reported_at, e.local_missing, COALESCE(json_extract(e.manifest, '$.total_bytes'), 0) AS bytes,
+                 (e.outcome != 'discarded' AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.episode_seq = e.seq AND p.state = 'verified')) AS u
+               FROM episodes e WHERE e.org_id = ?)
+         GROUP BY robot_id`,
+      )
+      .all(now - UNVERIFIED_ALERT_MS, orgId);
+    const byRobot = new Map<string, SyncHealthRow>();
+    for (const id of this.db.prepare<[string], { id: string }>('SELECT id FROM robots WHERE org_id = ?').all(orgId)) {
+      byRobot.set(id.id, { robotId: id.id, episodesReported: 0, unverified: 0, unverifiedOver72h: 0, bytesUnverified: 0, localMissing: 0, pressure: null });
+    }
+    for (const r of rows) {
+      byRobot.set(r.robot_id, {
+        robotId: r.robot_id,
+        episodesReported: r.reported,
+        unverified: r.unverified,
+        unverifiedOver72h: r.over,
+        bytesUnverified: r.bytes,
+        localMissing: r.missing,
+        pressure: null,
+      });
+    }
+    const pressure = this.db.prepare<[string], { free_bytes: number; backlog_bytes: number; hours_to_full: number | null; reported_at: number }>(
+      'SELECT free_bytes, backlog_bytes, hours_to_full, reported_at FROM robot_pressure WHERE robot_id = ?',
+    );
+    const out = [...byRobot.values()].sort((a, b) => (a.robotId < b.robotId ? -1 : a.robotId > b.robotId ? 1 : 0));
+    for (const row of out) {
+      const p = pressure.get(row.robotId);
+      if (p) row.pressure = { free_bytes: p.free_bytes, backlog_bytes: p.backlog_bytes, hours_to_full: p.hours_to_full, reportedAt: p.reported_at };
+    }
+    return out;
+  }
+}

@@ -1,0 +1,396 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { DAY, HOUR, ManualClock, WebhookPayloadSchema, type EpisodeReport, type ReplicaReport } from '@fleet/protocol';
+import { SyncRouter } from '../sync/router.js';
+import { testReport } from '../test-support.js';
+import { openSqliteStore, type SqliteStore } from './sqlite.js';
+import type { RouteRow } from './sync-types.js';
+
+const T0 = Date.parse('2026-01-01T00:00:00Z');
+const ORG = 'org_a';
+const OTHER = 'org_b';
+const ROBOT = 'rbt_1';
+
+const tempDirs: string[] = [];
+afterEach(() => {
+  for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+/** The sync part of the store contract, on every implementation. */
+describe.each([
+  ['sqlite in memory', () => openSqliteStore(':memory:')],
+  [
+    'sqlite on disk',
+    () => {
+      const dir = mkdtempSync(join(tmpdir(), 'fleet-sync-store-'));
+      tempDirs.push(dir);
+      return openSqliteStore(dir);
+    },
+  ],
+])('SyncStore: %s', (_name, open) => {
+  let store: SqliteStore;
+  let clock: ManualClock;
+  let destCounter = 0;
+
+  beforeEach(async () => {
+    store = open();
+    clock = new ManualClock(T0);
+    for (const id of [ORG, OTHER]) await store.orgs.create({ id, name: id, tier: 'enterprise', createdAt: T0 });
+  });
+  afterEach(async () => {
+    await store.close();
+  });
+
+  async function destination(orgId = ORG): Promise<string> {
+    destCounter += 1;
+    const id = `dst_${destCounter}`;
+    await store.sync.createDestination({ id, orgId, type: 'external', url: `https://grants.example.com/${id}`, secretSealed: 'sealed', retention: 'keep', createdAt: clock.now() });
+    return id;
+  }
+
+  async function ingest(reports: EpisodeReport[], over: { orgId?: string; robotId?: string; reportedAt?: number } = {}): Promise<EpisodeReport[]> {
+    const results = await store.episodes.ingest(
+      reports.map((report) => ({ orgId: over.orgId ?? ORG, robotId: over.robotId ?? ROBOT, report, reportedAt: over.reportedAt ?? clock.now() })),
+    );
+    expect(results).toEqual(reports.map(() => 'inserted'));
+    return reports;
+  }
+
+  const seqOf = async (id: string, orgId = ORG) => (await store.episodes.get(orgId, id))!.seq;
+
+  function report(episodeId: string, destinationId: string, over: Partial<ReplicaReport> = {}): ReplicaReport {
+    return { episode_id: episodeId, destination_id: destinationId, grant_id: 'gr_1', state: 'syncing', error: null, object_key: null, at: 1000, ...over };
+  }
+
+  function events(type?: string): { type: string; payload: Record<string, unknown> }[] {
+    const rows = store.db.prepare<[], { type: string; payload: string }>("SELECT type, payload FROM events WHERE type != 'episode.finalized' ORDER BY id").all();
+    return rows
+      .map((r) => ({ type: r.type, payload: JSON.parse(r.payload) as Record<string, unknown> }))
+      .filter((e) => type === undefined || e.type === type);
+  }
+
+  describe('destinations', () => {
+    it('creates, gets, lists by creation, revokes once; another org sees none of it', async () => {
+      const a = await destination();
+      clock.advance(1);
+      const b = await destination();
+      expect((await store.sync.getDestination(ORG, a))).toMatchObject({ id: a, orgId: ORG, type: 'external', retention: 'keep', revokedAt: null, secretSealed: 'sealed' });
+      expect(await store.sync.getDestination(OTHER, a)).toBeUndefined();
+      expect((await store.sync.listDestinations(ORG, clock.now())).map((d) => d.id)).toEqual([a, b]);
+      expect(await store.sync.listDestinations(OTHER, clock.now())).toEqual([]);
+
+      expect(await store.sync.revokeDestination(OTHER, a, T0 + 5)).toBe(false);
+      expect(await store.sync.revokeDestination(ORG, a, T0 + 5)).toBe(true);
+      expect(await store.sync.revokeDestination(ORG, a, T0 + 9)).toBe(false);
+      expect((await store.sync.getDestination(ORG, a))!.revokedAt).toBe(T0 + 5);
+    });
+
+    it('health: forwards and deferrals of the last 24 hours, and the newest forward', async () => {
+      const a = await destination();
+      const b = await destination();
+      await store.sync.recordForward(ORG, a, T0, { kind: 'granted', grantId: 'g1' });
+      await store.sync.recordForward(ORG, a, T0 + HOUR, { kind: 'deferred', reason: 'deferred' });
+      await store.sync.recordForward(ORG, a, T0 + 2 * HOUR, { kind: 'granted', grantId: 'g2' });
+      const at = async (now: number) => (await store.sync.listDestinations(ORG, now)).find((d) => d.id === a)!;
+      expect(await at(T0 + 2 * HOUR)).toMatchObject({ lastForwardAt: T0 + 2 * HOUR, forwards24h: 3, deferrals24h: 1 });
+      // Exactly 24 h after the first forward it has left the window.
+      expect(await at(T0 + DAY)).toMatchObject({ forwards24h: 2, deferrals24h: 1 });
+      expect(await at(T0 + DAY + HOUR)).toMatchObject({ forwards24h: 1, deferrals24h: 0 });
+      expect(await at(T0 + 3 * DAY)).toMatchObject({ lastForwardAt: T0 + 2 * HOUR, forwards24h: 0, deferrals24h: 0 });
+      expect((await store.sync.listDestinations(ORG, T0 + 2 * HOUR)).find((d) => d.id === b)).toMatchObject({ lastForwardAt: null, forwards24h: 0 });
+      // Old rows are pruned as new forwards come in; the newest time stays.
+      await store.sync.recordForward(ORG, a, T0 + 3 * DAY, { kind: 'deferred', reason: 'timeout' });
+      expect(store.db.prepare('SELECT COUNT(*) FROM grant_forwards WHERE destination_id = ?').pluck().get(a)).toBe(1);
+      expect(await at(T0 + 3 * DAY)).toMatchObject({ lastForwardAt: T0 + 3 * DAY, forwards24h: 1, deferrals24h: 1 });
+    });
+
+    it('claims a grant id once per destination', async () => {
+      const a = await destination();
+      const b = await destination();
+      expect(await store.sync.claimGrantId(a, 'g1', T0)).toBe(true);
+      expect(await store.sync.claimGrantId(a, 'g1', T0 + 1)).toBe(false);
+      expect(await store.sync.claimGrantId(b, 'g1', T0)).toBe(true);
+    });
+  });
+
+  describe('routing rules', () => {
+    it('appends, lists in order, deletes with positions kept 1..n, reorders only by a full permutation', async () => {
+      const d = await destination();
+      const mk = (id: string) => store.sync.createRule({ id, orgId: ORG, destinationId: d, match: { robot_id: [id] }, createdAt: T0 });
+      expect((await mk('r1')).position).toBe(1);
+      await mk('r2');
+      await mk('r3');
+      const order = async () => (await store.sync.listRules(ORG)).map((r) => `${r.id}@${r.position}`);
+      expect(await order()).toEqual(['r1@1', 'r2@2', 'r3@3']);
+      expect(await store.sync.listRules(OTHER)).toEqual([]);
+
+      expect(await store.sync.reorderRules(ORG, ['r3', 'r1'])).toBe(false);
+      expect(await store.sync.reorderRules(ORG, ['r3', 'r1', 'r1'])).toBe(false);
+      expect(await store.sync.reorderRules(ORG, ['r3', 'r1', 'r2', 'r4'])).toBe(false);
+      expect(await store.sync.reorderRules(OTHER, ['r3', 'r1', 'r2'])).toBe(false);
+      expect(await order()).toEqual(['r1@1', 'r2@2', 'r3@3']);
+      expect(await store.sync.reorderRules(ORG, ['r3', 'r1', 'r2'])).toBe(true);
+      expect(await order()).toEqual(['r3@1', 'r1@2', 'r2@3']);
+
+      expect(await store.sync.deleteRule(OTHER, 'r1')).toBe(false);
+      expect(await store.sync.deleteRule(ORG, 'r1')).toBe(true);
+      expect(await store.sync.deleteRule(ORG, 'r1')).toBe(false);
+      expect(await order()).toEqual(['r3@1', 'r2@2']);
+      expect((await store.sync.listRules(ORG))[0]!.match).toEqual({ robot_id: ['r3'] });
+    });
+  });
+
+  describe('routes and the router', () => {
+    let assigned: RouteRow[][];
+    let router: SyncRouter;
+    beforeEach(() => {
+      assigned = [];
+      router = new SyncRouter({ store, clock, batchSize: 2, onAssigned: (routes) => void assigned.push(routes) });
+    });
+    const routed = async (orgId = ORG) =>
+      Object.fromEntries(
+        (store.db.prepare('SELECT e.id, r.destination_id FROM routes r JOIN episodes e ON e.seq = r.episode_seq WHERE r.org_id = ?').all(orgId) as { id: string; destination_id: string }[]).map((r) => [
+          r.id,
+          r.destination_id,
+        ]),
+      );
+
+    it('one destination and no rules: every episode but the discarded routes there, in batches, told to onAssigned', async () => {
+      const d = await destination();
+      const [a, b, c, x] = await ingest([testReport(), testReport(), testReport(), testReport({ outcome: 'discarded' })]);
+      const added = await router.routeNew(ORG);
+      expect(added.map((r) => r.episodeId)).toEqual([a!.id, b!.id, c!.id]);
+      expect(added[0]).toMatchObject({ orgId: ORG, robotId: ROBOT, destinationId: d, decidedAt: T0, episodeSeq: await seqOf(a!.id) });
+      expect(assigned.map((batch) => batch.length)).toEqual([2, 1]);
+      expect(await routed()).toEqual({ [a!.id]: d, [b!.id]: d, [c!.id]: d });
+      expect(x).toBeDefined();
+      // Idempotent: nothing new the second time, and the other org is untouched.
+      expect(await router.reroute(ORG)).toEqual([]);
+      expect(await routed(OTHER)).toEqual({});
+    });
+
+    it('several destinations and no rules: nothing routes; a new rule routes the backlog', async () => {
+      const d1 = await destination();
+      const d2 = await destination();
+      const [a, b] = await ingest([testReport({ task_id: 'pick' }), testReport({ task_id: 'place' })]);
+      expect(await router.routeNew(ORG)).toEqual([]);
+      await store.sync.createRule({ id: 'r1', orgId: ORG, destinationId: d2, match: { task_id: ['place'] }, createdAt: T0 });
+      // routeNew looks only at episodes after its last pass; the backlog needs reroute.
+      expect(await router.routeNew(ORG)).toEqual([]);
+      expect((await router.reroute(ORG)).map((r) => r.episodeId)).toEqual([b!.id]);
+      await store.sync.createRule({ id: 'r2', orgId: ORG, destinationId: d1, match: {}, createdAt: T0 });
+      expect((await router.reroute(ORG)).map((r) => `${r.episodeId}>${r.destinationId}`)).toEqual([`${a!.id}>${d1}`]);
+      // Newly indexed episodes are routed by routeNew.
+      const [c] = await ingest([testReport({ task_id: 'place' })]);
+      expect((await router.routeNew(ORG)).map((r) => `${r.episodeId}>${r.destinationId}`)).toEqual([`${c!.id}>${d2}`]);
+    });
+
+    it('reorder: episodes without a route follow the new order; decided routes stay', async () => {
+      const d1 = await destination();
+      const d2 = await destination();
+      await store.sync.createRule({ id: 'r1', orgId: ORG, destinationId: d1, match: { task_id: ['pick'] }, createdAt: T0 });
+      await store.sync.createRule({ id: 'r2', orgId: ORG, destinationId: d2, match: {}, createdAt: T0 });
+      const [a] = await ingest([testReport({ task_id: 'pick' })]);
+      await router.routeNew(ORG);
+      expect(await routed()).toEqual({ [a!.id]: d1 });
+      expect(await store.sync.reorderRules(ORG, ['r2', 'r1'])).toBe(true);
+      const [b] = await ingest([testReport({ task_id: 'pick' })]);
+      await router.reroute(ORG);
+      expect(await routed()).toEqual({ [a!.id]: d1, [b!.id]: d2 });
+    });
+
+    it('revocation: pending routes are dropped and route again; synced ones stay; the revoked destination gets nothing new', async () => {
+      const d1 = await destination();
+      const [a, b, c] = await ingest([testReport(), testReport(), testReport()]);
+      await router.routeNew(ORG);
+      expect(await store.sync.applyReplicaReport(ROBOT, report(a!.id, d1, { state: 'synced' }), T0)).toBe('applied');
+      expect(await store.sync.applyReplicaReport(ROBOT, report(b!.id, d1, { state: 'syncing' }), T0)).toBe('applied');
+      expect((await store.sync.pendingAssignments(ROBOT)).map((r) => r.episodeId)).toEqual([a!.id, b!.id, c!.id]);
+
+      const d2 = await destination();
+      // Two live destinations and no rules: nothing would route, so add one rule for d2.
+      await store.sync.createRule({ id: 'r1', orgId: ORG, destinationId: d2, match: {}, createdAt: T0 });
+      expect(await store.sync.revokeDestination(ORG, d1, T0 + 1)).toBe(true);
+      expect(await store.sync.pendingAssignments(ROBOT)).toEqual([]);
+      expect(await store.sync.assignment(ROBOT, a!.id, d1)).toBeUndefined();
+      const again = await router.destinationRevoked(ORG, d1);
+      expect(again.map((r) => `${r.episodeId}>${r.destinationId}`)).toEqual([`${b!.id}>${d2}`, `${c!.id}>${d2}`]);
+      expect(await routed()).toEqual({ [a!.id]: d1, [b!.id]: d2, [c!.id]: d2 });
+      // The synced replica at the revoked destination is untouched.
+      expect((await store.episodes.get(ORG, a!.id))!.replicas).toEqual([expect.objectContaining({ destinationId: d1, state: 'synced' })]);
+      expect(await store.sync.assignment(ROBOT, b!.id, d2)).toMatchObject({ episodeId: b!.id, destinationId: d2 });
+      // A route to a revoked destination is never written, even by a pass that decided before the revocation.
+      const [e] = await ingest([testReport()]);
+      expect(await store.sync.addRoutes([{ orgId: ORG, robotId: ROBOT, episodeId: e!.id, episodeSeq: await seqOf(e!.id), destinationId: d1, decidedAt: T0 }])).toEqual([]);
+    });
+
+    it('pending assignments end at verified; assignment() is only the robot\'s own', async () => {
+      const d = await destination();
+      const [a] = await ingest([testReport()]);
+      await router.routeNew(ORG);
+      expect(await store.sync.assignment('rbt_other', a!.id, d)).toBeUndefined();
+      expect(await store.sync.assignment(ROBOT, a!.id, d)).toMatchObject({ robotId: ROBOT, episodeSeq: await seqOf(a!.id) });
+      await store.sync.applyReplicaReport(ROBOT, report(a!.id, d, { state: 'verified' }), T0);
+      expect(await store.sync.pendingAssignments(ROBOT)).toEqual([]);
+    });
+  });
+
+  describe('replica reports', () => {
+    let d: string;
+    let ep: EpisodeReport;
+    beforeEach(async () => {
+      d = await destination();
+      [ep] = (await ingest([testReport({ recording_session_id: 'rs_9', episode_seq: 4 })])) as [EpisodeReport];
+    });
+    const replica = async () => (await store.episodes.get(ORG, ep.id))!.replicas;
+
+    it('moves forward only; an earlier state or an older report of the same state changes nothing', async () => {
+      expect(await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'granted', at: 10 }), T0)).toBe('applied');
+      expect(await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'synced', at: 30, object_key: 'k/1' }), T0 + 1)).toBe('applied');
+      // Out of order: the syncing report arrives after synced.
+      expect(await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'syncing', at: 20 }), T0 + 2)).toBe('unchanged');
+      // The exact repeat of the last report.
+      expect(await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'synced', at: 30, object_key: 'k/1' }), T0 + 3)).toBe('unchanged');
+      // An older report of the same state.
+      expect(await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'synced', at: 25, grant_id: 'gr_old' }), T0 + 4)).toBe('unchanged');
+      expect(await replica()).toEqual([{ destinationId: d, state: 'synced', grantId: 'gr_1', error: null, objectKey: 'k/1', updatedAt: T0 + 1 }]);
+      expect(events().map((e) => e.type)).toEqual(['episode.synced']);
+
+      expect(await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'verified', at: 40 }), T0 + 5)).toBe('applied');
+      // The object key reported earlier is kept when a later report carries none.
+      expect(await replica()).toEqual([expect.objectContaining({ state: 'verified', objectKey: 'k/1', updatedAt: T0 + 5 })]);
+      expect(await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'synced', at: 50 }), T0 + 6)).toBe('unchanged');
+      expect(events().map((e) => e.type)).toEqual(['episode.synced', 'episode.verified']);
+    });
+
+    it('writes the spec payloads, valid against the protocol schema', async () => {
+      await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'synced', object_key: 'k/1', at: 1 }), T0);
+      await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'verified', at: 2 }), T0);
+      const all = events();
+      for (const e of all) expect(WebhookPayloadSchema.safeParse(e.payload).success).toBe(true);
+      const base = { schema_version: 1, episode_id: ep.id, robot_id: ROBOT, recording_session_id: 'rs_9', episode_seq: 4, destination_id: d, grant_id: 'gr_1', object_key: 'k/1' };
+      expect(all).toEqual([
+        { type: 'episode.synced', payload: { ...base, state: 'synced' } },
+        { type: 'episode.verified', payload: { ...base, state: 'verified' } },
+      ]);
+      // The event rows belong to the episode's org and episode.
+      expect(store.db.prepare("SELECT org_id, episode_id FROM events WHERE type = 'episode.verified'").get()).toEqual({ org_id: ORG, episode_id: ep.id });
+    });
+
+    it('a jump to verified tells both synced and verified; object_key is left out when unknown', async () => {
+      expect(await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'verified' }), T0)).toBe('applied');
+      expect(events().map((e) => [e.type, e.payload.state, 'object_key' in e.payload])).toEqual([
+        ['episode.synced', 'synced', false],
+        ['episode.verified', 'verified', false],
+      ]);
+    });
+
+    it('an error keeps the state, is stored, and appends episode.failed with {code, message}; a repeat appends nothing', async () => {
+      await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'syncing', at: 10 }), T0);
+      const failed = report(ep.id, d, { state: 'syncing', at: 20, error: 'upload_failed: PUT recording.mcap answered 403' });
+      expect(await store.sync.applyReplicaReport(ROBOT, failed, T0 + 1)).toBe('applied');
+      expect(await store.sync.applyReplicaReport(ROBOT, failed, T0 + 2)).toBe('unchanged');
+      expect(await replica()).toEqual([expect.objectContaining({ state: 'syncing', error: 'upload_failed: PUT recording.mcap answered 403' })]);
+      expect(events().map((e) => e.type)).toEqual(['episode.failed']);
+      expect(events()[0]!.payload).toMatchObject({ state: 'syncing', destination_id: d, grant_id: 'gr_1', error: { code: 'upload_failed', message: 'PUT recording.mcap answered 403' } });
+      expect(WebhookPayloadSchema.safeParse(events()[0]!.payload).success).toBe(true);
+      // The next attempt succeeds: the error clears.
+      expect(await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'synced', at: 30 }), T0 + 3)).toBe('applied');
+      expect(await replica()).toEqual([expect.objectContaining({ state: 'synced', error: null })]);
+      // A failed first report creates the replica in the state it names.
+      const [other] = await ingest([testReport()]);
+      expect(await store.sync.applyReplicaReport(ROBOT, report(other!.id, d, { state: 'granted', error: 'no colon here' }), T0)).toBe('applied');
+      expect(events('episode.failed').at(-1)!.payload.error).toEqual({ code: 'failed', message: 'no colon here' });
+    });
+
+    it('unknown episode, another robot\'s episode, and a destination outside the org are refused without a write', async () => {
+      expect(await store.sync.applyReplicaReport(ROBOT, report('ep_doesnotexist00', d), T0)).toBe('unknown_episode');
+      expect(await store.sync.applyReplicaReport('rbt_other', report(ep.id, d), T0)).toBe('conflict');
+      const foreign = await destination(OTHER);
+      expect(await store.sync.applyReplicaReport(ROBOT, report(ep.id, foreign), T0)).toBe('unknown_destination');
+      expect(await store.sync.applyReplicaReport(ROBOT, report(ep.id, 'dst_nope'), T0)).toBe('unknown_destination');
+      expect(await replica()).toEqual([]);
+      expect(events()).toEqual([]);
+    });
+
+    it('is recorded for a destination of the org the episode is not routed to, and for a revoked one', async () => {
+      const other = await destination();
+      await store.sync.revokeDestination(ORG, other, T0);
+      expect(await store.sync.applyReplicaReport(ROBOT, report(ep.id, other, { state: 'synced' }), T0)).toBe('applied');
+      expect(await replica()).toEqual([expect.objectContaining({ destinationId: other, state: 'synced' })]);
+    });
+
+    it('markGranted creates a granted replica, takes a new grant while uploading, never moves one back', async () => {
+      const seq = await seqOf(ep.id);
+      await store.sync.markGranted(OTHER, seq, d, 'g0', null, T0);
+      expect(await replica()).toEqual([]);
+      await store.sync.markGranted(ORG, seq, d, 'g1', 'k/1', T0);
+      expect(await replica()).toEqual([{ destinationId: d, state: 'granted', grantId: 'g1', error: null, objectKey: 'k/1', updatedAt: T0 }]);
+      await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'syncing', grant_id: 'g1', at: 5 }), T0 + 1);
+      await store.sync.markGranted(ORG, seq, d, 'g2', null, T0 + 2);
+      expect(await replica()).toEqual([expect.objectContaining({ state: 'syncing', grantId: 'g2', objectKey: 'k/1' })]);
+      await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'verified', grant_id: 'g2', at: 6 }), T0 + 3);
+      await store.sync.markGranted(ORG, seq, d, 'g3', null, T0 + 4);
+      expect(await replica()).toEqual([expect.objectContaining({ state: 'verified', grantId: 'g2' })]);
+    });
+
+    it('sync_state filters follow the replicas written by reports', async () => {
+      const [b] = await ingest([testReport()]);
+      const d2 = await destination();
+      const list = async (state: 'unverified' | 'synced' | 'verified', destinationId?: string) =>
+        (await store.episodes.list(ORG, { eq: {}, metadata: {}, annotation: {}, syncState: { state, ...(destinationId ? { destinationId } : {}) } }, 0, 10)).map((e) => e.id);
+      await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'synced', at: 1 }), T0);
+      await store.sync.applyReplicaReport(ROBOT, report(b!.id, d2, { state: 'verified', at: 1 }), T0);
+      expect(await list('synced')).toEqual([ep.id, b!.id]);
+      expect(await list('verified')).toEqual([b!.id]);
+      expect(await list('unverified')).toEqual([ep.id]);
+      expect(await list('unverified', d2)).toEqual([ep.id]);
+      expect(await list('unverified', d)).toEqual([ep.id, b!.id]);
+      // An out-of-order older report does not take verified back.
+      await store.sync.applyReplicaReport(ROBOT, report(b!.id, d2, { state: 'syncing', at: 0 }), T0);
+      expect(await list('verified')).toEqual([b!.id]);
+    });
+  });
+
+  describe('sync health', () => {
+    it('counts per robot from the replicas, with the 72 h boundary on reported_at, bytes, local_missing and pressure', async () => {
+      const d = await destination();
+      const manifest = (n: number) => ({ files: [], total_bytes: n });
+      const [old1, old2, verified] = await ingest([testReport({ manifest: manifest(100) }), testReport({ manifest: manifest(20) }), testReport({ manifest: manifest(1000) })], { reportedAt: T0 });
+      await ingest([testReport({ outcome: 'discarded', manifest: manifest(5) })], { reportedAt: T0 });
+      await ingest([testReport({ manifest: manifest(3) })], { reportedAt: T0 + HOUR });
+      await ingest([testReport({ manifest: manifest(7) })], { robotId: 'rbt_2', reportedAt: T0 });
+      await ingest([testReport()], { orgId: OTHER, robotId: 'rbt_9', reportedAt: T0 });
+      await store.sync.applyReplicaReport(ROBOT, report(verified!.id, d, { state: 'verified' }), T0);
+      await store.sync.applyReplicaReport(ROBOT, report(old2!.id, d, { state: 'synced' }), T0);
+      expect(await store.sync.markLocalMissing(ROBOT, old1!.id)).toBe('applied');
+      expect(await store.sync.markLocalMissing(ROBOT, old1!.id)).toBe('unchanged');
+      expect(await store.sync.markLocalMissing('rbt_2', old1!.id)).toBe('conflict');
+      expect(await store.sync.markLocalMissing(ROBOT, 'ep_nope000000000')).toBe('unknown_episode');
+      await store.sync.notePressure(ROBOT, { free_bytes: 10, backlog_bytes: 123, hours_to_full: 4.5 }, T0 + 5);
+      // An older pressure report does not replace a newer one.
+      await store.sync.notePressure(ROBOT, { free_bytes: 99, backlog_bytes: 0, hours_to_full: null }, T0 + 1);
+
+      const row = (now: number) => store.sync.syncHealth(ORG, now);
+      const at72 = await row(T0 + 72 * HOUR);
+      expect(at72).toEqual([
+        {
+          robotId: ROBOT,
+          episodesReported: 5,
+          unverified: 3,
+          unverifiedOver72h: 0,
+          bytesUnverified: 123,
+          localMissing: 1,
+          pressure: { free_bytes: 10, backlog_bytes: 123, hours_to_full: 4.5, reportedAt: T0 + 5 },
+        },
+        { robotId: 'rbt_2', episodesReported: 1, unverified: 1, unverifiedOver72h: 0, bytesUnverified: 7, localMissing: 0, pressure: null },
+      ]);
+      // One millisecond past 72 h the episodes reported at T0 are over; the one reported an hour later is not.
+      expect((await row(T0 + 72 * HOUR + 1)).map((r) => r.unverifiedOver72h)).toEqual([2, 1]);
+      expect((await row(T0 + 73 * HOUR + 1)).map((r) => r.unverifiedOver72h)).toEqual([3, 1]);
+      expect((await store.sync.syncHealth(OTHER, T0)).map((r) => r.robotId)).toEqual(['rbt_9']);
+    });
+  });
+});

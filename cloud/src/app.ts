@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
@@ -20,6 +21,8 @@ import { installRateLimits } from './http/rate-limit.js';
 import { V1_PLUGINS, type CommandSender, type ZodApp } from './routes/v1/index.js';
 import { SecretBox } from './secret-box.js';
 import { SyncRouter } from './sync/router.js';
+import { GrantRelay } from './sync/grant-relay.js';
+import { EgressClient } from './egress/client.js';
 import type { Store } from './store/index.js';
 
 export const API_VERSION = '1.0.0';
@@ -41,6 +44,8 @@ export interface AppDeps {
   deliveries?: { notify(): void };
   /** Routes episodes to destinations; without one the app makes its own, which pushes nothing to robots. */
   sync?: SyncRouter;
+  /** Forwards grant requests; without one the app makes its own with an egress client from the config. */
+  relay?: Pick<GrantRelay, 'forward'>;
   /** Extra readiness checks (the MQTT broker); /readyz answers 503 while any fails. */
   readiness?: () => Promise<void>;
 }
@@ -96,6 +101,9 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   const sync =
     deps.sync ??
     new SyncRouter({ store, clock, onError: (err, orgId) => fastify.log.error({ err, org_id: orgId }, 'routing episodes failed') });
+  // The grant relay's forwarding (the destination check); the server passes its own.
+  const ownEgress = deps.relay ? null : new EgressClient({ allowLoopback: config.egressAllowLoopback, ...(config.egressCaFile ? { ca: readFileSync(config.egressCaFile, 'utf8') } : {}) });
+  const relay = deps.relay ?? new GrantRelay({ store, egress: ownEgress!, secrets, clock, logger: fastify.log });
   const catalog = installPipeline(fastify, {
     store,
     clock,
@@ -134,6 +142,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     deliveries: deps.deliveries ?? { notify: () => undefined },
     egressAllowLoopback: config.egressAllowLoopback,
     sync,
+    relay,
   };
   await fastify.register(
     async (v1) => {
@@ -172,6 +181,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     async close() {
       stopPurge();
       await fastify.close();
+      await ownEgress?.close();
       await sync.idle();
       await lastUsed.stop();
     },

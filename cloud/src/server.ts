@@ -129,9 +129,9 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
 
     // The robot link: presence, commands, the durable outboxes routed by message kind, and sync
     // (assignments pushed as routes are decided, grant requests relayed to grant providers).
+    const relay = new GrantRelay({ store, egress, secrets, clock, logger });
     const { link, router } = await life.add('robot link', async () => {
       const l = new RobotLink({ url: linkUrl, ...linkAuth, store, clock, logger, commandTimeoutMs: config.commandTimeoutMs });
-      const relay = new GrantRelay({ store, egress, secrets, clock, logger });
       const syncService = new SyncService({ store, relay, publish: (robotId, msg) => l.publishSync(robotId, msg), logger });
       const r = new SyncRouter({
         store,
@@ -183,6 +183,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         secrets,
         deliveries,
         sync: router,
+        relay,
         clock,
         logger,
         robots: link,

@@ -128,3 +128,17 @@ export const SyncHealthRowSchema = z
   })
   .meta({ id: 'SyncHealthRow' });
 export type SyncHealthRowBody = z.infer<typeof SyncHealthRowSchema>;
+
+/** API: POST /v1/destinations/{id}/check. */
+export const CHECK_FAILURES = ['unreachable', 'timeout', 'http_error', 'invalid_json', 'schema_invalid', 'destination_mismatch'] as const;
+export const DestinationCheckSchema = z
+  .object({
+    result: z.enum(['pass', 'fail']).describe('`pass` for a valid grant or a deferral'),
+    mode: z.enum(['granted', 'deferred']).describe('what the provider answered; every failure counts as a deferral'),
+    http_status: z.number().int().nullable(),
+    latency_ms: z.number().int(),
+    failure: z.enum(CHECK_FAILURES).optional().describe('on `fail` only'),
+    message: z.string().optional().describe('on `fail` and on a deferral: what was wrong, in words'),
+  })
+  .meta({ id: 'DestinationCheck' });
+export type DestinationCheck = z.infer<typeof DestinationCheckSchema>;

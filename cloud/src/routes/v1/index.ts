@@ -1,5 +1,6 @@
 import { apiKeyRoutes } from './api-keys.js';
 import { datasetRoutes } from './datasets.js';
+import { destinationCheckRoutes } from './destination-check.js';
 import { destinationRoutes } from './destinations.js';
 import { entitlementRoutes } from './entitlements.js';
 import { episodeRoutes } from './episodes.js';
@@ -12,5 +13,5 @@ import { webhookRoutes } from './webhooks.js';
 import type { V1Plugin } from './types.js';
 
 /** Every /v1 resource module; app.ts registers each under the /v1 prefix. */
-export const V1_PLUGINS: readonly V1Plugin[] = [apiKeyRoutes, entitlementRoutes, usageRoutes, robotRoutes, robotCommandRoutes, episodeRoutes, datasetRoutes, webhookRoutes, destinationRoutes, routingRuleRoutes, syncHealthRoutes];
+export const V1_PLUGINS: readonly V1Plugin[] = [apiKeyRoutes, entitlementRoutes, usageRoutes, robotRoutes, robotCommandRoutes, episodeRoutes, datasetRoutes, webhookRoutes, destinationRoutes, destinationCheckRoutes, routingRuleRoutes, syncHealthRoutes];
 export type { CommandSender, V1Deps, V1Plugin, ZodApp } from './types.js';

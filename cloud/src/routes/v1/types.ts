@@ -5,6 +5,7 @@ import type { LastUsedTracker } from '../../auth.js';
 import type { SecretBox } from '../../secret-box.js';
 import type { CloudConfig } from '../../config.js';
 import type { Store } from '../../store/index.js';
+import type { GrantRelay } from '../../sync/grant-relay.js';
 import type { SyncRouter } from '../../sync/router.js';
 
 export type ZodApp = FastifyInstance<
@@ -33,6 +34,8 @@ export interface V1Deps {
   egressAllowLoopback: boolean;
   /** Routes the backlog after rules or destinations change (in the background). */
   sync: Pick<SyncRouter, 'schedule'>;
+  /** Forwards grant requests to grant providers (the destination check uses it). */
+  relay: Pick<GrantRelay, 'forward'>;
 }
 
 export interface CommandSender {

@@ -1,0 +1,104 @@
+import type { ServerResponse } from 'node:http';
+import { afterAll, beforeAll, beforeEach, afterEach, describe, expect, it } from 'vitest';
+import { DestinationCheckSchema, GrantRequestEnvelopeSchema, verifySignature, type GrantRequestEnvelope } from '@fleet/protocol';
+import { createTestPki, startHttpsReceiver, type ReceivedRequest, type TestPki, type TestReceiver } from '../../egress/test-https.js';
+import { errorCode, startTestCloud, type TestCloud, type TestTenant } from '../../test-support.js';
+
+/** The destination check against a real HTTPS provider stand-in, through the app's own relay. */
+
+let pki: TestPki;
+let provider: TestReceiver;
+let answer: (req: ReceivedRequest, res: ServerResponse) => void;
+let t: TestCloud;
+let tenant: TestTenant;
+
+beforeAll(async () => {
+  pki = createTestPki();
+  provider = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (req, res) => answer(req, res));
+});
+afterAll(async () => {
+  await provider.close();
+  pki.cleanup();
+});
+beforeEach(async () => {
+  t = await startTestCloud({ config: { egressAllowLoopback: true, egressCaFile: pki.caFile } });
+  tenant = await t.createTenant();
+});
+afterEach(async () => {
+  await t.close();
+});
+
+const json = (res: ServerResponse, status: number, body: unknown) => {
+  res.writeHead(status, { 'content-type': 'application/json' });
+  res.end(typeof body === 'string' ? body : JSON.stringify(body));
+};
+const envOf = (req: ReceivedRequest): GrantRequestEnvelope => GrantRequestEnvelopeSchema.parse(JSON.parse(req.body));
+const grant = (env: GrantRequestEnvelope, destinationId = env.request.destination_id) => ({
+  grant_id: `g_${Math.random()}`,
+  expires_at: new Date(Date.now() + 3600_000).toISOString(),
+  retry_after: null,
+  retention: { local: 'keep' },
+  destinations: [{ destination_id: destinationId, protocol: 'http-put', files: env.request.manifest.files.map((f) => ({ path: f.path, put_url: 'https://s.example/x' })) }],
+});
+
+async function destination(url = `https://127.0.0.1:${provider.port}/grant`): Promise<{ id: string; secret: string }> {
+  const res = await t.app.inject({ method: 'POST', url: '/v1/destinations', headers: tenant.auth, payload: { type: 'external', url } });
+  expect(res.statusCode, res.payload).toBe(201);
+  return res.json<{ id: string; secret: string }>();
+}
+
+const check = (id: string) => t.app.inject({ method: 'POST', url: `/v1/destinations/${id}/check`, headers: tenant.auth });
+
+describe('POST /v1/destinations/{id}/check', () => {
+  it('passes a valid grant: a signed synthetic request marked check, and nothing persisted', async () => {
+    const d = await destination();
+    answer = (req, res) => json(res, 200, grant(envOf(req)));
+    const res = await check(d.id);
+    expect(res.statusCode, res.payload).toBe(200);
+    const body = DestinationCheckSchema.parse(res.json());
+    expect(body).toMatchObject({ result: 'pass', mode: 'granted', http_status: 200 });
+    expect(body.latency_ms).toBeGreaterThanOrEqual(0);
+    const got = provider.requests.at(-1)!;
+    expect(envOf(got).request).toMatchObject({ check: true, destination_id: d.id });
+    expect(verifySignature({ body: got.body, header: got.headers['x-service-signature'] as string, secrets: [d.secret], nowS: Math.floor(t.clock.now() / 1000) }).ok).toBe(true);
+    const list = await t.app.inject({ method: 'GET', url: '/v1/destinations', headers: tenant.auth });
+    expect(list.json<{ destinations: { forwards_24h: number; last_forward_at: string | null }[] }>().destinations[0]).toMatchObject({ forwards_24h: 0, last_forward_at: null });
+  });
+
+  it('passes a deferral', async () => {
+    const d = await destination();
+    answer = (_req, res) => json(res, 200, { grant_id: null, destinations: [], retention: { local: 'keep' }, retry_after: 30 });
+    expect((await check(d.id)).json()).toMatchObject({ result: 'pass', mode: 'deferred', http_status: 200 });
+  });
+
+  it.each<[string, (req: ReceivedRequest, res: ServerResponse) => void, string, number | null]>([
+    ['http_error', (_q, res) => json(res, 503, { error: 'down' }), 'http_error', 503],
+    ['invalid_json', (_q, res) => json(res, 200, 'not json'), 'invalid_json', 200],
+    ['schema_invalid', (_q, res) => json(res, 200, { grant_id: 'x' }), 'schema_invalid', 200],
+    ['destination_mismatch', (q, res) => json(res, 200, grant(envOf(q), 'dst_someone_else')), 'destination_mismatch', 200],
+  ])('fails with %s', async (_name, handler, failure, status) => {
+    const d = await destination();
+    answer = handler;
+    const body = (await check(d.id)).json<Record<string, unknown>>();
+    expect(body).toMatchObject({ result: 'fail', mode: 'deferred', failure, http_status: status });
+    expect(typeof body.message).toBe('string');
+  });
+
+  it('fails with unreachable when nothing listens', async () => {
+    const closed = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), () => undefined);
+    const url = `https://127.0.0.1:${closed.port}/grant`;
+    await closed.close();
+    const d = await destination(url);
+    expect((await check(d.id)).json()).toMatchObject({ result: 'fail', mode: 'deferred', failure: 'unreachable', http_status: null });
+  });
+
+  it('answers 404 for another organization and 409 for a revoked destination', async () => {
+    const d = await destination();
+    const other = await t.createTenant();
+    const res = await t.app.inject({ method: 'POST', url: `/v1/destinations/${d.id}/check`, headers: other.auth });
+    expect([res.statusCode, errorCode(res)]).toEqual([404, 'not_found']);
+    await t.app.inject({ method: 'DELETE', url: `/v1/destinations/${d.id}`, headers: tenant.auth });
+    const revoked = await check(d.id);
+    expect([revoked.statusCode, errorCode(revoked)]).toEqual([409, 'conflict']);
+  });
+});

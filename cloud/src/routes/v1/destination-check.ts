@@ -1,0 +1,56 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { z } from 'zod';
+import { DestinationCheckSchema, type DestinationCheck, type GrantRequestEnvelope } from '@fleet/protocol';
+import { ApiError, notFound } from '../../errors.js';
+import { principalOf } from '../../http/policy.js';
+import type { V1Plugin } from './types.js';
+
+const NoBody = z.strictObject({}).nullish();
+
+/**
+ * POST /v1/destinations/{id}/check: a synthetic signed grant request through the real forwarding
+ * path (the relay's own `forward`), so a customer sees what a robot would get. A deferral passes;
+ * nothing is persisted (no forward counted, no grant id claimed, no replica).
+ */
+export const destinationCheckRoutes: V1Plugin = async (app, { store, relay }) => {
+  app.route({
+    method: 'POST',
+    url: '/destinations/:id/check',
+    config: { policy: { auth: 'key', scope: 'admin', feature: 'data.metadata', meter: null } },
+    schema: {
+      summary: "Send a synthetic grant request to a destination's provider",
+      description:
+        'Signed like every grant request, with `request.check: true` and a one-file manifest. `pass` for a valid grant or a deferral; ' +
+        '`fail` with `failure` one of unreachable, timeout, http_error, invalid_json, schema_invalid, destination_mismatch. Nothing is persisted.',
+      params: z.strictObject({ id: z.string().min(1).max(128) }),
+      body: NoBody,
+      response: { 200: DestinationCheckSchema },
+    },
+    handler: async (request): Promise<DestinationCheck> => {
+      const { org } = principalOf(request);
+      const destination = await store.sync.getDestination(org.id, request.params.id);
+      if (!destination) throw notFound('destination');
+      if (destination.revokedAt !== null) throw new ApiError('conflict', 'the destination is revoked');
+      const tag = randomBytes(6).toString('hex');
+      const content = `check ${tag}`;
+      const envelope: GrantRequestEnvelope = {
+        episode_id: `ep_check${tag}`,
+        org_id: org.id,
+        request: {
+          destination_id: destination.id,
+          episode: { robot_id: 'rbt_check', recording_session_id: `rs_check${tag}`, episode_seq: 1 },
+          manifest: {
+            files: [{ path: 'check/episode.mcap', size_bytes: content.length, sha256: createHash('sha256').update(content).digest('hex') }],
+            total_bytes: content.length,
+          },
+          check: true,
+        },
+      };
+      const r = await relay.forward(destination, envelope);
+      const base = { http_status: r.httpStatus, latency_ms: r.latencyMs };
+      if (r.answer.kind === 'grant') return { result: 'pass', mode: 'granted', ...base };
+      if (r.failure === null) return { result: 'pass', mode: 'deferred', ...base, message: r.answer.message };
+      return { result: 'fail', mode: 'deferred', ...base, failure: r.failure, message: r.answer.message };
+    },
+  });
+};

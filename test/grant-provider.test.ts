@@ -6,8 +6,9 @@ import { GrantAnswerSchema, isMultipartFile, type GrantAnswer, type GrantRequest
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createTestPki, type TestPki } from '../cloud/src/egress/test-https.js';
-import { makeTempDir, type TempDir } from './support/cloud.js';
-import { startGrantProvider, type GrantProviderProcess } from './support/grant-provider.js';
+import { cleanEnv, makeTempDir, REPO_ROOT, type TempDir } from './support/cloud.js';
+import { SIM_CLI, startGrantProvider, type GrantProviderProcess } from './support/grant-provider.js';
+import { runProcess } from './support/process.js';
 import { startS3Server, type S3ServerProcess } from './support/s3-server.js';
 
 const MiB = 1024 * 1024;
@@ -281,5 +282,30 @@ describe('fleet-sim grant-provider: grants against a real S3 server', () => {
     const grant = grantOf((await provider.ask(env)).body);
     expect(isMultipartFile(grant.destinations[0]!.files[0]!)).toBe(true);
     expect(provider.process.stderrLines.join('\n')).not.toMatch(/X-Amz-Signature|dsec_/);
+  });
+});
+
+describe('fleet-sim grant-provider: configuration', () => {
+  const run = (args: string[], env: Record<string, string | undefined>) =>
+    runProcess(process.execPath, [SIM_CLI, 'grant-provider', '--port', '0', ...args], { cwd: REPO_ROOT, env: cleanEnv(env) });
+
+  test('no secret in the environment: exit 2 and say which variable', async () => {
+    const res = await run(['--insecure-http', '--s3-bucket', 'episodes'], {});
+    expect(res.code).toBe(2);
+    expect(res.stderr).toContain('FLEET_PROVIDER_SECRET');
+  });
+
+  test('HTTPS without a certificate: exit 2; the secret is never echoed', async () => {
+    const res = await run(['--s3-bucket', 'episodes'], { FLEET_PROVIDER_SECRET: SECRET });
+    expect(res.code).toBe(2);
+    expect(res.stderr).toMatch(/tlsCertFile/);
+    expect(res.stdout + res.stderr).not.toContain(SECRET);
+  });
+
+  test('a port already taken: exit 1', async () => {
+    const port = new URL(provider.url).port;
+    const res = await run(['--insecure-http', '--s3-bucket', 'episodes', '--port', port], { FLEET_PROVIDER_SECRET: SECRET });
+    expect(res.code).toBe(1);
+    expect(res.stderr).toMatch(/EADDRINUSE/);
   });
 });

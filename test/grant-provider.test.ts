@@ -302,6 +302,15 @@ describe('fleet-sim grant-provider: configuration', () => {
     expect(res.stdout + res.stderr).not.toContain(SECRET);
   });
 
+  test('FLEET_PROVIDER_INSECURE_HTTP=0 means off (HTTPS, so a certificate is needed); a value that is no boolean is refused', async () => {
+    const off = await run(['--s3-bucket', 'episodes'], { FLEET_PROVIDER_SECRET: SECRET, FLEET_PROVIDER_INSECURE_HTTP: '0' });
+    expect(off.code).toBe(2);
+    expect(off.stderr).toMatch(/HTTPS needs a certificate/);
+    const odd = await run(['--s3-bucket', 'episodes'], { FLEET_PROVIDER_SECRET: SECRET, FLEET_PROVIDER_INSECURE_HTTP: 'maybe' });
+    expect(odd.code).toBe(2);
+    expect(odd.stderr).toContain('FLEET_PROVIDER_INSECURE_HTTP must be true or false');
+  });
+
   test('a port already taken: exit 1', async () => {
     const port = new URL(provider.url).port;
     const res = await run(['--insecure-http', '--s3-bucket', 'episodes', '--port', port], { FLEET_PROVIDER_SECRET: SECRET });

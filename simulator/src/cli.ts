@@ -87,11 +87,12 @@ program
   .addOption(new Option('--port <port>', 'listen port, 0 picks a free one (default 8443)').env('FLEET_PROVIDER_PORT'))
   .addOption(new Option('--tls-cert <file>', 'PEM certificate (chain) for HTTPS').env('FLEET_PROVIDER_TLS_CERT'))
   .addOption(new Option('--tls-key <file>', 'PEM private key for HTTPS').env('FLEET_PROVIDER_TLS_KEY'))
-  .addOption(new Option('--insecure-http', 'serve plain HTTP (behind a TLS-terminating proxy, or locally)').env('FLEET_PROVIDER_INSECURE_HTTP'))
+  // Boolean switches read their variable by hand: commander would take any value, `0` too, as on.
+  .option('--insecure-http', 'serve plain HTTP (behind a TLS-terminating proxy, or locally) (env: FLEET_PROVIDER_INSECURE_HTTP=true)')
   .addOption(new Option('--s3-endpoint <url>', 'S3-compatible endpoint (default: AWS for the region)').env('FLEET_PROVIDER_S3_ENDPOINT'))
   .addOption(new Option('--s3-region <region>', 'region (default us-east-1)').env('FLEET_PROVIDER_S3_REGION'))
   .addOption(new Option('--s3-bucket <bucket>', 'bucket the episodes go to').env('FLEET_PROVIDER_S3_BUCKET').makeOptionMandatory())
-  .addOption(new Option('--s3-path-style', 'path-style addressing (endpoint/bucket/key), for MinIO and most local stores').env('FLEET_PROVIDER_S3_PATH_STYLE'))
+  .option('--s3-path-style', 'path-style addressing (endpoint/bucket/key), for MinIO and most local stores (env: FLEET_PROVIDER_S3_PATH_STYLE=true)')
   .addOption(new Option('--key-prefix <prefix>', 'prepended to every object key, e.g. fleet/ (default none)').env('FLEET_PROVIDER_KEY_PREFIX'))
   .addOption(new Option('--multipart-threshold-bytes <n>', 'files this large or larger go in parts (default 67108864)').env('FLEET_PROVIDER_MULTIPART_THRESHOLD_BYTES'))
   .addOption(new Option('--part-size-bytes <n>', 'bytes per part, at least 5 MiB (default 16777216)').env('FLEET_PROVIDER_PART_SIZE_BYTES'))
@@ -102,14 +103,20 @@ program
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_PROVIDER_LOG_LEVEL').default('info'))
   .action(async (o: Record<string, string | boolean | undefined>) => {
     const str = (k: string) => (typeof o[k] === 'string' ? o[k] : undefined);
-    const flag = (k: string) => o[k] === true || (typeof o[k] === 'string' && !/^(0|false|no)?$/i.test(o[k]));
     // Secrets only from the environment: a flag would show them in the process list.
     const env = process.env;
+    const flag = (k: string, variable: string): boolean => {
+      if (o[k] === true) return true;
+      const v = (env[variable] ?? '').trim().toLowerCase();
+      if (v === '' || v === '0' || v === 'false' || v === 'no') return false;
+      if (v === '1' || v === 'true' || v === 'yes') return true;
+      return fail(`${variable} must be true or false`, EXIT_USAGE);
+    };
     const input: GrantProviderConfigInput = {
       secrets: [env.FLEET_PROVIDER_SECRET, env.FLEET_PROVIDER_PREVIOUS_SECRET].filter((s): s is string => s !== undefined && s !== ''),
       s3Bucket: str('s3Bucket')!,
-      insecureHttp: flag('insecureHttp'),
-      s3ForcePathStyle: flag('s3PathStyle'),
+      insecureHttp: flag('insecureHttp', 'FLEET_PROVIDER_INSECURE_HTTP'),
+      s3ForcePathStyle: flag('s3PathStyle', 'FLEET_PROVIDER_S3_PATH_STYLE'),
       logLevel: str('logLevel') as GrantProviderConfigInput['logLevel'],
     };
     if (env.FLEET_PROVIDER_S3_ACCESS_KEY_ID) input.s3AccessKeyId = env.FLEET_PROVIDER_S3_ACCESS_KEY_ID;

@@ -113,6 +113,15 @@ describe('answerGrantRequest', () => {
     expect(store.created).toEqual([]);
   });
 
+  test('an answer that would pass 1 MiB (thousands of files) is a deferral, not an answer the cloud refuses', async () => {
+    const { store, deps } = setup();
+    // Real presigned URLs are about 500 bytes.
+    store.presignPut = async (key: string) => `https://bucket.s3.example/${key}?${'X'.repeat(450)}`;
+    expect((await answerGrantRequest(envelope([['a', 1]]), config, deps)).grant_id).not.toBeNull();
+    const files = Array.from({ length: 2000 }, (_, i): [string, number] => [`frames/${String(i).padStart(6, '0')}.jpg`, 1000]);
+    expect(await answerGrantRequest(envelope(files), config, deps)).toMatchObject({ grant_id: null, retry_after: 3600 });
+  });
+
   test('the store unreachable: a deferral with the configured retry_after', async () => {
     const { store, deps } = setup();
     store.down = true;

@@ -92,15 +92,25 @@ export async function answerGrantRequest(envelope: GrantRequestEnvelope, config:
   }
   const grantId = (deps.newGrantId ?? newGrantId)();
   const protocol = files.some((f) => 'upload_id' in f) ? 's3-multipart' : 'http-put';
-  log.info({ grant_id: grantId, protocol, files: files.length, object_key: prefix }, 'grant issued');
-  return {
+  const answer: GrantAnswer = {
     grant_id: grantId,
     expires_at: new Date(now.getTime() + config.urlLifetimeS * 1000).toISOString(),
     retry_after: null,
     retention: RETENTION,
     destinations: [{ destination_id: req.destination_id, protocol, object_key: prefix, files }],
   };
+  // Part sizes grow to fit, but one PUT URL per file cannot shrink: an episode of a few thousand
+  // files has no answer under the cloud's 1 MiB. Say so, rather than send one it will refuse.
+  if (Buffer.byteLength(JSON.stringify(answer)) > MAX_ANSWER_BYTES) {
+    log.error({ files: files.length }, 'the grant would exceed the 1 MiB answer limit (too many files in one episode): deferring');
+    return deferral(3600);
+  }
+  log.info({ grant_id: grantId, protocol, files: files.length, object_key: prefix }, 'grant issued');
+  return answer;
 }
+
+/** The spec's bound on a provider's answer. */
+export const MAX_ANSWER_BYTES = 1024 * 1024;
 
 /** What is worth logging of an SDK or network error: never a URL with a signature in it. */
 function describeStoreError(err: unknown): { name: string; code?: string; status?: number } {

@@ -2,6 +2,8 @@
 import { Command, Option } from 'commander';
 import { pino } from 'pino';
 import { ZodError } from 'zod';
+import { parseGrantProviderConfig, type GrantProviderConfig, type GrantProviderConfigInput } from './grant-provider/config.js';
+import { runGrantProvider, type RunningGrantProvider } from './grant-provider/main.js';
 import { FleetError, parseFleetOptions, runFleet, type Fleet, type FleetOptions, type FleetOptionsInput } from './fleet.js';
 
 /** Exit codes: 1 the fleet could not start, 2 bad usage or configuration. */
@@ -75,6 +77,105 @@ program
     }
     await serve(opts);
   });
+
+program
+  .command('grant-provider')
+  .description(
+    'reference grant provider for an external destination: verifies the signed grant requests of the cloud and answers presigned S3 upload URLs; prints {"url":…} on stdout once listening, logs JSON to stderr. Secrets are read from the environment only: FLEET_PROVIDER_SECRET (the destination\u2019s dsec_ secret), FLEET_PROVIDER_PREVIOUS_SECRET (during a rotation), FLEET_PROVIDER_S3_ACCESS_KEY_ID and FLEET_PROVIDER_S3_SECRET_ACCESS_KEY (else the AWS SDK\u2019s default credentials)',
+  )
+  .addOption(new Option('--host <host>', 'listen address (default 127.0.0.1)').env('FLEET_PROVIDER_HOST'))
+  .addOption(new Option('--port <port>', 'listen port, 0 picks a free one (default 8443)').env('FLEET_PROVIDER_PORT'))
+  .addOption(new Option('--tls-cert <file>', 'PEM certificate (chain) for HTTPS').env('FLEET_PROVIDER_TLS_CERT'))
+  .addOption(new Option('--tls-key <file>', 'PEM private key for HTTPS').env('FLEET_PROVIDER_TLS_KEY'))
+  // Boolean switches read their variable by hand: commander would take any value, `0` too, as on.
+  .option('--insecure-http', 'serve plain HTTP (behind a TLS-terminating proxy, or locally) (env: FLEET_PROVIDER_INSECURE_HTTP=true)')
+  .addOption(new Option('--s3-endpoint <url>', 'S3-compatible endpoint (default: AWS for the region)').env('FLEET_PROVIDER_S3_ENDPOINT'))
+  .addOption(new Option('--s3-region <region>', 'region (default us-east-1)').env('FLEET_PROVIDER_S3_REGION'))
+  .addOption(new Option('--s3-bucket <bucket>', 'bucket the episodes go to').env('FLEET_PROVIDER_S3_BUCKET').makeOptionMandatory())
+  .option('--s3-path-style', 'path-style addressing (endpoint/bucket/key), for MinIO and most local stores (env: FLEET_PROVIDER_S3_PATH_STYLE=true)')
+  .addOption(new Option('--key-prefix <prefix>', 'prepended to every object key, e.g. fleet/ (default none)').env('FLEET_PROVIDER_KEY_PREFIX'))
+  .addOption(new Option('--multipart-threshold-bytes <n>', 'files this large or larger go in parts (default 67108864)').env('FLEET_PROVIDER_MULTIPART_THRESHOLD_BYTES'))
+  .addOption(new Option('--part-size-bytes <n>', 'bytes per part, at least 5 MiB (default 16777216)').env('FLEET_PROVIDER_PART_SIZE_BYTES'))
+  .addOption(new Option('--url-lifetime-s <s>', 'lifetime of the presigned URLs and of the grant (default 3600)').env('FLEET_PROVIDER_URL_LIFETIME_S'))
+  .addOption(new Option('--retry-after-s <s>', 'what a deferral asks the robot to wait (default 30)').env('FLEET_PROVIDER_RETRY_AFTER_S'))
+  .addOption(new Option('--store-timeout-ms <ms>', 'time budget for the store calls of one grant (default 5000)').env('FLEET_PROVIDER_STORE_TIMEOUT_MS'))
+  .addOption(new Option('--signature-tolerance-s <s>', 'accepted clock difference of a signature (default 300)').env('FLEET_PROVIDER_SIGNATURE_TOLERANCE_S'))
+  .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_PROVIDER_LOG_LEVEL').default('info'))
+  .action(async (o: Record<string, string | boolean | undefined>) => {
+    const str = (k: string) => (typeof o[k] === 'string' ? o[k] : undefined);
+    // Secrets only from the environment: a flag would show them in the process list.
+    const env = process.env;
+    const flag = (k: string, variable: string): boolean => {
+      if (o[k] === true) return true;
+      const v = (env[variable] ?? '').trim().toLowerCase();
+      if (v === '' || v === '0' || v === 'false' || v === 'no') return false;
+      if (v === '1' || v === 'true' || v === 'yes') return true;
+      return fail(`${variable} must be true or false`, EXIT_USAGE);
+    };
+    const input: GrantProviderConfigInput = {
+      secrets: [env.FLEET_PROVIDER_SECRET, env.FLEET_PROVIDER_PREVIOUS_SECRET].filter((s): s is string => s !== undefined && s !== ''),
+      s3Bucket: str('s3Bucket')!,
+      insecureHttp: flag('insecureHttp', 'FLEET_PROVIDER_INSECURE_HTTP'),
+      s3ForcePathStyle: flag('s3PathStyle', 'FLEET_PROVIDER_S3_PATH_STYLE'),
+      logLevel: str('logLevel') as GrantProviderConfigInput['logLevel'],
+    };
+    if (env.FLEET_PROVIDER_S3_ACCESS_KEY_ID) input.s3AccessKeyId = env.FLEET_PROVIDER_S3_ACCESS_KEY_ID;
+    if (env.FLEET_PROVIDER_S3_SECRET_ACCESS_KEY) input.s3SecretAccessKey = env.FLEET_PROVIDER_S3_SECRET_ACCESS_KEY;
+    const optional: [keyof GrantProviderConfigInput, string][] = [
+      ['host', 'host'],
+      ['port', 'port'],
+      ['tlsCertFile', 'tlsCert'],
+      ['tlsKeyFile', 'tlsKey'],
+      ['s3Endpoint', 's3Endpoint'],
+      ['s3Region', 's3Region'],
+      ['keyPrefix', 'keyPrefix'],
+      ['multipartThresholdBytes', 'multipartThresholdBytes'],
+      ['partSizeBytes', 'partSizeBytes'],
+      ['urlLifetimeS', 'urlLifetimeS'],
+      ['retryAfterS', 'retryAfterS'],
+      ['storeTimeoutMs', 'storeTimeoutMs'],
+      ['signatureToleranceS', 'signatureToleranceS'],
+    ];
+    for (const [key, name] of optional) {
+      const v = str(name);
+      if (v !== undefined) (input as Record<string, unknown>)[key] = v;
+    }
+    if (input.secrets.length === 0) fail('FLEET_PROVIDER_SECRET is not set (the destination\u2019s dsec_ secret)', EXIT_USAGE);
+    let config: GrantProviderConfig;
+    try {
+      config = parseGrantProviderConfig(input);
+    } catch (err) {
+      // Issues name the setting, never its value: a secret must not reach a log.
+      if (err instanceof ZodError) fail(`invalid configuration: ${err.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`, EXIT_USAGE);
+      throw err;
+    }
+    await serveGrantProvider(config);
+  });
+
+async function serveGrantProvider(config: GrantProviderConfig): Promise<void> {
+  const logger = pino({ level: config.logLevel, base: { pid: process.pid } }, pino.destination({ dest: 2, sync: true }));
+  let provider: RunningGrantProvider;
+  try {
+    provider = await runGrantProvider(config, { logger });
+  } catch (err) {
+    logger.fatal({ err }, 'grant provider failed to start');
+    fail(err instanceof Error ? err.message : String(err), EXIT_FAILED);
+  }
+  let stopping = false;
+  const shutdown = (signal: NodeJS.Signals) => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    logger.info({ signal }, 'shutting down the grant provider');
+    provider.close().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
+  };
+  process.on('SIGTERM', shutdown);
+  process.on('SIGINT', shutdown);
+  logger.info({ url: provider.url, bucket: config.s3Bucket }, 'grant provider listening');
+  process.stdout.write(`${JSON.stringify({ url: provider.url })}\n`);
+}
 
 async function serve(opts: FleetOptions): Promise<void> {
   const logger = pino({ level: opts.logLevel, base: { pid: process.pid }, redact: ['password', '*.password'] }, pino.destination({ dest: 2, sync: true }));

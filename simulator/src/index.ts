@@ -26,3 +26,9 @@ export {
   type ScriptedOperatorOptions,
 } from './operator.js';
 export { seededRandom, weightedPick } from './random.js';
+export { GrantProviderConfigSchema, parseGrantProviderConfig, type GrantProviderConfig, type GrantProviderConfigInput } from './grant-provider/config.js';
+export { answerGrantRequest, deferral } from './grant-provider/grants.js';
+export { episodeKeyPrefix, planUploads, type FilePlan } from './grant-provider/layout.js';
+export { runGrantProvider, type RunningGrantProvider } from './grant-provider/main.js';
+export { createS3UploadStore, type InFlightUpload, type UploadStore } from './grant-provider/s3-store.js';
+export { MAX_BODY_BYTES, PROVIDER_ERRORS, buildGrantProviderServer, type GrantProviderDeps } from './grant-provider/server.js';

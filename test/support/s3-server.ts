@@ -1,0 +1,153 @@
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { GetObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
+import { cleanEnv, makeTempDir, REPO_ROOT } from './cloud.js';
+import { spawnProcess, type SpawnedProcess } from './process.js';
+
+const MAIN = join(REPO_ROOT, 'test', 'support', 's3-server-main.js');
+
+/*
+ * What the S3 server of the tests (@20minutes/s3rver 4.0.4, a maintained fork of s3rver) does,
+ * as observed; an uploader written against it must not rely on more than real S3 gives:
+ * - SigV4 is checked, for presigned query-string URLs and signed headers alike: a changed
+ *   signature, key, upload id or part number is 403 `SignatureDoesNotMatch`; an expired URL is
+ *   403 `AccessDenied`. (s3rver 3.7.1 from npm accepts any well-formed SigV4 signature, which is
+ *   why it is not used.) Presigned URLs sign only `host`: any Content-Type may be sent.
+ * - Errors are S3's XML, `<Error><Code>…</Code><Message>…</Message>…</Error>`, with S3's status.
+ * - ETags: PUT object and UploadPart answer `ETag: "<md5 hex of the bytes>"` (quoted). The
+ *   CompleteMultipartUpload answer has NO ETag header; its XML body has
+ *   `<ETag>&quot;<md5 hex of the whole object>&quot;</ETag>` (XML-escaped quotes), where real S3
+ *   gives `"<md5 of the part md5s>-<part count>"`. GET/HEAD then answer the same whole-object md5.
+ * - Complete does not check the part ETags it is sent, nor the 5 MiB part minimum, nor that the
+ *   listed parts cover the file (real S3 answers InvalidPart / EntityTooSmall): tests of those
+ *   rules cannot rely on this server.
+ * - ListMultipartUploads and ListParts are not implemented by s3rver; s3-server-main.js answers
+ *   ListMultipartUploads (prefix filter, no pagination) from s3rver's upload directory after
+ *   s3rver's own signature check. ListParts stays unimplemented.
+ * - CORS: no bucket CORS configured; not relevant to robots (no browser).
+ * - Credentials are fixed by s3rver: access key id and secret are both `S3RVER`.
+ */
+
+export interface S3Object {
+  key: string;
+  size: number;
+  etag: string;
+}
+
+export interface S3ServerProcess extends AsyncDisposable {
+  /** `http://127.0.0.1:PORT`, path-style addressing. */
+  readonly endpoint: string;
+  readonly bucket: string;
+  readonly region: string;
+  readonly accessKeyId: string;
+  readonly secretAccessKey: string;
+  /** Where s3rver keeps its data (removed on dispose). */
+  readonly dataDir: string;
+  readonly process: SpawnedProcess;
+  /** Every object in the bucket, by key. */
+  listObjects(): Promise<S3Object[]>;
+  /** The object's bytes and ETag header, or null when it does not exist. */
+  getObject(key: string): Promise<{ body: Buffer; etag: string } | null>;
+  /** Stops the server (data kept): the store is unreachable until `start()`. */
+  stop(): Promise<void>;
+  /** Starts it again on the same port with the same data. */
+  start(): Promise<void>;
+  /** Stops it and removes its data. */
+  close(): Promise<void>;
+}
+
+export interface StartS3ServerOptions {
+  bucket?: string;
+}
+
+async function spawnS3(dataDir: string, bucket: string, port: number): Promise<{ proc: SpawnedProcess; endpoint: string }> {
+  const proc = spawnProcess(process.execPath, [MAIN, dataDir, bucket, String(port)], { name: 's3rver', cwd: REPO_ROOT, env: cleanEnv() });
+  try {
+    const line = await proc.waitForStdout((l) => l.startsWith('{"endpoint"'), { description: 'the {"endpoint":…} line' });
+    return { proc, endpoint: (JSON.parse(line) as { endpoint: string }).endpoint };
+  } catch (err) {
+    await proc.kill('SIGKILL');
+    throw err;
+  }
+}
+
+/**
+ * Starts an S3-compatible server as its own process on a free loopback port, with one bucket
+ * created and a temp directory for its data. `await using s3 = await startS3Server()`.
+ */
+export async function startS3Server(opts: StartS3ServerOptions = {}): Promise<S3ServerProcess> {
+  const bucket = opts.bucket ?? 'episodes';
+  const tmp = await makeTempDir('fleet-s3-');
+  const dataDir = join(tmp.path, 'data');
+  await mkdir(dataDir);
+  let running: { proc: SpawnedProcess; endpoint: string };
+  try {
+    running = await spawnS3(dataDir, bucket, 0);
+  } catch (err) {
+    await tmp[Symbol.asyncDispose]();
+    throw err;
+  }
+  const endpoint = running.endpoint;
+  const port = Number(new URL(endpoint).port);
+  let stopped = false;
+  const client = new S3Client({
+    endpoint,
+    region: 'us-east-1',
+    forcePathStyle: true,
+    credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
+    maxAttempts: 1,
+  });
+
+  const stop = async () => {
+    if (stopped) return;
+    stopped = true;
+    await running.proc.kill('SIGTERM');
+  };
+  const close = async () => {
+    client.destroy();
+    try {
+      await stop();
+    } finally {
+      await tmp[Symbol.asyncDispose]();
+    }
+  };
+
+  return {
+    endpoint,
+    bucket,
+    region: 'us-east-1',
+    accessKeyId: 'S3RVER',
+    secretAccessKey: 'S3RVER',
+    dataDir,
+    get process() {
+      return running.proc;
+    },
+    async listObjects() {
+      const out: S3Object[] = [];
+      let token: string | undefined;
+      do {
+        const page = await client.send(new ListObjectsV2Command({ Bucket: bucket, ContinuationToken: token }));
+        for (const o of page.Contents ?? []) out.push({ key: o.Key!, size: o.Size ?? 0, etag: o.ETag ?? '' });
+        token = page.IsTruncated ? page.NextContinuationToken : undefined;
+      } while (token);
+      return out;
+    },
+    async getObject(key) {
+      try {
+        const res = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+        return { body: Buffer.from(await res.Body!.transformToByteArray()), etag: res.ETag ?? '' };
+      } catch (err) {
+        if ((err as { name?: string }).name === 'NoSuchKey') return null;
+        throw err;
+      }
+    },
+    stop,
+    async start() {
+      if (!stopped) return;
+      running = await spawnS3(dataDir, bucket, port);
+      stopped = false;
+    },
+    close,
+    [Symbol.asyncDispose]: close,
+  };
+}

@@ -23,12 +23,15 @@ export interface MqttLinkOptions {
   onCommand: (payload: Buffer) => void;
   /** An application-level acknowledgment of an outbox message (`…/outbox/ack`). */
   onOutboxAck?: (payload: Buffer) => void;
+  /** A message on `…/sync` (assignments, grants, deferrals); the link subscribes to it only when given. */
+  onSync?: (payload: Buffer) => void;
   random?: () => number;
 }
 
 /**
  * The robot's MQTT 3.1.1 connection: presence by a retained status plus a last will, commands in,
- * replies out, outbox messages out and their acknowledgments in, QoS 1. mqtt.js's fixed-period
+ * replies out, outbox messages out and their acknowledgments in, sync requests out and sync
+ * messages (assignments, grants, deferrals) in, QoS 1. mqtt.js's fixed-period
  * reconnect is off; this link reconnects with exponential backoff and re-announces its status on
  * every connect (the broker may have lost retained messages when it restarted).
  */
@@ -76,6 +79,7 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
     client.on('message', (topic, payload) => {
       if (topic === topics.command(this.robotId)) this.opts.onCommand(payload);
       else if (topic === topics.outboxAck(this.robotId)) this.opts.onOutboxAck?.(payload);
+      else if (topic === topics.sync(this.robotId)) this.opts.onSync?.(payload);
     });
   }
 
@@ -113,6 +117,13 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
     await client.publishAsync(topics.outbox(this.robotId), payload, { qos: 1 });
   }
 
+  /** Publishes a sync request (`…/sync/request`, QoS 1); rejects while disconnected. */
+  async publishSyncRequest(payload: string): Promise<void> {
+    const client = this.client;
+    if (!client?.connected) throw new Error('not connected');
+    await client.publishAsync(topics.syncRequest(this.robotId), payload, { qos: 1 });
+  }
+
   /** Publishes the retained offline status, then disconnects (no last will on a clean end). */
   async stop(): Promise<void> {
     this.stopping = true;
@@ -146,7 +157,10 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
     this.everConnected = true;
     const ready = async () => {
       // Subscribed before `connected` fires, so the outbox never publishes without hearing the acks.
-      await client.subscribeAsync([topics.command(this.robotId), topics.outboxAck(this.robotId)], { qos: 1 });
+      const subscriptions = [topics.command(this.robotId), topics.outboxAck(this.robotId)];
+      // Subscribed before `connected` fires too, so the answer to the assignments request is heard.
+      if (this.opts.onSync) subscriptions.push(topics.sync(this.robotId));
+      await client.subscribeAsync(subscriptions, { qos: 1 });
       await this.publishStatus();
     };
     ready().then(

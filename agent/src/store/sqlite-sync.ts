@@ -81,7 +81,7 @@ export class SqliteSync implements SyncStore {
     return this.db.transaction(() => this.insertAll(assignments, at)).immediate();
   }
 
-  async reconcile(complete: readonly Assignment[], at: number): Promise<{ added: number; removed: number }> {
+  async reconcile(complete: readonly Assignment[], at: number): Promise<{ added: number; removed: Assignment[] }> {
     return this.db
       .transaction(() => {
         const added = this.insertAll(complete, at);
@@ -91,8 +91,12 @@ export class SqliteSync implements SyncStore {
           destination_id: string;
         }[];
         const del = this.db.prepare('DELETE FROM replicas WHERE episode_id = ? AND destination_id = ?');
-        let removed = 0;
-        for (const r of open) if (!wanted.has(`${r.episode_id}\u0000${r.destination_id}`)) removed += del.run(r.episode_id, r.destination_id).changes;
+        const removed: Assignment[] = [];
+        for (const r of open) {
+          if (wanted.has(`${r.episode_id}\u0000${r.destination_id}`)) continue;
+          del.run(r.episode_id, r.destination_id);
+          removed.push({ episode_id: r.episode_id, destination_id: r.destination_id });
+        }
         return { added, removed };
       })
       .immediate();

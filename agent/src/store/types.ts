@@ -290,7 +290,7 @@ export interface SyncStore {
    * missing ones, deletes unfinished ones it does not name (with their progress). Finished
    * replicas (next_attempt_at null) are kept. One transaction.
    */
-  reconcile(complete: readonly Assignment[], at: number): Promise<{ added: number; removed: number }>;
+  reconcile(complete: readonly Assignment[], at: number): Promise<{ added: number; removed: Assignment[] }>;
   get(episodeId: string, destinationId: string): Promise<ReplicaRow | undefined>;
   list(): Promise<ReplicaRow[]>;
   /** Replicas with something to do whose time has come, soonest first. */

@@ -73,8 +73,19 @@ export class SyncChannel {
   }
 
   /** Publishes a grant request and resolves with its answer; rejects after `timeoutMs` or when the link drops. */
-  request(request: Extract<SyncRequest, { type: 'grant.request' }>, timeoutMs: number): Promise<GrantAnswer> {
+  request(request: Extract<SyncRequest, { type: 'grant.request' }>, timeoutMs: number, signal?: AbortSignal): Promise<GrantAnswer> {
     return new Promise<GrantAnswer>((resolve, reject) => {
+      if (signal?.aborted) {
+        reject(new UploadError('aborted', 'the attempt was cancelled'));
+        return;
+      }
+      signal?.addEventListener(
+        'abort',
+        () => {
+          if (this.settle(request.req_id)) reject(new UploadError('aborted', 'the attempt was cancelled'));
+        },
+        { once: true },
+      );
       const timer = this.opts.scheduler.setTimeout(() => {
         if (!this.waiters.delete(request.req_id)) return;
         reject(new UploadError('grant_timeout', `no answer to the grant request within ${Math.round(timeoutMs / 1000)} s`));

@@ -176,7 +176,7 @@ export async function putFile(args: {
     });
     const text = await readCapped(res.body);
     if (res.statusCode < 200 || res.statusCode >= 300) throw statusError(res.statusCode, text, `PUT ${label}`);
-    if (failure) throw failure;
+    if (failure) throw networkError(failure, `PUT ${label}`);
     return {
       bytes: hasher.bytes,
       sha256: hasher.sha256.digest('hex'),
@@ -294,7 +294,7 @@ export async function multipartUpload(args: {
       running.add(p);
     }
     await Promise.all(running);
-    if (failure !== undefined) throw failure;
+    if (failure !== undefined) throw networkError(failure, job.label);
     const digest = sha256.digest('hex');
     if (digest !== job.expectedSha256) throw new UploadError('file_changed', `${job.label} no longer matches its manifest (sha256 ${digest}); upload not completed`);
     const ordered = [...parts.values()].sort((a, b) => a.partNumber - b.partNumber);

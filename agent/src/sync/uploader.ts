@@ -157,7 +157,9 @@ export class Uploader {
       if (this.assignmentsTimer !== undefined) this.opts.scheduler.clearTimeout(this.assignmentsTimer);
       this.assignmentsTimer = undefined;
       const { added, removed } = await store.sync.reconcile(msg.assignments, clock.now());
-      logger.info({ assignments: msg.assignments.length, added, removed }, 'assignments reconciled with the cloud');
+      // The cloud no longer wants these: stop working on them (a grant wait ends at once).
+      for (const a of removed) this.active.get(key({ episodeId: a.episode_id, destinationId: a.destination_id }))?.abort();
+      logger.info({ assignments: msg.assignments.length, added, removed: removed.length }, 'assignments reconciled with the cloud');
     } else {
       const added = await store.sync.add(msg.assignments, clock.now());
       if (added > 0) logger.info({ added }, 'new assignments');
@@ -248,7 +250,7 @@ export class Uploader {
       logger.info({ episode_id: row.episodeId, destination_id: row.destinationId }, 'assignment has no files to upload');
       return;
     }
-    const answer = await this.askForGrant(row);
+    const answer = await this.askForGrant(row, signal);
     if (answer.type === 'deferral') {
       const wait = this.jittered(answer.retry_after_s * 1000);
       const next = clock.now() + wait;
@@ -288,7 +290,7 @@ export class Uploader {
     await this.finish(row, episode);
   }
 
-  private async askForGrant(row: ReplicaRow): Promise<GrantAnswer> {
+  private async askForGrant(row: ReplicaRow, signal: AbortSignal): Promise<GrantAnswer> {
     const { store, clock } = this.opts;
     const files = await store.sync.files(row.episodeId, row.destinationId);
     const inFlight = files.filter((f) => f.uploadId !== null && !f.complete);
@@ -317,6 +319,7 @@ export class Uploader {
         ...(pressure ? { pressure } : {}),
       },
       this.grantTimeoutMs,
+      signal,
     );
   }
 
@@ -328,8 +331,9 @@ export class Uploader {
     // Noted before it is checked, so a failure report names the grant it failed with.
     if (row.state === 'assigned') {
       checkReplicaTransition(row.state, 'granted');
-      const updated = { ...row, ...patch, state: 'granted' as const };
-      row = await store.sync.update(row.episodeId, row.destinationId, { ...patch, state: 'granted' }, at, this.report(updated, 'granted', at));
+      // A state change ends the previous attempt's error (spec decisions: kept until the next attempt moves the state).
+      const updated = { ...row, ...patch, state: 'granted' as const, lastError: null };
+      row = await store.sync.update(row.episodeId, row.destinationId, { ...patch, state: 'granted', lastError: null }, at, this.report(updated, 'granted', at));
       this.opts.onReport();
     } else {
       row = await store.sync.update(row.episodeId, row.destinationId, patch, at);
@@ -375,8 +379,8 @@ export class Uploader {
     if (reached(row.state, to)) return row;
     checkReplicaTransition(row.state, to);
     const at = this.opts.clock.now();
-    const updated = { ...row, state: to };
-    const out = await this.opts.store.sync.update(row.episodeId, row.destinationId, { state: to }, at, this.report(updated, to, at));
+    const updated = { ...row, state: to, lastError: null };
+    const out = await this.opts.store.sync.update(row.episodeId, row.destinationId, { state: to, lastError: null }, at, this.report(updated, to, at));
     this.opts.onReport();
     return out;
   }
@@ -384,7 +388,9 @@ export class Uploader {
   /** A failed attempt: the replica keeps its state, its error is set and reported, a retry is scheduled. */
   private async failed(initial: ReplicaRow, err: unknown, signal: AbortSignal): Promise<void> {
     const { store, clock, logger } = this.opts;
-    const row = (await store.sync.get(initial.episodeId, initial.destinationId)) ?? initial;
+    const row = await store.sync.get(initial.episodeId, initial.destinationId);
+    // Dropped from the assignments meanwhile: nothing left to record.
+    if (!row) return;
     const code = err instanceof UploadError ? err.code : 'internal';
     const message = err instanceof Error ? err.message : String(err);
     const ids = { episode_id: row.episodeId, destination_id: row.destinationId };

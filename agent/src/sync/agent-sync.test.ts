@@ -1,0 +1,89 @@
+import { randomBytes } from 'node:crypto';
+import mqtt from 'mqtt';
+import { EpisodeReportSchema, parseRobotTopic, ReplicaReportSchema, SyncRequestSchema, topics, type SyncMessage } from '@fleet/protocol';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Agent } from '../daemon.js';
+import { FakeCloud, removeTempDirs, startTestAgent, startTestBroker, testCredentials } from '../test-support.js';
+import { systemScheduler } from '../time.js';
+import { TestStorage } from './test-storage.js';
+
+const cleanups: (() => Promise<void>)[] = [];
+const running = new Set<Agent>();
+afterEach(async () => {
+  for (const a of running) await a.stop();
+  running.clear();
+  for (const c of cleanups.splice(0).reverse()) await c();
+  await removeTempDirs();
+});
+
+describe('Agent with sync on (the default), over a real broker', () => {
+  it('asks for its assignments at connect, takes a pushed assignment, gets a grant on …/sync and reports the replica up to verified', async () => {
+    const broker = await startTestBroker();
+    cleanups.push(() => broker.close());
+    const storage = await TestStorage.start();
+    cleanups.push(() => storage.close());
+    const cloud = await FakeCloud.connect(broker.url);
+    cleanups.push(() => cloud.close());
+    // The cloud's sync relay, on the same topics the real one uses.
+    const relay = await mqtt.connectAsync(broker.url, { protocolVersion: 4, clientId: `relay_${randomBytes(4).toString('hex')}` });
+    cleanups.push(() => relay.endAsync(true));
+    const requests: unknown[] = [];
+    const manifests = new Map<string, { path: string; size_bytes: number }[]>();
+    const answer = (robotId: string, msg: SyncMessage) => void relay.publishAsync(topics.sync(robotId), JSON.stringify(msg), { qos: 1 });
+    relay.on('message', (topic, payload) => {
+      const t = parseRobotTopic(topic);
+      if (!t || t.rest !== 'sync/request') return;
+      const req = SyncRequestSchema.parse(JSON.parse(payload.toString('utf8')));
+      requests.push(req);
+      if (req.type === 'assignments.request') {
+        answer(t.robotId, { type: 'assignments', req_id: req.req_id, assignments: [], complete: true });
+        return;
+      }
+      const files = manifests.get(req.episode_id)!;
+      answer(t.robotId, {
+        type: 'grant',
+        req_id: req.req_id,
+        episode_id: req.episode_id,
+        destination_id: req.destination_id,
+        grant_id: 'grt_e2e',
+        expires_at: Date.now() + 3_600_000,
+        protocol: 'http-put',
+        retention: 'keep',
+        files: files.map((f) => storage.grantFile(f.path, `${req.episode_id}/${f.path}`, f.size_bytes)),
+      });
+    });
+    await relay.subscribeAsync(topics.allSyncRequests, { qos: 1 });
+    // Indexing an episode report assigns it (what the cloud's routing does), then acknowledges it.
+    cloud.policy = (m) => {
+      if (m.message.kind === 'episode.report') {
+        const report = EpisodeReportSchema.parse(m.message.body);
+        manifests.set(report.id, report.manifest.files);
+        answer(m.robotId, { type: 'assignments', assignments: [{ episode_id: report.id, destination_id: 'dst_e2e' }], complete: false });
+      }
+      return { msg_id: m.message.msg_id, ok: true };
+    };
+
+    const t = await startTestAgent({
+      credentials: testCredentials(undefined, broker.url),
+      link: true,
+      scheduler: systemScheduler,
+      config: { chunkIntervalMs: 20, bytesPerSecond: 4096, allowHttpUploads: true },
+    });
+    running.add(t.agent);
+    await t.agent.whenConnected();
+    await expect.poll(() => requests.length).toBeGreaterThan(0);
+    expect(requests[0]).toMatchObject({ type: 'assignments.request' });
+
+    const { episode_id } = await t.agent.episode('start');
+    await new Promise((r) => setTimeout(r, 100));
+    await t.agent.episode('finish');
+    await t.agent.machine.whenSettled();
+
+    const replicaStates = () => cloud.received.filter((m) => m.message.kind === 'replica.state').map((m) => ReplicaReportSchema.parse(m.message.body));
+    await expect.poll(() => replicaStates().map((r) => r.state), { timeout: 10_000 }).toEqual(['granted', 'syncing', 'synced', 'verified']);
+    expect(replicaStates().every((r) => r.episode_id === episode_id && r.destination_id === 'dst_e2e' && r.grant_id === 'grt_e2e')).toBe(true);
+    const [file] = manifests.get(episode_id)!;
+    expect(storage.objects.get(`${episode_id}/${file!.path}`)!.body.length).toBe(file!.size_bytes);
+    await expect.poll(() => t.agent.status().outbox).toEqual({ pending: 0, refused: 0 });
+  });
+});

@@ -287,7 +287,8 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       });
       link.on('connected', () => {
         sender.connected();
-        uploader?.connected();
+        if (link?.syncAvailable) uploader?.connected();
+        else uploader?.disconnected();
         this.emit('connected');
       });
       link.on('disconnected', () => {

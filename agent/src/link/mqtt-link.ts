@@ -41,6 +41,7 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
   private reconnectTimer: TimerHandle | undefined;
   private stopping = false;
   private everConnected = false;
+  private syncReady = false;
   private readonly robotId: string;
 
   constructor(private readonly opts: MqttLinkOptions) {
@@ -50,6 +51,15 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
 
   get connected(): boolean {
     return this.client?.connected ?? false;
+  }
+
+  /**
+   * The broker granted the `…/sync` subscription at the last connect. A broker whose ACL does not
+   * know the sync topics yet refuses it (SUBACK 0x80); it would refuse `…/sync/request` too, and
+   * aedes drops a connection that publishes where it may not, so the uploader then stays idle.
+   */
+  get syncAvailable(): boolean {
+    return this.syncReady && this.connected;
   }
 
   get url(): string {
@@ -157,10 +167,19 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
     this.everConnected = true;
     const ready = async () => {
       // Subscribed before `connected` fires, so the outbox never publishes without hearing the acks.
-      const subscriptions = [topics.command(this.robotId), topics.outboxAck(this.robotId)];
+      await client.subscribeAsync([topics.command(this.robotId), topics.outboxAck(this.robotId)], { qos: 1 });
       // Subscribed before `connected` fires too, so the answer to the assignments request is heard.
-      if (this.opts.onSync) subscriptions.push(topics.sync(this.robotId));
-      await client.subscribeAsync(subscriptions, { qos: 1 });
+      // Apart from the others: a refusal must not keep commands and the outbox from working.
+      this.syncReady = false;
+      if (this.opts.onSync) {
+        try {
+          await client.subscribeAsync(topics.sync(this.robotId), { qos: 1 });
+          this.syncReady = true;
+        } catch (err) {
+          if (!client.connected) throw err;
+          this.opts.logger.warn({ err: { message: (err as Error).message } }, 'the broker refused the sync topic; uploads wait for the next connect');
+        }
+      }
       await this.publishStatus();
     };
     ready().then(

@@ -1,4 +1,6 @@
 import { randomBytes } from 'node:crypto';
+import { createServer, type AddressInfo } from 'node:net';
+import { Aedes } from 'aedes';
 import mqtt from 'mqtt';
 import { EpisodeReportSchema, parseRobotTopic, ReplicaReportSchema, SyncRequestSchema, topics, type SyncMessage } from '@fleet/protocol';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -85,5 +87,34 @@ describe('Agent with sync on (the default), over a real broker', () => {
     const [file] = manifests.get(episode_id)!;
     expect(storage.objects.get(`${episode_id}/${file!.path}`)!.body.length).toBe(file!.size_bytes);
     await expect.poll(() => t.agent.status().outbox).toEqual({ pending: 0, refused: 0 });
+  });
+
+  it('a broker that refuses the sync topic leaves commands and the outbox working and publishes no sync request', async () => {
+    const broker = await Aedes.createBroker({
+      authorizeSubscribe: (_client, sub, done) => done(null, sub.topic.endsWith('/sync') ? null : sub),
+    });
+    const published: string[] = [];
+    broker.on('publish', (packet, client) => {
+      if (client) published.push(packet.topic);
+    });
+    const server = createServer(broker.handle);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+    const url = `mqtt://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    cleanups.push(async () => {
+      await new Promise<void>((resolve) => broker.close(() => resolve()));
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    });
+    const cloud = await FakeCloud.connect(url);
+    cleanups.push(() => cloud.close());
+    const t = await startTestAgent({ credentials: testCredentials(undefined, url), link: true, scheduler: systemScheduler, config: { chunkIntervalMs: 20 } });
+    running.add(t.agent);
+    await t.agent.whenConnected();
+    expect(t.agent.link!.syncAvailable).toBe(false);
+    await t.agent.episode('start');
+    await t.agent.episode('finish');
+    await t.agent.machine.whenSettled();
+    await expect.poll(() => t.agent.status().outbox).toEqual({ pending: 0, refused: 0 });
+    expect(published.filter((topic) => topic.endsWith('/sync/request'))).toEqual([]);
+    expect(t.logs.messages()).toContain('the broker refused the sync topic; uploads wait for the next connect');
   });
 });

@@ -398,4 +398,63 @@ describe('Uploader', () => {
     expect(r.logs.messages()).toContain('dropped a malformed sync message');
     expect(r.logs.messages()).toContain('dropped a sync message that is not bounded JSON');
   });
+
+  it('after a stop mid-upload a new uploader on the reopened store resumes the same upload id and sends only the missing parts', async () => {
+    const r = await rig({ partParallel: 1 });
+    r.storage.behaviour.partDelayMs = 40;
+    const e = await r.episode({ 'recording.mcap': 10 * 1024 });
+    await r.assign(e);
+    r.cloud.answer = r.grantWith({ partSize: 1024 });
+    r.uploader.connected();
+    await expect.poll(async () => (await r.store.sync.files(e.id, DEST))[0]?.parts.length ?? 0).toBeGreaterThanOrEqual(3);
+    await r.uploader.stop();
+    const [file] = await r.store.sync.files(e.id, DEST);
+    const done = file!.parts.map((p) => p.partNumber);
+    expect((await r.replica(e))!).toMatchObject({ state: 'syncing', lastError: null });
+
+    const store = openAgentStore(r.dataDir);
+    const dispatcher = new HttpAgent();
+    const next = new Uploader({
+      store,
+      dataDir: r.dataDir,
+      transport: r.cloud,
+      http: { dispatcher, allowHttp: true, timeoutMs: 10_000 },
+      clock: r.clock,
+      scheduler: r.scheduler,
+      logger: r.logs.logger,
+      random: () => 0.5,
+      onReport: () => undefined,
+    });
+    cleanups.push(async () => {
+      await next.stop();
+      await dispatcher.close();
+      await store.close();
+    });
+    r.cloud.deliver = (p) => next.handleMessage(p);
+    r.storage.behaviour.partDelayMs = 0;
+    const putsBefore = r.storage.requests.filter((q) => q.url.includes('partNumber=')).length;
+    next.start();
+    next.connected();
+    await expect.poll(async () => (await store.sync.get(e.id, DEST))?.state).toBe('verified');
+    expect(r.cloud.grantRequests().at(-1)!.resume).toEqual([{ destination_id: DEST, uploads: [{ path: 'recording.mcap', upload_id: file!.uploadId, parts_done: done }] }]);
+    expect(r.storage.requests.filter((q) => q.url.includes('partNumber=')).length - putsBefore).toBe(10 - done.length);
+    expect(r.storage.objects.get(`${e.id}/recording.mcap`)!.body.equals(await bytesOf(r, e, 'recording.mcap'))).toBe(true);
+  });
+
+  it('a replica whose files were all sent before a crash is finished without a new grant', async () => {
+    const r = await rig();
+    r.storage.behaviour.etag = 'md5';
+    const e = await r.episode({ 'a.bin': 100 });
+    await r.assign(e);
+    r.cloud.answer = r.grantWith();
+    r.uploader.connected();
+    await expect.poll(async () => (await r.replica(e))?.state).toBe('verified');
+    // Put the replica back to where a crash after the last file (before `synced`) leaves it.
+    await r.store.sync.update(e.id, DEST, { state: 'syncing', nextAttemptAt: r.clock.now() }, r.clock.now());
+    const grants = r.cloud.grantRequests().length;
+    r.uploader.kick();
+    await expect.poll(async () => (await r.replica(e))?.state).toBe('verified');
+    expect(r.cloud.grantRequests()).toHaveLength(grants);
+  });
 });
+

@@ -250,6 +250,11 @@ export class Uploader {
       logger.info({ episode_id: row.episodeId, destination_id: row.destinationId }, 'assignment has no files to upload');
       return;
     }
+    if (reached(row.state, 'granted') && (await this.allFilesSent(row, episode))) {
+      // Everything went out before a stop or crash cut the attempt short: no new grant needed.
+      await this.finish(row, episode);
+      return;
+    }
     const answer = await this.askForGrant(row, signal);
     if (answer.type === 'deferral') {
       const wait = this.jittered(answer.retry_after_s * 1000);
@@ -288,6 +293,14 @@ export class Uploader {
       if (syncing) await syncing;
     }
     await this.finish(row, episode);
+  }
+
+  private async allFilesSent(row: ReplicaRow, episode: EpisodeRow): Promise<boolean> {
+    const files = new Map((await this.opts.store.sync.files(row.episodeId, row.destinationId)).map((f) => [f.path, f]));
+    return episode.manifest.files.every((m) => {
+      const f = files.get(m.path);
+      return f?.complete === true && f.sha256Sent === m.sha256;
+    });
   }
 
   private async askForGrant(row: ReplicaRow, signal: AbortSignal): Promise<GrantAnswer> {

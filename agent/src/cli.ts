@@ -206,7 +206,7 @@ context
 
 program
   .command('status')
-  .description("print the running agent's status (recording state, connection, capabilities, outbox pending and refused)")
+  .description("print the running agent's status (recording state, connection, capabilities, outbox pending and refused, sync counts)")
   .addOption(dataDirOption())
   .addOption(socketOption())
   .action((o: { dataDir: string; socket?: string }) => control(o, { op: 'status' }));

@@ -62,6 +62,8 @@ export interface AgentStatus {
   capabilities: string[];
   /** The durable outbox: messages awaiting the cloud's acknowledgment, and ones it refused. */
   outbox: OutboxStatus;
+  /** Cloud sync: replicas still to do (failing among them), verified, settled otherwise, uploading now; null when off. */
+  sync: { open: number; failing: number; verified: number; settled: number; uploading: number } | null;
 }
 
 const PRUNE_EVERY_MS = 60 * 60 * 1000;
@@ -237,7 +239,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
     // A recording recovered here enqueues its report like any other finalization.
     await machine.init();
     await sender.start();
-    uploader?.start();
+    await uploader?.start();
     machine.on('state', (change) => {
       // A finalized episode's report was enqueued in the same transaction.
       if (change.event === 'finalized') {
@@ -346,6 +348,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       platform: this.platform,
       capabilities: this.capabilities,
       outbox: this.sender?.status ?? { pending: 0, refused: 0 },
+      sync: this.syncer?.status ?? null,
     };
   }
 

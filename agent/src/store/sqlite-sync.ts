@@ -1,7 +1,7 @@
 import type Database from 'better-sqlite3';
 import type { Assignment, RetentionDirective } from '@fleet/protocol';
 import { insertOutboxMessage } from './sqlite-outbox.js';
-import type { LocalReplicaState, NewOutboxMessage, ReplicaPatch, ReplicaRow, SyncStore, UploadFileRow, UploadPartRow, UploadReceipt } from './types.js';
+import type { LocalReplicaState, NewOutboxMessage, ReplicaPatch, ReplicaRow, SyncCounts, SyncStore, UploadFileRow, UploadPartRow, UploadReceipt } from './types.js';
 
 type Db = Database.Database;
 
@@ -226,6 +226,19 @@ export class SqliteSync implements SyncStore {
 
   async resetFile(episodeId: string, destinationId: string, path: string): Promise<void> {
     this.db.prepare('DELETE FROM upload_files WHERE episode_id = ? AND destination_id = ? AND path = ?').run(episodeId, destinationId, path);
+  }
+
+  async counts(): Promise<SyncCounts> {
+    const r = this.db
+      .prepare(
+        `SELECT count(*) FILTER (WHERE next_attempt_at IS NOT NULL) AS open,
+                count(*) FILTER (WHERE next_attempt_at IS NOT NULL AND last_error IS NOT NULL) AS failing,
+                count(*) FILTER (WHERE state = 'verified') AS verified,
+                count(*) FILTER (WHERE next_attempt_at IS NULL AND state <> 'verified') AS settled
+         FROM replicas`,
+      )
+      .get() as SyncCounts;
+    return { open: r.open, failing: r.failing, verified: r.verified, settled: r.settled };
   }
 
   async backlogBytes(): Promise<number> {

@@ -265,6 +265,17 @@ export interface UploadFileRow {
   parts: UploadPartRow[];
 }
 
+/** Replicas by situation: still to do (failing ones among them), finished as verified or synced with a note. */
+export interface SyncCounts {
+  /** Replicas with attempts ahead (not yet verified or parked). */
+  open: number;
+  /** Open replicas whose last attempt failed. */
+  failing: number;
+  verified: number;
+  /** Finished without verification: synced with a note, parked after an error, or nothing to send. */
+  settled: number;
+}
+
 /** A change to a replica row; absent fields stay as they are. */
 export interface ReplicaPatch {
   state?: LocalReplicaState;
@@ -320,6 +331,8 @@ export interface SyncStore {
   ): Promise<void>;
   /** Forgets a file's progress (its upload must start over). */
   resetFile(episodeId: string, destinationId: string, path: string): Promise<void>;
+  /** How many replicas are in each situation (for `fleet-agent status`). */
+  counts(): Promise<SyncCounts>;
   /** Bytes of finalized episodes with no verified replica (they cannot be pruned). */
   backlogBytes(): Promise<number>;
   /** Bytes of episodes finalized at or after `since`. */

@@ -87,6 +87,7 @@ describe('Agent with sync on (the default), over a real broker', () => {
     const [file] = manifests.get(episode_id)!;
     expect(storage.objects.get(`${episode_id}/${file!.path}`)!.body.length).toBe(file!.size_bytes);
     await expect.poll(() => t.agent.status().outbox).toEqual({ pending: 0, refused: 0 });
+    await expect.poll(() => t.agent.status().sync).toEqual({ open: 0, failing: 0, verified: 1, settled: 0, uploading: 0 });
   });
 
   it('a broker that refuses the sync topic leaves commands and the outbox working and publishes no sync request', async () => {

@@ -70,7 +70,7 @@ async function rig(opts: Partial<Pick<UploaderOptions, 'concurrency' | 'partPara
     await storage.close();
     await store.close();
   });
-  uploader.start();
+  await uploader.start();
   let grants = 0;
   const r: Rig = {
     store,
@@ -436,7 +436,7 @@ describe('Uploader', () => {
     await expect.poll(() => r.storage.partsInFlight).toBe(0);
     await settle();
     const putsBefore = r.storage.requests.filter((q) => q.url.includes('partNumber=')).length;
-    next.start();
+    await next.start();
     next.connected();
     await expect.poll(async () => (await store.sync.get(e.id, DEST))?.state).toBe('verified');
     expect(r.cloud.grantRequests().at(-1)!.resume).toEqual([{ destination_id: DEST, uploads: [{ path: 'recording.mcap', upload_id: file!.uploadId, parts_done: done }] }]);

@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { iso, type Clock, type Pressure } from '@fleet/protocol';
 import type { Logger } from 'pino';
-import type { AgentStore, EpisodeRow, ReplicaPatch, ReplicaRow } from '../store/types.js';
+import type { AgentStore, EpisodeRow, ReplicaPatch, ReplicaRow, SyncCounts } from '../store/types.js';
 import type { Scheduler, TimerHandle } from '../time.js';
 import { newReqId, SyncChannel, type AssignmentsMessage, type GrantAnswer, type SyncTransport } from './channel.js';
 import { measurePressure } from './pressure.js';
@@ -60,6 +60,7 @@ export class Uploader {
   private wakeTimer: TimerHandle | undefined;
   private assignmentsTimer: TimerHandle | undefined;
   private assignmentsReqId: string | undefined;
+  private cached: SyncCounts = { open: 0, failing: 0, verified: 0, settled: 0 };
   private readonly concurrency: number;
   private readonly partParallel: number;
   private readonly grantTimeoutMs: number;
@@ -86,8 +87,15 @@ export class Uploader {
     return this.active.size;
   }
 
-  start(): void {
+  /** What `fleet-agent status` shows: replica counts as of the last look, and how many upload now. */
+  get status(): SyncCounts & { uploading: number } {
+    return { ...this.cached, uploading: this.active.size };
+  }
+
+  /** Loads the counts; call once before use. */
+  async start(): Promise<void> {
     this.stopped = false;
+    this.cached = await this.opts.store.sync.counts();
   }
 
   /** The link is up: ask for the complete assignment list and resume work. */
@@ -173,6 +181,7 @@ export class Uploader {
         this.again = false;
         await this.fill();
       }
+      this.cached = await this.opts.store.sync.counts();
       await this.arm();
     } catch (err) {
       this.opts.logger.error({ err }, 'uploader could not read its work; retrying');

@@ -163,6 +163,12 @@ export class OutboxSender {
       this.holdBack(ack.msg_id, ack.retry_after_s, ack.error);
       return;
     }
+    // Settled for good (a late answer to an earlier send, say): no resend is waiting any more.
+    const held = this.held.get(ack.msg_id);
+    if (held !== undefined) {
+      this.opts.scheduler.clearTimeout(held);
+      this.held.delete(ack.msg_id);
+    }
     const changed = await store.settle(
       ack.msg_id,
       ack.ok ? { state: 'acked' } : { state: 'refused', code: ack.error.code, message: ack.error.message },

@@ -459,5 +459,20 @@ describe('Uploader', () => {
     await expect.poll(async () => (await r.replica(e))?.state).toBe('verified');
     expect(r.cloud.grantRequests()).toHaveLength(grants);
   });
+
+  it('an ETag that contradicts the bytes sent is a failure and the file is sent again', async () => {
+    const r = await rig({ retryScheduleMs: [1_000], jitter: 0 });
+    r.storage.behaviour.etag = 'wrong';
+    const e = await r.episode({ 'a.bin': 100 });
+    await r.assign(e);
+    r.cloud.answer = r.grantWith();
+    r.uploader.connected();
+    await expect.poll(async () => (await r.replica(e))?.lastError).toMatch(/^receipt_mismatch: PUT a.bin: the store's ETag .* differs from the MD5 of the bytes sent/);
+    expect((await r.store.sync.files(e.id, DEST)).filter((f) => f.complete)).toEqual([]);
+    r.storage.behaviour.etag = 'md5';
+    r.scheduler.advance(1_000);
+    await expect.poll(async () => (await r.replica(e))?.state).toBe('verified');
+    expect(r.storage.requests.filter((q) => q.method === 'PUT')).toHaveLength(2);
+  });
 });
 

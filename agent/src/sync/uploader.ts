@@ -1,13 +1,14 @@
 import { join } from 'node:path';
 import { iso, type Clock, type Pressure } from '@fleet/protocol';
 import type { Logger } from 'pino';
-import type { AgentStore, EpisodeRow, ReplicaPatch, ReplicaRow, SyncCounts } from '../store/types.js';
+import type { AgentStore, EpisodeRow, ReplicaRow, SyncCounts } from '../store/types.js';
 import type { Scheduler, TimerHandle } from '../time.js';
 import { newReqId, SyncChannel, type AssignmentsMessage, type GrantAnswer, type SyncTransport } from './channel.js';
 import { measurePressure } from './pressure.js';
-import { checkReplicaTransition, oneLine, reached, replicaReportMessage, type ReplicaLocalState } from './replica.js';
-import { verifyReplica, uploadFiles, validateGrant, type GrantMessage } from './replica-upload.js';
-import { UploadError, type UploadHttp } from './transfer.js';
+import { oneLine, reached } from './replica.js';
+import { ReplicaStates } from './replica-states.js';
+import { uploadFiles, validateGrant } from './replica-upload.js';
+import type { UploadHttp } from './transfer.js';
 
 export interface UploaderOptions {
   store: AgentStore;
@@ -37,9 +38,6 @@ export interface UploaderOptions {
 
 export const DEFAULT_SYNC_RETRY_SCHEDULE_MS: readonly number[] = [10_000, 60_000, 5 * 60_000, 15 * 60_000, 60 * 60_000];
 
-/** Errors that will not go away by asking again: the replica is parked (reported once, no further attempts). */
-const PARKING_CODES = new Set(['file_changed', 'file_missing']);
-
 const key = (r: Pick<ReplicaRow, 'episodeId' | 'destinationId'>) => `${r.episodeId}\u0000${r.destinationId}`;
 
 /**
@@ -51,6 +49,7 @@ const key = (r: Pick<ReplicaRow, 'episodeId' | 'destinationId'>) => `${r.episode
  */
 export class Uploader {
   readonly channel: SyncChannel;
+  private readonly replicas: ReplicaStates;
   private readonly active = new Map<string, AbortController>();
   private readonly runs = new Set<Promise<unknown>>();
   private online = false;
@@ -74,6 +73,7 @@ export class Uploader {
     this.schedule = opts.retryScheduleMs ?? DEFAULT_SYNC_RETRY_SCHEDULE_MS;
     this.jitter = opts.jitter ?? 0.2;
     if (this.schedule.length === 0) throw new RangeError('retryScheduleMs must not be empty');
+    this.replicas = new ReplicaStates({ store: opts.store, clock: opts.clock, logger: opts.logger, random: opts.random, onReport: opts.onReport, schedule: this.schedule, jitter: this.jitter });
     this.channel = new SyncChannel({
       transport: opts.transport,
       scheduler: opts.scheduler,
@@ -235,7 +235,7 @@ export class Uploader {
     const k = key(row);
     this.active.set(k, ac);
     const run = this.attempt(row, ac.signal)
-      .catch((err: unknown) => this.failed(row, err, ac.signal))
+      .catch((err: unknown) => this.replicas.failed(row, err, this.stopped || ac.signal.aborted))
       .catch((err: unknown) => this.opts.logger.error({ err, episode_id: row.episodeId, destination_id: row.destinationId }, 'could not record a sync attempt'))
       .finally(() => {
         this.active.delete(k);
@@ -250,7 +250,7 @@ export class Uploader {
     let row = initial;
     const episode = await store.episodes.get(row.episodeId);
     if (!episode) {
-      await this.park(row, 'unknown_episode', 'this robot has no such episode');
+      await this.replicas.park(row, 'unknown_episode', 'this robot has no such episode');
       return;
     }
     if (episode.manifest.files.length === 0) {
@@ -261,12 +261,12 @@ export class Uploader {
     }
     if (reached(row.state, 'granted') && (await this.allFilesSent(row, episode))) {
       // Everything went out before a stop or crash cut the attempt short: no new grant needed.
-      await this.finish(row, episode);
+      await this.replicas.finish(row, episode);
       return;
     }
     const answer = await this.askForGrant(row, signal);
     if (answer.type === 'deferral') {
-      const wait = this.jittered(answer.retry_after_s * 1000);
+      const wait = this.replicas.jittered(answer.retry_after_s * 1000);
       const next = clock.now() + wait;
       await store.sync.update(
         row.episodeId,
@@ -277,10 +277,11 @@ export class Uploader {
       logger.info({ episode_id: row.episodeId, destination_id: row.destinationId, reason: answer.reason, retry_at: iso(next) }, 'grant deferred');
       return;
     }
-    row = await this.granted(row, answer, episode);
+    row = await this.replicas.granted(row, answer);
+    validateGrant(answer, episode, this.opts.http.allowHttp);
     let syncing: Promise<void> | undefined;
     const onFirstByte = () => {
-      syncing ??= this.moveTo(row, 'syncing').then((r) => {
+      syncing ??= this.replicas.moveTo(row, 'syncing').then((r) => {
         row = r;
       });
     };
@@ -301,7 +302,7 @@ export class Uploader {
     } finally {
       if (syncing) await syncing;
     }
-    await this.finish(row, episode);
+    await this.replicas.finish(row, episode);
   }
 
   private async allFilesSent(row: ReplicaRow, episode: EpisodeRow): Promise<boolean> {
@@ -343,124 +344,6 @@ export class Uploader {
       this.grantTimeoutMs,
       signal,
     );
-  }
-
-  /** A grant arrived: check it against the manifest, note it, report `granted` the first time. */
-  private async granted(row: ReplicaRow, grant: GrantMessage, episode: EpisodeRow): Promise<ReplicaRow> {
-    const { store, clock, logger } = this.opts;
-    const patch: ReplicaPatch = { attempts: row.attempts + 1, grantId: grant.grant_id, objectKey: grant.object_key ?? null, retention: grant.retention, note: null };
-    const at = clock.now();
-    // Noted before it is checked, so a failure report names the grant it failed with.
-    if (row.state === 'assigned') {
-      checkReplicaTransition(row.state, 'granted');
-      // A state change ends the previous attempt's error (spec decisions: kept until the next attempt moves the state).
-      const updated = { ...row, ...patch, state: 'granted' as const, lastError: null };
-      row = await store.sync.update(row.episodeId, row.destinationId, { ...patch, state: 'granted', lastError: null }, at, this.report(updated, 'granted', at));
-      this.opts.onReport();
-    } else {
-      row = await store.sync.update(row.episodeId, row.destinationId, patch, at);
-    }
-    logger.info({ episode_id: row.episodeId, destination_id: row.destinationId, grant_id: grant.grant_id, protocol: grant.protocol, files: grant.files.length }, 'grant received');
-    validateGrant(grant, episode, this.opts.http.allowHttp);
-    return row;
-  }
-
-  /** All files are complete: `synced`, then `verified` when every receipt proves the bytes. */
-  private async finish(row: ReplicaRow, episode: EpisodeRow): Promise<void> {
-    const { store, clock, logger } = this.opts;
-    const files = await store.sync.files(row.episodeId, row.destinationId);
-    const verdict = verifyReplica(episode, files);
-    if (!verdict.ok) throw new UploadError(verdict.code, verdict.message);
-    const at = clock.now();
-    if (!reached(row.state, 'synced')) {
-      checkReplicaTransition(row.state, 'synced');
-      const note = verdict.note ?? null;
-      const updated = { ...row, state: 'synced' as const, note, lastError: null };
-      row = await store.sync.update(
-        row.episodeId,
-        row.destinationId,
-        { state: 'synced', lastError: null, failures: 0, note, nextAttemptAt: note === null ? at : null },
-        at,
-        this.report(updated, 'synced', at),
-      );
-      this.opts.onReport();
-      logger.info({ episode_id: row.episodeId, destination_id: row.destinationId, note }, 'replica synced');
-    }
-    if (verdict.note !== undefined) {
-      if (row.nextAttemptAt !== null) await store.sync.update(row.episodeId, row.destinationId, { nextAttemptAt: null, note: verdict.note }, at);
-      return;
-    }
-    checkReplicaTransition(row.state, 'verified');
-    const updated = { ...row, state: 'verified' as const, lastError: null };
-    await store.sync.update(row.episodeId, row.destinationId, { state: 'verified', lastError: null, failures: 0, nextAttemptAt: null }, at, this.report(updated, 'verified', at));
-    this.opts.onReport();
-    logger.info({ episode_id: row.episodeId, destination_id: row.destinationId }, 'replica verified');
-  }
-
-  private async moveTo(row: ReplicaRow, to: Exclude<ReplicaLocalState, 'assigned'>): Promise<ReplicaRow> {
-    if (reached(row.state, to)) return row;
-    checkReplicaTransition(row.state, to);
-    const at = this.opts.clock.now();
-    const updated = { ...row, state: to, lastError: null };
-    const out = await this.opts.store.sync.update(row.episodeId, row.destinationId, { state: to, lastError: null }, at, this.report(updated, to, at));
-    this.opts.onReport();
-    return out;
-  }
-
-  /** A failed attempt: the replica keeps its state, its error is set and reported, a retry is scheduled. */
-  private async failed(initial: ReplicaRow, err: unknown, signal: AbortSignal): Promise<void> {
-    const { store, clock, logger } = this.opts;
-    const row = await store.sync.get(initial.episodeId, initial.destinationId);
-    // Dropped from the assignments meanwhile: nothing left to record.
-    if (!row) return;
-    const code = err instanceof UploadError ? err.code : 'internal';
-    const message = err instanceof Error ? err.message : String(err);
-    const ids = { episode_id: row.episodeId, destination_id: row.destinationId };
-    if (this.stopped || signal.aborted || code === 'stopping' || code === 'aborted') {
-      logger.info(ids, 'upload interrupted by stop; resumes at the next start');
-      return;
-    }
-    if (code === 'link_down') {
-      // Not the replica's fault: ask again as soon as the link is back, no backoff.
-      logger.info(ids, 'grant request interrupted by a disconnect; asking again after reconnect');
-      return;
-    }
-    if (code === 'internal') logger.error({ err, ...ids }, 'sync attempt failed unexpectedly');
-    const at = clock.now();
-    const park = PARKING_CODES.has(code);
-    const failures = row.failures + 1;
-    const next = park ? null : at + this.jittered(this.schedule[Math.min(failures, this.schedule.length) - 1]!);
-    const error = oneLine(code, next === null ? `${message}; not retried` : `${message}; retrying at ${iso(next)}`);
-    const patch: ReplicaPatch = { lastError: error, failures, nextAttemptAt: next };
-    // A grant of an earlier attempt counts one; an attempt that failed before any grant (a timeout) counts too.
-    if (row.attempts === initial.attempts) patch.attempts = row.attempts + 1;
-    const reportable = row.grantId !== null && row.state !== 'assigned';
-    const updated = { ...row, lastError: error };
-    await store.sync.update(row.episodeId, row.destinationId, patch, at, reportable ? this.report(updated, row.state as Exclude<ReplicaLocalState, 'assigned'>, at) : undefined);
-    if (reportable) this.opts.onReport();
-    logger.warn({ ...ids, error, state: row.state, retry_at: next === null ? null : iso(next) }, park ? 'sync attempt failed; not retried' : 'sync attempt failed; will retry');
-  }
-
-  private async park(row: ReplicaRow, code: string, message: string): Promise<void> {
-    const error = oneLine(code, message);
-    await this.opts.store.sync.update(row.episodeId, row.destinationId, { lastError: error, nextAttemptAt: null }, this.opts.clock.now());
-    this.opts.logger.warn({ episode_id: row.episodeId, destination_id: row.destinationId, error }, 'assignment parked');
-  }
-
-  private report(row: ReplicaRow, state: Exclude<ReplicaLocalState, 'assigned'>, at: number) {
-    return replicaReportMessage(row, {
-      grant_id: row.grantId ?? '',
-      state,
-      error: row.lastError,
-      object_key: row.objectKey,
-      ...(row.note !== null ? { note: row.note } : {}),
-      at,
-    });
-  }
-
-  /** `ms` spread by ± jitter, never negative. */
-  private jittered(ms: number): number {
-    return Math.max(0, Math.round(ms * (1 + this.jitter * (2 * this.opts.random() - 1))));
   }
 
   private track<T>(p: Promise<T>): Promise<T> {

@@ -86,6 +86,13 @@ program
   .addOption(new Option('--reconnect-max-ms <ms>', 'longest reconnect delay (default 30000)').env('FLEET_AGENT_RECONNECT_MAX_MS'))
   .addOption(new Option('--outbox-ack-timeout-ms <ms>', 'send an unacknowledged outbox message again after this long (default 30000)').env('FLEET_AGENT_OUTBOX_ACK_TIMEOUT_MS'))
   .addOption(new Option('--outbox-max-in-flight <n>', 'most outbox messages awaiting acknowledgment at a time (default 32)').env('FLEET_AGENT_OUTBOX_MAX_IN_FLIGHT'))
+  .addOption(new Option('--no-sync', 'do not upload episodes to their destinations (sync is on by default)'))
+  .addOption(new Option('--sync-concurrency <n>', 'replicas uploading at once (default 2)').env('FLEET_AGENT_SYNC_CONCURRENCY'))
+  .addOption(new Option('--sync-part-parallel <n>', 'multipart parts on the wire at once per file (default 3)').env('FLEET_AGENT_SYNC_PART_PARALLEL'))
+  .addOption(new Option('--sync-grant-timeout-ms <ms>', 'retry a grant request unanswered this long (default 30000)').env('FLEET_AGENT_SYNC_GRANT_TIMEOUT_MS'))
+  .addOption(new Option('--upload-timeout-ms <ms>', 'an upload request without answer or progress this long fails (default 120000)').env('FLEET_AGENT_UPLOAD_TIMEOUT_MS'))
+  .addOption(new Option('--upload-ca-file <file>', 'PEM of extra CAs trusted for upload URLs (besides the system CAs and NODE_EXTRA_CA_CERTS)').env('FLEET_AGENT_UPLOAD_CA_FILE'))
+  .addOption(new Option('--allow-http-uploads', 'allow plain http:// upload URLs (refused by default)').env('FLEET_AGENT_ALLOW_HTTP_UPLOADS'))
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_AGENT_LOG_LEVEL').default('info'))
   .action(async (o: Record<string, string | boolean | undefined>) => {
     const str = (k: string) => (typeof o[k] === 'string' ? o[k] : undefined);
@@ -104,6 +111,16 @@ program
     set('outboxAckTimeoutMs', str('outboxAckTimeoutMs'));
     set('outboxMaxInFlight', str('outboxMaxInFlight'));
     set('logLevel', str('logLevel') as AgentConfig['logLevel']);
+    const flag = (v: string | boolean | undefined) => v === true || v === 'true' || v === '1';
+    input.sync = o.sync !== false && process.env.FLEET_AGENT_SYNC !== '0' && process.env.FLEET_AGENT_SYNC !== 'false';
+    input.allowHttpUploads = flag(o.allowHttpUploads);
+    set('syncConcurrency', str('syncConcurrency'));
+    set('syncPartParallel', str('syncPartParallel'));
+    set('syncGrantTimeoutMs', str('syncGrantTimeoutMs'));
+    set('uploadTimeoutMs', str('uploadTimeoutMs'));
+    set('uploadCaFile', str('uploadCaFile'));
+    // Node trusts NODE_EXTRA_CA_CERTS by itself; an --upload-ca-file rebuilds the list and keeps it.
+    set('extraCaCertsFile', process.env.NODE_EXTRA_CA_CERTS || undefined);
     await runDaemon(configOrExit(input));
   });
 
@@ -189,7 +206,7 @@ context
 
 program
   .command('status')
-  .description("print the running agent's status (recording state, connection, capabilities, outbox pending and refused)")
+  .description("print the running agent's status (recording state, connection, capabilities, outbox pending and refused, sync counts)")
   .addOption(dataDirOption())
   .addOption(socketOption())
   .action((o: { dataDir: string; socket?: string }) => control(o, { op: 'status' }));

@@ -13,7 +13,16 @@ describe('agent config', () => {
       reconnectMaxMs: 30_000,
       commandResultWindowMs: 24 * 60 * 60 * 1000,
       logLevel: 'info',
+      sync: true,
+      syncConcurrency: 2,
+      syncPartParallel: 3,
+      syncGrantTimeoutMs: 30_000,
+      syncRetryScheduleMs: [10_000, 60_000, 300_000, 900_000, 3_600_000],
+      syncJitter: 0.2,
+      uploadTimeoutMs: 120_000,
+      allowHttpUploads: false,
     });
+    expect(c.uploadCaFile).toBeUndefined();
     expect(Object.isFrozen(c)).toBe(true);
     expect(runtimeVersionOf(c)).toBe(AGENT_RUNTIME_VERSION);
     expect(runtimeVersionOf(parseAgentConfig({ dataDir: '/tmp/x', legacyRuntime: true }))).toBe(LEGACY_RUNTIME_VERSION);

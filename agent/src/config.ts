@@ -45,6 +45,26 @@ export const AgentConfigSchema = z
     outboxAckTimeoutMs: ms(100).max(24 * 60 * 60 * 1000).default(30_000),
     /** Most outbox messages sent and not yet acknowledged at a time (a backlog drains at this window). */
     outboxMaxInFlight: z.coerce.number().int().min(1).max(1000).default(32),
+    /** Upload assigned episodes to their destinations (on by default; off: the robot only reports). */
+    sync: z.boolean().default(true),
+    /** Replicas (episode, destination) uploading at once. */
+    syncConcurrency: z.coerce.number().int().min(1).max(64).default(2),
+    /** Multipart parts on the wire at once per file; memory is about this times the part size. */
+    syncPartParallel: z.coerce.number().int().min(1).max(32).default(3),
+    /** A grant request unanswered this long is retried with backoff. */
+    syncGrantTimeoutMs: ms(100).max(10 * 60_000).default(30_000),
+    /** Waits after the 1st, 2nd, … failed upload attempt; the last one repeats (10 s, 1 min, 5 min, 15 min, 1 h). */
+    syncRetryScheduleMs: z.array(ms(1)).min(1).max(32).default([10_000, 60_000, 300_000, 900_000, 3_600_000]),
+    /** Retry and deferral waits are spread by ± this fraction. */
+    syncJitter: z.coerce.number().min(0).max(1).default(0.2),
+    /** An upload request with no answer headers, or no body progress, this long fails. */
+    uploadTimeoutMs: ms(1000).max(3_600_000).default(120_000),
+    /** A PEM file of CAs trusted for upload URLs besides the system's and NODE_EXTRA_CA_CERTS (storage on premises). */
+    uploadCaFile: z.string().min(1).optional(),
+    /** The file NODE_EXTRA_CA_CERTS names, handed over by the CLI (kept when uploadCaFile rebuilds the trust list). */
+    extraCaCertsFile: z.string().min(1).optional(),
+    /** Allow plain http:// upload URLs (tests, a lab); refused by default. */
+    allowHttpUploads: z.boolean().default(false),
     /** A repeated `cmd_id` within this window is answered from storage (the API's 24 h). */
     commandResultWindowMs: ms(1000).default(24 * 60 * 60 * 1000),
     /** Broker address overriding the one stored at enrollment. */

@@ -16,6 +16,9 @@ import { OutboxSender, type OutboxStatus } from './outbox.js';
 import type { Recorder } from './recording/recorder.js';
 import { RecordingStateMachine, type EndVerb, type EpisodeTransitionResult, type RecordingState } from './recording/state-machine.js';
 import { openAgentStore } from './store/sqlite.js';
+import { uploadDispatcher } from './sync/trust.js';
+import { Uploader } from './sync/uploader.js';
+import type { Dispatcher } from 'undici';
 import type { AgentStore } from './store/types.js';
 import type { Scheduler, TimerHandle } from './time.js';
 
@@ -34,8 +37,10 @@ export interface AgentDeps {
   link?: boolean;
   /** Serve the local control socket (default true). */
   controlSocket?: boolean;
-  /** Jitter source of the reconnect backoff. */
+  /** Jitter source of the reconnect backoff and of sync retries. */
   random?: () => number;
+  /** HTTP agent for uploads (default: one built from the config's trust settings). */
+  uploadDispatcher?: Dispatcher;
 }
 
 /** The robot is not enrolled: `fleet-agent start` never enrolls by itself. */
@@ -57,6 +62,8 @@ export interface AgentStatus {
   capabilities: string[];
   /** The durable outbox: messages awaiting the cloud's acknowledgment, and ones it refused. */
   outbox: OutboxStatus;
+  /** Cloud sync: replicas still to do (failing among them), verified, settled otherwise, uploading now; null when off. */
+  sync: { open: number; failing: number; verified: number; settled: number; uploading: number } | null;
 }
 
 const PRUNE_EVERY_MS = 60 * 60 * 1000;
@@ -74,6 +81,8 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
   private handler: CommandHandler | undefined;
   private mqtt: MqttLink | undefined;
   private sender: OutboxSender | undefined;
+  private syncer: Uploader | undefined;
+  private ownDispatcher: { close(): Promise<void> } | undefined;
   private control: ControlServer | undefined;
   private creds: Credentials | undefined;
   private pruneTimer: TimerHandle | undefined;
@@ -118,6 +127,11 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
     return this.sender;
   }
 
+  /** The uploader; undefined when sync is off. */
+  get uploader(): Uploader | undefined {
+    return this.syncer;
+  }
+
   /** The platform announced: configured, else the one given at enrollment. */
   get platform(): string {
     return this.config.platform ?? this.creds?.platform ?? 'unknown';
@@ -138,8 +152,10 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       // Leave nothing half-open: the socket (the directory's lock) and the store.
       this.stopped = true;
       await this.control?.close().catch(() => undefined);
+      await this.syncer?.stop().catch(() => undefined);
       await this.sender?.stop().catch(() => undefined);
       await this.mqtt?.stop().catch(() => undefined);
+      await this.ownDispatcher?.close().catch(() => undefined);
       await this.store?.close().catch(() => undefined);
       throw err;
     }
@@ -189,12 +205,48 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       ackTimeoutMs: config.outboxAckTimeoutMs,
     });
     this.sender = sender;
+    let uploader: Uploader | undefined;
+    if (config.sync) {
+      let dispatcher = deps.uploadDispatcher;
+      if (!dispatcher) {
+        const own = uploadDispatcher({ caFile: config.uploadCaFile, extraCaCertsFile: config.extraCaCertsFile, connections: config.syncConcurrency * config.syncPartParallel });
+        this.ownDispatcher = own;
+        dispatcher = own;
+      }
+      uploader = new Uploader({
+        store,
+        dataDir: config.dataDir,
+        transport: {
+          get connected() {
+            return link?.connected ?? false;
+          },
+          publishSyncRequest: (payload) => (link ? link.publishSyncRequest(payload) : Promise.reject(new Error('no MQTT link'))),
+        },
+        http: { dispatcher, allowHttp: config.allowHttpUploads, timeoutMs: config.uploadTimeoutMs },
+        clock: deps.clock,
+        scheduler: deps.scheduler,
+        logger: log.child({ component: 'uploader' }),
+        random: deps.random ?? Math.random,
+        onReport: () => sender.notify(),
+        concurrency: config.syncConcurrency,
+        partParallel: config.syncPartParallel,
+        grantTimeoutMs: config.syncGrantTimeoutMs,
+        retryScheduleMs: config.syncRetryScheduleMs,
+        jitter: config.syncJitter,
+      });
+      this.syncer = uploader;
+    }
     // A recording recovered here enqueues its report like any other finalization.
     await machine.init();
     await sender.start();
+    await uploader?.start();
     machine.on('state', (change) => {
       // A finalized episode's report was enqueued in the same transaction.
-      if (change.event === 'finalized') sender.notify();
+      if (change.event === 'finalized') {
+        sender.notify();
+        // The cloud assigns it once indexed (a push); a local assignment may already wait for it.
+        uploader?.kick();
+      }
       this.emit('state', change.to);
       this.mqtt?.publishStatus().catch((err: unknown) => log.warn({ err }, 'could not publish status'));
     });
@@ -233,13 +285,17 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
           void this.track(this.commands.handlePayload(payload));
         },
         onOutboxAck: (payload) => sender.handleAck(payload),
+        ...(uploader ? { onSync: (payload: Buffer) => uploader.handleMessage(payload) } : {}),
       });
       link.on('connected', () => {
         sender.connected();
+        if (link?.syncAvailable) uploader?.connected();
+        else uploader?.disconnected();
         this.emit('connected');
       });
       link.on('disconnected', () => {
         sender.disconnected();
+        uploader?.disconnected();
         this.emit('disconnected');
       });
       this.mqtt = link;
@@ -267,9 +323,12 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
     await this.control?.close();
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
     await this.sm?.close();
+    // Running uploads stop; their progress (upload ids, parts, receipts) is in the store.
+    await this.syncer?.stop();
     // Pending outbox messages stay in the store for the next start.
     await this.sender?.stop();
     await this.mqtt?.stop();
+    await this.ownDispatcher?.close().catch(() => undefined);
     await this.store?.close();
     this.log.info('agent stopped');
   }
@@ -289,6 +348,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       platform: this.platform,
       capabilities: this.capabilities,
       outbox: this.sender?.status ?? { pending: 0, refused: 0 },
+      sync: this.syncer?.status ?? null,
     };
   }
 

@@ -80,3 +80,8 @@ export {
   type OutboxCounts,
   type NewOutboxMessage,
 } from './store/index.js';
+export { Uploader, DEFAULT_SYNC_RETRY_SCHEDULE_MS, type UploaderOptions } from './sync/uploader.js';
+export { SyncChannel, type SyncTransport } from './sync/channel.js';
+export { uploadDispatcher } from './sync/trust.js';
+export { completeMultipartXml, etagMd5, UploadError } from './sync/transfer.js';
+export { IllegalReplicaTransitionError, replicaReportMessage, type ReplicaLocalState } from './sync/replica.js';

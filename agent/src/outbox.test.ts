@@ -225,6 +225,40 @@ describe('OutboxSender against a real broker', () => {
     expect(r.cloud.ids()).toEqual(['first', 'bad', 'after', 'next']);
   });
 
+  it('"retry later" (ok: false with retry_after_s) keeps the message pending and sends it again after the delay', async () => {
+    const r = await rig();
+    let later = 0;
+    r.cloud.policy = (m) => {
+      if (m.message.msg_id === 'replica' && later < 2) {
+        later += 1;
+        return { msg_id: 'replica', ok: false, error: { code: 'not_indexed_yet', message: 'episode not indexed yet' }, retry_after_s: 60 };
+      }
+      return { msg_id: m.message.msg_id, ok: true };
+    };
+    await r.enqueue('replica', 'after');
+    await expect.poll(() => r.state('after')).toBe('acked');
+    await expect.poll(() => r.cloud.count('replica')).toBe(1);
+    expect(await r.state('replica')).toBe('pending');
+    expect(r.sender.status).toEqual({ pending: 1, refused: 0 });
+    // Its slot is free while it waits; the ack timeout does not resend it early.
+    expect(r.sender.inFlightCount).toBe(0);
+    r.scheduler.advance(59_000);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(r.cloud.count('replica')).toBe(1);
+    r.scheduler.advance(1_000);
+    await expect.poll(() => r.cloud.count('replica')).toBe(2);
+    // A reconnect while it is held back does not send it early either.
+    const back = r.reconnected();
+    r.broker.clients.get(r.robotId)!.conn.destroy();
+    await back;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(r.cloud.count('replica')).toBe(2);
+    r.scheduler.advance(60_000);
+    await expect.poll(() => r.state('replica')).toBe('acked');
+    expect(r.cloud.count('replica')).toBe(3);
+    expect(r.logs.records.some((x) => x.msg === 'the cloud asked to send an outbox message again later' && x.retry_after_s === 60)).toBe(true);
+  });
+
   it('ignores acks for unknown ids and drops malformed acks with a log line', async () => {
     const r = await rig();
     r.cloud.policy = 'silent';

@@ -57,7 +57,8 @@ export function outboxPayload(row: Pick<OutboxRow, 'msgId' | 'kind' | 'bodyJson'
  * pending message is published again after each reconnect (acknowledgments sent while the robot
  * was away are lost with its clean session). `ok: true` settles a message as acked; `ok: false`
  * settles it as refused with the cloud's reason: it is logged and never sent again, and the
- * messages after it go on. Nothing is removed from the store until it is settled, so a stop or a
+ * messages after it go on; `ok: false` with `retry_after_s` ("not now") keeps it pending and holds
+ * it back for that many seconds, then sends it again. Nothing is removed from the store until it is settled, so a stop or a
  * crash leaves the pending messages for the next start.
  */
 export class OutboxSender {
@@ -71,6 +72,11 @@ export class OutboxSender {
   private pumping = false;
   private again = false;
   private retryTimer: TimerHandle | undefined;
+  /**
+   * Messages the cloud answered "not now" (`ok: false` with `retry_after_s`): held back until their
+   * timer fires. Kept across reconnects, so a reconnect does not resend them early.
+   */
+  private readonly held = new Map<string, TimerHandle>();
   private readonly ops = new Set<Promise<unknown>>();
   private cached: OutboxStatus = { pending: 0, refused: 0 };
   private readonly maxInFlight: number;
@@ -146,11 +152,23 @@ export class OutboxSender {
     this.reset();
     if (this.retryTimer !== undefined) this.opts.scheduler.clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
+    for (const timer of this.held.values()) this.opts.scheduler.clearTimeout(timer);
+    this.held.clear();
     while (this.ops.size > 0) await Promise.allSettled([...this.ops]);
   }
 
   private async settle(ack: OutboxAck): Promise<void> {
     const { store, clock, logger } = this.opts;
+    if (!ack.ok && ack.retry_after_s !== undefined) {
+      this.holdBack(ack.msg_id, ack.retry_after_s, ack.error);
+      return;
+    }
+    // Settled for good (a late answer to an earlier send, say): no resend is waiting any more.
+    const held = this.held.get(ack.msg_id);
+    if (held !== undefined) {
+      this.opts.scheduler.clearTimeout(held);
+      this.held.delete(ack.msg_id);
+    }
     const changed = await store.settle(
       ack.msg_id,
       ack.ok ? { state: 'acked' } : { state: 'refused', code: ack.error.code, message: ack.error.message },
@@ -169,6 +187,37 @@ export class OutboxSender {
     }
     if (changed) await this.refreshCounts();
     if (entry || changed) this.kick();
+  }
+
+  /**
+   * "Not now": the message stays pending and is sent again after `retryAfterS` (on the injected
+   * scheduler); its slot goes to the next message meanwhile. Only a message this sender has in
+   * flight is held; an answer for anything else is ignored like any ack for an unknown id.
+   */
+  private holdBack(msgId: string, retryAfterS: number, error: { code: string; message: string }): void {
+    const entry = this.inFlight.get(msgId);
+    if (!entry) {
+      this.opts.logger.debug({ msg_id: msgId }, '"retry later" for a message not in flight; ignored');
+      return;
+    }
+    this.release(entry);
+    const previous = this.held.get(msgId);
+    if (previous !== undefined) this.opts.scheduler.clearTimeout(previous);
+    this.opts.logger.info({ msg_id: msgId, code: error.code, reason: error.message, retry_after_s: retryAfterS }, 'the cloud asked to send an outbox message again later');
+    this.held.set(
+      msgId,
+      this.opts.scheduler.setTimeout(() => this.releaseHeld(msgId, entry), retryAfterS * 1000),
+    );
+    this.kick();
+  }
+
+  private releaseHeld(msgId: string, entry: InFlight): void {
+    this.held.delete(msgId);
+    // Offline: the next connect sends every pending message from the oldest, this one included.
+    if (this.stopped || !this.canSend() || this.inFlight.has(msgId)) return;
+    const fresh: InFlight = { msgId, seq: entry.seq, payload: entry.payload, timer: undefined };
+    this.inFlight.set(msgId, fresh);
+    this.track(this.publish([fresh], this.generation)).catch((err: unknown) => this.opts.logger.warn({ err, msg_id: msgId }, 'outbox resend failed'));
   }
 
   private release(entry: InFlight): void {
@@ -229,7 +278,7 @@ export class OutboxSender {
       const batch: InFlight[] = [];
       for (const row of rows) {
         this.cursor = Math.max(this.cursor, row.seq);
-        if (this.inFlight.has(row.msgId)) continue;
+        if (this.inFlight.has(row.msgId) || this.held.has(row.msgId)) continue;
         const entry: InFlight = { msgId: row.msgId, seq: row.seq, payload: outboxPayload(row), timer: undefined };
         this.inFlight.set(row.msgId, entry);
         batch.push(entry);

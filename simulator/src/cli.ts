@@ -40,6 +40,11 @@ program
   .option('--start-concurrency <n>', 'robots enrolling and starting at once (default 16)')
   .option('--connect-timeout-ms <ms>', 'give up when not all robots are connected after this long (default 120000)')
   .option('--no-control-socket', 'do not serve the robots\u2019 local control sockets')
+  .option('--no-sync', 'robots do not upload episodes (sync is on by default, as on a real agent)')
+  .option('--sync-concurrency <n>', 'replicas each robot uploads at once (default 2)')
+  .option('--sync-part-parallel <n>', 'multipart parts on the wire at once per file (default 3)')
+  .addOption(new Option('--upload-ca-file <file>', 'PEM of extra CAs trusted for upload URLs').env('FLEET_SIM_UPLOAD_CA_FILE'))
+  .option('--allow-http-uploads', 'allow plain http:// upload URLs (refused by default)')
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_SIM_LOG_LEVEL').default('info'))
   .action(async (o: Record<string, string | boolean | undefined>) => {
     const str = (k: string) => (typeof o[k] === 'string' ? o[k] : undefined);
@@ -49,6 +54,9 @@ program
       dataDir: str('dataDir')!,
       legacyRuntime: o.legacyRuntime === true,
       controlSocket: o.controlSocket !== false,
+      sync: o.sync !== false,
+      allowHttpUploads: o.allowHttpUploads === true,
+      ...(process.env.NODE_EXTRA_CA_CERTS ? { extraCaCertsFile: process.env.NODE_EXTRA_CA_CERTS } : {}),
       logLevel: str('logLevel') as FleetOptionsInput['logLevel'],
     };
     const optional: [keyof FleetOptionsInput, string][] = [
@@ -63,6 +71,9 @@ program
       ['mqttUrl', 'mqttUrl'],
       ['startConcurrency', 'startConcurrency'],
       ['connectTimeoutMs', 'connectTimeoutMs'],
+      ['syncConcurrency', 'syncConcurrency'],
+      ['syncPartParallel', 'syncPartParallel'],
+      ['uploadCaFile', 'uploadCaFile'],
     ];
     for (const [key, flag] of optional) {
       const v = str(flag);

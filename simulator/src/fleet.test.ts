@@ -148,6 +148,9 @@ describe('runFleet', () => {
   test('options are validated once, with documented defaults', () => {
     const o = parseFleetOptions({ api: 'http://127.0.0.1:8080', count: '3', dataDir: '/tmp/x' });
     expect(o).toMatchObject({ count: 3, legacyRuntime: false, autoEpisodesPerMinute: 0, platform: 'sim-arm', namePrefix: 'sim', controlSocket: true });
+    // Simulated robots sync exactly as real agents do, with the agent's defaults.
+    expect(o).toMatchObject({ sync: true, syncConcurrency: 2, syncPartParallel: 3, allowHttpUploads: false });
+    expect(o.uploadCaFile).toBeUndefined();
     expect(Object.isFrozen(o)).toBe(true);
     expect(() => parseFleetOptions({ api: 'ftp://x', count: 1, dataDir: '/tmp/x' })).toThrow();
     expect(() => parseFleetOptions({ api: 'http://x', count: 0, dataDir: '/tmp/x' })).toThrow();

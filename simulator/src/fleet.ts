@@ -9,6 +9,7 @@ import {
   enroll,
   parseAgentConfig,
   readCredentials,
+  uploadDispatcher,
   systemScheduler,
   type Credentials,
   type Scheduler,
@@ -58,6 +59,18 @@ export const FleetOptionsSchema = z.strictObject({
   connectTimeoutMs: z.coerce.number().int().min(100).max(3_600_000).default(120_000),
   /** Serve each robot's local control socket (`fleet-agent episode … --data-dir <dataDir>/robot-<i>`). */
   controlSocket: z.boolean().default(true),
+  /** Upload assigned episodes to their destinations, as a real agent does (on by default). */
+  sync: z.boolean().default(true),
+  /** Replicas each robot uploads at once (the agent's --sync-concurrency). */
+  syncConcurrency: z.coerce.number().int().min(1).max(64).default(2),
+  /** Multipart parts on the wire at once per file (the agent's --sync-part-parallel). */
+  syncPartParallel: z.coerce.number().int().min(1).max(32).default(3),
+  /** Extra CAs trusted for upload URLs (the agent's --upload-ca-file). */
+  uploadCaFile: z.string().min(1).optional(),
+  /** The file NODE_EXTRA_CA_CERTS names (handed over by the CLI). */
+  extraCaCertsFile: z.string().min(1).optional(),
+  /** Allow plain http:// upload URLs (the agent's --allow-http-uploads). */
+  allowHttpUploads: z.boolean().default(false),
   logLevel: z.enum(LOG_LEVELS).default('info'),
 });
 export type FleetOptions = Readonly<z.output<typeof FleetOptionsSchema>>;
@@ -194,6 +207,10 @@ export async function runFleet(input: FleetOptionsInput | FleetOptions, deps: Fl
   const logger = deps.logger ?? pino({ level: opts.logLevel, base: { pid: process.pid }, redact: ['password', '*.password'] }, pino.destination({ dest: 2, sync: true }));
   await mkdir(opts.dataDir, { recursive: true, mode: 0o700 });
 
+  // One HTTP agent for every robot's uploads: a fleet in one process shares its connections.
+  const dispatcher = opts.sync
+    ? uploadDispatcher({ caFile: opts.uploadCaFile, extraCaCertsFile: opts.extraCaCertsFile, connections: Math.min(256, opts.count * opts.syncConcurrency * opts.syncPartParallel) })
+    : undefined;
   const slots: (SimulatedRobot | undefined)[] = new Array<SimulatedRobot | undefined>(opts.count);
   const started = (): SimulatedRobot[] => slots.filter((r): r is SimulatedRobot => r !== undefined);
   const stopAll = async (robots: readonly SimulatedRobot[]): Promise<void> => {
@@ -201,6 +218,7 @@ export async function runFleet(input: FleetOptionsInput | FleetOptions, deps: Fl
     await eachLimited(robots, 64, async (r) => {
       await r.agent.stop().catch((err: unknown) => logger.error({ err, robot_id: r.robotId }, 'agent did not stop cleanly'));
     });
+    await dispatcher?.close().catch(() => undefined);
   };
   const aborted = () => {
     if (deps.signal?.aborted) throw new FleetError('fleet start aborted');
@@ -234,6 +252,12 @@ export async function runFleet(input: FleetOptionsInput | FleetOptions, deps: Fl
       finalizingDelayMs: opts.finalizingDelayMs,
       logLevel: opts.logLevel,
       ...(opts.mqttUrl ? { mqttUrl: opts.mqttUrl } : {}),
+      sync: opts.sync,
+      syncConcurrency: opts.syncConcurrency,
+      syncPartParallel: opts.syncPartParallel,
+      allowHttpUploads: opts.allowHttpUploads,
+      ...(opts.uploadCaFile ? { uploadCaFile: opts.uploadCaFile } : {}),
+      ...(opts.extraCaCertsFile ? { extraCaCertsFile: opts.extraCaCertsFile } : {}),
     });
     const actions = new SimulatedRobotActions();
     const agentLog = log.child({ robot_id: creds.robot_id });
@@ -245,6 +269,7 @@ export async function runFleet(input: FleetOptionsInput | FleetOptions, deps: Fl
       actions,
       credentials: creds,
       controlSocket: opts.controlSocket,
+      ...(dispatcher ? { uploadDispatcher: dispatcher } : {}),
     });
     await agent.start();
     const operator = new ScriptedOperator({

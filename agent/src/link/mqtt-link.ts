@@ -23,12 +23,15 @@ export interface MqttLinkOptions {
   onCommand: (payload: Buffer) => void;
   /** An application-level acknowledgment of an outbox message (`…/outbox/ack`). */
   onOutboxAck?: (payload: Buffer) => void;
+  /** A message on `…/sync` (assignments, grants, deferrals); the link subscribes to it only when given. */
+  onSync?: (payload: Buffer) => void;
   random?: () => number;
 }
 
 /**
  * The robot's MQTT 3.1.1 connection: presence by a retained status plus a last will, commands in,
- * replies out, outbox messages out and their acknowledgments in, QoS 1. mqtt.js's fixed-period
+ * replies out, outbox messages out and their acknowledgments in, sync requests out and sync
+ * messages (assignments, grants, deferrals) in, QoS 1. mqtt.js's fixed-period
  * reconnect is off; this link reconnects with exponential backoff and re-announces its status on
  * every connect (the broker may have lost retained messages when it restarted).
  */
@@ -38,6 +41,7 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
   private reconnectTimer: TimerHandle | undefined;
   private stopping = false;
   private everConnected = false;
+  private syncReady = false;
   private readonly robotId: string;
 
   constructor(private readonly opts: MqttLinkOptions) {
@@ -47,6 +51,15 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
 
   get connected(): boolean {
     return this.client?.connected ?? false;
+  }
+
+  /**
+   * The broker granted the `…/sync` subscription at the last connect. A broker whose ACL does not
+   * know the sync topics yet refuses it (SUBACK 0x80); it would refuse `…/sync/request` too, and
+   * aedes drops a connection that publishes where it may not, so the uploader then stays idle.
+   */
+  get syncAvailable(): boolean {
+    return this.syncReady && this.connected;
   }
 
   get url(): string {
@@ -76,6 +89,7 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
     client.on('message', (topic, payload) => {
       if (topic === topics.command(this.robotId)) this.opts.onCommand(payload);
       else if (topic === topics.outboxAck(this.robotId)) this.opts.onOutboxAck?.(payload);
+      else if (topic === topics.sync(this.robotId)) this.opts.onSync?.(payload);
     });
   }
 
@@ -113,6 +127,13 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
     await client.publishAsync(topics.outbox(this.robotId), payload, { qos: 1 });
   }
 
+  /** Publishes a sync request (`…/sync/request`, QoS 1); rejects while disconnected. */
+  async publishSyncRequest(payload: string): Promise<void> {
+    const client = this.client;
+    if (!client?.connected) throw new Error('not connected');
+    await client.publishAsync(topics.syncRequest(this.robotId), payload, { qos: 1 });
+  }
+
   /** Publishes the retained offline status, then disconnects (no last will on a clean end). */
   async stop(): Promise<void> {
     this.stopping = true;
@@ -147,6 +168,18 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
     const ready = async () => {
       // Subscribed before `connected` fires, so the outbox never publishes without hearing the acks.
       await client.subscribeAsync([topics.command(this.robotId), topics.outboxAck(this.robotId)], { qos: 1 });
+      // Subscribed before `connected` fires too, so the answer to the assignments request is heard.
+      // Apart from the others: a refusal must not keep commands and the outbox from working.
+      this.syncReady = false;
+      if (this.opts.onSync) {
+        try {
+          await client.subscribeAsync(topics.sync(this.robotId), { qos: 1 });
+          this.syncReady = true;
+        } catch (err) {
+          if (!client.connected) throw err;
+          this.opts.logger.warn({ err: { message: (err as Error).message } }, 'the broker refused the sync topic; uploads wait for the next connect');
+        }
+      }
       await this.publishStatus();
     };
     ready().then(

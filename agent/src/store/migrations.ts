@@ -116,4 +116,67 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       CREATE INDEX command_results_by_time ON command_results (received_at);
     `,
   },
+  {
+    version: 4,
+    name: 'cloud sync: replicas (assignments), per-file upload progress, multipart parts',
+    sql: `
+      -- One row per (episode, destination) the cloud assigned. state 'assigned' means no grant yet;
+      -- the others are the replica states of the API. next_attempt_at NULL: nothing more to do
+      -- (verified, synced with a note, or no files to send).
+      CREATE TABLE replicas (
+        episode_id TEXT NOT NULL,
+        destination_id TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('assigned', 'granted', 'syncing', 'synced', 'verified')),
+        grant_id TEXT,
+        object_key TEXT,
+        retention TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        -- Failed transfer attempts since the last success: picks the step of the retry schedule.
+        failures INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at INTEGER,
+        last_error TEXT,
+        note TEXT,
+        -- Replica reports enqueued so far; numbers the next report's msg_id.
+        reports INTEGER NOT NULL DEFAULT 0,
+        assigned_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (episode_id, destination_id)
+      ) STRICT;
+      CREATE INDEX replicas_due ON replicas (next_attempt_at) WHERE next_attempt_at IS NOT NULL;
+      -- Upload progress of one file of a replica, written as it happens: the multipart upload id
+      -- as soon as a grant names it, and once the file is complete, what was sent and the store's
+      -- receipt (JSON), so a restart neither re-sends finished work nor forgets a receipt.
+      CREATE TABLE upload_files (
+        episode_id TEXT NOT NULL,
+        destination_id TEXT NOT NULL,
+        path TEXT NOT NULL,
+        upload_id TEXT,
+        part_size INTEGER,
+        complete INTEGER NOT NULL DEFAULT 0 CHECK (complete IN (0, 1)),
+        bytes_sent INTEGER,
+        sha256_sent TEXT,
+        md5_sent TEXT,
+        receipt TEXT,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (episode_id, destination_id, path),
+        FOREIGN KEY (episode_id, destination_id) REFERENCES replicas (episode_id, destination_id) ON DELETE CASCADE
+      ) STRICT;
+      -- A multipart part the store accepted, with its ETag and the MD5 and SHA-256 of the bytes sent.
+      CREATE TABLE upload_parts (
+        episode_id TEXT NOT NULL,
+        destination_id TEXT NOT NULL,
+        path TEXT NOT NULL,
+        upload_id TEXT NOT NULL,
+        part_number INTEGER NOT NULL,
+        size INTEGER NOT NULL,
+        etag TEXT NOT NULL,
+        md5 TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        done_at INTEGER NOT NULL,
+        PRIMARY KEY (episode_id, destination_id, path, part_number),
+        FOREIGN KEY (episode_id, destination_id, path) REFERENCES upload_files (episode_id, destination_id, path) ON DELETE CASCADE
+      ) STRICT;
+    `,
+  },
 ];
+

@@ -4,8 +4,9 @@ import { join } from 'node:path';
 import { MIGRATIONS } from './migrations.js';
 import { SqliteCommandResults, SqliteEpisodes } from './sqlite-episodes.js';
 import { SqliteOutbox } from './sqlite-outbox.js';
+import { SqliteSync } from './sqlite-sync.js';
 import { SqliteOperatorContext, SqliteRecording, SqliteRecordingSessions } from './sqlite-recording.js';
-import type { AgentStore, CommandResultStore, EpisodeStore, OperatorContextStore, OutboxStore, RecordingSessionStore, RecordingStore } from './types.js';
+import type { AgentStore, CommandResultStore, EpisodeStore, OperatorContextStore, OutboxStore, RecordingSessionStore, RecordingStore, SyncStore } from './types.js';
 
 export const AGENT_DATABASE_FILE = 'agent.sqlite';
 
@@ -47,6 +48,7 @@ export class SqliteAgentStore implements AgentStore {
   readonly context: OperatorContextStore;
   readonly sessions: RecordingSessionStore;
   readonly outbox: OutboxStore;
+  readonly sync: SyncStore;
 
   constructor(private readonly db: Database.Database) {
     this.recording = new SqliteRecording(db);
@@ -55,6 +57,7 @@ export class SqliteAgentStore implements AgentStore {
     this.context = new SqliteOperatorContext(db);
     this.sessions = new SqliteRecordingSessions(db);
     this.outbox = new SqliteOutbox(db);
+    this.sync = new SqliteSync(db);
   }
 
   async close(): Promise<void> {

@@ -1,4 +1,4 @@
-import type { CommandReply, OutboxMessage } from '@fleet/protocol';
+import type { Assignment, CommandReply, OutboxMessage, RetentionDirective } from '@fleet/protocol';
 import type { OperatorContext } from '../context.js';
 import type { EpisodeFacts, EpisodeManifest, EpisodeOutcome, SubtaskStep } from '../recording/facts.js';
 
@@ -15,6 +15,8 @@ export interface AgentStore {
   readonly context: OperatorContextStore;
   readonly sessions: RecordingSessionStore;
   readonly outbox: OutboxStore;
+  /** Cloud sync: assignments, replica states and upload progress. */
+  readonly sync: SyncStore;
   close(): Promise<void>;
 }
 
@@ -138,7 +140,7 @@ export interface RecordingSessionStore {
   current(): Promise<RecordingSessionRow | undefined>;
 }
 
-/** What an outbox message carries; `episode.report` for now. */
+/** What an outbox message carries (`episode.report`, `replica.state`). */
 export type OutboxKind = OutboxMessage['kind'];
 
 /** A message to enqueue. `body` is serialized as JSON. */
@@ -197,4 +199,142 @@ export interface OutboxStore {
   counts(): Promise<OutboxCounts>;
   /** Deletes acknowledged messages settled before `olderThan` (refused ones are kept); returns how many. */
   prune(olderThan: number): Promise<number>;
+}
+
+// ---- cloud sync ----------------------------------------------------------------------------
+
+/** A replica's local state: `assigned` (no grant yet), then the API's replica states in order. */
+export type LocalReplicaState = 'assigned' | 'granted' | 'syncing' | 'synced' | 'verified';
+
+/** One (episode, destination) the cloud assigned this robot, and how far its upload got. */
+export interface ReplicaRow {
+  episodeId: string;
+  destinationId: string;
+  state: LocalReplicaState;
+  grantId: string | null;
+  objectKey: string | null;
+  retention: RetentionDirective | null;
+  /** Grant requests made (each answered, deferred or timed out counts one). */
+  attempts: number;
+  /** Failed transfer attempts since the last success (the step of the retry schedule). */
+  failures: number;
+  /** When to ask for a grant next; null when nothing more is to be done. */
+  nextAttemptAt: number | null;
+  /** `code: message` of the last failed attempt; cleared by the next state change. */
+  lastError: string | null;
+  /** Why the replica stays `synced`, or why nothing is uploaded. */
+  note: string | null;
+  /** Replica reports enqueued so far. */
+  reports: number;
+  assignedAt: number;
+  updatedAt: number;
+}
+
+/** What the store answered for a file or a part: the proof checked for `verified`. */
+export interface UploadReceipt {
+  status: number;
+  /** As received, quotes included; null when absent. */
+  etag: string | null;
+  /** `x-amz-checksum-sha256` (base64) when the store echoed one. */
+  checksumSha256: string | null;
+}
+
+export interface UploadPartRow {
+  partNumber: number;
+  size: number;
+  etag: string;
+  /** Hex MD5 and SHA-256 of the bytes sent for this part. */
+  md5: string;
+  sha256: string;
+}
+
+/** The upload progress of one file of a replica. */
+export interface UploadFileRow {
+  path: string;
+  /** The multipart upload in progress (null for a single PUT). */
+  uploadId: string | null;
+  partSize: number | null;
+  complete: boolean;
+  bytesSent: number | null;
+  /** Hex digests of every byte sent, whole file. */
+  sha256Sent: string | null;
+  md5Sent: string | null;
+  /** The single PUT's receipt, or the complete request's for a multipart upload. */
+  receipt: UploadReceipt | null;
+  /** Parts of `uploadId` the store accepted, in part order. */
+  parts: UploadPartRow[];
+}
+
+/** Replicas by situation: still to do (failing ones among them), finished as verified or synced with a note. */
+export interface SyncCounts {
+  /** Replicas with attempts ahead (not yet verified or parked). */
+  open: number;
+  /** Open replicas whose last attempt failed. */
+  failing: number;
+  verified: number;
+  /** Finished without verification: synced with a note, parked after an error, or nothing to send. */
+  settled: number;
+}
+
+/** A change to a replica row; absent fields stay as they are. */
+export interface ReplicaPatch {
+  state?: LocalReplicaState;
+  grantId?: string | null;
+  objectKey?: string | null;
+  retention?: RetentionDirective | null;
+  attempts?: number;
+  failures?: number;
+  nextAttemptAt?: number | null;
+  lastError?: string | null;
+  note?: string | null;
+}
+
+/**
+ * The uploader's durable state (agent SQLite). Upload progress is written as it happens, each
+ * call its own transaction, so a kill -9 at any point leaves what was done and nothing more.
+ */
+export interface SyncStore {
+  /** Adds assignments not known yet (a push); returns how many were new. */
+  add(assignments: readonly Assignment[], at: number): Promise<number>;
+  /**
+   * Makes the unfinished assignments equal to `complete` (the cloud's full list): adds the
+   * missing ones, deletes unfinished ones it does not name (with their progress). Finished
+   * replicas (next_attempt_at null) are kept. One transaction.
+   */
+  reconcile(complete: readonly Assignment[], at: number): Promise<{ added: number; removed: Assignment[] }>;
+  get(episodeId: string, destinationId: string): Promise<ReplicaRow | undefined>;
+  list(): Promise<ReplicaRow[]>;
+  /** Replicas with something to do whose time has come, soonest first. */
+  due(now: number, limit: number): Promise<ReplicaRow[]>;
+  /** The earliest next_attempt_at of any replica, or null. */
+  nextDueAt(): Promise<number | null>;
+  /**
+   * Applies `patch` and, when given, enqueues `report` (its replica report) and counts it; one
+   * transaction, so a state change and its report exist both or neither.
+   */
+  update(episodeId: string, destinationId: string, patch: ReplicaPatch, at: number, report?: NewOutboxMessage): Promise<ReplicaRow>;
+  files(episodeId: string, destinationId: string): Promise<UploadFileRow[]>;
+  /**
+   * Notes the multipart upload a grant named for a file. A different upload id than the one
+   * stored starts over: the old parts and completion are forgotten.
+   */
+  beginMultipart(episodeId: string, destinationId: string, path: string, uploadId: string, partSize: number, at: number): Promise<void>;
+  /** A part the store accepted (for the file's current upload id). */
+  partDone(episodeId: string, destinationId: string, path: string, uploadId: string, part: UploadPartRow, at: number): Promise<void>;
+  /** A file is complete at the destination: what was sent and the store's receipt. */
+  fileDone(
+    episodeId: string,
+    destinationId: string,
+    path: string,
+    done: { uploadId: string | null; bytesSent: number; sha256Sent: string; md5Sent: string | null; receipt: UploadReceipt },
+    at: number,
+  ): Promise<void>;
+  /** Forgets a file's progress (its upload must start over). */
+  resetFile(episodeId: string, destinationId: string, path: string): Promise<void>;
+  /** How many replicas are in each situation (for `fleet-agent status`). */
+  counts(): Promise<SyncCounts>;
+  /** Bytes of finalized episodes with no verified replica (they cannot be pruned). */
+  backlogBytes(): Promise<number>;
+  /** Bytes of episodes finalized at or after `since`. */
+  recordedBytesSince(since: number): Promise<number>;
 }

@@ -1,0 +1,195 @@
+import { createHash } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { verifySignature, type Episode, type EpisodeWithLocations } from '@fleet/protocol';
+import { createTestPki, startHttpsReceiver, type TestPki, type TestReceiver } from '../cloud/src/egress/test-https.js';
+import { makeTempDir, startCloud, type CloudProcess, type TempDir } from './support/cloud.js';
+import { exportEpisodes, getEpisode, listEpisodes } from './support/episodes.js';
+import { startGrantProvider } from './support/grant-provider.js';
+import { createEnrollmentToken, sendCommand, startFleet } from './support/robots.js';
+import { startS3Server } from './support/s3-server.js';
+import { waitFor } from './support/wait.js';
+
+/**
+ * Cloud sync end to end with real processes: fleet-cloud, a fleet-sim robot running the real
+ * agent, the reference grant provider over HTTPS, and a signature-checking S3-compatible server.
+ * Recorded bytes go from the robot straight to the bucket; the cloud only relays grants and
+ * indexes replica states.
+ */
+
+let pki: TestPki;
+let tmp: TempDir;
+let tlsFiles: { certFile: string; keyFile: string };
+
+beforeAll(async () => {
+  pki = createTestPki();
+  tmp = await makeTempDir('fleet-sync-');
+  const pair = pki.issue(['localhost'], ['127.0.0.1']);
+  tlsFiles = { certFile: join(tmp.path, 'provider.crt'), keyFile: join(tmp.path, 'provider.key') };
+  writeFileSync(tlsFiles.certFile, pair.cert);
+  writeFileSync(tlsFiles.keyFile, pair.key, { mode: 0o600 });
+});
+afterAll(async () => {
+  await tmp?.[Symbol.asyncDispose]();
+  pki?.cleanup();
+});
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+async function json<T>(res: Response): Promise<T> {
+  const text = await res.text();
+  if (res.status >= 300) throw new Error(`HTTP ${res.status}: ${text}`);
+  return (text ? JSON.parse(text) : undefined) as T;
+}
+
+const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+interface Delivery {
+  event: string;
+  body: string;
+  signature: string;
+}
+
+async function webhookReceiver(cloud: CloudProcess): Promise<{ receiver: TestReceiver; secret: string; deliveries: Delivery[] }> {
+  const deliveries: Delivery[] = [];
+  const receiver = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (req, res) => {
+    deliveries.push({ event: String(req.headers['x-service-event']), body: req.body, signature: String(req.headers['x-service-signature']) });
+    res.writeHead(200);
+    res.end();
+  });
+  const created = await json<{ secret: string }>(
+    await cloud.fetch('/v1/webhooks', {
+      method: 'POST',
+      json: { url: `https://127.0.0.1:${receiver.port}/hook`, events: ['episode.finalized', 'episode.synced', 'episode.verified', 'episode.failed'] },
+    }),
+  );
+  return { receiver, secret: created.secret, deliveries };
+}
+
+/** Records one episode through the API: start, wait `ms`, then the end verb. */
+async function record(cloud: CloudProcess, robotId: string, ms: number, end: 'finish' | 'discard' = 'finish'): Promise<string> {
+  const start = await sendCommand(cloud, robotId, 'episodes/start');
+  expect(start.status, JSON.stringify(start.body)).toBe(200);
+  const episodeId = (start.body as { result: { episode_id: string } }).result.episode_id;
+  await new Promise((r) => setTimeout(r, ms));
+  const done = await sendCommand(cloud, robotId, `episodes/${end}`);
+  expect(done.status, JSON.stringify(done.body)).toBe(200);
+  // Back to idle before the next start (finalizing takes a moment).
+  await waitFor(async () => ((await sendCommand(cloud, robotId, 'stack/status')).status === 200 ? true : undefined));
+  await waitFor(
+    async () => {
+      const r = await cloud.fetch(`/v1/robots/${robotId}`);
+      return ((await r.json()) as { recording_state: string }).recording_state === 'idle' ? true : undefined;
+    },
+    { timeoutMs: 30_000, description: 'the robot back to idle' },
+  );
+  return episodeId;
+}
+
+describe('cloud sync end to end', () => {
+  test('both protocols reach verified, the bucket holds the robot files byte for byte, webhooks come in order and signed, filters and sync health agree', async () => {
+    await using s3 = await startS3Server();
+    await using cloud = await startCloud({ args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile] });
+    const hooks = await webhookReceiver(cloud);
+    try {
+      // The destination first (its secret is shown once), then the provider on the port it names.
+      const port = await freePort();
+      const destination = await json<{ id: string; secret: string; retention: string }>(
+        await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: `https://127.0.0.1:${port}/grant` } }),
+      );
+      expect(destination.secret).toMatch(/^dsec_/);
+      await using provider = await startGrantProvider({
+        s3,
+        secret: destination.secret,
+        tls: { ...tlsFiles, ca: pki.caPem },
+        args: ['--port', String(port), '--multipart-threshold-bytes', String(5 * 1024 * 1024), '--part-size-bytes', String(5 * 1024 * 1024)],
+      });
+      expect(provider.url).toBe(`https://127.0.0.1:${port}`);
+      const check = await json<{ result: string; mode: string }>(await cloud.fetch(`/v1/destinations/${destination.id}/check`, { method: 'POST' }));
+      expect(check).toMatchObject({ result: 'pass', mode: 'granted' });
+
+      const token = await createEnrollmentToken(cloud, { maxUses: 1 });
+      await using fleet = await startFleet(cloud, {
+        count: 1,
+        token: token.token,
+        args: ['--bytes-per-second', String(2 * 1024 * 1024), '--allow-http-uploads'],
+      });
+      const robotId = fleet.robots[0]!;
+
+      // A long episode (a bag over the multipart threshold), a short one (single PUTs), a discarded one (no files).
+      const long = await record(cloud, robotId, 5_000);
+      const short = await record(cloud, robotId, 300);
+      const discarded = await record(cloud, robotId, 300, 'discard');
+
+      const verified = async (id: string): Promise<Episode | undefined> => {
+        const ep = await getEpisode(cloud, id);
+        return ep?.replicas.length === 1 && ep.replicas[0]!.state === 'verified' ? ep : undefined;
+      };
+      for (const id of [long, short]) await waitFor(() => verified(id), { timeoutMs: 90_000, description: `episode ${id} verified` });
+
+      // Every file of the robot is in the bucket under the replica's object key, byte for byte.
+      const rows = await exportEpisodes(cloud, `robot_id=${robotId}`);
+      const byId = new Map(rows.map((r) => [r.id, r] as const));
+      let multipartSeen = false;
+      for (const id of [long, short]) {
+        const row: EpisodeWithLocations = byId.get(id)!;
+        expect(row.locations).toEqual([{ destination_id: destination.id, state: 'verified', object_key: expect.any(String) as string, grant_id: expect.any(String) as string }]);
+        const prefix = row.locations[0]!.object_key!;
+        for (const f of row.files) {
+          const obj = await s3.getObject(`${prefix}${f.path}`);
+          expect(obj, `${prefix}${f.path}`).not.toBeNull();
+          expect(obj!.body.length).toBe(f.size_bytes);
+          expect(sha256(obj!.body)).toBe(f.sha256);
+          if (f.size_bytes >= 5 * 1024 * 1024) multipartSeen = true;
+        }
+        expect(row.replicas[0]).toMatchObject({ destination_id: destination.id, state: 'verified', error: null });
+      }
+      expect(multipartSeen).toBe(true);
+      const discardedRow = byId.get(discarded)!;
+      expect(discardedRow.outcome).toBe('discarded');
+      expect(discardedRow.replicas).toEqual([]);
+
+      // Filters: verified and synced include both; unverified includes neither.
+      const ids = async (q: string) => (await listEpisodes(cloud, q)).map((e) => e.id);
+      expect(await ids(`sync_state=verified&robot_id=${robotId}`)).toEqual(expect.arrayContaining([long, short]));
+      expect(await ids(`sync_state=synced&destination_id=${destination.id}`)).toEqual(expect.arrayContaining([long, short]));
+      expect(await ids(`sync_state=unverified&robot_id=${robotId}`)).not.toEqual(expect.arrayContaining([long]));
+
+      // Sync health counts the robot's three episodes, none of them waiting.
+      const health = await json<{ robots: Record<string, unknown>[] }>(await cloud.fetch('/v1/sync-health/robots'));
+      expect(health.robots.find((r) => r.robot_id === robotId)).toMatchObject({ episodes_reported: 3, unverified: 0, unverified_over_72h: 0, bytes_unverified: 0, local_missing: 0 });
+
+      // Webhooks: per episode finalized, then synced, then verified, each signed with the subscription secret.
+      await waitFor(() => (hooks.deliveries.filter((d) => d.event === 'episode.verified').length >= 2 ? true : undefined), { timeoutMs: 30_000, description: 'both verified webhooks' });
+      for (const id of [long, short]) {
+        const events = hooks.deliveries.filter((d) => (JSON.parse(d.body) as { episode_id: string }).episode_id === id);
+        expect(events.map((d) => d.event)).toEqual(['episode.finalized', 'episode.synced', 'episode.verified']);
+        const last = JSON.parse(events[2]!.body) as Record<string, unknown>;
+        expect(last).toMatchObject({ schema_version: 1, episode_id: id, robot_id: robotId, destination_id: destination.id, state: 'verified' });
+        expect(last.object_key).toEqual(expect.any(String));
+        for (const d of events) {
+          expect(verifySignature({ body: d.body, header: d.signature, secrets: [hooks.secret], nowS: Math.floor(Date.now() / 1000) }).ok).toBe(true);
+        }
+      }
+
+      // The destination's health counts the real forwards.
+      const dests = await json<{ destinations: { id: string; forwards_24h: number; last_forward_at: string | null }[] }>(await cloud.fetch('/v1/destinations'));
+      const d = dests.destinations.find((x) => x.id === destination.id)!;
+      expect(d.forwards_24h).toBeGreaterThanOrEqual(2);
+      expect(d.last_forward_at).not.toBeNull();
+    } finally {
+      await hooks.receiver.close();
+    }
+  });
+});

@@ -70,6 +70,7 @@ program
   .addOption(new Option('--ip-requests-per-minute <n>', 'per client address, on /v1 routes without an API key (enrollment)').env('FLEET_IP_REQUESTS_PER_MINUTE'))
   .addOption(new Option('--mqtt-messages-per-second <n>', 'embedded broker: PUBLISH packets per second one robot may send').env('FLEET_MQTT_MESSAGES_PER_SECOND'))
   .addOption(new Option('--mqtt-bytes-per-second <n>', 'embedded broker: payload bytes per second one robot may send').env('FLEET_MQTT_BYTES_PER_SECOND'))
+  .addOption(new Option('--grant-retry-after-s <s>', 'after a failed grant request (provider down, invalid answer) the robot asks again this much later').env('FLEET_GRANT_RETRY_AFTER_S'))
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_LOG_LEVEL').default('info'))
   .addOption(new Option('--egress-allow-loopback', 'tests and local development: webhook URLs may be on 127.0.0.1/::1').env('FLEET_EGRESS_ALLOW_LOOPBACK'))
   .addOption(new Option('--egress-ca-file <file>', 'extra CA (PEM) trusted for outbound HTTPS').env('FLEET_EGRESS_CA_FILE'))
@@ -89,6 +90,7 @@ program
       ipRequestsPerMinute: opts.ipRequestsPerMinute,
       mqttMessagesPerSecond: opts.mqttMessagesPerSecond,
       mqttBytesPerSecond: opts.mqttBytesPerSecond,
+      grantRetryAfterS: opts.grantRetryAfterS,
       logLevel: opts.logLevel as CloudConfigInput['logLevel'],
       // Only from the environment: a flag would show the key in the process list.
       secretKey: process.env.FLEET_SECRET_KEY,

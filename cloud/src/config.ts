@@ -32,6 +32,8 @@ export const CloudConfigSchema = z.strictObject({
   mqttMessagesPerSecond: z.coerce.number().int().min(1).default(100),
   /** …and payload bytes per second (sustained); bursts of two seconds' worth pass at once. */
   mqttBytesPerSecond: z.coerce.number().int().min(1024).default(1024 * 1024),
+  /** When a grant request fails (timeout, error status, invalid answer), the robot asks again this much later. */
+  grantRetryAfterS: z.coerce.number().int().min(1).max(86_400).default(60),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Base64 of 32 bytes that seals stored secrets; by default <dataDir>/secret.key (created 0600). */
   secretKey: z.base64().refine((k) => Buffer.from(k, 'base64').length === 32, 'must be 32 bytes').optional(),

@@ -129,7 +129,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
 
     // The robot link: presence, commands, the durable outboxes routed by message kind, and sync
     // (assignments pushed as routes are decided, grant requests relayed to grant providers).
-    const relay = new GrantRelay({ store, egress, secrets, clock, logger });
+    const relay = new GrantRelay({ store, egress, secrets, clock, logger, retryAfterS: config.grantRetryAfterS });
     const { link, router } = await life.add('robot link', async () => {
       const l = new RobotLink({ url: linkUrl, ...linkAuth, store, clock, logger, commandTimeoutMs: config.commandTimeoutMs });
       const syncService = new SyncService({ store, relay, publish: (robotId, msg) => l.publishSync(robotId, msg), logger });

@@ -119,14 +119,22 @@ export class SqliteSync implements SyncStore {
   async listDestinations(orgId: string, now: number): Promise<(DestinationRow & DestinationHealth)[]> {
     const since = now - DAY;
     return this.db
-      .prepare<[number, number, string], DestinationDbRow & { forwards: number; deferrals: number }>(
+      .prepare<[number, number, number, string], DestinationDbRow & { forwards: number; deferrals: number; last_deferral: string | null }>(
         `SELECT d.*,
            (SELECT COUNT(*) FROM grant_forwards f WHERE f.destination_id = d.id AND f.at > ?) AS forwards,
-           (SELECT COUNT(*) FROM grant_forwards f WHERE f.destination_id = d.id AND f.at > ? AND f.outcome = 'deferred') AS deferrals
+           (SELECT COUNT(*) FROM grant_forwards f WHERE f.destination_id = d.id AND f.at > ? AND f.outcome = 'deferred') AS deferrals,
+           (SELECT json_object('at', f.at, 'reason', f.reason) FROM grant_forwards f
+             WHERE f.destination_id = d.id AND f.at > ? AND f.outcome = 'deferred' ORDER BY f.at DESC, f.id DESC LIMIT 1) AS last_deferral
          FROM destinations d WHERE d.org_id = ? ORDER BY d.created_at, d.id`,
       )
-      .all(since, since, orgId)
-      .map((r) => ({ ...destinationFromDb(r), lastForwardAt: r.last_forward_at, forwards24h: r.forwards, deferrals24h: r.deferrals }));
+      .all(since, since, since, orgId)
+      .map((r) => ({
+        ...destinationFromDb(r),
+        lastForwardAt: r.last_forward_at,
+        forwards24h: r.forwards,
+        deferrals24h: r.deferrals,
+        lastDeferral: r.last_deferral === null ? null : (JSON.parse(r.last_deferral) as { at: number; reason: string }),
+      }));
   }
 
   async revokeDestination(orgId: string, id: string, at: number): Promise<boolean> {

@@ -24,6 +24,8 @@ export interface DestinationHealth {
   lastForwardAt: number | null;
   forwards24h: number;
   deferrals24h: number;
+  /** The newest deferral within the last 24 h and its reason (`reason: message`). */
+  lastDeferral: { at: number; reason: string } | null;
 }
 
 export interface RoutingRuleRow {

@@ -56,6 +56,8 @@ export interface GrantRelayOptions {
   clock: Clock;
   logger: FastifyBaseLogger;
   timeoutMs?: number;
+  /** Sent to the robot with a deferral that came without the provider's own `retry_after`. */
+  retryAfterS?: number;
 }
 
 /**
@@ -112,7 +114,8 @@ export class GrantRelay {
   async handle(robotId: string, req: Extract<SyncRequest, { type: 'grant.request' }>): Promise<GrantMessage | DeferralMessage> {
     const { store, clock, logger } = this.opts;
     const base = { req_id: req.req_id, episode_id: req.episode_id, destination_id: req.destination_id };
-    const refuse = (reason: DeferralReason, message: string, retryAfterS = DEFAULT_RETRY_AFTER_S): DeferralMessage => ({
+    const fallback = this.opts.retryAfterS ?? DEFAULT_RETRY_AFTER_S;
+    const refuse = (reason: DeferralReason, message: string, retryAfterS = fallback): DeferralMessage => ({
       type: 'deferral',
       ...base,
       reason,
@@ -147,7 +150,7 @@ export class GrantRelay {
     if (answer.kind === 'deferral') {
       await store.sync.recordForward(route.orgId, destination.id, now, { kind: 'deferred', reason: `${answer.reason}: ${answer.message}`.slice(0, 512) });
       logger.info({ robot_id: robotId, episode_id: episode.id, destination_id: destination.id, reason: answer.reason }, 'grant deferred');
-      return refuse(answer.reason, answer.message, answer.retryAfterS ?? DEFAULT_RETRY_AFTER_S);
+      return refuse(answer.reason, answer.message, answer.retryAfterS ?? fallback);
     }
     await store.sync.recordForward(route.orgId, destination.id, now, { kind: 'granted', grantId: answer.grantId });
     const objectKey = answer.destination.object_key ?? null;

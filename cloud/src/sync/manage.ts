@@ -39,7 +39,7 @@ export async function createDestination(
     createdAt: deps.clock.now(),
   };
   await deps.store.sync.createDestination(row);
-  return { ...toDestination({ ...row, revokedAt: null, lastForwardAt: null, forwards24h: 0, deferrals24h: 0 }), secret };
+  return { ...toDestination({ ...row, revokedAt: null, lastForwardAt: null, forwards24h: 0, deferrals24h: 0, lastDeferral: null }), secret };
 }
 
 /** Appends a rule; the destination must be the org's (404) and live (400). */
@@ -75,6 +75,7 @@ export function toDestination(d: DestinationRow & DestinationHealth): Destinatio
     last_forward_at: d.lastForwardAt === null ? null : iso(d.lastForwardAt),
     forwards_24h: d.forwards24h,
     deferrals_24h: d.deferrals24h,
+    last_deferral: d.lastDeferral === null ? null : { at: iso(d.lastDeferral.at), reason: d.lastDeferral.reason },
   };
 }
 

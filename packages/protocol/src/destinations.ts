@@ -33,6 +33,10 @@ export const DestinationSchema = z
     last_forward_at: z.string().nullable().describe('The newest grant request forwarded to the provider'),
     forwards_24h: z.number().int().describe('Grant requests forwarded in the last 24 hours (granted or deferred)'),
     deferrals_24h: z.number().int().describe('Of those, the ones that did not produce a grant'),
+    last_deferral: z
+      .object({ at: z.string(), reason: z.string().describe('`reason: message`, e.g. `schema_invalid: the grant omits 1 manifest file(s)`') })
+      .nullable()
+      .describe('The newest deferral of the last 24 hours, with why'),
   })
   .meta({ id: 'Destination' });
 export type Destination = z.infer<typeof DestinationSchema>;

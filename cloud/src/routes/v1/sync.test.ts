@@ -49,6 +49,7 @@ describe('destinations', () => {
       last_forward_at: null,
       forwards_24h: 0,
       deferrals_24h: 0,
+      last_deferral: null,
       secret: expect.stringMatching(/^dsec_[A-Za-z0-9_-]{43}$/) as unknown,
     });
     const list = await call('GET', '/v1/destinations');

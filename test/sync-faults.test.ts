@@ -1,0 +1,225 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createServer as createHttpServer, type Server } from 'node:http';
+import mqtt from 'mqtt';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { GrantRequestEnvelopeSchema, SyncMessageSchema, topics, type Episode, type GrantRequestEnvelope, type SyncMessage } from '@fleet/protocol';
+import { createTestPki, startHttpsReceiver, type ReceivedRequest, type TestPki } from '../cloud/src/egress/test-https.js';
+import { startCloud, type CloudProcess } from './support/cloud.js';
+import { getEpisode } from './support/episodes.js';
+import { createEnrollmentToken, sendCommand, startFleet } from './support/robots.js';
+import { waitFor } from './support/wait.js';
+
+/**
+ * Sync under bad answers, with real processes: a grant provider that answers wrongly in every way
+ * the contract forbids, a store that refuses uploads, and a robot asking for what is not its
+ * own. Each is a deferral (or a replica error) with its reason visible, never a bad grant at the
+ * robot and never a crash.
+ */
+
+let pki: TestPki;
+beforeAll(() => {
+  pki = createTestPki();
+});
+afterAll(() => pki?.cleanup());
+
+async function json<T>(res: Response): Promise<T> {
+  const text = await res.text();
+  if (res.status >= 300) throw new Error(`HTTP ${res.status}: ${text}`);
+  return (text ? JSON.parse(text) : undefined) as T;
+}
+
+const send = (res: ServerResponse, status: number, body: unknown) => {
+  res.writeHead(status, { 'content-type': 'application/json' });
+  res.end(typeof body === 'string' ? body : JSON.stringify(body));
+};
+const envOf = (req: ReceivedRequest): GrantRequestEnvelope => GrantRequestEnvelopeSchema.parse(JSON.parse(req.body));
+function grant(env: GrantRequestEnvelope, storeUrl: string, over: { grantId?: string; destinationId?: string; files?: unknown[] } = {}) {
+  return {
+    grant_id: over.grantId ?? `g_${Math.random().toString(36).slice(2)}`,
+    expires_at: new Date(Date.now() + 3600_000).toISOString(),
+    retry_after: null,
+    retention: { local: 'keep' },
+    destinations: [
+      {
+        destination_id: over.destinationId ?? env.request.destination_id,
+        protocol: 'http-put',
+        object_key: `k/${env.episode_id}/`,
+        files: over.files ?? env.request.manifest.files.map((f) => ({ path: f.path, put_url: `${storeUrl}/${env.episode_id}/${f.path}` })),
+      },
+    ],
+  };
+}
+
+interface Destination {
+  id: string;
+  deferrals_24h: number;
+  last_deferral: { at: string; reason: string } | null;
+}
+
+async function destinationOf(cloud: CloudProcess, id: string): Promise<Destination> {
+  const list = await json<{ destinations: Destination[] }>(await cloud.fetch('/v1/destinations'));
+  return list.destinations.find((d) => d.id === id)!;
+}
+
+describe('sync faults', () => {
+  test('every bad grant answer is a deferral with its reason in destination health; a store that refuses uploads shows on the replica; the robot asks again', async () => {
+    // A storage that refuses every upload with 403, as an expired or tampered presigned URL would.
+    const puts: string[] = [];
+    const store: Server = createHttpServer((req: IncomingMessage, res: ServerResponse) => {
+      req.resume();
+      req.on('end', () => {
+        puts.push(req.url ?? '');
+        res.writeHead(403, { 'content-type': 'application/xml' });
+        res.end('<?xml version="1.0"?><Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>');
+      });
+    });
+    await new Promise<void>((r) => store.listen(0, '127.0.0.1', r));
+    const storeUrl = `http://127.0.0.1:${(store.address() as { port: number }).port}`;
+
+    let answer: (req: ReceivedRequest, res: ServerResponse) => void = (_q, res) => send(res, 500, { error: 'not yet' });
+    const provider = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (req, res) => answer(req, res));
+    try {
+      await using cloud = await startCloud({ args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile, '--grant-retry-after-s', '1'] });
+      const dest = await json<{ id: string }>(await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: `https://127.0.0.1:${provider.port}/grant` } }));
+      const token = await createEnrollmentToken(cloud, { maxUses: 1 });
+      await using fleet = await startFleet(cloud, { count: 1, token: token.token, args: ['--allow-http-uploads'] });
+      const robotId = fleet.robots[0]!;
+
+      const start = await sendCommand(cloud, robotId, 'episodes/start');
+      const episodeId = (start.body as { result: { episode_id: string } }).result.episode_id;
+      await new Promise((r) => setTimeout(r, 300));
+      expect((await sendCommand(cloud, robotId, 'episodes/finish')).status).toBe(200);
+
+      // Each bad answer in turn: the robot keeps asking (every second), each ask is deferred with the reason.
+      const cases: [string, (req: ReceivedRequest, res: ServerResponse) => void][] = [
+        ['http_error', (_q, res) => send(res, 500, { error: 'boom' })],
+        ['invalid_json', (_q, res) => send(res, 200, '<html>not json</html>')],
+        ['too_large', (_q, res) => send(res, 200, `{"pad":"${'x'.repeat(2 * 1024 * 1024)}"}`)],
+        ['destination_mismatch', (q, res) => send(res, 200, grant(envOf(q), storeUrl, { destinationId: 'dst_someone_else' }))],
+        ['schema_invalid', (q, res) => send(res, 200, grant(envOf(q), storeUrl, { files: [] }))],
+        ['schema_invalid', (q, res) => send(res, 200, grant(envOf(q), storeUrl, { files: [...envOf(q).request.manifest.files.map((f) => ({ path: f.path, put_url: `${storeUrl}/x` })), { path: 'extra.bin', put_url: `${storeUrl}/x` }] }))],
+        ['schema_invalid', (q, res) => send(res, 200, grant(envOf(q), storeUrl, { files: envOf(q).request.manifest.files.map((f, i) => ({ path: i === 0 ? `other-${f.path}` : f.path, put_url: `${storeUrl}/x` })) }))],
+      ];
+      for (const [reason, handler] of cases) {
+        const before = (await destinationOf(cloud, dest.id)).deferrals_24h;
+        answer = handler;
+        await waitFor(
+          async () => {
+            const d = await destinationOf(cloud, dest.id);
+            return d.deferrals_24h > before + 1 && d.last_deferral?.reason.startsWith(`${reason}: `) ? d : undefined;
+          },
+          { timeoutMs: 30_000, description: `a deferral for ${reason}` },
+        );
+        // Nothing reached the robot as a grant: no replica, nothing uploaded.
+        expect((await getEpisode(cloud, episodeId))?.replicas).toEqual([]);
+        expect(puts).toEqual([]);
+      }
+
+      // A valid grant whose URLs the store refuses: the replica shows the error, and the robot asks again.
+      let asks = 0;
+      answer = (q, res) => {
+        asks += 1;
+        send(res, 200, grant(envOf(q), storeUrl, { grantId: asks === 1 ? 'g_first' : `g_${asks}` }));
+      };
+      const failed = await waitFor(
+        async () => {
+          const ep = await getEpisode(cloud, episodeId);
+          return ep?.replicas[0]?.error ? ep : undefined;
+        },
+        { timeoutMs: 60_000, description: 'the replica error after the store refused the upload' },
+      );
+      expect(failed.replicas[0]).toMatchObject({ destination_id: dest.id, grant_id: 'g_first' });
+      expect(failed.replicas[0]!.error).toMatch(/403/);
+      expect(puts.length).toBeGreaterThan(0);
+
+      // The same grant_id again is a reuse: a deferral, not a grant.
+      answer = (q, res) => send(res, 200, grant(envOf(q), storeUrl, { grantId: 'g_first' }));
+      await waitFor(async () => ((await destinationOf(cloud, dest.id)).last_deferral?.reason.startsWith('grant_reused: ') ? true : undefined), {
+        timeoutMs: 90_000,
+        description: 'a grant_reused deferral',
+      });
+
+      // The episode.failed webhook payload shape is covered in the store tests; here the API shows the error line.
+      const ep = (await getEpisode(cloud, episodeId)) as Episode;
+      expect(ep.replicas[0]!.error).toMatch(/^[a-z_]+: /);
+    } finally {
+      await provider.close();
+      await new Promise<void>((r) => store.close(() => r()));
+    }
+  });
+
+  test("a robot asking for a grant for another robot's episode, or a destination it was not assigned, is refused", async () => {
+    const provider = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (_q, res) => send(res, 200, { grant_id: null, destinations: [], retention: { local: 'keep' }, retry_after: 3600 }));
+    try {
+      await using cloud = await startCloud({ args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile] });
+      const dest = await json<{ id: string }>(await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: `https://127.0.0.1:${provider.port}/grant` } }));
+      const token = await createEnrollmentToken(cloud, { maxUses: 2 });
+      await using fleet = await startFleet(cloud, { count: 1, token: token.token });
+      const owner = fleet.robots[0]!;
+      const start = await sendCommand(cloud, owner, 'episodes/start');
+      const episodeId = (start.body as { result: { episode_id: string } }).result.episode_id;
+      expect((await sendCommand(cloud, owner, 'episodes/finish')).status).toBe(200);
+      await waitFor(() => getEpisode(cloud, episodeId), { timeoutMs: 30_000, description: 'the episode indexed' });
+
+      // Another robot of the same organization, with its own credentials, asks for the owner's episode.
+      const other = await json<{ robot_id: string; mqtt: { client_id: string; username: string; password: string } }>(
+        await cloud.fetch('/v1/robots/enroll', { method: 'POST', key: null, json: { token: token.token, name: 'probe' } }),
+      );
+      const client = await mqtt.connectAsync(cloud.mqtt, { clientId: other.mqtt.client_id, username: other.mqtt.username, password: other.mqtt.password, protocolVersion: 4 });
+      try {
+        const got: SyncMessage[] = [];
+        client.on('message', (_t, payload) => got.push(SyncMessageSchema.parse(JSON.parse(payload.toString('utf8')))));
+        await client.subscribeAsync(topics.sync(other.robot_id), { qos: 1 });
+        const ask = (reqId: string, destinationId: string) =>
+          client.publishAsync(topics.syncRequest(other.robot_id), JSON.stringify({ type: 'grant.request', req_id: reqId, episode_id: episodeId, destination_id: destinationId }), { qos: 1 });
+        await ask('not-mine', dest.id);
+        await ask('not-assigned', 'dst_unknown');
+        const answers = await waitFor(() => {
+          const mine = got.filter((m) => m.type === 'deferral' && (m.req_id === 'not-mine' || m.req_id === 'not-assigned'));
+          return mine.length === 2 ? mine : undefined;
+        }, { description: 'both refusals' });
+        for (const m of answers) expect(m).toMatchObject({ type: 'deferral', reason: 'not_assigned' });
+        expect(got.some((m) => m.type === 'grant')).toBe(false);
+      } finally {
+        await client.endAsync();
+      }
+    } finally {
+      await provider.close();
+    }
+  });
+
+  test('the destination check reports every failure value against a real cloud process', async () => {
+    let answer: (req: ReceivedRequest, res: ServerResponse) => void = () => undefined;
+    const provider = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (req, res) => answer(req, res));
+    const closed = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), () => undefined);
+    const closedPort = closed.port;
+    await closed.close();
+    try {
+      await using cloud = await startCloud({ args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile] });
+      const create = async (url: string) => json<{ id: string }>(await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url } }));
+      const check = async (id: string) => json<Record<string, unknown>>(await cloud.fetch(`/v1/destinations/${id}/check`, { method: 'POST' }));
+      const good = await create(`https://127.0.0.1:${provider.port}/grant`);
+      const cases: [string, (req: ReceivedRequest, res: ServerResponse) => void][] = [
+        ['http_error', (_q, res) => send(res, 502, 'bad gateway')],
+        ['invalid_json', (_q, res) => send(res, 200, 'nope')],
+        ['schema_invalid', (_q, res) => send(res, 200, { grant_id: 'g' })],
+        ['destination_mismatch', (q, res) => send(res, 200, grant(envOf(q), 'https://s.example', { destinationId: 'dst_x' }))],
+        ['timeout', () => undefined],
+      ];
+      for (const [failure, handler] of cases) {
+        answer = handler;
+        expect(await check(good.id), failure).toMatchObject({ result: 'fail', mode: 'deferred', failure });
+      }
+      const unreachable = await create(`https://127.0.0.1:${closedPort}/grant`);
+      expect(await check(unreachable.id)).toMatchObject({ result: 'fail', failure: 'unreachable', http_status: null });
+      answer = (_q, res) => send(res, 200, { grant_id: null, destinations: [], retention: { local: 'keep' }, retry_after: 5 });
+      expect(await check(good.id)).toMatchObject({ result: 'pass', mode: 'deferred' });
+      answer = (q, res) => send(res, 200, grant(envOf(q), 'https://s.example'));
+      expect(await check(good.id)).toMatchObject({ result: 'pass', mode: 'granted', http_status: 200 });
+      // Nothing persisted: no forward counted.
+      expect(await destinationOf(cloud, good.id)).toMatchObject({ deferrals_24h: 0, last_deferral: null });
+    } finally {
+      await provider.close();
+    }
+  });
+});

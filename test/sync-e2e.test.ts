@@ -116,7 +116,8 @@ describe('cloud sync end to end', () => {
         args: ['--port', String(port), '--multipart-threshold-bytes', String(5 * 1024 * 1024), '--part-size-bytes', String(5 * 1024 * 1024)],
       });
       expect(provider.url).toBe(`https://127.0.0.1:${port}`);
-      const check = await json<{ result: string; mode: string }>(await cloud.fetch(`/v1/destinations/${destination.id}/check`, { method: 'POST' }));
+      // Through the typed client, as a customer would.
+      const check = await cloud.client().destinations.check(destination.id);
       expect(check).toMatchObject({ result: 'pass', mode: 'granted' });
 
       const token = await createEnrollmentToken(cloud, { maxUses: 1 });

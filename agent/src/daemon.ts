@@ -1,6 +1,6 @@
 import { mkdir } from 'node:fs/promises';
 import { EventEmitter } from 'node:events';
-import { CAPABILITY_EPISODES_V1, iso, type Clock, type CommandReply } from '@fleet/protocol';
+import { CAPABILITY_EPISODES_V1, iso, Lifecycle, type Clock, type CommandReply } from '@fleet/protocol';
 import type { Logger } from 'pino';
 import type { RobotActions } from './actions.js';
 import { CommandHandler } from './commands.js';
@@ -82,7 +82,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
   private mqtt: MqttLink | undefined;
   private sender: OutboxSender | undefined;
   private syncer: Uploader | undefined;
-  private ownDispatcher: { close(): Promise<void> } | undefined;
+  private readonly life: Lifecycle;
   private control: ControlServer | undefined;
   private creds: Credentials | undefined;
   private pruneTimer: TimerHandle | undefined;
@@ -97,6 +97,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
   ) {
     super();
     this.log = deps.logger;
+    this.life = new Lifecycle((part, err) => this.log.warn({ err, part }, 'closing failed'));
   }
 
   get robotId(): string {
@@ -143,7 +144,8 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
 
   /**
    * Opens the store, finalizes a recording a crash left behind (the robot is idle afterwards),
-   * then serves the control socket and connects to the broker (without waiting for it).
+   * then serves the control socket and connects to the broker (without waiting for it). The
+   * parts start in order and close in reverse (`stop`); a failed start closes what had started.
    */
   async start(): Promise<void> {
     try {
@@ -151,18 +153,13 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
     } catch (err) {
       // Leave nothing half-open: the socket (the directory's lock) and the store.
       this.stopped = true;
-      await this.control?.close().catch(() => undefined);
-      await this.syncer?.stop().catch(() => undefined);
-      await this.sender?.stop().catch(() => undefined);
-      await this.mqtt?.stop().catch(() => undefined);
-      await this.ownDispatcher?.close().catch(() => undefined);
-      await this.store?.close().catch(() => undefined);
+      await this.life.close();
       throw err;
     }
   }
 
   private async open(): Promise<void> {
-    const { config, deps } = this;
+    const { config, deps, life } = this;
     const creds = deps.credentials ?? (await readCredentials(config.dataDir));
     if (!creds) throw new NotEnrolledError(`not enrolled: no credentials in ${config.dataDir}; run \`fleet-agent enroll --api URL --token TOKEN --data-dir ${config.dataDir}\` first`);
     this.creds = creds;
@@ -170,85 +167,138 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
     await mkdir(config.dataDir, { recursive: true, mode: 0o700 });
     if (deps.controlSocket ?? true) {
       // Listening first doubles as the data directory's lock: a second agent stops here, before
-      // it could mistake the first one's recording for a crashed one.
-      this.control = new ControlServer({ socketPath: config.socketPath ?? controlSocketPath(config.dataDir), handler: (r) => this.track(this.onControl(r)), logger: log });
-      await this.control.listen();
+      // it could mistake the first one's recording for a crashed one. It closes last.
+      this.control = await life.add('control socket', async () => {
+        const c = new ControlServer({ socketPath: config.socketPath ?? controlSocketPath(config.dataDir), handler: (r) => this.track(this.onControl(r)), logger: log });
+        await c.listen();
+        return { value: c, close: () => c.close() };
+      });
     }
-    const store = deps.store ?? openAgentStore(config.dataDir);
+    const store = await life.add('store', async () => {
+      const s = deps.store ?? openAgentStore(config.dataDir);
+      return { value: s, close: () => s.close() };
+    });
     this.store = store;
-    const machine = new RecordingStateMachine({
-      store,
-      recorder: deps.recorder,
-      robotId: creds.robot_id,
-      dataDir: config.dataDir,
-      clock: deps.clock,
-      scheduler: deps.scheduler,
-      logger: log,
-      finalizingDelayMs: config.finalizingDelayMs,
-      finalizeRetryMs: config.finalizeRetryMs,
-    });
-    this.sm = machine;
-    // The link is made below; the sender only publishes once it reports `connected`.
-    let link: MqttLink | undefined;
-    const sender = new OutboxSender({
-      store: store.outbox,
-      transport: {
-        get connected() {
-          return link?.connected ?? false;
-        },
-        publishOutbox: (payload) => (link ? link.publishOutbox(payload) : Promise.reject(new Error('no MQTT link'))),
-      },
-      clock: deps.clock,
-      scheduler: deps.scheduler,
-      logger: log,
-      maxInFlight: config.outboxMaxInFlight,
-      ackTimeoutMs: config.outboxAckTimeoutMs,
-    });
-    this.sender = sender;
-    let uploader: Uploader | undefined;
-    if (config.sync) {
-      let dispatcher = deps.uploadDispatcher;
-      if (!dispatcher) {
-        const own = uploadDispatcher({ caFile: config.uploadCaFile, extraCaCertsFile: config.extraCaCertsFile, connections: config.syncConcurrency * config.syncPartParallel });
-        this.ownDispatcher = own;
-        dispatcher = own;
-      }
-      uploader = new Uploader({
-        store,
-        dataDir: config.dataDir,
+    // The link is made here and connects last; it closes after everything that publishes through it.
+    const link =
+      deps.link ?? true
+        ? await life.add('mqtt link', async () => {
+            const l = new MqttLink({
+              credentials: creds,
+              ...(config.mqttUrl ? { url: config.mqttUrl } : {}),
+              clock: deps.clock,
+              scheduler: deps.scheduler,
+              logger: log,
+              reconnectMinMs: config.reconnectMinMs,
+              reconnectMaxMs: config.reconnectMaxMs,
+              keepaliveSeconds: config.keepaliveSeconds,
+              ...(deps.random ? { random: deps.random } : {}),
+              status: () => ({
+                runtime_version: runtimeVersionOf(config),
+                platform: this.platform,
+                capabilities: this.capabilities,
+                recording_state: this.machine.state,
+              }),
+              onCommand: (payload) => {
+                if (!this.accepting) return;
+                void this.track(this.commands.handlePayload(payload));
+              },
+              onOutboxAck: (payload) => this.outbox.handleAck(payload),
+              // Subscribed only when this agent syncs.
+              ...(config.sync ? { onSync: (payload: Buffer) => this.syncer?.handleMessage(payload) } : {}),
+            });
+            return { value: l, close: () => l.stop() };
+          })
+        : undefined;
+    const sender = await life.add('outbox', async () => {
+      const o = new OutboxSender({
+        store: store.outbox,
         transport: {
           get connected() {
             return link?.connected ?? false;
           },
-          publishSyncRequest: (payload) => (link ? link.publishSyncRequest(payload) : Promise.reject(new Error('no MQTT link'))),
+          publishOutbox: (payload) => (link ? link.publishOutbox(payload) : Promise.reject(new Error('no MQTT link'))),
         },
-        http: { dispatcher, allowHttp: config.allowHttpUploads, timeoutMs: config.uploadTimeoutMs },
         clock: deps.clock,
         scheduler: deps.scheduler,
-        logger: log.child({ component: 'uploader' }),
-        random: deps.random ?? Math.random,
-        onReport: () => sender.notify(),
-        concurrency: config.syncConcurrency,
-        partParallel: config.syncPartParallel,
-        grantTimeoutMs: config.syncGrantTimeoutMs,
-        retryScheduleMs: config.syncRetryScheduleMs,
-        jitter: config.syncJitter,
+        logger: log,
+        maxInFlight: config.outboxMaxInFlight,
+        ackTimeoutMs: config.outboxAckTimeoutMs,
       });
-      this.syncer = uploader;
-    }
-    // A recording recovered here enqueues its report like any other finalization.
-    await machine.init();
-    await sender.start();
-    await uploader?.start();
-    machine.on('state', (change) => {
-      // A finalized episode's report was enqueued in the same transaction.
-      if (change.event === 'finalized') {
-        sender.notify();
-        // The cloud assigns it once indexed (a push); a local assignment may already wait for it.
-        uploader?.kick();
-      }
-      this.emit('state', change.to);
-      this.mqtt?.publishStatus().catch((err: unknown) => log.warn({ err }, 'could not publish status'));
+      await o.start();
+      // Pending outbox messages stay in the store for the next start.
+      return { value: o, close: () => o.stop() };
+    });
+    this.sender = sender;
+    const uploader = config.sync
+      ? await life.add('uploader', async () => {
+          let dispatcher = deps.uploadDispatcher;
+          let own: { close(): Promise<void> } | undefined;
+          if (!dispatcher) {
+            const d = uploadDispatcher({ caFile: config.uploadCaFile, extraCaCertsFile: config.extraCaCertsFile, connections: config.syncConcurrency * config.syncPartParallel });
+            own = d;
+            dispatcher = d;
+          }
+          const u = new Uploader({
+            store,
+            dataDir: config.dataDir,
+            transport: {
+              get connected() {
+                return link?.connected ?? false;
+              },
+              publishSyncRequest: (payload) => (link ? link.publishSyncRequest(payload) : Promise.reject(new Error('no MQTT link'))),
+            },
+            http: { dispatcher, allowHttp: config.allowHttpUploads, timeoutMs: config.uploadTimeoutMs },
+            clock: deps.clock,
+            scheduler: deps.scheduler,
+            logger: log.child({ component: 'uploader' }),
+            random: deps.random ?? Math.random,
+            onReport: () => sender.notify(),
+            concurrency: config.syncConcurrency,
+            partParallel: config.syncPartParallel,
+            grantTimeoutMs: config.syncGrantTimeoutMs,
+            retryScheduleMs: config.syncRetryScheduleMs,
+            jitter: config.syncJitter,
+          });
+          await u.start();
+          return {
+            value: u,
+            close: async () => {
+              // Running uploads stop; their progress (upload ids, parts, receipts) is in the store.
+              await u.stop();
+              await own?.close().catch(() => undefined);
+            },
+          };
+        })
+      : undefined;
+    this.syncer = uploader;
+    const machine = await life.add('recording', async () => {
+      const m = new RecordingStateMachine({
+        store,
+        recorder: deps.recorder,
+        robotId: creds.robot_id,
+        dataDir: config.dataDir,
+        clock: deps.clock,
+        scheduler: deps.scheduler,
+        logger: log,
+        finalizingDelayMs: config.finalizingDelayMs,
+        finalizeRetryMs: config.finalizeRetryMs,
+      });
+      m.on('state', (change) => {
+        // A finalized episode's report was enqueued in the same transaction.
+        if (change.event === 'finalized') {
+          sender.notify();
+          // The cloud assigns it once indexed (a push); a local assignment may already wait for it.
+          uploader?.kick();
+        }
+        this.emit('state', change.to);
+        link?.publishStatus().catch((err: unknown) => log.warn({ err }, 'could not publish status'));
+      });
+      this.sm = m;
+      // A recording recovered here enqueues its report like any other finalization.
+      await m.init();
+      // Closing lets a running finalization end and closes a running recording's files.
+      return { value: m, close: () => m.close() };
     });
     this.handler = new CommandHandler({
       robotId: creds.robot_id,
@@ -259,37 +309,14 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       logger: log,
       legacyRuntime: config.legacyRuntime,
       windowMs: config.commandResultWindowMs,
-      publish: (reply: CommandReply) => this.mqtt?.publishReply(reply) ?? Promise.resolve(),
+      publish: (reply: CommandReply) => link?.publishReply(reply) ?? Promise.resolve(),
     });
     await this.prune();
     this.accepting = true;
-    if (deps.link ?? true) {
-      link = new MqttLink({
-        credentials: creds,
-        ...(config.mqttUrl ? { url: config.mqttUrl } : {}),
-        clock: deps.clock,
-        scheduler: deps.scheduler,
-        logger: log,
-        reconnectMinMs: config.reconnectMinMs,
-        reconnectMaxMs: config.reconnectMaxMs,
-        keepaliveSeconds: config.keepaliveSeconds,
-        ...(deps.random ? { random: deps.random } : {}),
-        status: () => ({
-          runtime_version: runtimeVersionOf(config),
-          platform: this.platform,
-          capabilities: this.capabilities,
-          recording_state: machine.state,
-        }),
-        onCommand: (payload) => {
-          if (!this.accepting) return;
-          void this.track(this.commands.handlePayload(payload));
-        },
-        onOutboxAck: (payload) => sender.handleAck(payload),
-        ...(uploader ? { onSync: (payload: Buffer) => uploader.handleMessage(payload) } : {}),
-      });
+    if (link) {
       link.on('connected', () => {
         sender.connected();
-        if (link?.syncAvailable) uploader?.connected();
+        if (link.syncAvailable) uploader?.connected();
         else uploader?.disconnected();
         this.emit('connected');
       });
@@ -320,16 +347,11 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
     this.stopped = true;
     if (this.pruneTimer !== undefined) this.deps.scheduler.clearTimeout(this.pruneTimer);
     this.pruneTimer = undefined;
+    // The front door closes first, and what came through it finishes; then the parts close in
+    // reverse start order: recording, uploader, outbox, MQTT link (retained offline status), store.
     await this.control?.close();
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
-    await this.sm?.close();
-    // Running uploads stop; their progress (upload ids, parts, receipts) is in the store.
-    await this.syncer?.stop();
-    // Pending outbox messages stay in the store for the next start.
-    await this.sender?.stop();
-    await this.mqtt?.stop();
-    await this.ownDispatcher?.close().catch(() => undefined);
-    await this.store?.close();
+    await this.life.close();
     this.log.info('agent stopped');
   }
 

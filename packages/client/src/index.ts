@@ -5,6 +5,7 @@ import type {
   CreateDestinationBody,
   CreatedApiKey,
   CreatedDestination,
+  DestinationCheck,
   CreateRoutingRuleBody,
   Destination,
   Entitlements,
@@ -62,6 +63,8 @@ export class FleetClient {
     create: (body: CreateDestinationBody, opts?: RequestOptions) => this.request<CreatedDestination>('POST', '/v1/destinations', body, opts),
     list: (opts?: RequestOptions) => this.request<{ destinations: Destination[] }>('GET', '/v1/destinations', undefined, opts),
     revoke: (id: string, opts?: RequestOptions) => this.request<void>('DELETE', `/v1/destinations/${encodeURIComponent(id)}`, undefined, opts),
+    /** A synthetic signed grant request to the provider; `pass` for a grant or a deferral. */
+    check: (id: string, opts?: RequestOptions) => this.request<DestinationCheck>('POST', `/v1/destinations/${encodeURIComponent(id)}/check`, undefined, opts),
   };
 
   /** Which episodes sync where; the first matching rule wins. */

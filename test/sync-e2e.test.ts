@@ -1,6 +1,5 @@
 import { createHash } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { verifySignature, type Episode, type EpisodeWithLocations } from '@fleet/protocol';
@@ -10,6 +9,7 @@ import { exportEpisodes, getEpisode, listEpisodes } from './support/episodes.js'
 import { startGrantProvider } from './support/grant-provider.js';
 import { createEnrollmentToken, sendCommand, startFleet } from './support/robots.js';
 import { startS3Server } from './support/s3-server.js';
+import { freePort, okJson } from './support/http.js';
 import { waitFor } from './support/wait.js';
 
 /**
@@ -36,22 +36,7 @@ afterAll(async () => {
   pki?.cleanup();
 });
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
-async function json<T>(res: Response): Promise<T> {
-  const text = await res.text();
-  if (res.status >= 300) throw new Error(`HTTP ${res.status}: ${text}`);
-  return (text ? JSON.parse(text) : undefined) as T;
-}
 
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
@@ -68,7 +53,7 @@ async function webhookReceiver(cloud: CloudProcess): Promise<{ receiver: TestRec
     res.writeHead(200);
     res.end();
   });
-  const created = await json<{ secret: string }>(
+  const created = await okJson<{ secret: string }>(
     await cloud.fetch('/v1/webhooks', {
       method: 'POST',
       json: { url: `https://127.0.0.1:${receiver.port}/hook`, events: ['episode.finalized', 'episode.synced', 'episode.verified', 'episode.failed'] },
@@ -105,7 +90,7 @@ describe('cloud sync end to end', () => {
     try {
       // The destination first (its secret is shown once), then the provider on the port it names.
       const port = await freePort();
-      const destination = await json<{ id: string; secret: string; retention: string }>(
+      const destination = await okJson<{ id: string; secret: string; retention: string }>(
         await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: `https://127.0.0.1:${port}/grant` } }),
       );
       expect(destination.secret).toMatch(/^dsec_/);
@@ -168,7 +153,7 @@ describe('cloud sync end to end', () => {
       expect(await ids(`sync_state=unverified&robot_id=${robotId}`)).not.toEqual(expect.arrayContaining([long]));
 
       // Sync health counts the robot's three episodes, none of them waiting.
-      const health = await json<{ robots: Record<string, unknown>[] }>(await cloud.fetch('/v1/sync-health/robots'));
+      const health = await okJson<{ robots: Record<string, unknown>[] }>(await cloud.fetch('/v1/sync-health/robots'));
       expect(health.robots.find((r) => r.robot_id === robotId)).toMatchObject({ episodes_reported: 3, unverified: 0, unverified_over_72h: 0, bytes_unverified: 0, local_missing: 0 });
 
       // Webhooks: per episode finalized, then synced, then verified, each signed with the subscription secret.
@@ -185,7 +170,7 @@ describe('cloud sync end to end', () => {
       }
 
       // The destination's health counts the real forwards.
-      const dests = await json<{ destinations: { id: string; forwards_24h: number; last_forward_at: string | null }[] }>(await cloud.fetch('/v1/destinations'));
+      const dests = await okJson<{ destinations: { id: string; forwards_24h: number; last_forward_at: string | null }[] }>(await cloud.fetch('/v1/destinations'));
       const d = dests.destinations.find((x) => x.id === destination.id)!;
       expect(d.forwards_24h).toBeGreaterThanOrEqual(2);
       expect(d.last_forward_at).not.toBeNull();

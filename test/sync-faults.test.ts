@@ -7,6 +7,7 @@ import { createTestPki, startHttpsReceiver, type ReceivedRequest, type TestPki }
 import { startCloud, type CloudProcess } from './support/cloud.js';
 import { getEpisode } from './support/episodes.js';
 import { createEnrollmentToken, sendCommand, startFleet } from './support/robots.js';
+import { okJson } from './support/http.js';
 import { waitFor } from './support/wait.js';
 
 /**
@@ -22,11 +23,6 @@ beforeAll(() => {
 });
 afterAll(() => pki?.cleanup());
 
-async function json<T>(res: Response): Promise<T> {
-  const text = await res.text();
-  if (res.status >= 300) throw new Error(`HTTP ${res.status}: ${text}`);
-  return (text ? JSON.parse(text) : undefined) as T;
-}
 
 const send = (res: ServerResponse, status: number, body: unknown) => {
   res.writeHead(status, { 'content-type': 'application/json' });
@@ -57,7 +53,7 @@ interface Destination {
 }
 
 async function destinationOf(cloud: CloudProcess, id: string): Promise<Destination> {
-  const list = await json<{ destinations: Destination[] }>(await cloud.fetch('/v1/destinations'));
+  const list = await okJson<{ destinations: Destination[] }>(await cloud.fetch('/v1/destinations'));
   return list.destinations.find((d) => d.id === id)!;
 }
 
@@ -80,7 +76,7 @@ describe('sync faults', () => {
     const provider = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (req, res) => answer(req, res));
     try {
       await using cloud = await startCloud({ args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile, '--grant-retry-after-s', '1'] });
-      const dest = await json<{ id: string }>(await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: `https://127.0.0.1:${provider.port}/grant` } }));
+      const dest = await okJson<{ id: string }>(await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: `https://127.0.0.1:${provider.port}/grant` } }));
       const token = await createEnrollmentToken(cloud, { maxUses: 1 });
       await using fleet = await startFleet(cloud, { count: 1, token: token.token, args: ['--allow-http-uploads'] });
       const robotId = fleet.robots[0]!;
@@ -93,7 +89,7 @@ describe('sync faults', () => {
       // Each bad answer in turn: the robot keeps asking (every second), each ask is deferred with the reason.
       const cases: [string, (req: ReceivedRequest, res: ServerResponse) => void][] = [
         ['http_error', (_q, res) => send(res, 500, { error: 'boom' })],
-        ['invalid_json', (_q, res) => send(res, 200, '<html>not json</html>')],
+        ['invalid_json', (_q, res) => send(res, 200, '<html>not okJson</html>')],
         ['too_large', (_q, res) => send(res, 200, `{"pad":"${'x'.repeat(2 * 1024 * 1024)}"}`)],
         ['destination_mismatch', (q, res) => send(res, 200, grant(envOf(q), storeUrl, { destinationId: 'dst_someone_else' }))],
         ['schema_invalid', (q, res) => send(res, 200, grant(envOf(q), storeUrl, { files: [] }))],
@@ -152,7 +148,7 @@ describe('sync faults', () => {
     const provider = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (_q, res) => send(res, 200, { grant_id: null, destinations: [], retention: { local: 'keep' }, retry_after: 3600 }));
     try {
       await using cloud = await startCloud({ args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile] });
-      const dest = await json<{ id: string }>(await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: `https://127.0.0.1:${provider.port}/grant` } }));
+      const dest = await okJson<{ id: string }>(await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: `https://127.0.0.1:${provider.port}/grant` } }));
       const token = await createEnrollmentToken(cloud, { maxUses: 2 });
       await using fleet = await startFleet(cloud, { count: 1, token: token.token });
       const owner = fleet.robots[0]!;
@@ -162,7 +158,7 @@ describe('sync faults', () => {
       await waitFor(() => getEpisode(cloud, episodeId), { timeoutMs: 30_000, description: 'the episode indexed' });
 
       // Another robot of the same organization, with its own credentials, asks for the owner's episode.
-      const other = await json<{ robot_id: string; mqtt: { client_id: string; username: string; password: string } }>(
+      const other = await okJson<{ robot_id: string; mqtt: { client_id: string; username: string; password: string } }>(
         await cloud.fetch('/v1/robots/enroll', { method: 'POST', key: null, json: { token: token.token, name: 'probe' } }),
       );
       const client = await mqtt.connectAsync(cloud.mqtt, { clientId: other.mqtt.client_id, username: other.mqtt.username, password: other.mqtt.password, protocolVersion: 4 });
@@ -196,8 +192,8 @@ describe('sync faults', () => {
     await closed.close();
     try {
       await using cloud = await startCloud({ args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile] });
-      const create = async (url: string) => json<{ id: string }>(await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url } }));
-      const check = async (id: string) => json<Record<string, unknown>>(await cloud.fetch(`/v1/destinations/${id}/check`, { method: 'POST' }));
+      const create = async (url: string) => okJson<{ id: string }>(await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url } }));
+      const check = async (id: string) => okJson<Record<string, unknown>>(await cloud.fetch(`/v1/destinations/${id}/check`, { method: 'POST' }));
       const good = await create(`https://127.0.0.1:${provider.port}/grant`);
       const cases: [string, (req: ReceivedRequest, res: ServerResponse) => void][] = [
         ['http_error', (_q, res) => send(res, 502, 'bad gateway')],

@@ -1,5 +1,4 @@
 import { writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import type { Episode } from '@fleet/protocol';
@@ -9,6 +8,7 @@ import { getEpisode } from './support/episodes.js';
 import { startGrantProvider, type GrantProviderProcess } from './support/grant-provider.js';
 import { createEnrollmentToken, sendCommand, startFleet } from './support/robots.js';
 import { startS3Server, type S3ServerProcess } from './support/s3-server.js';
+import { freePort, okJson } from './support/http.js';
 import { waitFor } from './support/wait.js';
 
 /**
@@ -34,27 +34,12 @@ afterAll(async () => {
   pki?.cleanup();
 });
 
-async function json<T>(res: Response): Promise<T> {
-  const text = await res.text();
-  if (res.status >= 300) throw new Error(`HTTP ${res.status}: ${text}`);
-  return (text ? JSON.parse(text) : undefined) as T;
-}
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 /** A destination and its provider (own secret, own key prefix in the shared bucket). */
 async function destinationWithProvider(cloud: CloudProcess, s3: S3ServerProcess, prefix: string): Promise<{ id: string; provider: GrantProviderProcess }> {
   const port = await freePort();
-  const d = await json<{ id: string; secret: string }>(await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: `https://127.0.0.1:${port}/grant` } }));
+  const d = await okJson<{ id: string; secret: string }>(await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: `https://127.0.0.1:${port}/grant` } }));
   const provider = await startGrantProvider({ s3, secret: d.secret, tls, args: ['--port', String(port), '--key-prefix', prefix] });
   return { id: d.id, provider };
 }
@@ -67,7 +52,7 @@ async function record(cloud: CloudProcess, robotId: string): Promise<string> {
   expect((await sendCommand(cloud, robotId, 'episodes/finish')).status).toBe(200);
   await waitFor(() => getEpisode(cloud, id), { timeoutMs: 30_000, description: `episode ${id} indexed` });
   await waitFor(
-    async () => ((await json<{ recording_state: string }>(await cloud.fetch(`/v1/robots/${robotId}`))).recording_state === 'idle' ? true : undefined),
+    async () => ((await okJson<{ recording_state: string }>(await cloud.fetch(`/v1/robots/${robotId}`))).recording_state === 'idle' ? true : undefined),
     { timeoutMs: 30_000, description: 'the robot idle' },
   );
   return id;
@@ -105,19 +90,19 @@ test('first match wins, backlog on a new rule, no routing with two destinations 
   expect((await getEpisode(cloud, e2))!.replicas).toEqual([]);
 
   // Rule 3: once a rule exists only rules decide; adding it routes the backlog (e2) to B. e1 keeps A.
-  const toB = await json<{ id: string }>(await cloud.fetch('/v1/routing-rules', { method: 'POST', json: { destination_id: b.id, match: { robot_id: [robotId] } } }));
+  const toB = await okJson<{ id: string }>(await cloud.fetch('/v1/routing-rules', { method: 'POST', json: { destination_id: b.id, match: { robot_id: [robotId] } } }));
   await verifiedAt(cloud, e2, [b.id]);
   expect((await getEpisode(cloud, e1))!.replicas.map((r) => r.destination_id)).toEqual([a.id]);
 
   // Rule 1: the first matching rule wins. A catch-all rule to A, moved first, takes the next episode.
-  const toA = await json<{ id: string }>(await cloud.fetch('/v1/routing-rules', { method: 'POST', json: { destination_id: a.id, match: {} } }));
+  const toA = await okJson<{ id: string }>(await cloud.fetch('/v1/routing-rules', { method: 'POST', json: { destination_id: a.id, match: {} } }));
   const order = await cloud.fetch('/v1/routing-rules/order', { method: 'PUT', json: { rule_ids: [toA.id, toB.id] } });
   expect(order.status).toBe(200);
   const e3 = await record(cloud, robotId);
   await verifiedAt(cloud, e3, [a.id]);
 
   // A rule that does not match is passed over: first a rule for another task, pointing at A.
-  const otherTask = await json<{ id: string }>(await cloud.fetch('/v1/routing-rules', { method: 'POST', json: { destination_id: a.id, match: { task_id: 'no-such-task' } } }));
+  const otherTask = await okJson<{ id: string }>(await cloud.fetch('/v1/routing-rules', { method: 'POST', json: { destination_id: a.id, match: { task_id: 'no-such-task' } } }));
   await cloud.fetch('/v1/routing-rules/order', { method: 'PUT', json: { rule_ids: [otherTask.id, toB.id, toA.id] } });
   const e4 = await record(cloud, robotId);
   await verifiedAt(cloud, e4, [b.id]);
@@ -127,7 +112,7 @@ test('first match wins, backlog on a new rule, no routing with two destinations 
   const e5 = await record(cloud, robotId);
   await verifiedAt(cloud, e5, [a.id]);
   expect((await getEpisode(cloud, e2))!.replicas).toMatchObject([{ destination_id: b.id, state: 'verified' }]);
-  const rules = await json<{ routing_rules: { id: string; destination_id: string }[] }>(await cloud.fetch('/v1/routing-rules'));
+  const rules = await okJson<{ routing_rules: { id: string; destination_id: string }[] }>(await cloud.fetch('/v1/routing-rules'));
   expect(rules.routing_rules.map((r) => r.id)).toEqual([otherTask.id, toB.id, toA.id]);
 
   // The objects sit under each destination's own prefix.

@@ -1,9 +1,10 @@
+import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer as createHttpServer, type Server } from 'node:http';
 import mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { GrantRequestEnvelopeSchema, SyncMessageSchema, topics, type Episode, type GrantRequestEnvelope, type SyncMessage } from '@fleet/protocol';
-import { createTestPki, startHttpsReceiver, type ReceivedRequest, type TestPki } from '../cloud/src/egress/test-https.js';
+import { GrantRequestEnvelopeSchema, SyncMessageSchema, topics, type GrantRequestEnvelope, type SyncMessage } from '@fleet/protocol';
+import { createTestPki, startHttpsReceiver, type ReceivedRequest, type TestPki, type TestReceiver } from '../cloud/src/egress/test-https.js';
 import { startCloud, type CloudProcess } from './support/cloud.js';
 import { getEpisode } from './support/episodes.js';
 import { createEnrollmentToken, sendCommand, startFleet } from './support/robots.js';
@@ -52,6 +53,17 @@ interface Destination {
   last_deferral: { at: string; reason: string } | null;
 }
 
+async function webhookOnFailed(cloud: CloudProcess): Promise<{ receiver: TestReceiver; deliveries: { event: string; body: string }[] }> {
+  const deliveries: { event: string; body: string }[] = [];
+  const receiver = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (req, res) => {
+    deliveries.push({ event: String(req.headers['x-service-event']), body: req.body });
+    res.writeHead(200);
+    res.end();
+  });
+  await okJson(await cloud.fetch('/v1/webhooks', { method: 'POST', json: { url: `https://127.0.0.1:${receiver.port}/hook`, events: ['episode.failed'] } }));
+  return { receiver, deliveries };
+}
+
 async function destinationOf(cloud: CloudProcess, id: string): Promise<Destination> {
   const list = await okJson<{ destinations: Destination[] }>(await cloud.fetch('/v1/destinations'));
   return list.destinations.find((d) => d.id === id)!;
@@ -60,13 +72,29 @@ async function destinationOf(cloud: CloudProcess, id: string): Promise<Destinati
 describe('sync faults', () => {
   test('every bad grant answer is a deferral with its reason in destination health; a store that refuses uploads shows on the replica; the robot asks again', async () => {
     // A storage that refuses every upload with 403, as an expired or tampered presigned URL would.
+    // A storage whose answers the test sets: 403 (an expired or tampered URL), 500, a complete
+    // answered 200 with an <Error> body, or a well-behaved S3 (ETag = MD5 of the bytes).
     const puts: string[] = [];
+    let storeMode: 'forbidden' | 'error500' | 'completeError' | 'ok' = 'forbidden';
     const store: Server = createHttpServer((req: IncomingMessage, res: ServerResponse) => {
-      req.resume();
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
-        puts.push(req.url ?? '');
-        res.writeHead(403, { 'content-type': 'application/xml' });
-        res.end('<?xml version="1.0"?><Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>');
+        puts.push(`${req.method} ${req.url ?? ''}`);
+        const xmlError = (status: number, code: string) => {
+          res.writeHead(status, { 'content-type': 'application/xml' });
+          res.end(`<?xml version="1.0"?><Error><Code>${code}</Code><Message>${code}</Message></Error>`);
+        };
+        if (storeMode === 'forbidden') return xmlError(403, 'AccessDenied');
+        if (storeMode === 'error500') return xmlError(500, 'InternalError');
+        if (req.method === 'POST') {
+          if (storeMode === 'completeError') return xmlError(200, 'InternalError');
+          res.writeHead(200, { 'content-type': 'application/xml' });
+          res.end('<?xml version="1.0"?><CompleteMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><ETag>"abc-1"</ETag></CompleteMultipartUploadResult>');
+          return;
+        }
+        res.writeHead(200, { etag: `"${createHash('md5').update(Buffer.concat(chunks)).digest('hex')}"` });
+        res.end();
       });
     });
     await new Promise<void>((r) => store.listen(0, '127.0.0.1', r));
@@ -78,8 +106,9 @@ describe('sync faults', () => {
       await using cloud = await startCloud({ args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile, '--grant-retry-after-s', '1'] });
       const dest = await okJson<{ id: string }>(await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: `https://127.0.0.1:${provider.port}/grant` } }));
       const token = await createEnrollmentToken(cloud, { maxUses: 1 });
-      await using fleet = await startFleet(cloud, { count: 1, token: token.token, args: ['--allow-http-uploads'] });
+      await using fleet = await startFleet(cloud, { count: 1, token: token.token, args: ['--allow-http-uploads', '--sync-retry-schedule-ms', '300'] });
       const robotId = fleet.robots[0]!;
+      const hook = await webhookOnFailed(cloud);
 
       const start = await sendCommand(cloud, robotId, 'episodes/start');
       const episodeId = (start.body as { result: { episode_id: string } }).result.episode_id;
@@ -135,9 +164,50 @@ describe('sync faults', () => {
         description: 'a grant_reused deferral',
       });
 
-      // The episode.failed webhook payload shape is covered in the store tests; here the API shows the error line.
-      const ep = (await getEpisode(cloud, episodeId)) as Episode;
-      expect(ep.replicas[0]!.error).toMatch(/^[a-z_]+: /);
+      // Multipart: a part answered 500, then a complete answered 200 with <Error>: each on the replica.
+      let n = 0;
+      answer = (q, res) => {
+        n += 1;
+        const env = envOf(q);
+        const files = env.request.manifest.files.map((f) => ({
+          path: f.path,
+          upload_id: `up-${f.path}`,
+          part_size: Math.max(1, f.size_bytes),
+          part_urls: [`${storeUrl}/${env.episode_id}/${f.path}?partNumber=1`],
+          complete_url: `${storeUrl}/${env.episode_id}/${f.path}?uploadId=up`,
+        }));
+        send(res, 200, { ...grant(env, storeUrl, { grantId: `g_mp_${n}`, files }), destinations: [{ destination_id: env.request.destination_id, protocol: 's3-multipart', object_key: `k/${env.episode_id}/`, files }] });
+      };
+      const errorMatching = (re: RegExp) =>
+        waitFor(
+          async () => {
+            const ep = await getEpisode(cloud, episodeId);
+            return ep?.replicas[0]?.error && re.test(ep.replicas[0].error) ? ep : undefined;
+          },
+          { timeoutMs: 60_000, description: `a replica error matching ${String(re)}` },
+        );
+      storeMode = 'error500';
+      await errorMatching(/500/);
+      storeMode = 'completeError';
+      await errorMatching(/^complete_failed: /);
+
+      // The store behaves again: the robot's next attempt syncs and verifies; the error clears.
+      storeMode = 'ok';
+      const done = await waitFor(
+        async () => {
+          const ep = await getEpisode(cloud, episodeId);
+          return ep?.replicas[0]?.state === 'verified' ? ep : undefined;
+        },
+        { timeoutMs: 60_000, description: 'the replica verified once the store behaves' },
+      );
+      expect(done.replicas[0]).toMatchObject({ destination_id: dest.id, error: null });
+
+      // Each failed attempt was an episode.failed webhook carrying {code, message}.
+      const failedEvents = hook.deliveries.filter((d) => d.event === 'episode.failed').map((d) => JSON.parse(d.body) as { episode_id: string; destination_id: string; error: { code: string; message: string } });
+      expect(failedEvents.length).toBeGreaterThanOrEqual(3);
+      for (const f of failedEvents) expect(f).toMatchObject({ episode_id: episodeId, destination_id: dest.id, error: { code: expect.any(String) as string, message: expect.any(String) as string } });
+      expect(failedEvents.map((f) => f.error.code)).toEqual(expect.arrayContaining(['complete_failed']));
+      await hook.receiver.close();
     } finally {
       await provider.close();
       await new Promise<void>((r) => store.close(() => r()));

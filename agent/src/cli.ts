@@ -89,6 +89,7 @@ program
   .addOption(new Option('--no-sync', 'do not upload episodes to their destinations (sync is on by default)'))
   .addOption(new Option('--sync-concurrency <n>', 'replicas uploading at once (default 2)').env('FLEET_AGENT_SYNC_CONCURRENCY'))
   .addOption(new Option('--sync-part-parallel <n>', 'multipart parts on the wire at once per file (default 3)').env('FLEET_AGENT_SYNC_PART_PARALLEL'))
+  .addOption(new Option('--sync-retry-schedule-ms <list>', 'waits after the 1st, 2nd, … failed upload attempt, comma-separated ms; the last repeats (default 10000,60000,300000,900000,3600000)').env('FLEET_AGENT_SYNC_RETRY_SCHEDULE_MS'))
   .addOption(new Option('--sync-grant-timeout-ms <ms>', 'retry a grant request unanswered this long (default 30000)').env('FLEET_AGENT_SYNC_GRANT_TIMEOUT_MS'))
   .addOption(new Option('--upload-timeout-ms <ms>', 'an upload request without answer or progress this long fails (default 120000)').env('FLEET_AGENT_UPLOAD_TIMEOUT_MS'))
   .addOption(new Option('--upload-ca-file <file>', 'PEM of extra CAs trusted for upload URLs (besides the system CAs and NODE_EXTRA_CA_CERTS)').env('FLEET_AGENT_UPLOAD_CA_FILE'))
@@ -117,6 +118,8 @@ program
     set('syncConcurrency', str('syncConcurrency'));
     set('syncPartParallel', str('syncPartParallel'));
     set('syncGrantTimeoutMs', str('syncGrantTimeoutMs'));
+    const schedule = str('syncRetryScheduleMs');
+    if (schedule !== undefined) input.syncRetryScheduleMs = schedule.split(',').map((v) => v.trim());
     set('uploadTimeoutMs', str('uploadTimeoutMs'));
     set('uploadCaFile', str('uploadCaFile'));
     // Node trusts NODE_EXTRA_CA_CERTS by itself; an --upload-ca-file rebuilds the list and keeps it.

@@ -43,6 +43,7 @@ program
   .option('--no-sync', 'robots do not upload episodes (sync is on by default, as on a real agent)')
   .option('--sync-concurrency <n>', 'replicas each robot uploads at once (default 2)')
   .option('--sync-part-parallel <n>', 'multipart parts on the wire at once per file (default 3)')
+  .option('--sync-retry-schedule-ms <list>', 'waits after failed upload attempts, comma-separated ms (the agent default when absent)')
   .addOption(new Option('--upload-ca-file <file>', 'PEM of extra CAs trusted for upload URLs').env('FLEET_SIM_UPLOAD_CA_FILE'))
   .option('--allow-http-uploads', 'allow plain http:// upload URLs (refused by default)')
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_SIM_LOG_LEVEL').default('info'))
@@ -75,6 +76,8 @@ program
       ['syncPartParallel', 'syncPartParallel'],
       ['uploadCaFile', 'uploadCaFile'],
     ];
+    const schedule = str('syncRetryScheduleMs');
+    if (schedule !== undefined) (input as Record<string, unknown>).syncRetryScheduleMs = schedule.split(',').map((v) => v.trim());
     for (const [key, flag] of optional) {
       const v = str(flag);
       if (v !== undefined) (input as Record<string, unknown>)[key] = v;

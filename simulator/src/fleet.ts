@@ -65,6 +65,8 @@ export const FleetOptionsSchema = z.strictObject({
   syncConcurrency: z.coerce.number().int().min(1).max(64).default(2),
   /** Multipart parts on the wire at once per file (the agent's --sync-part-parallel). */
   syncPartParallel: z.coerce.number().int().min(1).max(32).default(3),
+  /** Waits after failed upload attempts (the agent's --sync-retry-schedule-ms); the agent's default when absent. */
+  syncRetryScheduleMs: z.array(z.coerce.number().int().min(1)).min(1).max(32).optional(),
   /** Extra CAs trusted for upload URLs (the agent's --upload-ca-file). */
   uploadCaFile: z.string().min(1).optional(),
   /** The file NODE_EXTRA_CA_CERTS names (handed over by the CLI). */
@@ -255,6 +257,7 @@ export async function runFleet(input: FleetOptionsInput | FleetOptions, deps: Fl
       sync: opts.sync,
       syncConcurrency: opts.syncConcurrency,
       syncPartParallel: opts.syncPartParallel,
+      ...(opts.syncRetryScheduleMs ? { syncRetryScheduleMs: opts.syncRetryScheduleMs } : {}),
       allowHttpUploads: opts.allowHttpUploads,
       ...(opts.uploadCaFile ? { uploadCaFile: opts.uploadCaFile } : {}),
       ...(opts.extraCaCertsFile ? { extraCaCertsFile: opts.extraCaCertsFile } : {}),

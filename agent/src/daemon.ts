@@ -17,6 +17,7 @@ import type { Recorder } from './recording/recorder.js';
 import { RecordingStateMachine, type EndVerb, type EpisodeTransitionResult, type RecordingState } from './recording/state-machine.js';
 import { openAgentStore } from './store/sqlite.js';
 import { uploadDispatcher } from './sync/trust.js';
+import { Retention } from './sync/retention.js';
 import { Uploader } from './sync/uploader.js';
 import type { Dispatcher } from 'undici';
 import type { AgentStore } from './store/types.js';
@@ -230,6 +231,14 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       return { value: o, close: () => o.stop() };
     });
     this.sender = sender;
+    // Retention of local copies: prunes what fell due while the agent was off, then keeps a timer.
+    const retention = config.sync
+      ? await life.add('retention', async () => {
+          const r = new Retention({ store, dataDir: config.dataDir, clock: deps.clock, scheduler: deps.scheduler, logger: log.child({ component: 'retention' }), onReport: () => sender.notify() });
+          await r.start();
+          return { value: r, close: () => r.stop() };
+        })
+      : undefined;
     const uploader = config.sync
       ? await life.add('uploader', async () => {
           let dispatcher = deps.uploadDispatcher;
@@ -254,6 +263,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
             logger: log.child({ component: 'uploader' }),
             random: deps.random ?? Math.random,
             onReport: () => sender.notify(),
+            onVerified: () => retention?.kick(),
             concurrency: config.syncConcurrency,
             partParallel: config.syncPartParallel,
             grantTimeoutMs: config.syncGrantTimeoutMs,
@@ -348,7 +358,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
     if (this.pruneTimer !== undefined) this.deps.scheduler.clearTimeout(this.pruneTimer);
     this.pruneTimer = undefined;
     // The front door closes first, and what came through it finishes; then the parts close in
-    // reverse start order: recording, uploader, outbox, MQTT link (retained offline status), store.
+    // reverse start order: recording, uploader, retention, outbox, MQTT link (retained offline status), store.
     await this.control?.close();
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
     await this.life.close();

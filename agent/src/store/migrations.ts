@@ -178,5 +178,23 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       ) STRICT;
     `,
   },
+  {
+    version: 5,
+    name: 'retention: when each replica verified, the prune due time per episode, pruned and missing-files marks',
+    sql: `
+      -- Robot clock (ms) when the replica became verified; the last one of an episode starts its
+      -- retention delay.
+      ALTER TABLE replicas ADD COLUMN verified_at INTEGER;
+      -- The stored pruning timer: set once every replica of the episode is verified and all their
+      -- destinations say until_all_verified_plus_72h (the last verified_at + 72 h); NULL otherwise.
+      -- Kept in the same transaction as the replica changes it depends on, so it survives restarts.
+      ALTER TABLE episodes ADD COLUMN prune_due_at INTEGER;
+      -- When retention deleted the episode's data files (the rows stay).
+      ALTER TABLE episodes ADD COLUMN pruned_at INTEGER;
+      -- When the agent first noticed files gone before a verified sync and reported it (once).
+      ALTER TABLE episodes ADD COLUMN local_missing_at INTEGER;
+      CREATE INDEX episodes_prune_due ON episodes (prune_due_at) WHERE prune_due_at IS NOT NULL AND pruned_at IS NULL;
+    `,
+  },
 ];
 

@@ -5,7 +5,7 @@ import type { CommandIntent, CommandResultStore, EpisodeRow, EpisodeStore, Remem
 
 type Db = Database.Database;
 
-interface EpisodeDbRow {
+export interface EpisodeDbRow {
   id: string;
   recording_session_id: string;
   episode_seq: number;
@@ -17,7 +17,7 @@ interface EpisodeDbRow {
   dir: string;
 }
 
-function fromDb(r: EpisodeDbRow): EpisodeRow {
+export function episodeFromDb(r: EpisodeDbRow): EpisodeRow {
   return {
     id: r.id,
     recordingSessionId: r.recording_session_id,
@@ -36,14 +36,14 @@ export class SqliteEpisodes implements EpisodeStore {
 
   async get(id: string): Promise<EpisodeRow | undefined> {
     const r = this.db.prepare('SELECT * FROM episodes WHERE id = ?').get(id) as EpisodeDbRow | undefined;
-    return r ? fromDb(r) : undefined;
+    return r ? episodeFromDb(r) : undefined;
   }
 
   async list(opts: { limit?: number; afterFinalizedAt?: number } = {}): Promise<EpisodeRow[]> {
     const rows = this.db
       .prepare('SELECT * FROM episodes WHERE finalized_at > ? ORDER BY finalized_at, rowid LIMIT ?')
       .all(opts.afterFinalizedAt ?? -1, opts.limit ?? -1) as EpisodeDbRow[];
-    return rows.map(fromDb);
+    return rows.map(episodeFromDb);
   }
 
   async ids(): Promise<string[]> {

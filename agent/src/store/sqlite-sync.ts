@@ -1,7 +1,8 @@
 import type Database from 'better-sqlite3';
-import type { Assignment, RetentionDirective } from '@fleet/protocol';
+import { PRUNE_DELAY_MS, type Assignment, type RetentionDirective } from '@fleet/protocol';
+import { episodeFromDb, type EpisodeDbRow } from './sqlite-episodes.js';
 import { insertOutboxMessage } from './sqlite-outbox.js';
-import type { LocalReplicaState, NewOutboxMessage, ReplicaPatch, ReplicaRow, SyncCounts, SyncStore, UploadFileRow, UploadPartRow, UploadReceipt } from './types.js';
+import type { EpisodeRow, LocalCopyRow, LocalReplicaState, NewOutboxMessage, ReplicaPatch, ReplicaRow, SyncCounts, SyncStore, UploadFileRow, UploadPartRow, UploadReceipt } from './types.js';
 
 type Db = Database.Database;
 
@@ -95,6 +96,7 @@ export class SqliteSync implements SyncStore {
         for (const r of open) {
           if (wanted.has(`${r.episode_id}\u0000${r.destination_id}`)) continue;
           del.run(r.episode_id, r.destination_id);
+          this.recomputePruneDue(r.episode_id);
           removed.push({ episode_id: r.episode_id, destination_id: r.destination_id });
         }
         return { added, removed };
@@ -108,8 +110,34 @@ export class SqliteSync implements SyncStore {
        ON CONFLICT (episode_id, destination_id) DO NOTHING`,
     );
     let n = 0;
-    for (const a of assignments) n += insert.run(a.episode_id, a.destination_id, at, at, at).changes;
+    for (const a of assignments) {
+      const added = insert.run(a.episode_id, a.destination_id, at, at, at).changes;
+      // A new destination for an episode: it is not verified everywhere any more.
+      if (added > 0) this.recomputePruneDue(a.episode_id);
+      n += added;
+    }
     return n;
+  }
+
+  /**
+   * The stored pruning timer of an episode, derived from its replicas in the caller's
+   * transaction: the last verified_at + 72 h when every replica is verified and every destination
+   * said until_all_verified_plus_72h; otherwise none (any keep wins, an unverified replica holds
+   * it). An episode already pruned keeps what it has.
+   */
+  private recomputePruneDue(episodeId: string): void {
+    this.db
+      .prepare(
+        `UPDATE episodes SET prune_due_at = (
+           SELECT CASE WHEN count(*) > 0
+                        AND sum(state = 'verified') = count(*)
+                        AND count(verified_at) = count(*)
+                        AND sum(coalesce(retention, 'keep') = 'until_all_verified_plus_72h') = count(*)
+                  THEN max(verified_at) + ? ELSE NULL END
+           FROM replicas WHERE episode_id = episodes.id)
+         WHERE id = ? AND pruned_at IS NULL`,
+      )
+      .run(PRUNE_DELAY_MS, episodeId);
   }
 
   async get(episodeId: string, destinationId: string): Promise<ReplicaRow | undefined> {
@@ -143,9 +171,14 @@ export class SqliteSync implements SyncStore {
           values.push(patch[key] ?? null);
         }
         if (report) sets.push('reports = reports + 1');
+        if (patch.state === 'verified') {
+          sets.push('verified_at = coalesce(verified_at, ?)');
+          values.push(at);
+        }
         const changes = this.db.prepare(`UPDATE replicas SET ${sets.join(', ')} WHERE episode_id = ? AND destination_id = ?`).run(...values, episodeId, destinationId).changes;
         if (changes !== 1) throw new Error(`no replica ${episodeId} -> ${destinationId}`);
         if (report) insertOutboxMessage(this.db, report);
+        if (patch.state !== undefined || patch.retention !== undefined) this.recomputePruneDue(episodeId);
         return replicaFromDb(this.db.prepare('SELECT * FROM replicas WHERE episode_id = ? AND destination_id = ?').get(episodeId, destinationId) as ReplicaDbRow);
       })
       .immediate();
@@ -255,5 +288,50 @@ export class SqliteSync implements SyncStore {
 
   async recordedBytesSince(since: number): Promise<number> {
     return (this.db.prepare(`SELECT coalesce(sum(json_extract(manifest, '$.total_bytes')), 0) FROM episodes WHERE finalized_at >= ?`).pluck().get(since) as number | null) ?? 0;
+  }
+
+  async localCopy(episodeId: string): Promise<LocalCopyRow | undefined> {
+    const r = this.db.prepare('SELECT prune_due_at, pruned_at, local_missing_at FROM episodes WHERE id = ?').get(episodeId) as
+      | { prune_due_at: number | null; pruned_at: number | null; local_missing_at: number | null }
+      | undefined;
+    return r ? { pruneDueAt: r.prune_due_at, prunedAt: r.pruned_at, localMissingAt: r.local_missing_at } : undefined;
+  }
+
+  async pruneDue(now: number, limit: number): Promise<EpisodeRow[]> {
+    const rows = this.db
+      .prepare(
+        `SELECT e.* FROM episodes e
+         WHERE e.prune_due_at IS NOT NULL AND e.prune_due_at <= ? AND e.pruned_at IS NULL
+           AND EXISTS (SELECT 1 FROM replicas r WHERE r.episode_id = e.id)
+           AND NOT EXISTS (SELECT 1 FROM replicas r WHERE r.episode_id = e.id AND (r.state <> 'verified' OR coalesce(r.retention, 'keep') <> 'until_all_verified_plus_72h'))
+         ORDER BY e.prune_due_at, e.id LIMIT ?`,
+      )
+      .all(now, limit) as EpisodeDbRow[];
+    return rows.map(episodeFromDb);
+  }
+
+  async nextPruneAt(): Promise<number | null> {
+    return (this.db.prepare('SELECT min(prune_due_at) FROM episodes WHERE prune_due_at IS NOT NULL AND pruned_at IS NULL').pluck().get() as number | null) ?? null;
+  }
+
+  async markPruned(episodeId: string, at: number, report: NewOutboxMessage): Promise<boolean> {
+    return this.db
+      .transaction(() => {
+        if (this.db.prepare('UPDATE episodes SET pruned_at = ? WHERE id = ? AND pruned_at IS NULL').run(at, episodeId).changes === 0) return false;
+        insertOutboxMessage(this.db, report);
+        return true;
+      })
+      .immediate();
+  }
+
+  async noteLocalMissing(episodeId: string, at: number, report: NewOutboxMessage): Promise<boolean> {
+    return this.db
+      .transaction(() => {
+        const changes = this.db.prepare('UPDATE episodes SET local_missing_at = ? WHERE id = ? AND local_missing_at IS NULL AND pruned_at IS NULL').run(at, episodeId).changes;
+        if (changes === 0) return false;
+        insertOutboxMessage(this.db, report);
+        return true;
+      })
+      .immediate();
   }
 }

@@ -337,4 +337,36 @@ export interface SyncStore {
   backlogBytes(): Promise<number>;
   /** Bytes of episodes finalized at or after `since`. */
   recordedBytesSince(since: number): Promise<number>;
+
+  // ---- retention and missing files ----
+  /** The episode's stored retention marks (undefined for an unknown episode). */
+  localCopy(episodeId: string): Promise<LocalCopyRow | undefined>;
+  /**
+   * Episodes whose stored prune time has come (at or before `now`), not pruned yet, and still
+   * verified at every destination assigned (checked again here: an unverified episode is never
+   * pruned), soonest first.
+   */
+  pruneDue(now: number, limit: number): Promise<EpisodeRow[]>;
+  /** The earliest stored prune time of an episode not pruned yet, or null. */
+  nextPruneAt(): Promise<number | null>;
+  /**
+   * Notes that the episode's data files were deleted and enqueues `report` (its `episode.pruned`
+   * message); one transaction. False (nothing written) when it was already pruned.
+   */
+  markPruned(episodeId: string, at: number, report: NewOutboxMessage): Promise<boolean>;
+  /**
+   * Notes that the episode's files went missing and enqueues `report` (its
+   * `episode.local_missing` message), only the first time and only for an episode not pruned;
+   * one transaction. False when nothing was written.
+   */
+  noteLocalMissing(episodeId: string, at: number, report: NewOutboxMessage): Promise<boolean>;
+}
+
+/** What retention stored about an episode's local copy. */
+export interface LocalCopyRow {
+  /** When retention deletes its files; null while not every destination verified it, or one says keep. */
+  pruneDueAt: number | null;
+  prunedAt: number | null;
+  /** When missing files were first noticed (and reported). */
+  localMissingAt: number | null;
 }

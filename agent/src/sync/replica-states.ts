@@ -23,6 +23,8 @@ export class ReplicaStates {
       random: () => number;
       /** A report was enqueued: wake the outbox sender. */
       onReport: () => void;
+      /** A replica became verified (retention may have a new due time). */
+      onVerified?: (episodeId: string) => void;
       schedule: readonly number[];
       jitter: number;
     },
@@ -76,6 +78,7 @@ export class ReplicaStates {
     const updated = { ...row, state: 'verified' as const, lastError: null };
     await store.sync.update(row.episodeId, row.destinationId, { state: 'verified', lastError: null, failures: 0, nextAttemptAt: null }, at, this.report(updated, 'verified', at));
     this.opts.onReport();
+    this.opts.onVerified?.(row.episodeId);
     logger.info({ episode_id: row.episodeId, destination_id: row.destinationId }, 'replica verified');
   }
 

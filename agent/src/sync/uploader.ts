@@ -8,7 +8,8 @@ import { measurePressure } from './pressure.js';
 import { oneLine, reached } from './replica.js';
 import { ReplicaStates } from './replica-states.js';
 import { uploadFiles, validateGrant } from './replica-upload.js';
-import type { UploadHttp } from './transfer.js';
+import { localMissingMessage, missingFiles } from './retention.js';
+import { UploadError, type UploadHttp } from './transfer.js';
 
 export interface UploaderOptions {
   store: AgentStore;
@@ -22,6 +23,8 @@ export interface UploaderOptions {
   random: () => number;
   /** A replica report was enqueued: wake the outbox sender. */
   onReport: () => void;
+  /** A replica became verified: the local copy's retention may have a new due time. */
+  onVerified?: (episodeId: string) => void;
   /** Replicas uploading at once (default 2). */
   concurrency?: number;
   /** Multipart parts on the wire at once per file (default 3). */
@@ -73,7 +76,7 @@ export class Uploader {
     this.schedule = opts.retryScheduleMs ?? DEFAULT_SYNC_RETRY_SCHEDULE_MS;
     this.jitter = opts.jitter ?? 0.2;
     if (this.schedule.length === 0) throw new RangeError('retryScheduleMs must not be empty');
-    this.replicas = new ReplicaStates({ store: opts.store, clock: opts.clock, logger: opts.logger, random: opts.random, onReport: opts.onReport, schedule: this.schedule, jitter: this.jitter });
+    this.replicas = new ReplicaStates({ store: opts.store, clock: opts.clock, logger: opts.logger, random: opts.random, onReport: opts.onReport, ...(opts.onVerified ? { onVerified: opts.onVerified } : {}), schedule: this.schedule, jitter: this.jitter });
     this.channel = new SyncChannel({
       transport: opts.transport,
       scheduler: opts.scheduler,
@@ -235,6 +238,10 @@ export class Uploader {
     const k = key(row);
     this.active.set(k, ac);
     const run = this.attempt(row, ac.signal)
+      .catch(async (err: unknown) => {
+        if (err instanceof UploadError && err.code === 'file_missing') await this.reportMissing(row.episodeId);
+        throw err;
+      })
       .catch((err: unknown) => this.replicas.failed(row, err, this.stopped || ac.signal.aborted))
       .catch((err: unknown) => this.opts.logger.error({ err, episode_id: row.episodeId, destination_id: row.destinationId }, 'could not record a sync attempt'))
       .finally(() => {
@@ -303,6 +310,28 @@ export class Uploader {
       if (syncing) await syncing;
     }
     await this.replicas.finish(row, episode);
+  }
+
+  /**
+   * Files of the episode disappeared before a verified sync: the cloud hears it once per episode
+   * (`episode.local_missing`, counted in sync health), besides the replica's `file_missing` error.
+   * Never for an episode retention pruned.
+   */
+  private async reportMissing(episodeId: string): Promise<void> {
+    const { store, clock, logger, dataDir } = this.opts;
+    try {
+      const episode = await store.episodes.get(episodeId);
+      if (!episode) return;
+      const paths = await missingFiles(dataDir, episode);
+      if (paths.length === 0) return;
+      const at = clock.now();
+      if (await store.sync.noteLocalMissing(episodeId, at, localMissingMessage(episodeId, paths, at))) {
+        this.opts.onReport();
+        logger.warn({ episode_id: episodeId, paths }, 'episode files missing before a verified sync; reported to the cloud');
+      }
+    } catch (err) {
+      logger.error({ err, episode_id: episodeId }, 'could not report missing episode files');
+    }
   }
 
   private async allFilesSent(row: ReplicaRow, episode: EpisodeRow): Promise<boolean> {

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { EpisodeReportSchema } from './episodes.js';
-import { ReplicaReportSchema } from './sync.js';
+import { EpisodePrunedSchema, LocalMissingSchema, ReplicaReportSchema } from './sync.js';
 
 /** Largest outbox message a robot may send; larger ones are refused with a reason. */
 export const MAX_OUTBOX_MESSAGE_BYTES = 1024 * 1024;
@@ -15,6 +15,10 @@ export const OUTBOX_BODIES = {
   'episode.report': EpisodeReportSchema,
   /** A replica of an episode at a destination changed state (or an attempt failed). */
   'replica.state': ReplicaReportSchema,
+  /** Retention deleted an episode's local files (every destination verified it 72 h earlier). */
+  'episode.pruned': EpisodePrunedSchema,
+  /** Files of an episode disappeared from the robot's disk before a verified sync; sent once per episode. */
+  'episode.local_missing': LocalMissingSchema,
 } as const;
 export type OutboxKind = keyof typeof OUTBOX_BODIES;
 export const OUTBOX_KINDS = Object.keys(OUTBOX_BODIES) as OutboxKind[];

@@ -208,3 +208,24 @@ export const ReplicaReportSchema = z.strictObject({
   at: z.number().int().nonnegative(),
 });
 export type ReplicaReport = z.infer<typeof ReplicaReportSchema>;
+
+/** How long after the last of an episode's destinations verified it `until_all_verified_plus_72h` deletes the local copy. */
+export const PRUNE_DELAY_MS = 72 * 60 * 60 * 1000;
+
+/** robot -> cloud through the durable outbox, kind `episode.pruned`: retention deleted the episode's local files. */
+export const EpisodePrunedSchema = z.strictObject({
+  episode_id: Id,
+  /** Robot clock, ms. */
+  pruned_at: z.number().int().nonnegative(),
+});
+export type EpisodePruned = z.infer<typeof EpisodePrunedSchema>;
+
+/** robot -> cloud through the durable outbox, kind `episode.local_missing`: files gone before a verified sync. */
+export const LocalMissingSchema = z.strictObject({
+  episode_id: Id,
+  /** Manifest paths not found on the robot's disk when noticed. */
+  paths: z.array(ManifestFileSchema.shape.path).max(10_000),
+  /** Robot clock, ms. */
+  at: z.number().int().nonnegative(),
+});
+export type LocalMissing = z.infer<typeof LocalMissingSchema>;

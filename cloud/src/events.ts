@@ -42,6 +42,11 @@ export function finalizedEvent(ep: EpisodeRef): EpisodeEvent {
   return build('episode.finalized', { ...ref(ep), state: 'reported' });
 }
 
+/** The robot's retention deleted the episode's local copy (no destination: it is per episode). */
+export function prunedEvent(ep: EpisodeRef): EpisodeEvent {
+  return build('episode.pruned', { ...ref(ep), state: 'pruned' });
+}
+
 /** The synthetic `episode.finalized` of `POST /v1/webhooks/{id}/test`. */
 export function testFinalizedEvent(): EpisodeEvent {
   const ep = { episode_id: 'ep_test0000000000', robot_id: 'rbt_test', recording_session_id: 'rs_test', episode_seq: 1 };

@@ -17,6 +17,7 @@ import { RobotLink } from './robots/link.js';
 import { EpisodeIngestor } from './episodes/ingest.js';
 import { OutboxRouter } from './robots/outbox-router.js';
 import { GrantRelay } from './sync/grant-relay.js';
+import { EpisodePrunedHandler, LocalMissingHandler } from './sync/local-copy-ingest.js';
 import { ReplicaStateHandler } from './sync/replica-ingest.js';
 import { SyncService } from './sync/sync-service.js';
 import { EgressClient } from './egress/client.js';
@@ -155,7 +156,12 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
       const outbox = new OutboxRouter({
         logger,
         ack: (robotId, ack) => l.publishAck(robotId, ack),
-        handlers: { 'episode.report': ingestor, 'replica.state': replicas },
+        handlers: {
+          'episode.report': ingestor,
+          'replica.state': replicas,
+          'episode.pruned': new EpisodePrunedHandler({ store, clock, logger, onApplied: () => deliveries.notify() }),
+          'episode.local_missing': new LocalMissingHandler({ store, clock, logger }),
+        },
       });
       l.onOutbox = (robotId, payload) => outbox.submit(robotId, payload);
       l.onSyncRequest = (robotId, payload) => syncService.submit(robotId, payload);

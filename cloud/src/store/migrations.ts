@@ -318,4 +318,12 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       ALTER TABLE episodes ADD COLUMN local_missing INTEGER NOT NULL DEFAULT 0;
     `,
   },
+  {
+    version: 7,
+    name: 'retention: when the robot pruned an episode\'s local copy',
+    sql: `
+      -- Robot clock (ms) of the robot's episode.pruned report; set once, with the episode.pruned event.
+      ALTER TABLE episodes ADD COLUMN pruned_at INTEGER;
+    `,
+  },
 ];

@@ -1,5 +1,5 @@
 import { DAY, HOUR, replicaRank, type Pressure, type ReplicaReport, type RetentionDirective } from '@fleet/protocol';
-import { replicaFailedEvent, replicaReachedEvent, type EpisodeRef } from '../events.js';
+import { prunedEvent, replicaFailedEvent, replicaReachedEvent, type EpisodeRef } from '../events.js';
 import { hasAutonomous } from '../sync/facts.js';
 import type { Db } from './sqlite-db.js';
 import { eventAppender } from './sqlite-events.js';
@@ -369,6 +369,20 @@ export class SqliteSync implements SyncStore {
     if (!ep) return 'unknown_episode';
     if (ep.robot_id !== robotId) return 'conflict';
     return this.db.prepare('UPDATE episodes SET local_missing = 1 WHERE seq = ? AND local_missing = 0').run(ep.seq).changes > 0 ? 'applied' : 'unchanged';
+  }
+
+  async markPruned(robotId: string, episodeId: string, prunedAt: number, receivedAt: number): Promise<'applied' | 'unchanged' | 'unknown_episode' | 'conflict'> {
+    return this.db
+      .transaction(() => {
+        const ep = this.episodeRef(episodeId);
+        if (!ep) return 'unknown_episode' as const;
+        if (ep.robot_id !== robotId) return 'conflict' as const;
+        if (this.db.prepare('UPDATE episodes SET pruned_at = ? WHERE seq = ? AND pruned_at IS NULL').run(prunedAt, ep.seq).changes === 0) return 'unchanged' as const;
+        const ref: EpisodeRef = { episode_id: episodeId, robot_id: ep.robot_id, recording_session_id: ep.recording_session_id, episode_seq: ep.episode_seq };
+        this.appendEvent(ep.org_id, prunedEvent(ref), receivedAt);
+        return 'applied' as const;
+      })
+      .immediate();
   }
 
   async markGranted(orgId: string, episodeSeq: number, destinationId: string, grantId: string, objectKey: string | null, at: number): Promise<void> {

@@ -134,6 +134,11 @@ export interface SyncStore {
    * `local_missing` in sync health). Same answers as a replica report, without `applied` events.
    */
   markLocalMissing(robotId: string, episodeId: string): Promise<'applied' | 'unchanged' | 'unknown_episode' | 'conflict'>;
+  /**
+   * The robot's retention deleted an episode's local copy: the first report sets `pruned_at` and
+   * appends `episode.pruned` in the same transaction; a repeat changes nothing (`unchanged`).
+   */
+  markPruned(robotId: string, episodeId: string, prunedAt: number, receivedAt: number): Promise<'applied' | 'unchanged' | 'unknown_episode' | 'conflict'>;
   /** Marks (episode, destination) granted when the relay hands a grant over (never moves a replica back). */
   markGranted(orgId: string, episodeSeq: number, destinationId: string, grantId: string, objectKey: string | null, at: number): Promise<void>;
 

@@ -72,6 +72,11 @@ export class Retention {
     while (this.running) await this.running;
   }
 
+  /** Resolves when no check is running (tests). */
+  async idle(): Promise<void> {
+    while (this.running) await this.running;
+  }
+
   /** Something changed (a replica verified, an assignment came): look again and re-arm. */
   kick(): void {
     void this.check().catch((err: unknown) => this.opts.logger.error({ err }, 'retention check failed'));

@@ -393,4 +393,22 @@ describe.each([
       expect((await store.sync.syncHealth(OTHER, T0)).map((r) => r.robotId)).toEqual(['rbt_9']);
     });
   });
+
+  describe('pruned local copies', () => {
+    it('the first report sets pruned_at and appends one episode.pruned without destination_id; repeats change nothing', async () => {
+      const [ep] = await ingest([testReport()]);
+      expect(await store.sync.markPruned(ROBOT, ep!.id, T0 + 72 * HOUR, T0 + 72 * HOUR + 5)).toBe('applied');
+      // The robot resends (an acknowledgment lost) or reports again after a restart.
+      expect(await store.sync.markPruned(ROBOT, ep!.id, T0 + 72 * HOUR, T0 + 72 * HOUR + 9)).toBe('unchanged');
+      expect(await store.sync.markPruned(ROBOT, ep!.id, T0 + 80 * HOUR, T0 + 80 * HOUR)).toBe('unchanged');
+      expect(await store.sync.markPruned('rbt_2', ep!.id, T0, T0)).toBe('conflict');
+      expect(await store.sync.markPruned(ROBOT, 'ep_nope000000000', T0, T0)).toBe('unknown_episode');
+      const pruned = events('episode.pruned');
+      expect(pruned).toHaveLength(1);
+      expect(pruned[0]!.payload).toEqual({ schema_version: 1, episode_id: ep!.id, robot_id: ROBOT, recording_session_id: ep!.recording_session_id, episode_seq: ep!.episode_seq, state: 'pruned' });
+      expect(WebhookPayloadSchema.safeParse(pruned[0]!.payload).success).toBe(true);
+      expect(store.db.prepare('SELECT pruned_at FROM episodes WHERE id = ?').pluck().get(ep!.id)).toBe(T0 + 72 * HOUR);
+      expect(store.db.prepare("SELECT org_id FROM events WHERE type = 'episode.pruned'").pluck().get()).toBe(ORG);
+    });
+  });
 });

@@ -1,6 +1,6 @@
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { ManualClock, ReplicaReportSchema, type Pressure, type SyncMessage, type SyncRequest } from '@fleet/protocol';
+import { LocalMissingSchema, ManualClock, PRUNE_DELAY_MS, ReplicaReportSchema, type Pressure, type RetentionDirective, type SyncMessage, type SyncRequest } from '@fleet/protocol';
 import { Agent as HttpAgent } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openAgentStore, type SqliteAgentStore } from '../store/sqlite.js';
@@ -34,7 +34,8 @@ interface Rig {
   replica(e: EpisodeRow, dest?: string): Promise<Awaited<ReturnType<SqliteAgentStore['sync']['get']>>>;
   reports(): Promise<{ msgId: string; body: ReturnType<typeof ReplicaReportSchema.parse> }[]>;
   /** Answers grant requests for `e` with a grant of the storage (multipart when partSize is given). */
-  grantWith(opts?: { partSize?: number; protocol?: 'http-put' | 's3-multipart' }): (req: GrantRequest) => SyncMessage;
+  grantWith(opts?: { partSize?: number; protocol?: 'http-put' | 's3-multipart'; retention?: RetentionDirective }): (req: GrantRequest) => SyncMessage;
+  verified: string[];
 }
 
 async function rig(opts: Partial<Pick<UploaderOptions, 'concurrency' | 'partParallel' | 'retryScheduleMs' | 'jitter' | 'random' | 'grantTimeoutMs'>> & { allowHttp?: boolean; storage?: TestStorage; dispatcher?: HttpAgent; pressure?: () => Promise<Pressure> } = {}): Promise<Rig> {
@@ -46,6 +47,7 @@ async function rig(opts: Partial<Pick<UploaderOptions, 'concurrency' | 'partPara
   const cloud = new FakeSyncCloud();
   const storage = opts.storage ?? (await TestStorage.start());
   const dispatcher = opts.dispatcher ?? new HttpAgent();
+  const verified: string[] = [];
   const uploader = new Uploader({
     store,
     dataDir,
@@ -56,6 +58,7 @@ async function rig(opts: Partial<Pick<UploaderOptions, 'concurrency' | 'partPara
     logger: logs.logger,
     random: opts.random ?? (() => 0.5),
     onReport: () => undefined,
+    onVerified: (id) => verified.push(id),
     ...(opts.pressure ? { pressure: opts.pressure } : {}),
     ...(opts.concurrency ? { concurrency: opts.concurrency } : {}),
     ...(opts.partParallel ? { partParallel: opts.partParallel } : {}),
@@ -81,6 +84,7 @@ async function rig(opts: Partial<Pick<UploaderOptions, 'concurrency' | 'partPara
     storage,
     uploader,
     logs,
+    verified,
     episode: () => Promise.reject(new Error('replaced below')),
     async assign(...episodes) {
       // The cloud's complete list (the answer to assignments.request) names them too.
@@ -110,7 +114,7 @@ async function rig(opts: Partial<Pick<UploaderOptions, 'concurrency' | 'partPara
           expires_at: clock.now() + 3_600_000,
           protocol: g.protocol ?? (g.partSize ? 's3-multipart' : 'http-put'),
           object_key: `robots/${req.episode_id}`,
-          retention: 'keep',
+          retention: g.retention ?? 'keep',
           files: manifests.get(req.episode_id)!.map((f) => {
             const key = `${req.episode_id}/${f.path}`;
             const mk = `${req.episode_id}:${f.path}`;
@@ -317,6 +321,40 @@ describe('Uploader', () => {
     expect(states).not.toContain('verified');
     expect(states).not.toContain('synced');
     expect((await r.reports()).at(-1)!.body.error).toMatch(/^file_changed: /);
+  });
+
+  it('files gone before a verified sync: each replica keeps its file_missing error, and the episode is reported missing once (episode.local_missing)', async () => {
+    const r = await rig();
+    const e = await r.episode({ 'a.bin': 1000, 'b.bin': 1000, 'c.bin': 10 });
+    await rm(join(r.dataDir, e.dir, 'a.bin'));
+    await rm(join(r.dataDir, e.dir, 'c.bin'));
+    await r.assign(e);
+    await r.store.sync.add([{ episode_id: e.id, destination_id: 'dst_other' }], r.clock.now());
+    r.cloud.assignments.push({ episode_id: e.id, destination_id: 'dst_other' });
+    r.cloud.answer = r.grantWith();
+    r.uploader.connected();
+    for (const dest of [DEST, 'dst_other']) {
+      await expect.poll(async () => (await r.replica(e, dest))?.lastError).toMatch(/^file_missing: a.bin is missing from the episode directory; not retried$/);
+    }
+    const missing = (await r.store.outbox.pending({ afterSeq: 0, limit: 100 })).filter((m) => m.kind === 'episode.local_missing');
+    expect(missing.map((m) => [m.msgId, LocalMissingSchema.parse(JSON.parse(m.bodyJson))])).toEqual([
+      [`local_missing:${e.id}`, { episode_id: e.id, paths: ['a.bin', 'c.bin'], at: r.clock.now() }],
+    ]);
+    expect(await r.store.sync.localCopy(e.id)).toMatchObject({ localMissingAt: r.clock.now(), prunedAt: null });
+    // The replica error is still reported as before.
+    expect((await r.reports()).flatMap((x) => (x.body.error ? [x.body.error.split(':')[0]] : []))).toEqual(['file_missing', 'file_missing']);
+  });
+
+  it("the grant's retention (the destination's registered directive) is stored; verification sets the episode's prune time and tells retention", async () => {
+    const r = await rig();
+    const e = await r.episode({ 'a.bin': 1000 });
+    await r.assign(e);
+    r.cloud.answer = r.grantWith({ retention: 'until_all_verified_plus_72h' });
+    r.uploader.connected();
+    await expect.poll(async () => (await r.replica(e))?.state).toBe('verified');
+    expect(await r.replica(e)).toMatchObject({ retention: 'until_all_verified_plus_72h' });
+    expect(await r.store.sync.localCopy(e.id)).toMatchObject({ pruneDueAt: r.clock.now() + PRUNE_DELAY_MS, prunedAt: null });
+    expect(r.verified).toEqual([e.id]);
   });
 
   it('a complete answered 200 with an <Error> document is a failure; the retry completes the same upload', async () => {

@@ -86,7 +86,7 @@ describe('local copy', () => {
         episodes_reported: 1,
         unverified: 1,
         local_missing: 0,
-        pressure: { free_bytes: expect.any(Number), backlog_bytes: expect.any(Number), reported_at: expect.any(String) },
+        pressure: { free_bytes: expect.any(Number) as number, backlog_bytes: expect.any(Number) as number, reported_at: expect.any(String) as string },
       });
       const pressure = withPressure.pressure as { free_bytes: number; backlog_bytes: number; hours_to_full: number | null };
       expect(pressure.free_bytes).toBeGreaterThan(0);

@@ -67,9 +67,9 @@ describe('episode.pruned and episode.local_missing outbox kinds', () => {
     await send({ msg_id: 'pruned:x', kind: 'episode.pruned', body: { episode_id: ep.id, pruned_at: T0 } }, 'rbt_2');
     await send({ msg_id: 'pruned:bad', kind: 'episode.pruned', body: { episode_id: ep.id } });
     expect(acks).toEqual([
-      { msg_id: 'pruned:ep_early', ok: false, error: { code: 'unknown_episode', message: expect.any(String) }, retry_after_s: expect.any(Number) },
-      { msg_id: 'pruned:x', ok: false, error: { code: 'conflict', message: expect.any(String) } },
-      { msg_id: 'pruned:bad', ok: false, error: { code: 'validation_failed', message: expect.any(String) } },
+      { msg_id: 'pruned:ep_early', ok: false, error: { code: 'unknown_episode', message: expect.any(String) as string }, retry_after_s: expect.any(Number) as number },
+      { msg_id: 'pruned:x', ok: false, error: { code: 'conflict', message: expect.any(String) as string } },
+      { msg_id: 'pruned:bad', ok: false, error: { code: 'validation_failed', message: expect.any(String) as string } },
     ]);
     expect(events('episode.pruned')).toEqual([]);
   });

@@ -122,7 +122,8 @@ describe('Retention', () => {
     await r.restart();
     await advanceTo(r, r.clock.now() + 100 * HOUR);
     expect(await prunedReports(r)).toHaveLength(1);
-    expect(r.scheduler.pending).toBe(0);
+    // Only the hourly look remains.
+    expect(r.scheduler.pending).toBe(1);
   });
 
   it('keep wins when the destinations of one episode disagree', async () => {
@@ -159,6 +160,21 @@ describe('Retention', () => {
     await advanceTo(r, r.clock.now() + 1000 * HOUR);
     for (const e of [partly, never, later]) expect(await filesPresent(r, e)).toEqual([true, true]);
     expect(await prunedReports(r)).toEqual([]);
+  });
+
+  it('the cloud dropping the one unfinished assignment of an otherwise verified episode starts its time; the hourly look finds it', async () => {
+    const r = await rig();
+    const e = await episode(r);
+    await assign(r, e, 'dst_a', PRUNE);
+    await r.store.sync.add([{ episode_id: e.id, destination_id: 'dst_gone' }], r.clock.now());
+    await verify(r, e, 'dst_a');
+    const verifiedAt = r.clock.now();
+    expect((await r.store.sync.localCopy(e.id))!.pruneDueAt).toBeNull();
+    // The complete assignment list no longer names dst_gone (its destination was revoked).
+    await r.store.sync.reconcile([], r.clock.now() + HOUR);
+    expect((await r.store.sync.localCopy(e.id))!.pruneDueAt).toBe(verifiedAt + H72);
+    await advanceTo(r, verifiedAt + H72);
+    expect(await filesPresent(r, e)).toEqual([false, false]);
   });
 
   it('the timer is stored: a restart between verification and the due time still prunes on time, and one after it prunes at start', async () => {

@@ -6,7 +6,7 @@ import { deleteDataFiles } from '../recording/finalize.js';
 import type { AgentStore, EpisodeRow, NewOutboxMessage } from '../store/types.js';
 import type { Scheduler, TimerHandle } from '../time.js';
 
-/** The timer never waits longer than this: a clock that jumped (NTP, a long suspend) is noticed within the hour. */
+/** The timer never waits longer than this: a clock that jumped (NTP, a long suspend), or a due time set without a verification, is noticed within the hour. */
 export const RETENTION_MAX_WAIT_MS = 60 * 60 * 1000;
 
 /** The outbox message of an `episode.pruned` report: one per episode (the msg_id dedupes a second enqueue). */
@@ -132,9 +132,10 @@ export class Retention {
   private async arm(): Promise<void> {
     this.clear();
     if (this.stopped) return;
+    // With nothing due the timer still runs hourly: a due time can also appear without a
+    // verification here (the cloud dropping an unfinished assignment of an otherwise verified episode).
     const next = await this.opts.store.sync.nextPruneAt();
-    if (next === null) return;
-    this.wakeIn(Math.min(RETENTION_MAX_WAIT_MS, Math.max(0, next - this.opts.clock.now())));
+    this.wakeIn(next === null ? RETENTION_MAX_WAIT_MS : Math.min(RETENTION_MAX_WAIT_MS, Math.max(0, next - this.opts.clock.now())));
   }
 
   private wakeIn(ms: number): void {

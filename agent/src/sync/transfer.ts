@@ -262,6 +262,7 @@ export async function multipartUpload(args: {
   let failure: unknown;
   let held = 0;
   let firstSent = false;
+  const pool: Buffer[] = [];
   const fh = await open(job.file, 'r');
   try {
     for (let n = 1; n <= count && failure === undefined; n++) {
@@ -271,7 +272,10 @@ export async function multipartUpload(args: {
       if (failure !== undefined) break;
       const start = (n - 1) * job.partSize;
       const length = Math.min(job.partSize, job.size - start);
-      const buf = Buffer.allocUnsafe(length);
+      // Part buffers are reused once their part is accepted: allocating a new one per part leaves
+      // the garbage collector behind on external memory and the RSS grows well past `parallel` parts.
+      const whole = pool.pop() ?? Buffer.allocUnsafe(job.partSize);
+      const buf = whole.subarray(0, length);
       held += 1;
       args.onBuffers?.(held);
       let read = 0;
@@ -285,6 +289,7 @@ export async function multipartUpload(args: {
       const already = job.done.get(n);
       if (already && already.size === length) {
         held -= 1;
+        pool.push(whole);
         continue;
       }
       if (!firstSent) {
@@ -294,6 +299,8 @@ export async function multipartUpload(args: {
       const url = job.partUrls[n - 1]!;
       const p = sendPart(http, url, buf, n, job.label, signal, args.onBytes)
         .then(async (part) => {
+          // Accepted: the whole body was written, so the buffer is free again.
+          pool.push(whole);
           await args.onPart(part);
           parts.set(n, part);
         })

@@ -12,6 +12,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { open, rm } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { makeTempDir, REPO_ROOT } from '../test/support/cloud.js';
 import { runProcess, spawnProcess } from '../test/support/process.js';
@@ -46,6 +47,17 @@ async function syntheticFile(path: string, size: number): Promise<string> {
     await fh.close();
   }
   return hash.digest('hex');
+}
+
+/** MB/s of one core hashing with each algorithm (what the agent does to every byte it sends). */
+function hashRates(): { sha256: number; md5: number } {
+  const buf = randomBytes(64 * MiB);
+  const rate = (algorithm: string) => {
+    const t0 = performance.now();
+    for (let i = 0; i < 2; i++) createHash(algorithm).update(buf).digest();
+    return (2 * buf.length) / 1e6 / ((performance.now() - t0) / 1000);
+  };
+  return { sha256: rate('sha256'), md5: rate('md5') };
 }
 
 function positiveInt(name: string, raw: string | boolean | undefined, fallback: number): number {
@@ -109,6 +121,11 @@ export const upload: BenchModule = {
     await client('agent-multipart', `agent s3-multipart`);
     await rm(file, { force: true });
 
+    // The agent's ceilings on one core, hashing only: http-put hashes each byte with SHA-256 and
+    // MD5; s3-multipart with SHA-256 twice (the file's and the part's) and MD5.
+    const h = hashRates();
+    const putCeiling = 1 / (1 / h.sha256 + 1 / h.md5);
+    const multipartCeiling = 1 / (2 / h.sha256 + 1 / h.md5);
     const mbps = (r: Run) => r.bytes / 1e6 / (r.ms / 1000);
     const by = (label: string) => runs.find((r) => r.label.startsWith(label));
     const curlRun = by('curl');
@@ -120,6 +137,8 @@ export const upload: BenchModule = {
     rows.push(['ratio agent http-put / curl', fmt(ratio(put, curlRun), 3), '', '']);
     rows.push(['ratio agent s3-multipart / curl', fmt(ratio(multi, curlRun), 3), '', '']);
     rows.push(['ratio agent s3-multipart / undici parts', fmt(ratio(multi, parts), 3), '', '']);
+    rows.push(['one core hashing SHA-256 (MD5)', `${fmt(h.sha256, 0)} (${fmt(h.md5, 0)})`, '', '']);
+    rows.push(['hash-only ceiling http-put (multipart)', `${fmt(putCeiling, 0)} (${fmt(multipartCeiling, 0)})`, '', '']);
     process.stdout.write(`${table(['target', 'MB/s', 'seconds', 'peak RSS MB'], rows)}\n`);
     process.stdout.write(
       `${JSON.stringify({
@@ -132,6 +151,8 @@ export const upload: BenchModule = {
         ratio_put_over_curl: Number(ratio(put, curlRun).toFixed(3)),
         ratio_multipart_over_curl: Number(ratio(multi, curlRun).toFixed(3)),
         ratio_multipart_over_undici_parts: Number(ratio(multi, parts).toFixed(3)),
+        hash_mb_per_s: { sha256: Math.round(h.sha256), md5: Math.round(h.md5) },
+        hash_only_ceiling_mb_per_s: { put: Math.round(putCeiling), multipart: Math.round(multipartCeiling) },
       })}\n`,
     );
   },

@@ -11,6 +11,7 @@ const BENCHMARKS: Readonly<Record<string, () => Promise<BenchModule>>> = {
   episodes: async () => (await import('./episodes.js')).episodes,
   datasets: async () => (await import('./datasets.js')).datasets,
   webhooks: async () => (await import('./webhooks.js')).webhooks,
+  upload: async () => (await import('./upload.js')).upload,
 };
 
 function usage(): string {

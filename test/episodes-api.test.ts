@@ -378,7 +378,7 @@ describe('the episode index through /v1, fed by simulated robots', () => {
     await agentControl(dir, ['episode', 'discard']);
     await waitIdle(dir);
     const interrupted = String((await agentControl(dir, ['episode', 'start'])).episode_id);
-    await waitFor(async () => (((await agentControl(dir, ['status'])).recording_state as string) === 'recording' ? true : undefined), { description: 'recording' });
+    await waitFor(async () => (((await agentControl(dir, ['status', '--json'])).recording_state as string) === 'recording' ? true : undefined), { description: 'recording' });
     expect((await first.kill('SIGKILL')).signal).toBe('SIGKILL');
     // Disposed before `first`, which removes the directory.
     disposables.push(await startAgentProcess(cloud, { dataDir: dir, enroll: false, args: AGENT_ARGS }));

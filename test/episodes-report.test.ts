@@ -47,7 +47,7 @@ describe('episode reports from a real agent to a real cloud', () => {
     ]);
     const id = await recordEpisode(dir, 'finish', async (started) => {
       // Some recording time (by the robot's clock), then a subtask change: two segments.
-      const status = await agentControl(dir, ['status']);
+      const status = await agentControl(dir, ['status', '--json']);
       expect(status.episode_id).toBe(started);
       const startedAt = Date.parse(String(status.started_at));
       await waitFor(() => (Date.now() > startedAt + 300 ? true : undefined), { description: 'some recording time' });

@@ -7,7 +7,7 @@ import { createTestPki, startHttpsReceiver, type TestPki, type TestReceiver } fr
 import { makeTempDir, startCloud, type CloudProcess, type TempDir } from './support/cloud.js';
 import { exportEpisodes, getEpisode, listEpisodes } from './support/episodes.js';
 import { startGrantProvider } from './support/grant-provider.js';
-import { createEnrollmentToken, sendCommand, startFleet } from './support/robots.js';
+import { createEnrollmentToken, sendCommand, startAgentProcess, startFleet } from './support/robots.js';
 import { startS3Server } from './support/s3-server.js';
 import { freePort, okJson } from './support/http.js';
 import { waitFor } from './support/wait.js';
@@ -177,5 +177,57 @@ describe('cloud sync end to end', () => {
     } finally {
       await hooks.receiver.close();
     }
+  });
+
+  test('fleet-agent status during an upload under --upload-limit: bytes sent grow per destination, the measured rate stays under the limit', async () => {
+    const limit = 512 * 1024;
+    await using s3 = await startS3Server();
+    await using cloud = await startCloud({ args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile] });
+    const port = await freePort();
+    const destination = await okJson<{ id: string; secret: string }>(
+      await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: `https://127.0.0.1:${port}/grant` } }),
+    );
+    await using provider = await startGrantProvider({
+      s3,
+      secret: destination.secret,
+      tls: { ...tlsFiles, ca: pki.caPem },
+      args: ['--port', String(port), '--multipart-threshold-bytes', String(5 * 1024 * 1024), '--part-size-bytes', String(5 * 1024 * 1024)],
+    });
+    expect(provider.url).toBe(`https://127.0.0.1:${port}`);
+    await using agent = await startAgentProcess(cloud, { args: ['--allow-http-uploads', '--upload-limit', String(limit), '--bytes-per-second', String(2 * 1024 * 1024)] });
+    expect((await agent.control(['episode', 'start'])).code).toBe(0);
+    await new Promise((r) => setTimeout(r, 3_000));
+    const finished = await agent.control(['episode', 'finish']);
+    expect(finished.code).toBe(0);
+    const episodeId = (JSON.parse(finished.stdout) as { episode_id: string }).episode_id;
+
+    type Upload = { episode_id: string; destination_id: string; state: string; active: boolean; bytes_sent: number; bytes_total: number; rate_bps: number };
+    const samples: { at: number; upload: Upload }[] = [];
+    await waitFor(
+      async () => {
+        const status = await agent.status();
+        const at = performance.now();
+        const u = (status.uploads as Upload[]).find((x) => x.episode_id === episodeId && x.destination_id === destination.id);
+        if (u?.active && u.state === 'syncing' && u.bytes_sent < u.bytes_total) samples.push({ at, upload: u });
+        return samples.length >= 4 && samples.at(-1)!.at - samples[0]!.at >= 3_000 ? true : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 250, description: 'a few status answers during the upload' },
+    );
+    for (let i = 1; i < samples.length; i++) expect(samples[i]!.upload.bytes_sent).toBeGreaterThanOrEqual(samples[i - 1]!.upload.bytes_sent);
+    const first = samples[0]!;
+    const last = samples.at(-1)!;
+    expect(last.upload.bytes_sent).toBeGreaterThan(first.upload.bytes_sent);
+    expect(last.upload.bytes_total).toBeGreaterThan(5 * 1024 * 1024);
+    // Measured between two status answers at least 3 s apart: never over the limit (15 % for sampling), and moving.
+    const measured = ((last.upload.bytes_sent - first.upload.bytes_sent) * 1000) / (last.at - first.at);
+    expect(measured).toBeLessThan(limit * 1.15);
+    expect(measured).toBeGreaterThan(limit * 0.5);
+    expect(last.upload.rate_bps).toBeLessThan(limit * 1.15);
+
+    // The plain view names the upload too, and once verified nothing is pending.
+    const plain = await agent.control(['status']);
+    expect(plain.stdout).toMatch(new RegExp(`^upload episode=${episodeId} destination=${destination.id} `, 'm'));
+    await waitFor(async () => ((await agent.status()).uploads as Upload[]).length === 0 || undefined, { timeoutMs: 60_000, description: 'the upload finished' });
+    await waitFor(async () => ((await getEpisode(cloud, episodeId))?.replicas[0]?.state === 'verified' ? true : undefined), { timeoutMs: 30_000, description: 'verified' });
   });
 });

@@ -153,8 +153,13 @@ describe('fleet-agent CLI', () => {
     expect(start.code).toBe(0);
     const started = JSON.parse(start.stdout) as { episode_id: string; recording_state: string };
     expect(started.recording_state).toBe('recording');
-    const status = await run(['status', '--data-dir', dataDir]);
+    const status = await run(['status', '--json', '--data-dir', dataDir]);
     expect(JSON.parse(status.stdout)).toMatchObject({ robot_id: robotId, recording_state: 'recording', episode_id: started.episode_id, connected: true });
+    expect((JSON.parse(status.stdout) as { uploads: unknown }).uploads).toEqual(expect.any(Array));
+    // Without --json, and stdout not a terminal: plain lines.
+    const plain = await run(['status', '--data-dir', dataDir]);
+    expect(plain.code).toBe(0);
+    expect(plain.stdout.split('\n')[0]).toBe(`robot=${robotId} name=${(JSON.parse(status.stdout) as { name: string }).name} recording=recording connected=true`);
     const illegal = await run(['episode', 'start', '--data-dir', dataDir]);
     expect(illegal.code).toBe(1);
     expect(illegal.stderr).toMatch(/invalid_state: cannot start while recording/);

@@ -11,6 +11,7 @@ import type { ControlResponse } from './control/protocol.js';
 import { Agent, NotEnrolledError } from './daemon.js';
 import { enroll, EnrollError } from './enroll.js';
 import { SyntheticRecorder } from './recording/synthetic-recorder.js';
+import { formatStatus, type StatusForView } from './status-view.js';
 import { systemScheduler } from './time.js';
 
 /** Exit codes: 1 refused or failed, 2 bad usage or configuration, 3 no agent running. */
@@ -94,6 +95,7 @@ program
   .addOption(new Option('--upload-timeout-ms <ms>', 'an upload request without answer or progress this long fails (default 120000)').env('FLEET_AGENT_UPLOAD_TIMEOUT_MS'))
   .addOption(new Option('--upload-ca-file <file>', 'PEM of extra CAs trusted for upload URLs (besides the system CAs and NODE_EXTRA_CA_CERTS)').env('FLEET_AGENT_UPLOAD_CA_FILE'))
   .addOption(new Option('--allow-http-uploads', 'allow plain http:// upload URLs (refused by default)').env('FLEET_AGENT_ALLOW_HTTP_UPLOADS'))
+  .addOption(new Option('--upload-limit <bytes/s>', 'most bytes per second all uploads together may send (default: unlimited)').env('FLEET_AGENT_UPLOAD_LIMIT'))
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_AGENT_LOG_LEVEL').default('info'))
   .action(async (o: Record<string, string | boolean | undefined>) => {
     const str = (k: string) => (typeof o[k] === 'string' ? o[k] : undefined);
@@ -122,6 +124,7 @@ program
     if (schedule !== undefined) input.syncRetryScheduleMs = schedule.split(',').map((v) => v.trim());
     set('uploadTimeoutMs', str('uploadTimeoutMs'));
     set('uploadCaFile', str('uploadCaFile'));
+    set('uploadLimit', str('uploadLimit'));
     // Node trusts NODE_EXTRA_CA_CERTS by itself; an --upload-ca-file rebuilds the list and keeps it.
     set('extraCaCertsFile', process.env.NODE_EXTRA_CA_CERTS || undefined);
     await runDaemon(configOrExit(input));
@@ -209,9 +212,23 @@ context
 
 program
   .command('status')
-  .description("print the running agent's status (recording state, connection, capabilities, outbox pending and refused, sync counts)")
+  .description(
+    "print the running agent's status (recording state, connection, outbox, sync counts) and each pending episode's upload progress per destination: progress bars on a terminal, one line per upload otherwise, the control socket's JSON with --json",
+  )
   .addOption(dataDirOption())
   .addOption(socketOption())
-  .action((o: { dataDir: string; socket?: string }) => control(o, { op: 'status' }));
+  .option('--json', 'print the JSON answer of the control socket')
+  .action(async (o: { dataDir: string; socket?: string; json?: boolean }) => {
+    if (o.json) return control(o, { op: 'status' });
+    let response: ControlResponse;
+    try {
+      response = await controlCall(o.socket ?? controlSocketPath(o.dataDir), { op: 'status' });
+    } catch (err) {
+      if (err instanceof ControlError) fail(err.message, EXIT_NOT_RUNNING);
+      throw err;
+    }
+    if (!response.ok) fail(`${response.error.code}: ${response.error.message}`, EXIT_REFUSED);
+    process.stdout.write(formatStatus(response.result as StatusForView, { tty: process.stdout.isTTY === true, columns: process.stdout.columns ?? 100 }));
+  });
 
 await program.parseAsync(process.argv);

@@ -23,6 +23,7 @@ describe('agent config', () => {
       allowHttpUploads: false,
     });
     expect(c.uploadCaFile).toBeUndefined();
+    expect(c.uploadLimit).toBeUndefined();
     expect(Object.isFrozen(c)).toBe(true);
     expect(runtimeVersionOf(c)).toBe(AGENT_RUNTIME_VERSION);
     expect(runtimeVersionOf(parseAgentConfig({ dataDir: '/tmp/x', legacyRuntime: true }))).toBe(LEGACY_RUNTIME_VERSION);
@@ -31,6 +32,8 @@ describe('agent config', () => {
   it('coerces flag strings and rejects bad values', () => {
     expect(parseAgentConfig({ dataDir: 'd', bytesPerSecond: '1024' }).bytesPerSecond).toBe(1024);
     expect(() => parseAgentConfig({ dataDir: 'd', bytesPerSecond: 0 })).toThrow();
+    expect(parseAgentConfig({ dataDir: 'd', uploadLimit: '10485760' }).uploadLimit).toBe(10_485_760);
+    expect(() => parseAgentConfig({ dataDir: 'd', uploadLimit: '100' })).toThrow();
     expect(() => parseAgentConfig({ dataDir: 'd', mqttUrl: 'http://x' })).toThrow();
     expect(() => parseAgentConfig({ dataDir: 'd', reconnectMinMs: 5000, reconnectMaxMs: 1000 })).toThrow(/reconnectMinMs/);
     expect(() => parseAgentConfig({ dataDir: 'd', licenseKey: 'x' } as never)).toThrow();

@@ -65,6 +65,8 @@ export const AgentConfigSchema = z
     extraCaCertsFile: z.string().min(1).optional(),
     /** Allow plain http:// upload URLs (tests, a lab); refused by default. */
     allowHttpUploads: z.boolean().default(false),
+    /** Bytes per second all of the agent's uploads together may send (`--upload-limit`); unlimited when absent. */
+    uploadLimit: z.coerce.number().int().min(1024).max(100 * 1024 ** 3).optional(),
     /** A repeated `cmd_id` within this window is answered from storage (the API's 24 h). */
     commandResultWindowMs: ms(1000).default(24 * 60 * 60 * 1000),
     /** Broker address overriding the one stored at enrollment. */

@@ -16,6 +16,7 @@ import { OutboxSender, type OutboxStatus } from './outbox.js';
 import type { Recorder } from './recording/recorder.js';
 import { RecordingStateMachine, type EndVerb, type EpisodeTransitionResult, type RecordingState } from './recording/state-machine.js';
 import { openAgentStore } from './store/sqlite.js';
+import { RateLimiter } from './sync/rate-limit.js';
 import { uploadDispatcher } from './sync/trust.js';
 import { Retention } from './sync/retention.js';
 import { Uploader } from './sync/uploader.js';
@@ -257,7 +258,13 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
               },
               publishSyncRequest: (payload) => (link ? link.publishSyncRequest(payload) : Promise.reject(new Error('no MQTT link'))),
             },
-            http: { dispatcher, allowHttp: config.allowHttpUploads, timeoutMs: config.uploadTimeoutMs },
+            http: {
+              dispatcher,
+              allowHttp: config.allowHttpUploads,
+              timeoutMs: config.uploadTimeoutMs,
+              // One bucket for every PUT and part of this agent: the limit holds for their sum.
+              ...(config.uploadLimit !== undefined ? { limiter: new RateLimiter({ bytesPerSecond: config.uploadLimit, clock: this.deps.clock, scheduler: this.deps.scheduler }) } : {}),
+            },
             clock: deps.clock,
             scheduler: deps.scheduler,
             logger: log.child({ component: 'uploader' }),
@@ -415,7 +422,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       case 'context.get':
         return { context: await this.getContext() };
       case 'status':
-        return { ...this.status() };
+        return { ...this.status(), uploads: (await this.syncer?.uploads()) ?? [] };
     }
   }
 

@@ -46,6 +46,7 @@ program
   .option('--sync-retry-schedule-ms <list>', 'waits after failed upload attempts, comma-separated ms (the agent default when absent)')
   .addOption(new Option('--upload-ca-file <file>', 'PEM of extra CAs trusted for upload URLs').env('FLEET_SIM_UPLOAD_CA_FILE'))
   .option('--allow-http-uploads', 'allow plain http:// upload URLs (refused by default)')
+  .option('--upload-limit <bytes/s>', 'most bytes per second each robot\u2019s uploads together may send (the agent\u2019s --upload-limit; default unlimited)')
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_SIM_LOG_LEVEL').default('info'))
   .action(async (o: Record<string, string | boolean | undefined>) => {
     const str = (k: string) => (typeof o[k] === 'string' ? o[k] : undefined);
@@ -75,6 +76,7 @@ program
       ['syncConcurrency', 'syncConcurrency'],
       ['syncPartParallel', 'syncPartParallel'],
       ['uploadCaFile', 'uploadCaFile'],
+      ['uploadLimit', 'uploadLimit'],
     ];
     const schedule = str('syncRetryScheduleMs');
     if (schedule !== undefined) (input as Record<string, unknown>).syncRetryScheduleMs = schedule.split(',').map((v) => v.trim());

@@ -151,6 +151,9 @@ describe('runFleet', () => {
     // Simulated robots sync exactly as real agents do, with the agent's defaults.
     expect(o).toMatchObject({ sync: true, syncConcurrency: 2, syncPartParallel: 3, allowHttpUploads: false });
     expect(o.uploadCaFile).toBeUndefined();
+    expect(o.uploadLimit).toBeUndefined();
+    expect(parseFleetOptions({ api: 'http://x', count: 1, dataDir: '/tmp/x', uploadLimit: '1048576' }).uploadLimit).toBe(1_048_576);
+    expect(() => parseFleetOptions({ api: 'http://x', count: 1, dataDir: '/tmp/x', uploadLimit: '10' })).toThrow();
     expect(Object.isFrozen(o)).toBe(true);
     expect(() => parseFleetOptions({ api: 'ftp://x', count: 1, dataDir: '/tmp/x' })).toThrow();
     expect(() => parseFleetOptions({ api: 'http://x', count: 0, dataDir: '/tmp/x' })).toThrow();

@@ -73,6 +73,8 @@ export const FleetOptionsSchema = z.strictObject({
   extraCaCertsFile: z.string().min(1).optional(),
   /** Allow plain http:// upload URLs (the agent's --allow-http-uploads). */
   allowHttpUploads: z.boolean().default(false),
+  /** Bytes per second each robot's uploads together may send (the agent's --upload-limit); unlimited when absent. */
+  uploadLimit: z.coerce.number().int().min(1024).optional(),
   logLevel: z.enum(LOG_LEVELS).default('info'),
 });
 export type FleetOptions = Readonly<z.output<typeof FleetOptionsSchema>>;
@@ -259,6 +261,7 @@ export async function runFleet(input: FleetOptionsInput | FleetOptions, deps: Fl
       syncPartParallel: opts.syncPartParallel,
       ...(opts.syncRetryScheduleMs ? { syncRetryScheduleMs: opts.syncRetryScheduleMs } : {}),
       allowHttpUploads: opts.allowHttpUploads,
+      ...(opts.uploadLimit !== undefined ? { uploadLimit: opts.uploadLimit } : {}),
       ...(opts.uploadCaFile ? { uploadCaFile: opts.uploadCaFile } : {}),
       ...(opts.extraCaCertsFile ? { extraCaCertsFile: opts.extraCaCertsFile } : {}),
     });

@@ -21,7 +21,7 @@ export interface OutboxCounts {
 
 /** The agent's status through its control socket (works while the cloud is away). */
 export async function agentStatus(dataDir: string): Promise<{ recording_state: string; connected: boolean; outbox: OutboxCounts; robot_id: string }> {
-  const r = await runAgentCli(['status', '--data-dir', dataDir]);
+  const r = await runAgentCli(['status', '--json', '--data-dir', dataDir]);
   if (r.code !== 0) throw new Error(`fleet-agent status exited ${r.code}: ${r.stderr}`);
   return JSON.parse(r.stdout) as { recording_state: string; connected: boolean; outbox: OutboxCounts; robot_id: string };
 }

@@ -289,7 +289,7 @@ export async function startAgentProcess(cloud: CloudProcess, opts: AgentProcessO
     process: running,
     control: (args) => runAgentCli([...args, '--data-dir', dataDir]),
     async status() {
-      const r = await runAgentCli(['status', '--data-dir', dataDir]);
+      const r = await runAgentCli(['status', '--json', '--data-dir', dataDir]);
       if (r.code !== 0) throw new Error(`fleet-agent status exited ${r.code}: ${r.stderr}`);
       return JSON.parse(r.stdout) as Record<string, unknown>;
     },

@@ -49,6 +49,8 @@ export async function uploadFiles(args: {
   partParallel: number;
   signal: AbortSignal;
   onFirstByte: () => void;
+  /** Bytes handed to the connection, as they go (live progress). */
+  onBytes?: (n: number) => void;
   logger: Logger;
 }): Promise<void> {
   const { store, clock, row, grant, episode } = args;
@@ -83,6 +85,7 @@ export async function uploadFiles(args: {
           parallel: args.partParallel,
           signal: args.signal,
           onFirstByte: args.onFirstByte,
+          ...(args.onBytes ? { onBytes: args.onBytes } : {}),
           onPart: (part) => store.partDone(episodeId, destinationId, m.path, entry.upload_id, part, clock.now()),
         });
         await store.fileDone(episodeId, destinationId, m.path, { uploadId: entry.upload_id, bytesSent: result.bytes, sha256Sent: result.sha256, md5Sent: null, receipt: result.receipt }, clock.now());
@@ -103,6 +106,7 @@ export async function uploadFiles(args: {
         expectedSha256: m.sha256,
         signal: args.signal,
         onFirstByte: args.onFirstByte,
+        ...(args.onBytes ? { onBytes: args.onBytes } : {}),
       });
       const check = checkReceipt(result.receipt, result, `PUT ${m.path}`);
       // The store holds other bytes than were sent: send the file again next time.

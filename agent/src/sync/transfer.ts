@@ -4,6 +4,7 @@ import { open, stat } from 'node:fs/promises';
 import { Transform, type TransformCallback } from 'node:stream';
 import { request, type Dispatcher } from 'undici';
 import type { UploadPartRow, UploadReceipt } from '../store/types.js';
+import { MeteredStream, meteredBuffer, type RateLimiter } from './rate-limit.js';
 
 /**
  * The HTTP side of an upload: bytes go from the episode file straight to the URLs of a grant
@@ -27,6 +28,8 @@ export interface UploadHttp {
   allowHttp: boolean;
   /** No answer headers this long after the body was sent, or no body progress this long: failed. */
   timeoutMs: number;
+  /** The agent's upload bandwidth limit, shared by every body it sends (`--upload-limit`); none when absent. */
+  limiter?: RateLimiter | undefined;
 }
 
 /** Refuses a URL the agent must not send to; returns it parsed. */
@@ -155,19 +158,27 @@ export async function putFile(args: {
   expectedSha256: string;
   signal: AbortSignal;
   onFirstByte: () => void;
+  /** Bytes handed to the connection, as they go (progress). */
+  onBytes?: (n: number) => void;
 }): Promise<PutResult> {
   const { http, file, label } = args;
   const url = checkUploadUrl(args.url, http.allowHttp);
   const hasher = new SendHasher(args.expectedSha256, args.onFirstByte, label);
+  const meter = new MeteredStream({ limiter: http.limiter, onBytes: args.onBytes, signal: args.signal });
   const source = createReadStream(file, { highWaterMark: 256 * 1024 });
   source.on('error', (err) => hasher.destroy(err));
   source.pipe(hasher);
   let failure: unknown;
-  hasher.on('error', (err) => (failure ??= err));
+  hasher.on('error', (err) => {
+    failure ??= err;
+    meter.destroy(err);
+  });
+  meter.on('error', (err) => (failure ??= err));
+  hasher.pipe(meter);
   try {
     const res = await request(url, {
       method: 'PUT',
-      body: hasher,
+      body: meter,
       headers: { 'content-length': String(args.size), 'content-type': 'application/octet-stream' },
       dispatcher: http.dispatcher,
       signal: args.signal,
@@ -185,6 +196,7 @@ export async function putFile(args: {
     };
   } catch (err) {
     source.destroy();
+    meter.destroy();
     throw networkError(failure ?? err, `PUT ${label}`);
   }
 }
@@ -234,6 +246,8 @@ export async function multipartUpload(args: {
   signal: AbortSignal;
   onFirstByte: () => void;
   onPart: (part: UploadPartRow) => Promise<void>;
+  /** Bytes handed to the connection, as they go (progress; a part that fails was counted too). */
+  onBytes?: (n: number) => void;
   /** Test hook: called with the part buffers held at once whenever it changes. */
   onBuffers?: (held: number) => void;
 }): Promise<MultipartResult> {
@@ -248,6 +262,7 @@ export async function multipartUpload(args: {
   let failure: unknown;
   let held = 0;
   let firstSent = false;
+  const pool: Buffer[] = [];
   const fh = await open(job.file, 'r');
   try {
     for (let n = 1; n <= count && failure === undefined; n++) {
@@ -257,7 +272,10 @@ export async function multipartUpload(args: {
       if (failure !== undefined) break;
       const start = (n - 1) * job.partSize;
       const length = Math.min(job.partSize, job.size - start);
-      const buf = Buffer.allocUnsafe(length);
+      // Part buffers are reused once their part is accepted: allocating a new one per part leaves
+      // the garbage collector behind on external memory and the RSS grows well past `parallel` parts.
+      const whole = pool.pop() ?? Buffer.allocUnsafe(job.partSize);
+      const buf = whole.subarray(0, length);
       held += 1;
       args.onBuffers?.(held);
       let read = 0;
@@ -271,6 +289,7 @@ export async function multipartUpload(args: {
       const already = job.done.get(n);
       if (already && already.size === length) {
         held -= 1;
+        pool.push(whole);
         continue;
       }
       if (!firstSent) {
@@ -278,8 +297,10 @@ export async function multipartUpload(args: {
         args.onFirstByte();
       }
       const url = job.partUrls[n - 1]!;
-      const p = sendPart(http, url, buf, n, job.label, signal)
+      const p = sendPart(http, url, buf, n, job.label, signal, args.onBytes)
         .then(async (part) => {
+          // Accepted: the whole body was written, so the buffer is free again.
+          pool.push(whole);
           await args.onPart(part);
           parts.set(n, part);
         })
@@ -306,14 +327,14 @@ export async function multipartUpload(args: {
   }
 }
 
-async function sendPart(http: UploadHttp, url: string, buf: Buffer, n: number, label: string, signal: AbortSignal): Promise<UploadPartRow> {
+async function sendPart(http: UploadHttp, url: string, buf: Buffer, n: number, label: string, signal: AbortSignal, onBytes?: (n: number) => void): Promise<UploadPartRow> {
   const what = `part ${n} of ${label}`;
   const md5 = createHash('md5').update(buf).digest('hex');
   const sha = createHash('sha256').update(buf).digest('hex');
   try {
     const res = await request(url, {
       method: 'PUT',
-      body: buf,
+      body: meteredBuffer(buf, { limiter: http.limiter, onBytes, signal }),
       headers: { 'content-length': String(buf.length) },
       dispatcher: http.dispatcher,
       signal,

@@ -7,6 +7,7 @@ import { openAgentStore, type SqliteAgentStore } from '../store/sqlite.js';
 import type { EpisodeRow } from '../store/types.js';
 import { captureLogs, makeTempDir, removeTempDirs, type LogCapture } from '../test-support.js';
 import { ManualScheduler } from '../time.js';
+import { RateLimiter } from './rate-limit.js';
 import { FakeSyncCloud, storeEpisode, testCertificates, TestStorage } from './test-storage.js';
 import { uploadDispatcher } from './trust.js';
 import { Uploader, type UploaderOptions } from './uploader.js';
@@ -29,6 +30,8 @@ interface Rig {
   storage: TestStorage;
   uploader: Uploader;
   logs: LogCapture;
+  /** The shared upload limit, when the rig has one. */
+  limiter: RateLimiter | undefined;
   episode(files: Record<string, number>): Promise<EpisodeRow>;
   assign(...episodes: EpisodeRow[]): Promise<void>;
   replica(e: EpisodeRow, dest?: string): Promise<Awaited<ReturnType<SqliteAgentStore['sync']['get']>>>;
@@ -38,7 +41,7 @@ interface Rig {
   verified: string[];
 }
 
-async function rig(opts: Partial<Pick<UploaderOptions, 'concurrency' | 'partParallel' | 'retryScheduleMs' | 'jitter' | 'random' | 'grantTimeoutMs'>> & { allowHttp?: boolean; storage?: TestStorage; dispatcher?: HttpAgent; pressure?: () => Promise<Pressure> } = {}): Promise<Rig> {
+async function rig(opts: Partial<Pick<UploaderOptions, 'concurrency' | 'partParallel' | 'retryScheduleMs' | 'jitter' | 'random' | 'grantTimeoutMs'>> & { allowHttp?: boolean; storage?: TestStorage; dispatcher?: HttpAgent; pressure?: () => Promise<Pressure>; uploadLimit?: number } = {}): Promise<Rig> {
   const dataDir = await makeTempDir();
   const store = openAgentStore(dataDir);
   const clock = new ManualClock();
@@ -48,11 +51,17 @@ async function rig(opts: Partial<Pick<UploaderOptions, 'concurrency' | 'partPara
   const storage = opts.storage ?? (await TestStorage.start());
   const dispatcher = opts.dispatcher ?? new HttpAgent();
   const verified: string[] = [];
+  const limiter = opts.uploadLimit ? new RateLimiter({ bytesPerSecond: opts.uploadLimit, clock, scheduler }) : undefined;
   const uploader = new Uploader({
     store,
     dataDir,
     transport: cloud,
-    http: { dispatcher, allowHttp: opts.allowHttp ?? true, timeoutMs: 10_000 },
+    http: {
+      dispatcher,
+      allowHttp: opts.allowHttp ?? true,
+      timeoutMs: 10_000,
+      ...(limiter ? { limiter } : {}),
+    },
     clock,
     scheduler,
     logger: logs.logger,
@@ -85,6 +94,7 @@ async function rig(opts: Partial<Pick<UploaderOptions, 'concurrency' | 'partPara
     uploader,
     logs,
     verified,
+    limiter,
     episode: () => Promise.reject(new Error('replaced below')),
     async assign(...episodes) {
       // The cloud's complete list (the answer to assignments.request) names them too.
@@ -221,6 +231,37 @@ describe('Uploader', () => {
     // A success after a failure clears the error.
     expect((await r.reports()).at(-1)!.body).toMatchObject({ state: 'verified', error: null });
   });
+
+  it('live progress: during an upload the status shows bytes sent growing at the limit, per destination, then nothing pending', async () => {
+    const rate = 256 * 1024;
+    const r = await rig({ uploadLimit: rate, partParallel: 2 });
+    const e = await r.episode({ 'recording.mcap': 2 * 1024 * 1024, 'meta.json': 300 });
+    await r.assign(e);
+    r.cloud.answer = r.grantWith({ partSize: 256 * 1024 });
+    expect(await r.uploader.uploads()).toEqual([
+      expect.objectContaining({ episode_id: e.id, destination_id: DEST, state: 'assigned', active: false, bytes_sent: 0, bytes_total: e.manifest.total_bytes, rate_bps: 0 }),
+    ]);
+    r.uploader.connected();
+    const seen: { bytes: number; rate: number; state: string }[] = [];
+    const limiter = r.limiter!;
+    while ((await r.replica(e))?.state !== 'verified') {
+      if (limiter.waiting > 0) {
+        r.scheduler.advance(10);
+        if (r.clock.now() % 1000 === 0) {
+          const [u] = await r.uploader.uploads();
+          if (u?.active) seen.push({ bytes: u.bytes_sent, rate: u.rate_bps, state: u.state });
+        }
+      }
+      await new Promise((resolve) => setTimeout(resolve, limiter.waiting > 0 ? 0 : 1));
+    }
+    // About 8 s of the injected clock at 256 KiB/s: a status each second, bytes growing each time.
+    expect(seen.length).toBeGreaterThanOrEqual(5);
+    for (let i = 1; i < seen.length; i++) expect(seen[i]!.bytes).toBeGreaterThan(seen[i - 1]!.bytes);
+    expect(seen.every((x) => x.state === 'syncing')).toBe(true);
+    // Once the window is full the rate is the limit, within the 64 KiB turn granularity.
+    for (const x of seen.slice(5)) expect(Math.abs(x.rate - rate)).toBeLessThan(rate * 0.1);
+    expect(await r.uploader.uploads()).toEqual([]);
+  }, 30_000);
 
   it('honours a deferral with jitter on the injected scheduler', async () => {
     const r = await rig({ random: () => 0, jitter: 0.2 });

@@ -1,10 +1,11 @@
 import { join } from 'node:path';
 import { iso, type Clock, type Pressure } from '@fleet/protocol';
 import type { Logger } from 'pino';
-import type { AgentStore, EpisodeRow, ReplicaRow, SyncCounts } from '../store/types.js';
+import type { AgentStore, EpisodeRow, ReplicaRow, SyncCounts, UploadFileRow } from '../store/types.js';
 import type { Scheduler, TimerHandle } from '../time.js';
 import { newReqId, SyncChannel, type AssignmentsMessage, type GrantAnswer, type SyncTransport } from './channel.js';
 import { measurePressure } from './pressure.js';
+import { ReplicaProgress, type UploadProgressView } from './progress.js';
 import { oneLine, reached } from './replica.js';
 import { ReplicaStates } from './replica-states.js';
 import { uploadFiles, validateGrant } from './replica-upload.js';
@@ -43,6 +44,17 @@ export const DEFAULT_SYNC_RETRY_SCHEDULE_MS: readonly number[] = [10_000, 60_000
 
 const key = (r: Pick<ReplicaRow, 'episodeId' | 'destinationId'>) => `${r.episodeId}\u0000${r.destinationId}`;
 
+/** Bytes of an episode the destination already holds: complete files (of the manifest's content) and accepted parts. */
+export function bytesAtDestination(files: readonly UploadFileRow[], episode: EpisodeRow | undefined): number {
+  const sha = new Map((episode?.manifest.files ?? []).map((f) => [f.path, f.sha256]));
+  let n = 0;
+  for (const f of files) {
+    if (f.complete && f.sha256Sent === sha.get(f.path)) n += f.bytesSent ?? 0;
+    else if (!f.complete) for (const p of f.parts) n += p.size;
+  }
+  return n;
+}
+
 /**
  * The agent's uploader (ARCHITECTURE.md, grant relay): for each replica the cloud assigned and
  * whose time has come it asks the cloud for a grant over MQTT, uploads the episode's files
@@ -54,6 +66,8 @@ export class Uploader {
   readonly channel: SyncChannel;
   private readonly replicas: ReplicaStates;
   private readonly active = new Map<string, AbortController>();
+  /** Live progress of the replicas whose files are being sent now. */
+  private readonly live = new Map<string, ReplicaProgress>();
   private readonly runs = new Set<Promise<unknown>>();
   private online = false;
   private stopped = true;
@@ -93,6 +107,38 @@ export class Uploader {
   /** What `fleet-agent status` shows: replica counts as of the last look, and how many upload now. */
   get status(): SyncCounts & { uploading: number } {
     return { ...this.cached, uploading: this.active.size };
+  }
+
+  /**
+   * Every replica with work ahead (and any running now), for `fleet-agent status`: its state,
+   * bytes at the destination or on their way of the episode's total, the rate over the last few
+   * seconds while sending, the last error. At most `limit` replicas, oldest assignment first.
+   */
+  async uploads(limit = 100): Promise<UploadProgressView[]> {
+    const { store, clock } = this.opts;
+    const rows = (await store.sync.list()).filter((r) => r.nextAttemptAt !== null || this.active.has(key(r))).slice(0, limit);
+    const views: UploadProgressView[] = [];
+    for (const r of rows) {
+      const k = key(r);
+      const live = this.live.get(k);
+      const episode = await store.episodes.get(r.episodeId);
+      const total = episode?.manifest.total_bytes ?? 0;
+      const sent = live ? live.bytesSent : bytesAtDestination(await store.sync.files(r.episodeId, r.destinationId), episode);
+      const running = this.active.has(k);
+      views.push({
+        episode_id: r.episodeId,
+        destination_id: r.destinationId,
+        state: r.state,
+        active: running,
+        bytes_sent: sent,
+        bytes_total: live?.bytesTotal ?? total,
+        rate_bps: live ? Math.round(live.rate()) : 0,
+        last_error: r.lastError,
+        note: r.note,
+        next_attempt_at: running || r.nextAttemptAt === null ? null : iso(Math.max(r.nextAttemptAt, clock.now())),
+      });
+    }
+    return views;
   }
 
   /** Loads the counts; call once before use. */
@@ -246,6 +292,7 @@ export class Uploader {
       .catch((err: unknown) => this.opts.logger.error({ err, episode_id: row.episodeId, destination_id: row.destinationId }, 'could not record a sync attempt'))
       .finally(() => {
         this.active.delete(k);
+        this.live.delete(k);
         this.kick();
       });
     void this.track(run);
@@ -292,6 +339,8 @@ export class Uploader {
         row = r;
       });
     };
+    const progress = new ReplicaProgress(clock, episode.manifest.total_bytes, bytesAtDestination(await store.sync.files(row.episodeId, row.destinationId), episode));
+    this.live.set(key(row), progress);
     try {
       await uploadFiles({
         store: store.sync,
@@ -304,6 +353,7 @@ export class Uploader {
         partParallel: this.partParallel,
         signal,
         onFirstByte,
+        onBytes: (n) => progress.add(n),
         logger,
       });
     } finally {

@@ -1,0 +1,124 @@
+import { Readable, Transform, type TransformCallback } from 'node:stream';
+import type { Clock } from '@fleet/protocol';
+import type { Scheduler } from '../time.js';
+
+/**
+ * The agent's upload bandwidth limit (`--upload-limit`): one token bucket, on the injected clock,
+ * shared by every PUT body and every part body of every upload the agent runs, so the sum of
+ * their rates stays at the limit. Implemented as a virtual-time schedule (GCRA): each `take(n)`
+ * reserves the next `n / rate` seconds of the link, in call order, and resolves when its turn
+ * comes; up to `burstBytes` may go out ahead of schedule after an idle spell.
+ */
+export class RateLimiter {
+  /** When the link is free again at the configured rate (ms on the injected clock). */
+  private tat = Number.NEGATIVE_INFINITY;
+  private readonly msPerByte: number;
+  private readonly toleranceMs: number;
+  private waiters = 0;
+
+  constructor(
+    private readonly opts: {
+      bytesPerSecond: number;
+      clock: Clock;
+      scheduler: Scheduler;
+      /** Bytes that may go out at once after an idle spell (default: 1/20 s of the rate, at least 16 KiB). */
+      burstBytes?: number;
+    },
+  ) {
+    if (!(opts.bytesPerSecond > 0) || !Number.isFinite(opts.bytesPerSecond)) throw new RangeError('bytesPerSecond must be a positive number');
+    this.msPerByte = 1000 / opts.bytesPerSecond;
+    const burst = opts.burstBytes ?? Math.max(16 * 1024, Math.round(opts.bytesPerSecond / 20));
+    this.toleranceMs = burst * this.msPerByte;
+  }
+
+  get bytesPerSecond(): number {
+    return this.opts.bytesPerSecond;
+  }
+
+  /** Streams waiting for their turn now (tests use it to move a manual clock only when needed). */
+  get waiting(): number {
+    return this.waiters;
+  }
+
+  /** Resolves when `n` bytes may be sent; rejects when `signal` aborts first (the turn is not given back). */
+  take(n: number, signal?: AbortSignal): Promise<void> {
+    const now = this.opts.clock.now();
+    const start = Math.max(this.tat, now);
+    this.tat = start + n * this.msPerByte;
+    const delay = this.tat - this.toleranceMs - now;
+    if (delay <= 0) return Promise.resolve();
+    if (signal?.aborted) return Promise.reject(abortReason(signal));
+    this.waiters += 1;
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = () => {
+        this.opts.scheduler.clearTimeout(handle);
+        this.waiters -= 1;
+        reject(abortReason(signal!));
+      };
+      const handle = this.opts.scheduler.setTimeout(() => {
+        signal?.removeEventListener('abort', onAbort);
+        this.waiters -= 1;
+        resolve();
+      }, delay);
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+}
+
+function abortReason(signal: AbortSignal): Error {
+  return signal.reason instanceof Error ? signal.reason : new Error('aborted');
+}
+
+/** Bytes a metered body hands on at a time when a limit applies (the limit's granularity). */
+const LIMITED_PIECE = 64 * 1024;
+
+/** What a metered body does with its bytes: wait for the limit (when there is one), then count them. */
+export interface Meter {
+  limiter?: RateLimiter | undefined;
+  onBytes?: ((n: number) => void) | undefined;
+  signal?: AbortSignal | undefined;
+}
+
+/**
+ * A pass-through stream for a PUT body: each chunk (in pieces of 64 KiB when limited) waits for
+ * the shared limiter and is counted as sent when it is handed on. Backpressure keeps memory at
+ * the usual stream buffers.
+ */
+export class MeteredStream extends Transform {
+  constructor(private readonly meter: Meter) {
+    super();
+  }
+
+  override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback): void {
+    this.pass(chunk).then(() => done(), (err: unknown) => done(err as Error));
+  }
+
+  private async pass(chunk: Buffer): Promise<void> {
+    const { limiter, onBytes, signal } = this.meter;
+    if (!limiter) {
+      this.push(chunk);
+      onBytes?.(chunk.length);
+      return;
+    }
+    for (let at = 0; at < chunk.length; at += LIMITED_PIECE) {
+      const piece = chunk.subarray(at, at + LIMITED_PIECE);
+      await limiter.take(piece.length, signal);
+      this.push(piece);
+      onBytes?.(piece.length);
+    }
+  }
+}
+
+/** A part's buffer as a metered body: pieces of it go out as the limiter allows, each counted. */
+export function meteredBuffer(buf: Buffer, meter: Meter): Readable {
+  const piece = meter.limiter ? LIMITED_PIECE : 1024 * 1024;
+  async function* pieces(): AsyncGenerator<Buffer> {
+    for (let at = 0; at < buf.length; at += piece) {
+      const p = buf.subarray(at, at + piece);
+      if (meter.limiter) await meter.limiter.take(p.length, meter.signal);
+      meter.onBytes?.(p.length);
+      yield p;
+    }
+  }
+  return Readable.from(pieces(), { objectMode: false });
+}

@@ -1,0 +1,159 @@
+/**
+ * The agent's upload path: one large synthetic episode file sent through the real agent upload
+ * code (agent/dist/sync/transfer.js) as `http-put` (one streamed PUT, hashed while sending) and
+ * as `s3-multipart` (parts read in order, `--parallel` on the wire, each part hashed), next to
+ * `curl -T` of the same file and N concurrent part PUTs with plain undici, all to the same local
+ * receiver in the same run. The receiver (bench/upload-receiver.js) reads and drops the bytes,
+ * so the sending side is what is measured; each upload runs in its own process, whose peak RSS
+ * is reported. Prints figures and ratios; asserts nothing about time.
+ */
+import { execFileSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { open, rm } from 'node:fs/promises';
+import { availableParallelism, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+import { makeTempDir, REPO_ROOT } from '../test/support/cloud.js';
+import { runProcess, spawnProcess } from '../test/support/process.js';
+import { parseBenchArgs, type BenchModule } from './lib/args.js';
+import { fmt, table } from './lib/measure.js';
+
+const RECEIVER = fileURLToPath(new URL('./upload-receiver.js', import.meta.url));
+const CLIENT = fileURLToPath(new URL('./upload-client.js', import.meta.url));
+const MiB = 1024 * 1024;
+
+interface Run {
+  label: string;
+  ms: number;
+  bytes: number;
+  /** Peak RSS of the sending process, bytes; null when not measured (curl). */
+  rss: number | null;
+}
+
+/** Writes `size` bytes of incompressible data (a random block, varied per block) and returns its SHA-256. */
+async function syntheticFile(path: string, size: number): Promise<string> {
+  const block = randomBytes(16 * MiB);
+  const hash = createHash('sha256');
+  const fh = await open(path, 'w');
+  try {
+    for (let at = 0, i = 0; at < size; at += block.length, i++) {
+      block.writeUInt32BE(i, 0);
+      const piece = block.subarray(0, Math.min(block.length, size - at));
+      hash.update(piece);
+      await fh.write(piece);
+    }
+  } finally {
+    await fh.close();
+  }
+  return hash.digest('hex');
+}
+
+/** MB/s of one core hashing with each algorithm (what the agent does to every byte it sends). */
+function hashRates(): { sha256: number; md5: number } {
+  const buf = randomBytes(64 * MiB);
+  const rate = (algorithm: string) => {
+    const t0 = performance.now();
+    for (let i = 0; i < 2; i++) createHash(algorithm).update(buf).digest();
+    return (2 * buf.length) / 1e6 / ((performance.now() - t0) / 1000);
+  };
+  return { sha256: rate('sha256'), md5: rate('md5') };
+}
+
+function positiveInt(name: string, raw: string | boolean | undefined, fallback: number): number {
+  if (raw === undefined) return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a whole number >= 1, got ${String(raw)}`);
+  return n;
+}
+
+export const upload: BenchModule = {
+  description: 'one large episode file through the agent upload code (http-put, s3-multipart) vs curl -T and plain undici parallel parts to a discarding local receiver',
+  async run(argv) {
+    const args = parseBenchArgs(argv, { 'size-mib': { type: 'string' }, 'part-mib': { type: 'string' }, parallel: { type: 'string' } });
+    const size = positiveInt('size-mib', args.extra['size-mib'], 2048) * MiB;
+    const partSize = positiveInt('part-mib', args.extra['part-mib'], 16) * MiB;
+    const parallel = positiveInt('parallel', args.extra.parallel, 3);
+    let curl: string | null = null;
+    try {
+      curl = execFileSync('which', ['curl'], { encoding: 'utf8' }).trim() || null;
+    } catch {
+      curl = null;
+    }
+
+    await using dir = await makeTempDir('fleet-bench-upload-');
+    const file = join(dir.path, 'episode.bin');
+    process.stderr.write(`bench upload: writing a ${size / MiB} MiB synthetic file in ${tmpdir()}…\n`);
+    const sha256 = await syntheticFile(file, size);
+    await using receiver = spawnProcess(process.execPath, [RECEIVER], { name: 'upload receiver', cwd: REPO_ROOT });
+    const url = (JSON.parse(await receiver.waitForStdout((l) => l.startsWith('{"url"'), { description: 'the receiver address' })) as { url: string }).url;
+    const received = async (): Promise<number> => ((await (await fetch(`${url}/stats`)).json()) as { bytes: number }).bytes;
+
+    process.stderr.write(
+      `bench upload: ${size / MiB} MiB, parts of ${partSize / MiB} MiB, ${parallel} on the wire, node ${process.version}, ${availableParallelism()} CPUs, curl ${curl ?? 'not found'}\n`,
+    );
+    const timeoutMs = Math.max(120_000, (size / MiB) * 1000);
+    const runs: Run[] = [];
+    const check = async (label: string, before: number): Promise<void> => {
+      const got = (await received()) - before;
+      if (got !== size) throw new Error(`${label}: the receiver got ${got} bytes of ${size}`);
+    };
+
+    if (curl) {
+      const before = await received();
+      const r = await runProcess(curl, ['-sS', '-o', '/dev/null', '-T', file, '-w', '%{time_total} %{http_code}', `${url}/obj/curl`], { name: 'curl -T', timeoutMs });
+      if (r.code !== 0) throw new Error(`curl exited ${r.code}: ${r.stderr}`);
+      const [seconds, status] = r.stdout.trim().split(' ');
+      if (status !== '200') throw new Error(`curl: the receiver answered ${status}`);
+      await check('curl -T', before);
+      runs.push({ label: 'curl -T (one PUT)', ms: Number(seconds) * 1000, bytes: size, rss: null });
+    }
+    const client = async (mode: string, label: string): Promise<void> => {
+      const before = await received();
+      const r = await runProcess(process.execPath, [CLIENT, JSON.stringify({ mode, url, file, size, sha256, partSize, parallel })], { name: label, cwd: REPO_ROOT, timeoutMs });
+      if (r.code !== 0) throw new Error(`${label} exited ${r.code}: ${r.stderr}`);
+      const out = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { ms: number; bytes: number; peak_rss: number; max_rss: number };
+      await check(label, before);
+      runs.push({ label, ms: out.ms, bytes: out.bytes, rss: Math.max(out.peak_rss, out.max_rss) });
+    };
+    await client('agent-put', 'agent http-put');
+    await client('undici-parts', `undici ${parallel} parallel parts`);
+    await client('agent-multipart', `agent s3-multipart`);
+    await rm(file, { force: true });
+
+    // The agent's ceilings on one core, hashing only: http-put hashes each byte with SHA-256 and
+    // MD5; s3-multipart with SHA-256 twice (the file's and the part's) and MD5.
+    const h = hashRates();
+    const putCeiling = 1 / (1 / h.sha256 + 1 / h.md5);
+    const multipartCeiling = 1 / (2 / h.sha256 + 1 / h.md5);
+    const mbps = (r: Run) => r.bytes / 1e6 / (r.ms / 1000);
+    const by = (label: string) => runs.find((r) => r.label.startsWith(label));
+    const curlRun = by('curl');
+    const put = by('agent http-put')!;
+    const multi = by('agent s3-multipart')!;
+    const parts = by('undici')!;
+    const ratio = (a: Run | undefined, b: Run | undefined) => (a && b ? mbps(a) / mbps(b) : NaN);
+    const rows = runs.map((r) => [r.label, fmt(mbps(r), 1), fmt(r.ms / 1000, 2), r.rss === null ? 'n/a' : fmt(r.rss / 1e6, 1)]);
+    rows.push(['ratio agent http-put / curl', fmt(ratio(put, curlRun), 3), '', '']);
+    rows.push(['ratio agent s3-multipart / curl', fmt(ratio(multi, curlRun), 3), '', '']);
+    rows.push(['ratio agent s3-multipart / undici parts', fmt(ratio(multi, parts), 3), '', '']);
+    rows.push(['one core hashing SHA-256 (MD5)', `${fmt(h.sha256, 0)} (${fmt(h.md5, 0)})`, '', '']);
+    rows.push(['hash-only ceiling http-put (multipart)', `${fmt(putCeiling, 0)} (${fmt(multipartCeiling, 0)})`, '', '']);
+    process.stdout.write(`${table(['target', 'MB/s', 'seconds', 'peak RSS MB'], rows)}\n`);
+    process.stdout.write(
+      `${JSON.stringify({
+        bench: 'upload',
+        size_bytes: size,
+        part_size_bytes: partSize,
+        parallel,
+        node: process.version,
+        runs: runs.map((r) => ({ label: r.label, mb_per_s: Number(mbps(r).toFixed(1)), seconds: Number((r.ms / 1000).toFixed(3)), peak_rss_bytes: r.rss })),
+        ratio_put_over_curl: Number(ratio(put, curlRun).toFixed(3)),
+        ratio_multipart_over_curl: Number(ratio(multi, curlRun).toFixed(3)),
+        ratio_multipart_over_undici_parts: Number(ratio(multi, parts).toFixed(3)),
+        hash_mb_per_s: { sha256: Math.round(h.sha256), md5: Math.round(h.md5) },
+        hash_only_ceiling_mb_per_s: { put: Math.round(putCeiling), multipart: Math.round(multipartCeiling) },
+      })}\n`,
+    );
+  },
+};

@@ -49,7 +49,7 @@ afterAll(async () => {
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
 /** One part on the wire at a time, so "part 2 held" means part 1 is done and 3.. not sent; quick retries. */
-const agentArgs = (bytesPerSecond: number) => [
+const agentArgs = (bytesPerSecond: number, partParallel: number) => [
   '--bytes-per-second',
   String(bytesPerSecond),
   '--chunk-interval-ms',
@@ -58,7 +58,7 @@ const agentArgs = (bytesPerSecond: number) => [
   '2000',
   '--allow-http-uploads',
   '--sync-part-parallel',
-  '1',
+  String(partParallel),
   '--sync-retry-schedule-ms',
   '300',
 ];
@@ -78,8 +78,8 @@ interface Rig {
   dispose(): Promise<void>;
 }
 
-async function startRig(opts: { urlLifetimeS?: number; bytesPerSecond?: number } = {}): Promise<Rig> {
-  const AGENT_ARGS = agentArgs(opts.bytesPerSecond ?? 8 * MiB);
+async function startRig(opts: { urlLifetimeS?: number; bytesPerSecond?: number; partParallel?: number } = {}): Promise<Rig> {
+  const AGENT_ARGS = agentArgs(opts.bytesPerSecond ?? 8 * MiB, opts.partParallel ?? 1);
   const cleanups: (() => PromiseLike<unknown>)[] = [];
   const dispose = async () => {
     for (const c of cleanups.reverse()) await Promise.resolve(c()).catch(() => undefined);
@@ -235,6 +235,16 @@ function expectPartsOnce(requests: readonly ProxiedRequest[], partCount: number,
   expect(done[0]!.uploadId).toBe(parts[0]!.uploadId);
 }
 
+/** The upload counts of each `grant issued` line the provider logged. */
+function grantsIssued(provider: GrantProviderProcess): { uploads_resumed: number; uploads_found: number; uploads_created: number }[] {
+  return provider.process.stderrLines
+    .filter((l) => l.includes('"grant issued"'))
+    .map((l) => {
+      const j = JSON.parse(l) as { uploads_resumed: number; uploads_found: number; uploads_created: number };
+      return { uploads_resumed: j.uploads_resumed, uploads_found: j.uploads_found, uploads_created: j.uploads_created };
+    });
+}
+
 const isPart = (n: number) => (r: ProxiedRequest) => r.method === 'PUT' && r.partNumber === n;
 
 describe('sync resume after kill -9, expired URLs and a provider restart', () => {
@@ -260,9 +270,69 @@ describe('sync resume after kill -9, expired URLs and a provider restart', () =>
       await rig.restartAgent();
       await expectSettled(rig, episodeId);
       expectPartsOnce(rig.proxy.requests, parts, Array.from({ length: parts - 1 }, (_, i) => i + 2));
-      // The provider found the upload again (no second CreateMultipartUpload).
+      // The restarted provider continued the upload the resume block named (no second CreateMultipartUpload).
       expect(rig.proxy.requests.filter((r) => r.method === 'POST' && r.url.includes('uploads') && r.uploadId === null)).toHaveLength(1);
+      expect(grantsIssued(rig.provider)).toEqual([{ uploads_resumed: 1, uploads_found: 0, uploads_created: 0 }]);
       expect(rig.restarted!.stderrLines.some((l) => l.includes('"resuming a multipart upload"') && l.includes('"parts_done":1'))).toBe(true);
+    } finally {
+      await rig.dispose();
+    }
+  });
+
+  test('kill -9 with parts done out of order (three on the wire, part 2 held): resume names the parts done and only part 2 goes out again', async () => {
+    const rig = await startRig({ partParallel: 3 });
+    let db: Database.Database | undefined;
+    try {
+      const held = rig.proxy.hold(isPart(2));
+      const episodeId = await recordAtLeast(rig.agent.dataDir, 2 * PART + 1);
+      await held;
+      const { manifest } = await episodeFiles(rig.agent.dataDir, episodeId);
+      const parts = Math.ceil(manifest.files[0]!.size_bytes / PART);
+      // Every other part written as done in the agent's store (its progress rows), then the kill.
+      db = new Database(join(rig.agent.dataDir, 'agent.sqlite'), { readonly: true });
+      const done = db.prepare('SELECT part_number FROM upload_parts WHERE episode_id = ? ORDER BY part_number').pluck();
+      await waitFor(() => (done.all(episodeId).length === parts - 1 ? true : undefined), { timeoutMs: 60_000, description: 'every part but 2 stored as done' });
+      expect(done.all(episodeId)).not.toContain(2);
+      db.close();
+      db = undefined;
+      await rig.agent.kill('SIGKILL');
+
+      rig.proxy.phase('after');
+      await rig.restartAgent();
+      await expectSettled(rig, episodeId);
+      expectPartsOnce(rig.proxy.requests, parts, [2]);
+    } finally {
+      db?.close();
+      await rig.dispose();
+    }
+  });
+
+  test('kill -9 after the store completed the upload but before the agent heard: the next grant has a new upload id, the file is sent again to the same key', async () => {
+    const rig = await startRig();
+    try {
+      const held = rig.proxy.hold((r) => r.method === 'POST' && r.uploadId !== null, { answer: true });
+      const episodeId = await recordAtLeast(rig.agent.dataDir, 2 * PART + 1);
+      const h = await held;
+      expect(h.request.status).toBe(200);
+      await killWhileHeld(rig, h);
+      const { manifest } = await episodeFiles(rig.agent.dataDir, episodeId);
+      const parts = Math.ceil(manifest.files[0]!.size_bytes / PART);
+
+      rig.proxy.phase('after');
+      await rig.restartAgent();
+      await expectSettled(rig, episodeId);
+      // The store no longer has the first upload: a second one, all of its parts, one complete each.
+      const puts = partPuts(rig.proxy.requests);
+      const [first, second] = [...new Set(puts.map((p) => p.uploadId))];
+      expect(second).toBeDefined();
+      expect(second).not.toBe(first);
+      const all = Array.from({ length: parts }, (_, i) => i + 1);
+      expect(puts.filter((p) => p.uploadId === first && p.status === 200).map((p) => p.partNumber)).toEqual(all);
+      expect(puts.filter((p) => p.phase === 'after').map((p) => [p.uploadId, p.partNumber, p.status])).toEqual(all.map((n) => [second, n, 200]));
+      expect(completes(rig.proxy.requests).map((c) => [c.uploadId, c.status])).toEqual([
+        [first, 200],
+        [second, 200],
+      ]);
     } finally {
       await rig.dispose();
     }
@@ -349,7 +419,7 @@ describe('sync resume after kill -9, expired URLs and a provider restart', () =>
     }
   });
 
-  test('a part URL that expires while the part is held is a 403; the agent re-asks with resume and sends only the missing parts of the same upload', async () => {
+  test('a part URL that expires while the part is held is a 403; the agent re-asks with resume (the provider restarted meanwhile) and sends only the missing parts of the same upload', async () => {
     const rig = await startRig({ urlLifetimeS: 10 });
     try {
       const held = rig.proxy.hold(isPart(2));
@@ -360,6 +430,7 @@ describe('sync resume after kill -9, expired URLs and a provider restart', () =>
       const signed = /^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z$/.exec(q.get('X-Amz-Date') ?? '')!;
       const signedAt = Date.UTC(+signed[1]!, +signed[2]! - 1, +signed[3]!, +signed[4]!, +signed[5]!, +signed[6]!);
       await untilPast(new Date(signedAt + Number(q.get('X-Amz-Expires')) * 1000 + 1000));
+      await rig.restartProvider();
       rig.proxy.phase('after');
       expect(await h.release()).toBe(403);
       await expectSettled(rig, episodeId);
@@ -367,6 +438,7 @@ describe('sync resume after kill -9, expired URLs and a provider restart', () =>
       const parts = Math.ceil(manifest.files[0]!.size_bytes / PART);
       // The re-ask's URLs carry the same upload id; parts 2..n go out once, part 1 not again.
       expectPartsOnce(rig.proxy.requests, parts, Array.from({ length: parts - 1 }, (_, i) => i + 2));
+      expect(grantsIssued(rig.provider)).toEqual([{ uploads_resumed: 1, uploads_found: 0, uploads_created: 0 }]);
       const failed = rig.hooks.deliveries.filter((d) => d.event === 'episode.failed').map((d) => JSON.parse(d.body) as { error: { code: string } });
       expect(failed.map((f) => f.error.code)).toContain('upload_rejected');
     } finally {

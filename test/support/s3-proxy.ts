@@ -1,4 +1,5 @@
 import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 
 /**
  * A small HTTP proxy between uploaders (and the grant provider) and the S3 server of the tests:
@@ -40,8 +41,10 @@ export interface S3Proxy extends AsyncDisposable {
   phase(name: string): void;
   /**
    * Holds the next request matching `match` (only one); resolves with it once it arrived whole.
+   * With `answer: true` the request is forwarded at once and the store's answer is what is held
+   * (the store did the work; the client has not heard): it resolves once the store answered.
    */
-  hold(match: (r: ProxiedRequest) => boolean): Promise<HeldRequest>;
+  hold(match: (r: ProxiedRequest) => boolean, opts?: { answer?: boolean }): Promise<HeldRequest>;
   close(): Promise<void>;
 }
 
@@ -54,8 +57,8 @@ export async function startS3Proxy(target: string): Promise<S3Proxy> {
   const upstream = new URL(target);
   const requests: ProxiedRequest[] = [];
   let phase = 'start';
-  const waiting: { match: (r: ProxiedRequest) => boolean; resolve: (h: HeldRequest) => void }[] = [];
-  const sockets = new Set<import('node:net').Socket>();
+  const waiting: { match: (r: ProxiedRequest) => boolean; answer: boolean; resolve: (h: HeldRequest) => void }[] = [];
+  const sockets = new Set<Socket>();
 
   const forward = (req: IncomingMessage, body: Buffer, res: ServerResponse, logged: ProxiedRequest): Promise<number | null> =>
     new Promise((resolve) => {
@@ -107,7 +110,30 @@ export async function startS3Proxy(target: string): Promise<S3Proxy> {
         if (req.socket.destroyed) resolve();
         req.socket.once('close', () => resolve());
       });
-      w!.resolve({ request: logged, clientGone, release: () => forward(req, body, res, logged) });
+      if (!w!.answer) {
+        w!.resolve({ request: logged, clientGone, release: () => forward(req, body, res, logged) });
+        return;
+      }
+      // Forward now, keep the answer: the store's status and body are delivered on release.
+      const out = request({ host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers: req.headers }, (answer) => {
+        const parts: Buffer[] = [];
+        answer.on('data', (c: Buffer) => parts.push(c));
+        answer.on('end', () => {
+          logged.status = answer.statusCode ?? null;
+          w!.resolve({
+            request: logged,
+            clientGone,
+            release: async () => {
+              if (res.destroyed || req.socket.destroyed) return null;
+              res.writeHead(answer.statusCode ?? 502, answer.headers);
+              res.end(Buffer.concat(parts));
+              return logged.status;
+            },
+          });
+        });
+      });
+      out.on('error', () => res.destroy());
+      out.end(body);
     });
   });
   server.on('connection', (s) => {
@@ -126,8 +152,8 @@ export async function startS3Proxy(target: string): Promise<S3Proxy> {
     phase(name) {
       phase = name;
     },
-    hold(match) {
-      return new Promise((resolve) => waiting.push({ match, resolve }));
+    hold(match, opts = {}) {
+      return new Promise((resolve) => waiting.push({ match, answer: opts.answer === true, resolve }));
     },
     close,
     [Symbol.asyncDispose]: close,

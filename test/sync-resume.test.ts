@@ -338,6 +338,32 @@ describe('sync resume after kill -9, expired URLs and a provider restart', () =>
     }
   });
 
+  test('kill -9 while the grant is in flight (the upload created, its id never stored): the next ask has no resume, and the provider finds that upload instead of creating another', async () => {
+    const rig = await startRig();
+    try {
+      const isCreate = (r: ProxiedRequest) => r.method === 'POST' && r.uploadId === null && new URL(r.url, 'http://x').searchParams.has('uploads');
+      const held = rig.proxy.hold(isCreate, { answer: true });
+      const episodeId = await recordAtLeast(rig.agent.dataDir, 2 * PART + 1);
+      const h = await held;
+      expect(h.request.status).toBe(200);
+      await rig.agent.kill('SIGKILL');
+      await h.release();
+      const { manifest } = await episodeFiles(rig.agent.dataDir, episodeId);
+      const parts = Math.ceil(manifest.files[0]!.size_bytes / PART);
+      expect(partPuts(rig.proxy.requests)).toEqual([]);
+
+      rig.proxy.phase('after');
+      await rig.restartAgent();
+      await expectSettled(rig, episodeId);
+      expect(rig.proxy.requests.filter(isCreate)).toHaveLength(1);
+      expectPartsOnce(rig.proxy.requests, parts, Array.from({ length: parts }, (_, i) => i + 1));
+      // The first grant may or may not have been answered (the robot was gone); the one after the restart found the upload.
+      expect(grantsIssued(rig.provider).at(-1)).toEqual({ uploads_resumed: 0, uploads_found: 1, uploads_created: 0 });
+    } finally {
+      await rig.dispose();
+    }
+  });
+
   test('kill -9 between the last part and the complete: the next start sends no part, only the complete', async () => {
     const rig = await startRig();
     try {

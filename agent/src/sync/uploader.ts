@@ -8,7 +8,7 @@ import { measurePressure } from './pressure.js';
 import { oneLine, reached } from './replica.js';
 import { ReplicaStates } from './replica-states.js';
 import { uploadFiles, validateGrant } from './replica-upload.js';
-import type { UploadHttp } from './transfer.js';
+import { UploadError, type UploadHttp } from './transfer.js';
 
 export interface UploaderOptions {
   store: AgentStore;
@@ -285,6 +285,11 @@ export class Uploader {
         row = r;
       });
     };
+    // URLs live about an hour; a long upload outlives them. When the store says a URL expired
+    // after this grant already moved the upload on, that is the expected end of the grant, not a
+    // failure: ask again at once with resume (no backoff, no error report). An expiry before any
+    // progress (a store clock far ahead of the provider's) stays a failure, so it cannot loop.
+    let progressed = false;
     try {
       await uploadFiles({
         store: store.sync,
@@ -297,8 +302,16 @@ export class Uploader {
         partParallel: this.partParallel,
         signal,
         onFirstByte,
+        onProgress: () => {
+          progressed = true;
+        },
         logger,
       });
+    } catch (err) {
+      if (!(progressed && !signal.aborted && err instanceof UploadError && err.code === 'url_expired')) throw err;
+      if (syncing) await syncing;
+      await this.replicas.urlsExpired(row, err.message);
+      return;
     } finally {
       if (syncing) await syncing;
     }

@@ -422,14 +422,18 @@ describe('sync resume after kill -9, expired URLs and a provider restart', () =>
     try {
       // The verified write stalls inside SQLite (a trigger doing a huge join), so the kill lands
       // after `synced` was committed and before `verified` could be: the window is the real one,
-      // only wider.
+      // only wider. The trigger goes in while the complete is held, once the recording is done
+      // (a stalled agent does not answer `fleet-agent status`).
+      const complete = rig.proxy.hold((r) => r.method === 'POST' && r.uploadId !== null);
+      const episodeId = await recordAtLeast(rig.agent.dataDir, 2 * PART + 1);
+      const held = await complete;
       db = new Database(join(rig.agent.dataDir, 'agent.sqlite'));
       db.pragma('busy_timeout = 5000');
       db.exec(`CREATE TABLE test_stall (x INTEGER);
         WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 20000) INSERT INTO test_stall SELECT x FROM c;
         CREATE TRIGGER test_stall_verified BEFORE UPDATE OF state ON replicas WHEN NEW.state = 'verified'
         BEGIN SELECT count(*) FROM test_stall a, test_stall b, test_stall c; END;`);
-      const episodeId = await recordAtLeast(rig.agent.dataDir, 2 * PART + 1);
+      expect(await held.release()).toBe(200);
       const state = db.prepare('SELECT state FROM replicas WHERE episode_id = ?').pluck();
       await waitFor(() => (state.get(episodeId) === 'synced' ? true : undefined), { timeoutMs: 60_000, description: 'the replica synced in the agent store' });
       await rig.agent.kill('SIGKILL');

@@ -127,6 +127,14 @@ export class ReplicaStates {
     logger.warn({ ...ids, error, state: row.state, retry_at: next === null ? null : iso(next) }, park ? 'sync attempt failed; not retried' : 'sync attempt failed; will retry');
   }
 
+  /** The grant's URLs expired after the upload moved on: ask again now (with resume); not a failure, nothing reported. */
+  async urlsExpired(row: ReplicaRow, message: string): Promise<void> {
+    const { store, clock, logger } = this.opts;
+    const at = clock.now();
+    await store.sync.update(row.episodeId, row.destinationId, { nextAttemptAt: at, note: oneLine('url_expired', `${message}; asking again with resume`) }, at);
+    logger.info({ episode_id: row.episodeId, destination_id: row.destinationId }, 'upload URLs expired mid-upload; asking again with resume');
+  }
+
   /** No further attempts, with the reason as the local error (not reported: there may be no grant). */
   async park(row: ReplicaRow, code: string, message: string): Promise<void> {
     const error = oneLine(code, message);

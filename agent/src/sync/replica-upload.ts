@@ -51,6 +51,8 @@ export async function uploadFiles(args: {
   onFirstByte: () => void;
   /** Bytes handed to the connection, as they go (live progress). */
   onBytes?: (n: number) => void;
+  /** A part or a file was accepted by the store and stored as done. */
+  onProgress?: () => void;
   logger: Logger;
 }): Promise<void> {
   const { store, clock, row, grant, episode } = args;
@@ -86,9 +88,13 @@ export async function uploadFiles(args: {
           signal: args.signal,
           onFirstByte: args.onFirstByte,
           ...(args.onBytes ? { onBytes: args.onBytes } : {}),
-          onPart: (part) => store.partDone(episodeId, destinationId, m.path, entry.upload_id, part, clock.now()),
+          onPart: async (part) => {
+            await store.partDone(episodeId, destinationId, m.path, entry.upload_id, part, clock.now());
+            args.onProgress?.();
+          },
         });
         await store.fileDone(episodeId, destinationId, m.path, { uploadId: entry.upload_id, bytesSent: result.bytes, sha256Sent: result.sha256, md5Sent: null, receipt: result.receipt }, clock.now());
+        args.onProgress?.();
       } catch (err) {
         // The store no longer knows the upload: its parts are gone, so the next grant starts a new one.
         if (err instanceof UploadError && err.code === 'complete_failed' && /NoSuchUpload/.test(err.message)) await store.resetFile(episodeId, destinationId, m.path);
@@ -112,6 +118,7 @@ export async function uploadFiles(args: {
       // The store holds other bytes than were sent: send the file again next time.
       if (!check.ok && check.mismatch) throw new UploadError('receipt_mismatch', check.message);
       await store.fileDone(episodeId, destinationId, m.path, { uploadId: null, bytesSent: result.bytes, sha256Sent: result.sha256, md5Sent: result.md5, receipt: result.receipt }, clock.now());
+      args.onProgress?.();
     }
   }
 }

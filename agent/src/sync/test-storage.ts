@@ -30,7 +30,7 @@ export interface StorageBehaviour {
   /** `md5`: S3's quoted MD5; `none`: no ETag header; `opaque`: an ETag that is not an MD5; `wrong`: a wrong MD5. */
   etag: 'md5' | 'none' | 'opaque' | 'wrong';
   /** Answer this status instead (once per entry) to requests whose path and query contain the key. */
-  fail: { match: string; status: number; times: number }[];
+  fail: { match: string; status: number; times: number; message?: string }[];
   /** The complete request answers 200 with an S3 `<Error>` document. */
   completeError: string | null;
   /** Delay before answering a part, ms (to see parts overlap). */
@@ -137,7 +137,8 @@ export class TestStorage {
       const fail = this.behaviour.fail.find((f) => f.times > 0 && (url.pathname + url.search).includes(f.match));
       if (fail) {
         fail.times -= 1;
-        answer(fail.status, `<?xml version="1.0"?><Error><Code>${fail.status === 403 ? 'AccessDenied' : 'InternalError'}</Code></Error>`);
+        const message = fail.message === undefined ? '' : `<Message>${fail.message}</Message>`;
+        answer(fail.status, `<?xml version="1.0"?><Error><Code>${fail.status === 403 ? 'AccessDenied' : 'InternalError'}</Code>${message}</Error>`);
         return;
       }
       const key = decodeURIComponent(url.pathname.replace(/^\/obj\//, ''));

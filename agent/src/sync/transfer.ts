@@ -203,6 +203,11 @@ export async function putFile(args: {
 
 function statusError(status: number, body: string, what: string): UploadError {
   const code = /<Code>([^<]{1,128})<\/Code>/.exec(body)?.[1];
+  // S3 (and compatible stores) answer an expired presigned URL 403 AccessDenied "Request has expired".
+  const message = /<Message>([^<]{1,256})<\/Message>/.exec(body)?.[1];
+  if (status === 403 && code === 'AccessDenied' && message !== undefined && /expired/i.test(message)) {
+    return new UploadError('url_expired', `${what} answered 403 AccessDenied (${message})`);
+  }
   return new UploadError(status >= 500 ? 'upload_failed' : 'upload_rejected', `${what} answered ${status}${code ? ` ${code}` : ''}`);
 }
 

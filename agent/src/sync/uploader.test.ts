@@ -262,6 +262,36 @@ describe('Uploader', () => {
     for (const x of seen.slice(5)) expect(Math.abs(x.rate - rate)).toBeLessThan(rate * 0.1);
     expect(await r.uploader.uploads()).toEqual([]);
   }, 30_000);
+  it('URLs that expire after the upload moved on: asked again at once with resume, no failure and no error report; an expiry before any progress is a failure', async () => {
+    const r = await rig({ partParallel: 1, retryScheduleMs: [10_000], jitter: 0 });
+    const e = await r.episode({ 'recording.mcap': 8 * 64 * 1024 });
+    await r.assign(e);
+    r.cloud.answer = r.grantWith({ partSize: 64 * 1024 });
+    r.storage.behaviour.fail.push({ match: 'partNumber=5&', status: 403, times: 1, message: 'Request has expired' });
+    r.uploader.connected();
+    await expect.poll(async () => (await r.replica(e))?.state).toBe('verified');
+    const [first, second] = r.cloud.grantRequests();
+    expect(r.cloud.grantRequests()).toHaveLength(2);
+    expect(first!.resume).toBeUndefined();
+    const [file] = await r.store.sync.files(e.id, DEST);
+    expect(second!.resume).toEqual([{ destination_id: DEST, uploads: [{ path: 'recording.mcap', upload_id: file!.uploadId, parts_done: [1, 2, 3, 4] }] }]);
+    const row = (await r.replica(e))!;
+    expect(row).toMatchObject({ failures: 0, lastError: null });
+    expect((await r.reports()).every((x) => x.body.error === null)).toBe(true);
+    const puts = r.storage.requests.filter((q) => q.method === 'PUT' && q.url.includes('partNumber=')).map((q) => Number(/partNumber=(\d+)/.exec(q.url)![1]));
+    expect(puts).toEqual([1, 2, 3, 4, 5, 5, 6, 7, 8]);
+
+    // The first request of a grant already expired: nothing moved, so it is a failure with backoff.
+    const e2 = await r.episode({ 'b.bin': 1000 });
+    r.cloud.assignments.push({ episode_id: e2.id, destination_id: DEST });
+    r.storage.behaviour.fail.push({ match: 'b.bin', status: 403, times: 1, message: 'Request has expired' });
+    r.cloud.answer = r.grantWith();
+    await r.store.sync.add([{ episode_id: e2.id, destination_id: DEST }], r.clock.now());
+    r.uploader.kick();
+    await expect.poll(async () => (await r.replica(e2))?.lastError).toMatch(/^url_expired: PUT b.bin answered 403 AccessDenied \(Request has expired\); retrying at /);
+    r.scheduler.advance(10_000);
+    await expect.poll(async () => (await r.replica(e2))?.state).toBe('verified');
+  });
 
   it('honours a deferral with jitter on the injected scheduler', async () => {
     const r = await rig({ random: () => 0, jitter: 0.2 });

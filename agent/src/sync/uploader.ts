@@ -341,6 +341,11 @@ export class Uploader {
     };
     const progress = new ReplicaProgress(clock, episode.manifest.total_bytes, bytesAtDestination(await store.sync.files(row.episodeId, row.destinationId), episode));
     this.live.set(key(row), progress);
+    // URLs live about an hour; a long upload outlives them. When the store says a URL expired
+    // after this grant already moved the upload on, that is the expected end of the grant, not a
+    // failure: ask again at once with resume (no backoff, no error report). An expiry before any
+    // progress (a store clock far ahead of the provider's) stays a failure, so it cannot loop.
+    let progressed = false;
     try {
       await uploadFiles({
         store: store.sync,
@@ -354,8 +359,16 @@ export class Uploader {
         signal,
         onFirstByte,
         onBytes: (n) => progress.add(n),
+        onProgress: () => {
+          progressed = true;
+        },
         logger,
       });
+    } catch (err) {
+      if (!(progressed && !signal.aborted && err instanceof UploadError && err.code === 'url_expired')) throw err;
+      if (syncing) await syncing;
+      await this.replicas.urlsExpired(row, err.message);
+      return;
     } finally {
       if (syncing) await syncing;
     }

@@ -48,8 +48,8 @@ export const GrantProviderConfigSchema = z
     multipartThresholdBytes: z.coerce.number().int().min(1).default(64 * MiB),
     /** Bytes per part (raised for a file that would need more than 10,000 parts). */
     partSizeBytes: z.coerce.number().int().min(S3_MIN_PART_BYTES).max(S3_MAX_PART_BYTES).default(16 * MiB),
-    /** Lifetime of the presigned URLs and the grant's `expires_at` (spec: about an hour). */
-    urlLifetimeS: z.coerce.number().int().min(60).max(7 * 24 * 3600).default(3600),
+    /** Lifetime of the presigned URLs and the grant's `expires_at` (spec: about an hour; seconds are for tests of expiry). */
+    urlLifetimeS: z.coerce.number().int().min(1).max(7 * 24 * 3600).default(3600),
     /** What a deferral asks the robot to wait before asking again. */
     retryAfterS: z.coerce.number().int().min(1).max(24 * 3600).default(30),
     /** Time budget for the store calls of one grant; past it the answer is a deferral. */

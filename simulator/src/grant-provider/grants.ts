@@ -55,6 +55,8 @@ export async function answerGrantRequest(envelope: GrantRequestEnvelope, config:
   const resumeIds = new Set((req.resume ?? []).filter((r) => r.destination_id === req.destination_id).flatMap((r) => r.uploads.map((u) => u.upload_id)));
 
   let uploadIds: Map<string, string>;
+  // For the log: uploads continued as the robot named them, found without being named, created.
+  const counts = { resumed: 0, found: 0, created: 0 };
   try {
     // Also the reachability probe: a store that cannot list cannot take the upload either.
     const inFlight = await store.listUploads(prefix, signal);
@@ -62,8 +64,13 @@ export async function answerGrantRequest(envelope: GrantRequestEnvelope, config:
     for (const plan of plans) {
       if (plan.kind !== 'multipart') continue;
       const found = pickUpload(plan.key, inFlight, resumeIds);
-      if (found) uploadIds.set(plan.key, found);
-      else if (req.check !== true) uploadIds.set(plan.key, await store.createUpload(plan.key, signal));
+      if (found) {
+        uploadIds.set(plan.key, found);
+        counts[resumeIds.has(found) ? 'resumed' : 'found'] += 1;
+      } else if (req.check !== true) {
+        uploadIds.set(plan.key, await store.createUpload(plan.key, signal));
+        counts.created += 1;
+      }
     }
   } catch (err) {
     log.warn({ err: describeStoreError(err) }, 'object store unavailable: deferring');
@@ -105,7 +112,10 @@ export async function answerGrantRequest(envelope: GrantRequestEnvelope, config:
     log.error({ files: files.length }, 'the grant would exceed the 1 MiB answer limit (too many files in one episode): deferring');
     return deferral(3600);
   }
-  log.info({ grant_id: grantId, protocol, files: files.length, object_key: prefix }, 'grant issued');
+  log.info(
+    { grant_id: grantId, protocol, files: files.length, object_key: prefix, uploads_resumed: counts.resumed, uploads_found: counts.found, uploads_created: counts.created },
+    'grant issued',
+  );
   return answer;
 }
 

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Episode, Robot } from '@fleet/protocol';
-import { createTestPki } from '../cloud/src/egress/test-https.js';
+import { createTestPki, type TestPki } from '../cloud/src/egress/test-https.js';
 import { makeTempDir, startCloud, type CloudProcess } from '../test/support/cloud.js';
 import { startGrantProvider } from '../test/support/grant-provider.js';
 import { freePort, okJson } from '../test/support/http.js';
@@ -77,7 +77,12 @@ async function start(): Promise<{ cloud: CloudProcess; s3: S3ServerProcess; robo
   cleanups.push({ name: `temp dir ${tmp.path}`, run: () => tmp[Symbol.asyncDispose]() });
 
   // A CA for the grant provider's HTTPS certificate: the cloud sends grant requests over HTTPS only.
-  const pki = createTestPki();
+  let pki: TestPki;
+  try {
+    pki = createTestPki();
+  } catch (err) {
+    throw new Error(`could not make a CA for the grant provider's HTTPS certificate (is openssl on PATH?): ${err instanceof Error ? err.message : String(err)}`);
+  }
   cleanups.push({ name: 'CA dir', run: async () => pki.cleanup() });
   const pair = pki.issue(['localhost'], ['127.0.0.1']);
   const tls = { certFile: join(tmp.path, 'provider.crt'), keyFile: join(tmp.path, 'provider.key'), ca: pki.caPem };
@@ -146,8 +151,29 @@ async function start(): Promise<{ cloud: CloudProcess; s3: S3ServerProcess; robo
   return { cloud, s3, robots: fleet.robots };
 }
 
-async function listRecentEpisodes(cloud: CloudProcess): Promise<Episode[]> {
-  return (await okJson<{ episodes: Episode[] }>(await cloud.fetch('/v1/episodes?limit=100'))).episodes;
+/** Episodes started in the last few minutes: new ones, and those uploading (a few seconds each). */
+const RECENT_MS = 5 * 60_000;
+
+/**
+ * The episodes to show this round: every page of those started within RECENT_MS (the list is in
+ * index order, oldest first, so one page of everything would stop showing new episodes), plus,
+ * one by one, any older episode the watcher still waits on (an upload being retried).
+ */
+async function pollEpisodes(cloud: CloudProcess, watcher: EpisodeWatcher): Promise<Episode[]> {
+  const out: Episode[] = [];
+  const from = encodeURIComponent(new Date(Date.now() - RECENT_MS).toISOString());
+  let cursor: string | null = null;
+  do {
+    const q: string = `from=${from}&limit=100${cursor === null ? '' : `&cursor=${encodeURIComponent(cursor)}`}`;
+    const page: { episodes: Episode[]; cursor: string | null } = await okJson(await cloud.fetch(`/v1/episodes?${q}`));
+    out.push(...page.episodes);
+    cursor = page.cursor;
+  } while (cursor !== null);
+  const listed = new Set(out.map((e) => e.id));
+  for (const id of watcher.unsettled()) {
+    if (!listed.has(id)) out.push(await okJson<Episode>(await cloud.fetch(`/v1/episodes/${id}`)));
+  }
+  return out;
 }
 
 async function watch(cloud: CloudProcess, s3: S3ServerProcess): Promise<void> {
@@ -165,7 +191,7 @@ async function watch(cloud: CloudProcess, s3: S3ServerProcess): Promise<void> {
 
   while (stopping === null) {
     try {
-      const episodes = await listRecentEpisodes(cloud);
+      const episodes = await pollEpisodes(cloud, watcher);
       if (episodes.some((e) => !names.has(e.robot_id))) await refreshNames();
       for (const line of watcher.update(episodes)) log(line);
       for (const o of (await s3.listObjects()).sort((a, b) => a.key.localeCompare(b.key))) {

@@ -32,6 +32,13 @@ export class EpisodeWatcher {
   /** Episodes seen verified, in total. */
   verified = 0;
 
+  /** Episodes seen that may still move on: neither verified nor discarded (nothing to upload). */
+  unsettled(): string[] {
+    return [...this.stages].filter(([id, stage]) => stage !== 'verified' && !this.discarded.has(id)).map(([id]) => id);
+  }
+
+  private readonly discarded = new Set<string>();
+
   constructor(private readonly robotName: (robotId: string) => string) {}
 
   update(episodes: readonly Episode[]): string[] {
@@ -51,6 +58,7 @@ export class EpisodeWatcher {
       }
       if (stage === 'verified' && before !== 'verified') this.verified += 1;
       this.stages.set(ep.id, stage);
+      if (ep.outcome === 'discarded') this.discarded.add(ep.id);
       const error = ep.replicas[0]?.error ?? null;
       if (error !== null && this.errors.get(ep.id) !== error) lines.push(`${who}  upload problem, the robot retries: ${error}`);
       if (error === null) this.errors.delete(ep.id);

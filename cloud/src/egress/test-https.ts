@@ -1,7 +1,7 @@
 /**
  * Test support for outbound HTTPS (not part of the build): a throwaway certificate authority made
  * with the `openssl` CLI, and real HTTPS receivers on 127.0.0.1 that record what they got.
- * Only `*.test.ts` files import this module.
+ * Only `*.test.ts` files, benchmarks and the demo import this module.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -36,11 +36,17 @@ function openssl(args: readonly string[], cwd: string): void {
 export function createTestPki(): TestPki {
   const dir = mkdtempSync(join(tmpdir(), 'egress-pki-'));
   const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-  openssl(
-    ['req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '1', '-subj', '/CN=Fleet Egress Test CA',
-      '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign'],
-    dir,
-  );
+  try {
+    openssl(
+      ['req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '1', '-subj', '/CN=Fleet Egress Test CA',
+        '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign'],
+      dir,
+    );
+  } catch (err) {
+    // No openssl (or a failing one): nobody gets `cleanup()`, so the directory goes now.
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
   const caFile = join(dir, 'ca.pem');
   let serial = 0;
   return {

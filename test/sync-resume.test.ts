@@ -254,6 +254,35 @@ function expectResumedOnly(provider: GrantProviderProcess): void {
 
 const isPart = (n: number) => (r: ProxiedRequest) => r.method === 'PUT' && r.partNumber === n;
 
+describe('a real S3 store failing requests', () => {
+  test('a part answered 500, then 403, then a complete answered 200 with <Error>: each an episode.failed with its code, the robot asks again, one upload, verified byte for byte', async () => {
+    const rig = await startRig();
+    try {
+      rig.proxy.inject(isPart(2), { status: 500, code: 'InternalError', message: 'We encountered an internal error' });
+      rig.proxy.inject(isPart(2), { status: 403, code: 'AccessDenied', message: 'Access Denied' });
+      rig.proxy.inject((r) => r.method === 'POST' && r.uploadId !== null, { status: 200, code: 'InternalError', message: 'complete failed' });
+      const episodeId = await recordAtLeast(rig.agent.dataDir, 2 * PART + 1);
+      await expectSettled(rig, episodeId);
+      const failed = rig.hooks.deliveries
+        .filter((d) => d.event === 'episode.failed')
+        .map((d) => JSON.parse(d.body) as { episode_id: string; error: { code: string; message: string } })
+        .filter((f) => f.episode_id === episodeId);
+      // One failed attempt per injected answer, in order, each with the store's words.
+      expect(failed.map((f) => f.error.code)).toEqual(['upload_failed', 'upload_rejected', 'complete_failed']);
+      expect(failed[0]!.error.message).toMatch(/500/);
+      expect(failed[1]!.error.message).toMatch(/403/);
+      expect(failed[2]!.error.message).toMatch(/InternalError/);
+      // The failed part went again under the same upload; the first complete was never done by the store.
+      const parts = partPuts(rig.proxy.requests);
+      expect(new Set(parts.map((p) => p.uploadId)).size).toBe(1);
+      expect(parts.filter((p) => p.partNumber === 2).map((p) => p.status)).toEqual([500, 403, 200]);
+      expect(completes(rig.proxy.requests).map((c) => c.status)).toEqual([200, 200]);
+    } finally {
+      await rig.dispose();
+    }
+  });
+});
+
 describe('sync resume after kill -9, expired URLs and a provider restart', () => {
   test('kill -9 mid-part, with the grant provider restarted meanwhile: the next start re-asks with resume, keeps the upload id and sends only the missing parts', async () => {
     const rig = await startRig();

@@ -45,6 +45,11 @@ export interface S3Proxy extends AsyncDisposable {
    * (the store did the work; the client has not heard): it resolves once the store answered.
    */
   hold(match: (r: ProxiedRequest) => boolean, opts?: { answer?: boolean }): Promise<HeldRequest>;
+  /**
+   * Answers the next request matching `match` itself with `status` and an S3 `<Error>` body
+   * (`code`), without forwarding it: a store failing one request. Matches once.
+   */
+  inject(match: (r: ProxiedRequest) => boolean, answer: { status: number; code: string; message?: string }): void;
   close(): Promise<void>;
 }
 
@@ -58,6 +63,7 @@ export async function startS3Proxy(target: string): Promise<S3Proxy> {
   const requests: ProxiedRequest[] = [];
   let phase = 'start';
   const waiting: { match: (r: ProxiedRequest) => boolean; answer: boolean; resolve: (h: HeldRequest) => void }[] = [];
+  const injected: { match: (r: ProxiedRequest) => boolean; status: number; code: string; message: string }[] = [];
   const sockets = new Set<Socket>();
 
   const forward = (req: IncomingMessage, body: Buffer, res: ServerResponse, logged: ProxiedRequest): Promise<number | null> =>
@@ -100,6 +106,14 @@ export async function startS3Proxy(target: string): Promise<S3Proxy> {
         phase,
       };
       requests.push(logged);
+      const j = injected.findIndex((x) => x.match(logged));
+      if (j >= 0) {
+        const [x] = injected.splice(j, 1);
+        logged.status = x!.status;
+        res.writeHead(x!.status, { 'content-type': 'application/xml' });
+        res.end(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>${x!.code}</Code><Message>${x!.message}</Message></Error>`);
+        return;
+      }
       const i = waiting.findIndex((w) => w.match(logged));
       if (i < 0) {
         void forward(req, body, res, logged);
@@ -154,6 +168,9 @@ export async function startS3Proxy(target: string): Promise<S3Proxy> {
     },
     hold(match, opts = {}) {
       return new Promise((resolve) => waiting.push({ match, answer: opts.answer === true, resolve }));
+    },
+    inject(match, answer) {
+      injected.push({ match, status: answer.status, code: answer.code, message: answer.message ?? answer.code });
     },
     close,
     [Symbol.asyncDispose]: close,

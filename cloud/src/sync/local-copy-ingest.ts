@@ -2,32 +2,9 @@ import type { FastifyBaseLogger } from 'fastify';
 import { EpisodePrunedSchema, LocalMissingSchema, type Clock } from '@fleet/protocol';
 import { summarizeIssues, type OutboxKindHandler, type OutboxReply } from '../robots/outbox-router.js';
 import type { SyncStore } from '../store/sync-types.js';
-import { REPLICA_BEFORE_EPISODE_RETRY_S } from './replica-ingest.js';
+import { answerSyncReport as answer } from './replica-ingest.js';
 
 type MarkResult = 'applied' | 'unchanged' | 'unknown_episode' | 'conflict';
-
-/** Answers a store result the way every sync outbox kind does: idempotent, "later" before the episode is indexed. */
-async function answer(result: MarkResult, reply: OutboxReply, onApplied?: () => void): Promise<void> {
-  switch (result) {
-    case 'applied':
-      onApplied?.();
-      await reply.ok();
-      return;
-    case 'unchanged':
-      await reply.ok();
-      return;
-    case 'unknown_episode':
-      await reply.later('unknown_episode', 'the episode is not indexed yet', REPLICA_BEFORE_EPISODE_RETRY_S);
-      return;
-    case 'conflict':
-      await reply.refuse('conflict', 'the episode belongs to another robot');
-      return;
-    default: {
-      const never: never = result;
-      throw new Error(`unhandled local copy result ${String(never)}`);
-    }
-  }
-}
 
 interface Options {
   store: { sync: SyncStore };

@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { ReplicaReportSchema, type Clock } from '@fleet/protocol';
 import { summarizeIssues, type OutboxKindHandler, type OutboxReply } from '../robots/outbox-router.js';
-import type { SyncStore } from '../store/sync-types.js';
+import type { ReplicaIngestResult, SyncStore } from '../store/sync-types.js';
 
 /** A replica state that arrives before its episode is indexed is offered again this much later. */
 export const REPLICA_BEFORE_EPISODE_RETRY_S = 30;
@@ -39,27 +39,35 @@ export class ReplicaStateHandler implements OutboxKindHandler {
       logger.error({ err, robot_id: robotId, msg_id: msgId }, 'replica report failed');
       return;
     }
-    switch (result) {
-      case 'applied':
-        this.opts.onApplied?.();
-        await reply.ok();
-        return;
-      case 'unchanged':
-        await reply.ok();
-        return;
-      case 'unknown_episode':
-        await reply.later('unknown_episode', 'the episode is not indexed yet', REPLICA_BEFORE_EPISODE_RETRY_S);
-        return;
-      case 'conflict':
-        await reply.refuse('conflict', 'the episode belongs to another robot');
-        return;
-      case 'unknown_destination':
-        await reply.refuse('not_found', "the destination is not one of the episode's organization");
-        return;
-      default: {
-        const never: never = result;
-        throw new Error(`unhandled replica ingest result ${String(never)}`);
-      }
+    await answerSyncReport(result, reply, this.opts.onApplied);
+  }
+}
+
+/**
+ * Answers a store result the way every sync outbox kind does: idempotent (`unchanged` is
+ * acknowledged), "later" before the episode is indexed, refused for good when it can never apply.
+ */
+export async function answerSyncReport(result: ReplicaIngestResult, reply: OutboxReply, onApplied?: () => void): Promise<void> {
+  switch (result) {
+    case 'applied':
+      onApplied?.();
+      await reply.ok();
+      return;
+    case 'unchanged':
+      await reply.ok();
+      return;
+    case 'unknown_episode':
+      await reply.later('unknown_episode', 'the episode is not indexed yet', REPLICA_BEFORE_EPISODE_RETRY_S);
+      return;
+    case 'conflict':
+      await reply.refuse('conflict', 'the episode belongs to another robot');
+      return;
+    case 'unknown_destination':
+      await reply.refuse('not_found', "the destination is not one of the episode's organization");
+      return;
+    default: {
+      const never: never = result;
+      throw new Error(`unhandled sync report result ${String(never)}`);
     }
   }
 }

@@ -1,12 +1,10 @@
 import { createHash } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { verifySignature, type Episode, type EpisodeWithLocations } from '@fleet/protocol';
 import { createTestPki, startHttpsReceiver, type TestPki, type TestReceiver } from '../cloud/src/egress/test-https.js';
 import { makeTempDir, startCloud, type CloudProcess, type TempDir } from './support/cloud.js';
 import { exportEpisodes, getEpisode, listEpisodes } from './support/episodes.js';
-import { startGrantProvider } from './support/grant-provider.js';
+import { startGrantProvider, writeProviderTls } from './support/grant-provider.js';
 import { createEnrollmentToken, sendCommand, startAgentProcess, startFleet } from './support/robots.js';
 import { startS3Server } from './support/s3-server.js';
 import { freePort, okJson } from './support/http.js';
@@ -26,10 +24,7 @@ let tlsFiles: { certFile: string; keyFile: string };
 beforeAll(async () => {
   pki = createTestPki();
   tmp = await makeTempDir('fleet-sync-');
-  const pair = pki.issue(['localhost'], ['127.0.0.1']);
-  tlsFiles = { certFile: join(tmp.path, 'provider.crt'), keyFile: join(tmp.path, 'provider.key') };
-  writeFileSync(tlsFiles.certFile, pair.cert);
-  writeFileSync(tlsFiles.keyFile, pair.key, { mode: 0o600 });
+  tlsFiles = writeProviderTls(pki, tmp.path);
 });
 afterAll(async () => {
   await tmp?.[Symbol.asyncDispose]();

@@ -1,13 +1,12 @@
 import { createHash } from 'node:crypto';
 import { readdir, stat } from 'node:fs/promises';
-import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createTestPki, startHttpsReceiver, type TestPki, type TestReceiver } from '../cloud/src/egress/test-https.js';
 import { makeTempDir, startCloud, type CloudProcess, type TempDir } from './support/cloud.js';
 import { episodeFiles, getEpisode, listEpisodes, recordEpisode } from './support/episodes.js';
-import { startGrantProvider, type GrantProviderProcess } from './support/grant-provider.js';
+import { startGrantProvider, writeProviderTls, type GrantProviderProcess } from './support/grant-provider.js';
 import { freePort, okJson } from './support/http.js';
 import type { SpawnedProcess } from './support/process.js';
 import { spawnAgent, startAgentProcess, type AgentProcess } from './support/robots.js';
@@ -36,10 +35,7 @@ let tlsFiles: { certFile: string; keyFile: string };
 beforeAll(async () => {
   pki = createTestPki();
   tmp = await makeTempDir('fleet-resume-');
-  const pair = pki.issue(['localhost'], ['127.0.0.1']);
-  tlsFiles = { certFile: join(tmp.path, 'provider.crt'), keyFile: join(tmp.path, 'provider.key') };
-  writeFileSync(tlsFiles.certFile, pair.cert);
-  writeFileSync(tlsFiles.keyFile, pair.key, { mode: 0o600 });
+  tlsFiles = writeProviderTls(pki, tmp.path);
 });
 afterAll(async () => {
   await tmp?.[Symbol.asyncDispose]();

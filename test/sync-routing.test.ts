@@ -1,11 +1,9 @@
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import type { Episode } from '@fleet/protocol';
 import { createTestPki, type TestPki } from '../cloud/src/egress/test-https.js';
 import { makeTempDir, startCloud, type CloudProcess, type TempDir } from './support/cloud.js';
 import { getEpisode } from './support/episodes.js';
-import { startGrantProvider, type GrantProviderProcess } from './support/grant-provider.js';
+import { startGrantProvider, writeProviderTls, type GrantProviderProcess } from './support/grant-provider.js';
 import { createEnrollmentToken, sendCommand, startFleet } from './support/robots.js';
 import { startS3Server, type S3ServerProcess } from './support/s3-server.js';
 import { freePort, okJson } from './support/http.js';
@@ -24,10 +22,7 @@ let tls: { certFile: string; keyFile: string; ca: string };
 beforeAll(async () => {
   pki = createTestPki();
   tmp = await makeTempDir('fleet-routing-');
-  const pair = pki.issue(['localhost'], ['127.0.0.1']);
-  tls = { certFile: join(tmp.path, 'p.crt'), keyFile: join(tmp.path, 'p.key'), ca: pki.caPem };
-  writeFileSync(tls.certFile, pair.cert);
-  writeFileSync(tls.keyFile, pair.key, { mode: 0o600 });
+  tls = writeProviderTls(pki, tmp.path);
 });
 afterAll(async () => {
   await tmp?.[Symbol.asyncDispose]();

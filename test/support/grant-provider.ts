@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { GRANT_EVENT, signPayload, type GrantRequestEnvelope } from '@fleet/protocol';
 import { Agent, request } from 'undici';
@@ -103,4 +104,16 @@ export async function startGrantProvider(opts: StartGrantProviderOptions): Promi
       await proc.kill('SIGTERM');
     },
   };
+}
+
+/**
+ * A certificate for a provider on 127.0.0.1/localhost, signed by `pki`, written to `dir` (the
+ * key with mode 0600): the `tls` option of `startGrantProvider`.
+ */
+export function writeProviderTls(pki: { issue(dns: readonly string[], ips?: readonly string[]): { cert: string; key: string }; caPem: string }, dir: string): { certFile: string; keyFile: string; ca: string } {
+  const pair = pki.issue(['localhost'], ['127.0.0.1']);
+  const files = { certFile: join(dir, 'provider.crt'), keyFile: join(dir, 'provider.key'), ca: pki.caPem };
+  writeFileSync(files.certFile, pair.cert);
+  writeFileSync(files.keyFile, pair.key, { mode: 0o600 });
+  return files;
 }

@@ -9,6 +9,7 @@ import { createApiKey } from './api-keys.js';
 import { buildApp, type AppDeps, type CloudApp } from './app.js';
 import { parseCloudConfig, type CloudConfig, type CloudConfigInput } from './config.js';
 import { newId } from './ids.js';
+import { createEnrollmentToken, enrollRobot } from './robots/enrollment.js';
 import { openSqliteStore, type OrgRow, type SqliteStore } from './store/index.js';
 
 export interface TestTenant {
@@ -151,4 +152,22 @@ export function testReport(over: Partial<EpisodeReport> = {}): EpisodeReport {
     manifest: { files: [], total_bytes: 0 },
     ...over,
   };
+}
+
+/**
+ * An in-memory store holding one organization (tier pro, with an admin key) and `count` robots
+ * enrolled in it, with the MQTT passwords they were issued: the fixture of the broker tests.
+ */
+export async function storeWithRobots(clock: ManualClock, count: number): Promise<{ store: SqliteStore; robots: { id: string; password: string }[] }> {
+  const store = openSqliteStore(':memory:');
+  await store.orgs.create({ id: 'org_a', name: 'a', tier: 'pro', createdAt: clock.now() });
+  const org = (await store.orgs.get('org_a'))!;
+  await createApiKey(store, clock, { org, name: 'k', scopes: ['admin'], expiresAt: null, createdBy: 'test' });
+  const token = await createEnrollmentToken(store, clock, { org, createdBy: 'test', maxUses: count });
+  const robots: { id: string; password: string }[] = [];
+  for (let i = 0; i < count; i++) {
+    const r = await enrollRobot(store, clock, { token: token.token }, 'mqtt://unused');
+    robots.push({ id: r.robot_id, password: r.mqtt.password });
+  }
+  return { store, robots };
 }

@@ -1,11 +1,10 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import mqtt, { type MqttClient } from 'mqtt';
 import { ManualClock, topics } from '@fleet/protocol';
-import { createApiKey } from '../api-keys.js';
 import { startEmbeddedBroker, type EmbeddedBroker } from '../mqtt/broker.js';
-import { openSqliteStore, type SqliteStore } from '../store/index.js';
+import type { SqliteStore } from '../store/index.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './broker-auth.js';
-import { createEnrollmentToken, enrollRobot } from './enrollment.js';
+import { storeWithRobots } from '../test-support.js';
 
 const CLOUD_PASSWORD = 'cloud-secret-for-this-test';
 
@@ -17,16 +16,7 @@ describe('embedded broker ACL (real aedes, real mqtt.js clients)', () => {
 
   beforeEach(async () => {
     const clock = new ManualClock(Date.now());
-    store = openSqliteStore(':memory:');
-    await store.orgs.create({ id: 'org_a', name: 'a', tier: 'pro', createdAt: clock.now() });
-    const org = (await store.orgs.get('org_a'))!;
-    await createApiKey(store, clock, { org, name: 'k', scopes: ['admin'], expiresAt: null, createdBy: 'test' });
-    const token = await createEnrollmentToken(store, clock, { org, createdBy: 'test', maxUses: 2 });
-    robots = [];
-    for (let i = 0; i < 2; i++) {
-      const r = await enrollRobot(store, clock, { token: token.token }, 'mqtt://unused');
-      robots.push({ id: r.robot_id, password: r.mqtt.password });
-    }
+    ({ store, robots } = await storeWithRobots(clock, 2));
     broker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: robotBrokerHooks(store, CLOUD_PASSWORD, () => undefined) });
   });
 

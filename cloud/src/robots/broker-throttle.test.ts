@@ -2,12 +2,11 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import mqtt, { type MqttClient } from 'mqtt';
 import type { Client } from 'aedes';
 import { ManualClock, topics } from '@fleet/protocol';
-import { createApiKey } from '../api-keys.js';
 import { startEmbeddedBroker, type EmbeddedBroker } from '../mqtt/broker.js';
 import { PublishThrottle } from '../mqtt/throttle.js';
-import { openSqliteStore, type SqliteStore } from '../store/index.js';
+import type { SqliteStore } from '../store/index.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './broker-auth.js';
-import { createEnrollmentToken, enrollRobot } from './enrollment.js';
+import { storeWithRobots } from '../test-support.js';
 
 const CLOUD_PASSWORD = 'cloud-secret-for-this-test';
 // Small numbers on a clock that only moves by hand: the bucket holds 2 s x 5/s = 10 messages.
@@ -33,16 +32,7 @@ describe('embedded broker publish throttle (real aedes, real mqtt.js clients, in
 
   beforeEach(async () => {
     clock = new ManualClock(Date.now());
-    store = openSqliteStore(':memory:');
-    await store.orgs.create({ id: 'org_a', name: 'a', tier: 'pro', createdAt: clock.now() });
-    const org = (await store.orgs.get('org_a'))!;
-    await createApiKey(store, clock, { org, name: 'k', scopes: ['admin'], expiresAt: null, createdBy: 'test' });
-    const token = await createEnrollmentToken(store, clock, { org, createdBy: 'test', maxUses: 2 });
-    robots = [];
-    for (let i = 0; i < 2; i++) {
-      const r = await enrollRobot(store, clock, { token: token.token }, 'mqtt://unused');
-      robots.push({ id: r.robot_id, password: r.mqtt.password });
-    }
+    ({ store, robots } = await storeWithRobots(clock, 2));
     throttle = new PublishThrottle<Client>({ messagesPerSecond: RATE, bytesPerSecond: 1024 * 1024, clock, isClosed: (c) => c.closed });
     broker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: robotBrokerHooks(store, CLOUD_PASSWORD, () => undefined, { throttle }) });
   });

@@ -4,9 +4,11 @@
 // transfer.js: putFile, multipartUpload, with the agent's dispatcher from trust.js); `undici-parts`
 // is the baseline of N concurrent part PUTs with plain undici (parts read into buffers, nothing
 // hashed, no receipts). Prints one JSON line: elapsed ms, bytes, peak RSS (sampled every 20 ms
-// and the kernel's max RSS).
+// and the kernel's max RSS) and peak anonymous RSS (the process's own memory, without the mapped
+// node binary).
 //
 // Usage: node upload-client.js '<json options>'
+import { readFileSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { performance } from 'node:perf_hooks';
 import { request } from 'undici';
@@ -15,9 +17,17 @@ import { uploadDispatcher } from '../agent/dist/sync/trust.js';
 
 const o = JSON.parse(process.argv[2] ?? '{}');
 const { mode, url, file, size, sha256, partSize, parallel } = o;
+// RSS counts the node binary and libraries mapped from disk (shared, the same for any node
+// program); RssAnon is the process's own memory. Both are sampled; the kernel's max RSS is kept too.
+const anonBytes = () => {
+  const m = /RssAnon:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
+  return m ? Number(m[1]) * 1024 : 0;
+};
 let peak = process.memoryUsage().rss;
+let peakAnon = anonBytes();
 const sampler = setInterval(() => {
   peak = Math.max(peak, process.memoryUsage().rss);
+  peakAnon = Math.max(peakAnon, anonBytes());
 }, 20);
 // The agent sizes its pool as replicas × parts in parallel; one replica here.
 const dispatcher = uploadDispatcher({ connections: Math.max(1, parallel) });
@@ -74,5 +84,6 @@ if (mode === 'agent-put') {
 const ms = performance.now() - t0;
 clearInterval(sampler);
 peak = Math.max(peak, process.memoryUsage().rss);
+peakAnon = Math.max(peakAnon, anonBytes());
 await dispatcher.close();
-console.log(JSON.stringify({ mode, ms, bytes: size, peak_rss: peak, max_rss: process.resourceUsage().maxRSS * 1024 }));
+console.log(JSON.stringify({ mode, ms, bytes: size, peak_rss: peak, max_rss: process.resourceUsage().maxRSS * 1024, peak_anon: peakAnon }));

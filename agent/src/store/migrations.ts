@@ -196,5 +196,32 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       CREATE INDEX episodes_prune_due ON episodes (prune_due_at) WHERE prune_due_at IS NOT NULL AND pruned_at IS NULL;
     `,
   },
+  {
+    version: 6,
+    name: "upload parts: the part's MD5 only when the store's ETag can be compared with it, no per-part SHA-256",
+    sql: `
+      -- A part's MD5 is computed only when the store's ETag is an MD5 to compare it with (NULL
+      -- otherwise), and the part's own SHA-256 is no longer computed: the file's SHA-256 of the
+      -- bytes sent is what verification checks. Hashing every byte two or three times capped the
+      -- upload rate well below what the link and the store can take.
+      CREATE TABLE upload_parts_v6 (
+        episode_id TEXT NOT NULL,
+        destination_id TEXT NOT NULL,
+        path TEXT NOT NULL,
+        upload_id TEXT NOT NULL,
+        part_number INTEGER NOT NULL,
+        size INTEGER NOT NULL,
+        etag TEXT NOT NULL,
+        md5 TEXT,
+        done_at INTEGER NOT NULL,
+        PRIMARY KEY (episode_id, destination_id, path, part_number),
+        FOREIGN KEY (episode_id, destination_id, path) REFERENCES upload_files (episode_id, destination_id, path) ON DELETE CASCADE
+      ) STRICT;
+      INSERT INTO upload_parts_v6 (episode_id, destination_id, path, upload_id, part_number, size, etag, md5, done_at)
+        SELECT episode_id, destination_id, path, upload_id, part_number, size, etag, md5, done_at FROM upload_parts;
+      DROP TABLE upload_parts;
+      ALTER TABLE upload_parts_v6 RENAME TO upload_parts;
+    `,
+  },
 ];
 

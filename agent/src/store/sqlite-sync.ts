@@ -59,8 +59,7 @@ interface PartDbRow {
   part_number: number;
   size: number;
   etag: string;
-  md5: string;
-  sha256: string;
+  md5: string | null;
 }
 
 const PATCH_COLUMNS: Record<keyof ReplicaPatch, string> = {
@@ -200,7 +199,7 @@ export class SqliteSync implements SyncStore {
       receipt: f.receipt === null ? null : (JSON.parse(f.receipt) as UploadReceipt),
       parts: parts
         .filter((p) => p.path === f.path && p.upload_id === f.upload_id)
-        .map((p): UploadPartRow => ({ partNumber: p.part_number, size: p.size, etag: p.etag, md5: p.md5, sha256: p.sha256 })),
+        .map((p): UploadPartRow => ({ partNumber: p.part_number, size: p.size, etag: p.etag, md5: p.md5 })),
     }));
   }
 
@@ -230,10 +229,10 @@ export class SqliteSync implements SyncStore {
         if (current !== uploadId) throw new Error(`part ${part.partNumber} of ${path} is for upload ${uploadId}, not the current one`);
         this.db
           .prepare(
-            `INSERT OR REPLACE INTO upload_parts (episode_id, destination_id, path, upload_id, part_number, size, etag, md5, sha256, done_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+            `INSERT OR REPLACE INTO upload_parts (episode_id, destination_id, path, upload_id, part_number, size, etag, md5, done_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
           )
-          .run(episodeId, destinationId, path, uploadId, part.partNumber, part.size, part.etag, part.md5, part.sha256, at);
+          .run(episodeId, destinationId, path, uploadId, part.partNumber, part.size, part.etag, part.md5, at);
         this.db.prepare('UPDATE upload_files SET updated_at = ? WHERE episode_id = ? AND destination_id = ? AND path = ?').run(at, episodeId, destinationId, path);
       })
       .immediate();
@@ -272,6 +271,12 @@ export class SqliteSync implements SyncStore {
       )
       .get() as SyncCounts;
     return { open: r.open, failing: r.failing, verified: r.verified, settled: r.settled };
+  }
+
+  async countsByState(): Promise<Record<LocalReplicaState, number>> {
+    const out: Record<LocalReplicaState, number> = { assigned: 0, granted: 0, syncing: 0, synced: 0, verified: 0 };
+    for (const r of this.db.prepare('SELECT state, count(*) AS n FROM replicas GROUP BY state').all() as { state: LocalReplicaState; n: number }[]) out[r.state] = r.n;
+    return out;
   }
 
   async backlogBytes(): Promise<number> {

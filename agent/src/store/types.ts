@@ -180,7 +180,7 @@ export interface OutboxCounts {
 }
 
 /**
- * The durable outbox (ARCHITECTURE.md, MQTT link): a message stays `pending` until the cloud
+ * The durable outbox (docs/architecture.md, The robot link): a message stays `pending` until the cloud
  * acknowledges it (`acked`) or refuses it for good (`refused`).
  */
 export interface OutboxStore {
@@ -197,6 +197,8 @@ export interface OutboxStore {
    */
   settle(msgId: string, outcome: { state: 'acked' } | { state: 'refused'; code: string; message: string }, at: number): Promise<boolean>;
   counts(): Promise<OutboxCounts>;
+  /** Messages by kind and state (acknowledged ones until pruned), for `fleet-agent metrics`. */
+  countsByKind(): Promise<{ kind: string; state: OutboxState; count: number }[]>;
   /** Deletes acknowledged messages settled before `olderThan` (refused ones are kept); returns how many. */
   prune(olderThan: number): Promise<number>;
 }
@@ -243,9 +245,11 @@ export interface UploadPartRow {
   partNumber: number;
   size: number;
   etag: string;
-  /** Hex MD5 and SHA-256 of the bytes sent for this part. */
-  md5: string;
-  sha256: string;
+  /**
+   * Hex MD5 of the bytes sent for this part, computed only when the store's ETag is an MD5 to
+   * compare it with; null otherwise (the file's SHA-256 of the bytes sent is what verifies).
+   */
+  md5: string | null;
 }
 
 /** The upload progress of one file of a replica. */
@@ -333,6 +337,8 @@ export interface SyncStore {
   resetFile(episodeId: string, destinationId: string, path: string): Promise<void>;
   /** How many replicas are in each situation (for `fleet-agent status`). */
   counts(): Promise<SyncCounts>;
+  /** How many replicas are in each local state (for `fleet-agent metrics`). */
+  countsByState(): Promise<Record<LocalReplicaState, number>>;
   /** Bytes of finalized episodes with no verified replica (they cannot be pruned). */
   backlogBytes(): Promise<number>;
   /** Bytes of episodes finalized at or after `since`. */

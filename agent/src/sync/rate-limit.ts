@@ -1,4 +1,3 @@
-import { Readable, Transform, type TransformCallback } from 'node:stream';
 import type { Clock } from '@fleet/protocol';
 import type { Scheduler } from '../time.js';
 
@@ -80,45 +79,18 @@ export interface Meter {
 }
 
 /**
- * A pass-through stream for a PUT body: each chunk (in pieces of 64 KiB when limited) waits for
- * the shared limiter and is counted as sent when it is handed on. Backpressure keeps memory at
- * the usual stream buffers.
+ * A body read piece by piece as the connection takes it (`read(at, n)` answers bytes at offset
+ * `at` of the body): each piece waits for the limiter and is counted as it is handed on. Handed to
+ * undici as an async iterable, the next piece is read only once the connection took the previous
+ * one, so memory is the pieces in flight, whatever the body's length.
  */
-export class MeteredStream extends Transform {
-  constructor(private readonly meter: Meter) {
-    super();
-  }
-
-  override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback): void {
-    this.pass(chunk).then(() => done(), (err: unknown) => done(err as Error));
-  }
-
-  private async pass(chunk: Buffer): Promise<void> {
-    const { limiter, onBytes, signal } = this.meter;
-    if (!limiter) {
-      this.push(chunk);
-      onBytes?.(chunk.length);
-      return;
-    }
-    for (let at = 0; at < chunk.length; at += LIMITED_PIECE) {
-      const piece = chunk.subarray(at, at + LIMITED_PIECE);
-      await limiter.take(piece.length, signal);
-      this.push(piece);
-      onBytes?.(piece.length);
-    }
-  }
-}
-
-/** A part's buffer as a metered body: pieces of it go out as the limiter allows, each counted. */
-export function meteredBuffer(buf: Buffer, meter: Meter): Readable {
+export async function* meteredRange(read: (at: number, n: number) => Promise<Buffer> | Buffer, length: number, meter: Meter): AsyncGenerator<Buffer> {
   const piece = meter.limiter ? LIMITED_PIECE : 1024 * 1024;
-  async function* pieces(): AsyncGenerator<Buffer> {
-    for (let at = 0; at < buf.length; at += piece) {
-      const p = buf.subarray(at, at + piece);
-      if (meter.limiter) await meter.limiter.take(p.length, meter.signal);
-      meter.onBytes?.(p.length);
-      yield p;
-    }
+  for (let at = 0; at < length; at += piece) {
+    const n = Math.min(piece, length - at);
+    if (meter.limiter) await meter.limiter.take(n, meter.signal);
+    const p = await read(at, n);
+    meter.onBytes?.(p.length);
+    yield p;
   }
-  return Readable.from(pieces(), { objectMode: false });
 }

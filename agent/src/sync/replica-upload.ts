@@ -139,14 +139,14 @@ export function verifyReplica(episode: EpisodeRow, files: readonly UploadFileRow
     if (!f?.complete || f.receipt === null || f.sha256Sent === null) return { ok: false, code: 'incomplete', message: `${m.path} is not complete at the destination` };
     if (f.sha256Sent !== m.sha256) return { ok: false, code: 'file_changed', message: `the bytes sent for ${m.path} do not match its manifest` };
     if (f.uploadId === null) {
-      const check = checkReceipt(f.receipt, { md5: f.md5Sent ?? '', sha256: f.sha256Sent }, m.path);
+      const check = checkReceipt(f.receipt, { md5: f.md5Sent, sha256: f.sha256Sent }, m.path);
       if (!check.ok) {
         if (check.mismatch) return { ok: false, code: 'receipt_mismatch', message: check.message };
         notes.push(check.note);
       }
     } else {
       for (const p of f.parts) {
-        const check = checkReceipt({ etag: p.etag, checksumSha256: null }, { md5: p.md5, sha256: p.sha256 }, `part ${p.partNumber} of ${m.path}`);
+        const check = checkReceipt({ etag: p.etag, checksumSha256: null }, { md5: p.md5, sha256: '' }, `part ${p.partNumber} of ${m.path}`);
         if (!check.ok) {
           if (check.mismatch) return { ok: false, code: 'receipt_mismatch', message: check.message };
           notes.push(check.note);

@@ -394,6 +394,27 @@ describe('Uploader', () => {
     expect((await r.reports()).at(-1)!.body.error).toMatch(/^file_changed: /);
   });
 
+  it('a failure in the state just reported is reported later than that state, even within the same millisecond (the cloud keeps only the newer of two reports in one state)', async () => {
+    const r = await rig();
+    const e = await r.episode({ 'a.bin': 200_000 });
+    const file = join(r.dataDir, e.dir, 'a.bin');
+    const bytes = await readFile(file);
+    bytes[100_000] = bytes[100_000]! ^ 0xff;
+    await writeFile(file, bytes);
+    await r.assign(e);
+    r.cloud.answer = r.grantWith();
+    // The clock does not move: `syncing` and the failure happen in the same millisecond.
+    r.uploader.connected();
+    await expect.poll(async () => (await r.replica(e))?.lastError).toMatch(/^file_changed: /);
+    const reports = (await r.reports()).map((x) => x.body);
+    expect(reports.map((x) => [x.state, x.error === null ? null : x.error.split(':')[0]])).toEqual([
+      ['granted', null],
+      ['syncing', null],
+      ['syncing', 'file_changed'],
+    ]);
+    expect(reports[2]!.at).toBeGreaterThan(reports[1]!.at);
+  });
+
   it('files gone before a verified sync: each replica keeps its file_missing error, and the episode is reported missing once (episode.local_missing)', async () => {
     const r = await rig();
     const e = await r.episode({ 'a.bin': 1000, 'b.bin': 1000, 'c.bin': 10 });

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { AgentStore, EpisodeRow, ReplicaRow, SyncCounts, UploadFileRow } from '../store/types.js';
 import type { Scheduler, TimerHandle } from '../time.js';
 import { newReqId, SyncChannel, type AssignmentsMessage, type GrantAnswer, type SyncTransport } from './channel.js';
-import { measurePressure } from './pressure.js';
+import { measurePressure, type FreeBytes } from './pressure.js';
 import { ReplicaProgress, type UploadProgressView } from './progress.js';
 import { oneLine, reached } from './replica.js';
 import { ReplicaStates } from './replica-states.js';
@@ -38,9 +38,14 @@ export interface UploaderOptions {
   jitter?: number;
   /** Default: measured from the data directory's file system and the store. */
   pressure?: () => Promise<Pressure>;
+  /** How the default measure reads the file system's free bytes (default `statfs`). */
+  freeBytes?: FreeBytes;
 }
 
 export const DEFAULT_SYNC_RETRY_SCHEDULE_MS: readonly number[] = [10_000, 60_000, 5 * 60_000, 15 * 60_000, 60 * 60_000];
+
+/** How one replica attempt ended, as `fleet-agent metrics` counts it. */
+export type AttemptResult = 'completed' | 'deferred' | 'url_expired' | 'failed' | 'aborted' | 'nothing_to_send';
 
 const key = (r: Pick<ReplicaRow, 'episodeId' | 'destinationId'>) => `${r.episodeId}\u0000${r.destinationId}`;
 
@@ -56,7 +61,7 @@ export function bytesAtDestination(files: readonly UploadFileRow[], episode: Epi
 }
 
 /**
- * The agent's uploader (ARCHITECTURE.md, grant relay): for each replica the cloud assigned and
+ * The agent's uploader (docs/architecture.md, The uploader): for each replica the cloud assigned and
  * whose time has come it asks the cloud for a grant over MQTT, uploads the episode's files
  * straight to the grant's URLs, and reports the replica's states through the durable outbox.
  * Each replica has its own next attempt time, so one failing episode, file or destination
@@ -82,6 +87,8 @@ export class Uploader {
   private readonly grantTimeoutMs: number;
   private readonly schedule: readonly number[];
   private readonly jitter: number;
+  /** Since start: bytes handed to upload connections (resent ones included) and attempts by result. */
+  readonly totals = { bytesSent: 0, attempts: {} as Partial<Record<AttemptResult, number>> };
 
   constructor(private readonly opts: UploaderOptions) {
     this.concurrency = opts.concurrency ?? 2;
@@ -285,6 +292,7 @@ export class Uploader {
     this.active.set(k, ac);
     const run = this.attempt(row, ac.signal)
       .catch(async (err: unknown) => {
+        this.counted(this.stopped || ac.signal.aborted ? 'aborted' : 'failed');
         if (err instanceof UploadError && err.code === 'file_missing') await this.reportMissing(row.episodeId);
         throw err;
       })
@@ -305,17 +313,20 @@ export class Uploader {
     const episode = await store.episodes.get(row.episodeId);
     if (!episode) {
       await this.replicas.park(row, 'unknown_episode', 'this robot has no such episode');
+      this.counted('nothing_to_send');
       return;
     }
     if (episode.manifest.files.length === 0) {
       // A discarded episode (or one that recorded nothing) has no bytes to send.
       await store.sync.update(row.episodeId, row.destinationId, { nextAttemptAt: null, note: 'no files to upload (discarded or empty episode)' }, clock.now());
       logger.info({ episode_id: row.episodeId, destination_id: row.destinationId }, 'assignment has no files to upload');
+      this.counted('nothing_to_send');
       return;
     }
     if (reached(row.state, 'granted') && (await this.allFilesSent(row, episode))) {
       // Everything went out before a stop or crash cut the attempt short: no new grant needed.
       await this.replicas.finish(row, episode);
+      this.counted('completed');
       return;
     }
     const answer = await this.askForGrant(row, signal);
@@ -329,6 +340,7 @@ export class Uploader {
         clock.now(),
       );
       logger.info({ episode_id: row.episodeId, destination_id: row.destinationId, reason: answer.reason, retry_at: iso(next) }, 'grant deferred');
+      this.counted('deferred');
       return;
     }
     row = await this.replicas.granted(row, answer);
@@ -358,7 +370,10 @@ export class Uploader {
         partParallel: this.partParallel,
         signal,
         onFirstByte,
-        onBytes: (n) => progress.add(n),
+        onBytes: (n) => {
+          progress.add(n);
+          this.totals.bytesSent += n;
+        },
         onProgress: () => {
           progressed = true;
         },
@@ -368,11 +383,17 @@ export class Uploader {
       if (!(progressed && !signal.aborted && err instanceof UploadError && err.code === 'url_expired')) throw err;
       if (syncing) await syncing;
       await this.replicas.urlsExpired(row, err.message);
+      this.counted('url_expired');
       return;
     } finally {
       if (syncing) await syncing;
     }
     await this.replicas.finish(row, episode);
+    this.counted('completed');
+  }
+
+  private counted(result: AttemptResult): void {
+    this.totals.attempts[result] = (this.totals.attempts[result] ?? 0) + 1;
   }
 
   /**
@@ -411,7 +432,7 @@ export class Uploader {
     const inFlight = files.filter((f) => f.uploadId !== null && !f.complete);
     let pressure: Pressure | undefined;
     try {
-      pressure = this.opts.pressure ? await this.opts.pressure() : await measurePressure(this.opts.dataDir, store.sync, clock.now());
+      pressure = this.opts.pressure ? await this.opts.pressure() : await measurePressure(this.opts.dataDir, store.sync, clock.now(), this.opts.freeBytes);
     } catch (err) {
       this.opts.logger.debug({ err }, 'could not measure disk pressure');
     }

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { verifySignature, type Episode, type EpisodeWithLocations } from '@fleet/protocol';
 import { createTestPki, startHttpsReceiver, type TestPki, type TestReceiver } from '../cloud/src/egress/test-https.js';
 import { makeTempDir, startCloud, type CloudProcess, type TempDir } from './support/cloud.js';
-import { exportEpisodes, getEpisode, listEpisodes } from './support/episodes.js';
+import { agentControl, exportEpisodes, getEpisode, listEpisodes } from './support/episodes.js';
 import { startGrantProvider, writeProviderTls } from './support/grant-provider.js';
 import { createEnrollmentToken, sendCommand, startAgentProcess, startFleet } from './support/robots.js';
 import { startS3Server } from './support/s3-server.js';
@@ -137,6 +137,14 @@ describe('cloud sync end to end', () => {
         expect(row.replicas[0]).toMatchObject({ destination_id: destination.id, state: 'verified', error: null });
       }
       expect(multipartSeen).toBe(true);
+
+      // On the robot, `fleet-agent episodes show` tells the same: the replica verified, every byte sent.
+      for (const id of [long, short]) {
+        const { episode } = (await agentControl(fleet.robotDir(0), ['episodes', 'show', id, '--json'])) as { episode: { total_bytes: number; sync: unknown[] } };
+        expect(episode.sync).toEqual([
+          expect.objectContaining({ destination_id: destination.id, state: 'verified', active: false, bytes_sent: episode.total_bytes, bytes_total: episode.total_bytes, last_error: null }),
+        ]);
+      }
       const discardedRow = byId.get(discarded)!;
       expect(discardedRow.outcome).toBe('discarded');
       expect(discardedRow.replicas).toEqual([]);

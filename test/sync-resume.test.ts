@@ -1,17 +1,16 @@
 import { createHash } from 'node:crypto';
-import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { createTestPki, startHttpsReceiver, type TestPki, type TestReceiver } from '../cloud/src/egress/test-https.js';
-import { makeTempDir, startCloud, type CloudProcess, type TempDir } from './support/cloud.js';
-import { episodeFiles, getEpisode, listEpisodes, recordEpisode } from './support/episodes.js';
-import { startGrantProvider, writeProviderTls, type GrantProviderProcess } from './support/grant-provider.js';
-import { freePort, okJson } from './support/http.js';
+import { createTestPki, type TestPki } from '../cloud/src/egress/test-https.js';
+import { makeTempDir, type CloudProcess, type TempDir } from './support/cloud.js';
+import { episodeFiles, getEpisode, listEpisodes, recordAtLeast } from './support/episodes.js';
+import { writeProviderTls, type GrantProviderProcess } from './support/grant-provider.js';
 import type { SpawnedProcess } from './support/process.js';
 import { spawnAgent, startAgentProcess, type AgentProcess } from './support/robots.js';
-import { completes, partPuts, startS3Proxy, type HeldRequest, type ProxiedRequest, type S3Proxy } from './support/s3-proxy.js';
-import { startS3Server, type S3ServerProcess } from './support/s3-server.js';
+import { completes, partPuts, type HeldRequest, type ProxiedRequest, type S3Proxy } from './support/s3-proxy.js';
+import type { S3ServerProcess } from './support/s3-server.js';
+import { startSyncStack, type SyncStack, type WebhookLog } from './support/sync-stack.js';
 import { untilPast, waitFor } from './support/wait.js';
 
 /**
@@ -30,7 +29,7 @@ const PART = 5 * MiB;
 
 let pki: TestPki;
 let tmp: TempDir;
-let tlsFiles: { certFile: string; keyFile: string };
+let tlsFiles: { certFile: string; keyFile: string; ca: string };
 
 beforeAll(async () => {
   pki = createTestPki();
@@ -60,10 +59,11 @@ const agentArgs = (bytesPerSecond: number, partParallel: number) => [
 ];
 
 interface Rig {
+  stack: SyncStack;
   s3: S3ServerProcess;
   proxy: S3Proxy;
   cloud: CloudProcess;
-  hooks: { receiver: TestReceiver; deliveries: { event: string; body: string }[] };
+  hooks: WebhookLog;
   destinationId: string;
   provider: GrantProviderProcess;
   agent: AgentProcess;
@@ -76,68 +76,41 @@ interface Rig {
 
 async function startRig(opts: { urlLifetimeS?: number; bytesPerSecond?: number; partParallel?: number } = {}): Promise<Rig> {
   const AGENT_ARGS = agentArgs(opts.bytesPerSecond ?? 8 * MiB, opts.partParallel ?? 1);
-  const cleanups: (() => PromiseLike<unknown>)[] = [];
+  // The provider talks to the store through the proxy too, so its presigned URLs name the proxy.
+  const stack = await startSyncStack({
+    pki,
+    tls: tlsFiles,
+    events: ['episode.synced', 'episode.verified', 'episode.failed'],
+    providerArgs: [
+      '--multipart-threshold-bytes',
+      String(PART),
+      '--part-size-bytes',
+      String(PART),
+      ...(opts.urlLifetimeS !== undefined ? ['--url-lifetime-s', String(opts.urlLifetimeS)] : []),
+    ],
+  });
+  const cleanups: (() => PromiseLike<unknown>)[] = [() => stack.dispose()];
   const dispose = async () => {
     for (const c of cleanups.reverse()) await Promise.resolve(c()).catch(() => undefined);
   };
   try {
-    const s3 = await startS3Server();
-    cleanups.push(() => s3.close());
-    const proxy = await startS3Proxy(s3.endpoint);
-    cleanups.push(() => proxy.close());
-    const cloud = await startCloud({ args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile] });
-    cleanups.push(() => cloud[Symbol.asyncDispose]());
-    const deliveries: { event: string; body: string }[] = [];
-    const receiver = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (req, res) => {
-      deliveries.push({ event: String(req.headers['x-service-event']), body: req.body });
-      res.writeHead(200);
-      res.end();
-    });
-    cleanups.push(() => receiver.close());
-    await okJson(
-      await cloud.fetch('/v1/webhooks', {
-        method: 'POST',
-        json: { url: `https://127.0.0.1:${receiver.port}/hook`, events: ['episode.synced', 'episode.verified', 'episode.failed'] },
-      }),
-    );
-    const port = await freePort();
-    const destination = await okJson<{ id: string; secret: string }>(
-      await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: `https://127.0.0.1:${port}/grant` } }),
-    );
-    // The provider talks to the store through the proxy too, so its presigned URLs name the proxy.
-    const startProvider = () =>
-      startGrantProvider({
-        s3: { ...s3, endpoint: proxy.endpoint },
-        secret: destination.secret,
-        tls: { ...tlsFiles, ca: pki.caPem },
-        args: [
-          '--port',
-          String(port),
-          '--multipart-threshold-bytes',
-          String(PART),
-          '--part-size-bytes',
-          String(PART),
-          ...(opts.urlLifetimeS !== undefined ? ['--url-lifetime-s', String(opts.urlLifetimeS)] : []),
-        ],
-      });
-    let provider = await startProvider();
-    cleanups.push(() => provider[Symbol.asyncDispose]());
-    const agent = await startAgentProcess(cloud, { args: AGENT_ARGS });
+    const agent = await startAgentProcess(stack.cloud, { args: AGENT_ARGS });
     cleanups.push(() => agent[Symbol.asyncDispose]());
     const rig: Rig = {
-      s3,
-      proxy,
-      cloud,
-      hooks: { receiver, deliveries },
-      destinationId: destination.id,
+      stack,
+      s3: stack.s3,
+      proxy: stack.proxy,
+      cloud: stack.cloud,
+      hooks: stack.hooks,
+      destinationId: stack.destinationId,
       get provider() {
-        return provider;
+        return stack.provider!;
       },
       agent,
       restarted: undefined,
       async restartProvider() {
-        await provider.kill('SIGKILL');
-        provider = await startProvider();
+        await stack.stopProvider();
+        await stack.startProvider();
       },
       async restartAgent() {
         const proc = await spawnAgent(agent.dataDir, { args: AGENT_ARGS });
@@ -152,22 +125,6 @@ async function startRig(opts: { urlLifetimeS?: number; bytesPerSecond?: number; 
     await dispose();
     throw err;
   }
-}
-
-async function dirBytes(dir: string): Promise<number> {
-  let n = 0;
-  for (const name of await readdir(dir).catch(() => [] as string[])) n += (await stat(join(dir, name)).catch(() => ({ size: 0 }))).size;
-  return n;
-}
-
-/** Records one episode of at least `minBytes` (waiting on the recording's size, not on a clock). */
-function recordAtLeast(dataDir: string, minBytes: number): Promise<string> {
-  return recordEpisode(dataDir, 'finish', async (id) => {
-    await waitFor(async () => ((await dirBytes(join(dataDir, 'episodes', id))) >= minBytes ? true : undefined), {
-      timeoutMs: 60_000,
-      description: `episode ${id} to reach ${minBytes} bytes`,
-    });
-  });
 }
 
 async function waitVerified(rig: Rig, episodeId: string) {
@@ -210,7 +167,7 @@ async function expectSettled(rig: Rig, episodeId: string): Promise<void> {
     expect(sha256(obj!.body)).toBe(f.sha256);
   }
 
-  const of = (event: string) => rig.hooks.deliveries.filter((d) => d.event === event && (JSON.parse(d.body) as { episode_id: string }).episode_id === episodeId);
+  const of = (event: string) => rig.hooks.of(event, episodeId);
   await waitFor(() => (of('episode.verified').length > 0 ? true : undefined), { timeoutMs: 30_000, description: 'the verified webhook' });
   expect(of('episode.synced')).toHaveLength(1);
   expect(of('episode.verified')).toHaveLength(1);
@@ -259,10 +216,7 @@ describe('a real S3 store failing requests', () => {
       rig.proxy.inject((r) => r.method === 'POST' && r.uploadId !== null, { status: 200, code: 'InternalError', message: 'complete failed' });
       const episodeId = await recordAtLeast(rig.agent.dataDir, 2 * PART + 1);
       await expectSettled(rig, episodeId);
-      const failed = rig.hooks.deliveries
-        .filter((d) => d.event === 'episode.failed')
-        .map((d) => JSON.parse(d.body) as { episode_id: string; error: { code: string; message: string } })
-        .filter((f) => f.episode_id === episodeId);
+      const failed = rig.hooks.of('episode.failed', episodeId) as { episode_id: string; error: { code: string; message: string } }[];
       // One failed attempt per injected answer, in order, each with the store's words.
       expect(failed.map((f) => f.error.code)).toEqual(['upload_failed', 'upload_rejected', 'complete_failed']);
       expect(failed[0]!.error.message).toMatch(/500/);

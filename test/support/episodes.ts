@@ -1,4 +1,4 @@
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Episode, EpisodeWithLocations, Segment } from '@fleet/protocol';
 import { startCloud, type CloudProcess, type StartCloudOptions } from './cloud.js';
@@ -49,6 +49,22 @@ export async function recordEpisode(dataDir: string, end: 'finish' | 'fail' | 'd
   await agentControl(dataDir, ['episode', end]);
   await waitIdle(dataDir);
   return String(started.episode_id);
+}
+
+async function dirBytes(dir: string): Promise<number> {
+  let n = 0;
+  for (const name of await readdir(dir).catch(() => [] as string[])) n += (await stat(join(dir, name)).catch(() => ({ size: 0 }))).size;
+  return n;
+}
+
+/** Records one episode of at least `minBytes` (waiting on the recording's size, not on a clock). */
+export function recordAtLeast(dataDir: string, minBytes: number): Promise<string> {
+  return recordEpisode(dataDir, 'finish', async (id) => {
+    await waitFor(async () => ((await dirBytes(join(dataDir, 'episodes', id))) >= minBytes ? true : undefined), {
+      timeoutMs: 60_000,
+      description: `episode ${id} to reach ${minBytes} bytes`,
+    });
+  });
 }
 
 /** Waits for the agent's outbox to be empty (everything acknowledged, nothing refused). */

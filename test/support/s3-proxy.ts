@@ -37,6 +37,8 @@ export interface S3Proxy extends AsyncDisposable {
   /** `http://127.0.0.1:PORT`: give it to the grant provider as its S3 endpoint. */
   readonly endpoint: string;
   readonly requests: ProxiedRequest[];
+  /** Requests whose body never ended (the client gave up mid-body): never forwarded, not in `requests`. */
+  readonly incomplete: ProxiedRequest[];
   /** Labels the requests that arrive from now on (e.g. 'before', 'after-restart'). */
   phase(name: string): void;
   /**
@@ -61,6 +63,7 @@ export const completes = (rs: readonly ProxiedRequest[]): ProxiedRequest[] => rs
 export async function startS3Proxy(target: string): Promise<S3Proxy> {
   const upstream = new URL(target);
   const requests: ProxiedRequest[] = [];
+  const incomplete: ProxiedRequest[] = [];
   let phase = 'start';
   const waiting: { match: (r: ProxiedRequest) => boolean; answer: boolean; resolve: (h: HeldRequest) => void }[] = [];
   const injected: { match: (r: ProxiedRequest) => boolean; status: number; code: string; message: string }[] = [];
@@ -92,6 +95,13 @@ export async function startS3Proxy(target: string): Promise<S3Proxy> {
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('close', () => {
+      if (req.complete) return;
+      const u = new URL(req.url ?? '/', 'http://proxy');
+      const pn = u.searchParams.get('partNumber');
+      const bodyBytes = chunks.reduce((n, c) => n + c.length, 0);
+      incomplete.push({ method: req.method ?? '', url: req.url ?? '', partNumber: pn === null ? null : Number(pn), uploadId: u.searchParams.get('uploadId'), bodyBytes, status: null, phase });
+    });
     req.on('end', () => {
       const body = Buffer.concat(chunks);
       const u = new URL(req.url ?? '/', 'http://proxy');
@@ -163,6 +173,7 @@ export async function startS3Proxy(target: string): Promise<S3Proxy> {
   return {
     endpoint: `http://127.0.0.1:${port}`,
     requests,
+    incomplete,
     phase(name) {
       phase = name;
     },

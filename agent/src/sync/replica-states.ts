@@ -112,10 +112,15 @@ export class ReplicaStates {
       return;
     }
     if (code === 'internal') logger.error({ err, ...ids }, 'sync attempt failed unexpectedly');
-    const at = clock.now();
+    const now = clock.now();
+    // The failure report has the state of the report before it, and the cloud keeps the newer of
+    // two reports in one state (robot clock): a failure in the same millisecond as that report (a
+    // small corrupted file fails right after `syncing`), or after the clock stepped back, must
+    // still be newer. `updated_at` is at least the time of this replica's last report.
+    const at = Math.max(now, row.updatedAt + 1);
     const park = PARKING_CODES.has(code);
     const failures = row.failures + 1;
-    const next = park ? null : at + this.jittered(this.opts.schedule[Math.min(failures, this.opts.schedule.length) - 1]!);
+    const next = park ? null : now + this.jittered(this.opts.schedule[Math.min(failures, this.opts.schedule.length) - 1]!);
     const error = oneLine(code, next === null ? `${message}; not retried` : `${message}; retrying at ${iso(next)}`);
     const patch: ReplicaPatch = { lastError: error, failures, nextAttemptAt: next };
     // A grant of an earlier attempt counts one; an attempt that failed before any grant (a timeout) counts too.

@@ -1,14 +1,16 @@
 #!/usr/bin/env node
+import { readFileSync } from 'node:fs';
 import { Command, Option } from 'commander';
+import { applyUsageRules, EXIT_USAGE } from '@fleet/protocol';
 import { pino } from 'pino';
 import { ZodError } from 'zod';
 import { parseGrantProviderConfig, type GrantProviderConfig, type GrantProviderConfigInput } from './grant-provider/config.js';
 import { runGrantProvider, type RunningGrantProvider } from './grant-provider/main.js';
 import { FleetError, parseFleetOptions, runFleet, type Fleet, type FleetOptions, type FleetOptionsInput } from './fleet.js';
 
-/** Exit codes: 1 the fleet could not start, 2 bad usage or configuration. */
+/** Exit codes: 1 the fleet could not start, 2 (EXIT_USAGE) bad usage or configuration. */
 const EXIT_FAILED = 1;
-const EXIT_USAGE = 2;
+const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
 
 function fail(message: string, code: number): never {
   process.stderr.write(`fleet-sim: ${message}\n`);
@@ -17,9 +19,7 @@ function fail(message: string, code: number): never {
 
 const program = new Command('fleet-sim')
   .description('Simulated robots: real fleet agents with a synthetic recorder and a scripted operator.')
-  .showHelpAfterError()
-  // Usage errors (unknown or missing options) exit 2 like invalid values; help exits 0.
-  .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : EXIT_USAGE));
+  .version(version, '-V, --version', 'print the version');
 
 program
   .command('fleet')
@@ -235,4 +235,13 @@ async function serve(opts: FleetOptions): Promise<void> {
   process.stdout.write(`${JSON.stringify({ robots: fleet.robotIds })}\n`);
 }
 
-await program.parseAsync(process.argv);
+// Usage errors (unknown or missing options) exit 2 like invalid values; help exits 0.
+program.addHelpText(
+  'after',
+  `
+Examples:
+  $ fleet-sim fleet --api http://127.0.0.1:8080 --token ret_… --count 10 --data-dir ./sim --auto-episodes 6
+  $ FLEET_PROVIDER_SECRET=dsec_… fleet-sim grant-provider --insecure-http --port 8443 --s3-endpoint http://127.0.0.1:9000 --s3-bucket episodes --s3-path-style`,
+);
+applyUsageRules(program);
+await program.parseAsync(process.argv).catch((err: unknown) => fail(err instanceof Error ? err.message : String(err), EXIT_FAILED));

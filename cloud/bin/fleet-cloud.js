@@ -1,0 +1,3 @@
+#!/usr/bin/env node
+// `fleet-cloud` as linked into node_modules/.bin by npm: this checkout's built CLI (npm ci builds it).
+import '../dist/cli.js';

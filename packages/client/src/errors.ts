@@ -1,0 +1,77 @@
+import { API_ERRORS, type ApiErrorCode } from '@fleet/protocol';
+
+/**
+ * The `code` of a {@link FleetApiError}: one of the API's documented error codes, or
+ * `http_error` when the answer had no error body of ours (a proxy's page, a newer server's code
+ * this client does not know; the raw code is then in `serverCode`).
+ */
+export type FleetErrorCode = ApiErrorCode | 'http_error';
+
+export const FLEET_ERROR_CODES = Object.keys(API_ERRORS) as ApiErrorCode[];
+
+function isApiErrorCode(code: unknown): code is ApiErrorCode {
+  return typeof code === 'string' && Object.hasOwn(API_ERRORS, code);
+}
+
+/** A non-2xx answer from /v1: branch on `code`, never on `message`. */
+export class FleetApiError extends Error {
+  readonly status: number;
+  readonly code: FleetErrorCode;
+  readonly details: Record<string, unknown> | undefined;
+  /** The X-Request-Id of the request: quote it when asking for support. */
+  readonly requestId: string | null;
+  /** The same as `requestId`, spelled as in the error body. */
+  readonly request_id: string | null;
+  /** The code as the server sent it (differs from `code` only for `http_error`). */
+  readonly serverCode: string | null;
+  /** `Retry-After` in milliseconds, when the server sent one (429). */
+  readonly retryAfterMs: number | undefined;
+
+  constructor(init: {
+    status: number;
+    code: string | undefined;
+    message: string;
+    details?: Record<string, unknown> | undefined;
+    requestId: string | null;
+    retryAfterMs?: number | undefined;
+  }) {
+    super(init.message);
+    this.name = 'FleetApiError';
+    this.status = init.status;
+    this.code = isApiErrorCode(init.code) ? init.code : 'http_error';
+    this.serverCode = init.code ?? null;
+    this.details = init.details;
+    this.requestId = init.requestId;
+    this.request_id = init.requestId;
+    this.retryAfterMs = init.retryAfterMs;
+  }
+}
+
+/** No HTTP answer at all (connection refused, reset, DNS), after the retries the policy allows. */
+export class FleetConnectionError extends Error {
+  constructor(
+    message: string,
+    readonly method: string,
+    readonly url: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = 'FleetConnectionError';
+  }
+}
+
+/** An export or manifest stream that broke the NDJSON contract (a line too long, not JSON). */
+export class FleetStreamError extends Error {
+  constructor(
+    readonly reason: 'line_too_long' | 'invalid_json',
+    message: string,
+  ) {
+    super(message);
+    this.name = 'FleetStreamError';
+  }
+}
+
+/** `err` is a FleetApiError, with that `code` when one is given. */
+export function isFleetApiError<C extends FleetErrorCode>(err: unknown, code?: C): err is FleetApiError & { code: C } {
+  return err instanceof FleetApiError && (code === undefined || err.code === code);
+}

@@ -1,0 +1,113 @@
+import { randomUUID } from 'node:crypto';
+import { nextRetryDelay, parseRetryAfter, type RetryPolicy } from '@fleet/protocol';
+import { FleetConnectionError } from './errors.js';
+
+/**
+ * The waits between attempts (ms) and their spread: 3 retries after 0.5 s, 1 s and 2 s, ±20 %.
+ * A `Retry-After` longer than the schedule's wait is honoured up to `maxRetryAfterMs`.
+ */
+export const DEFAULT_RETRY_POLICY: RetryPolicy = Object.freeze({ schedule: Object.freeze([500, 1_000, 2_000]), jitter: 0.2 });
+export const DEFAULT_MAX_RETRY_AFTER_MS = 60_000;
+
+export interface TransportOptions {
+  /** The fetch to send with (default: the global one); the retries wrap it. */
+  fetch?: typeof fetch;
+  /** `false` turns retries off. */
+  retry?: RetryPolicy | false;
+  /** A `Retry-After` longer than this is not waited for: the 429 is thrown. */
+  maxRetryAfterMs?: number;
+  /** Injected for tests: waits `ms` (rejects when `signal` aborts). */
+  sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+  random?: () => number;
+  /** Makes the automatic Idempotency-Key of a POST (default: a random UUID). */
+  idempotencyKey?: () => string;
+  /** Told before each wait (for logs and progress). */
+  onRetry?: (info: { method: string; url: string; attempt: number; waitMs: number; status: number | null; error?: unknown }) => void;
+}
+
+/** Paths the server does not deduplicate by Idempotency-Key (no API key, so no organization). */
+const UNKEYED_POSTS = new Set(['/v1/robots/enroll']);
+
+/**
+ * Whether a failed attempt may be sent again. The rule:
+ * - 429: every method (the server refused before doing anything).
+ * - other 5xx and network errors: GET, HEAD, PUT, DELETE (idempotent: a full replacement or a
+ *   removal that answers 204 again) and POST (its Idempotency-Key, the same on every attempt,
+ *   makes the server replay the first answer instead of acting twice), except POSTs the server
+ *   does not deduplicate (robot enrollment).
+ * - PATCH never on those: an outcome change writes an audit row per request.
+ */
+export function isRetryable(method: string, path: string, status: number | null): boolean {
+  if (status === 429) return true;
+  if (status !== null && status < 500) return false;
+  switch (method) {
+    case 'GET':
+    case 'HEAD':
+    case 'PUT':
+    case 'DELETE':
+      return true;
+    case 'POST':
+      return !UNKEYED_POSTS.has(path);
+    default:
+      return false;
+  }
+}
+
+const defaultSleep = (ms: number, signal?: AbortSignal): Promise<void> =>
+  new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason as Error);
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason as Error);
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+
+/**
+ * A fetch for openapi-fetch that adds an Idempotency-Key to every POST that has none and retries
+ * by {@link isRetryable} with backoff, jitter and `Retry-After`. The request body is read once, so
+ * every attempt sends the same bytes under the same key.
+ */
+export function retryingFetch(opts: TransportOptions = {}): (input: Request) => Promise<Response> {
+  const send = opts.fetch ?? globalThis.fetch;
+  const policy = opts.retry === false ? { schedule: [] } : (opts.retry ?? DEFAULT_RETRY_POLICY);
+  const sleep = opts.sleep ?? defaultSleep;
+  const maxRetryAfterMs = opts.maxRetryAfterMs ?? DEFAULT_MAX_RETRY_AFTER_MS;
+  const makeKey = opts.idempotencyKey ?? randomUUID;
+
+  return async (request: Request): Promise<Response> => {
+    const method = request.method.toUpperCase();
+    const headers = new Headers(request.headers);
+    if (method === 'POST' && !headers.has('idempotency-key')) headers.set('idempotency-key', makeKey());
+    const body = request.body === null ? undefined : new Uint8Array(await request.arrayBuffer());
+    const path = new URL(request.url).pathname;
+    const signal = request.signal;
+
+    for (let attempt = 1; ; attempt++) {
+      let response: Response | undefined;
+      let failure: unknown;
+      try {
+        response = await send(request.url, { method, headers, body, signal, redirect: 'error' });
+      } catch (err) {
+        if (signal.aborted) throw err;
+        failure = err;
+      }
+      const status = response?.status ?? null;
+      if (response && status! < 500 && status !== 429) return response;
+      const retryAfterMs = response ? parseRetryAfter(response.headers.get('retry-after') ?? undefined, Date.now()) : undefined;
+      const wait = isRetryable(method, path, status) ? nextRetryDelay(policy, attempt, { ...(retryAfterMs !== undefined ? { retryAfterMs } : {}), ...(opts.random ? { random: opts.random } : {}) }) : null;
+      if (wait === null || wait > maxRetryAfterMs) {
+        if (response) return response;
+        throw new FleetConnectionError(`${method} ${path}: ${failure instanceof Error ? failure.message : String(failure)}`, method, request.url, { cause: failure });
+      }
+      // The body of an answer we will not use is dropped so its connection can be reused.
+      await response?.body?.cancel().catch(() => undefined);
+      opts.onRetry?.({ method, url: request.url, attempt, waitMs: wait, status, ...(failure !== undefined ? { error: failure } : {}) });
+      await sleep(wait, signal);
+    }
+  };
+}

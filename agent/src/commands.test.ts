@@ -1,7 +1,9 @@
 import { CommandReplySchema, DAY, type CommandReply, type ManualClock, type RobotCommand } from '@fleet/protocol';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { SimulatedRobotActions, type RobotActions } from './actions.js';
-import { CommandHandler } from './commands.js';
+import { stat } from 'node:fs/promises';
+import { CommandHandler, type CommandHandlerOptions } from './commands.js';
+import { credentialsPath, readCredentials } from './credentials.js';
 import type { Agent } from './daemon.js';
 import {
   captureLogs,
@@ -228,7 +230,12 @@ class ObservedActions extends SimulatedRobotActions {
   }
 }
 
-async function handlerOn(dataDir: string, actions: RobotActions, clock?: ManualClock): Promise<{ handler: CommandHandler; m: TestMachine; logs: LogCapture }> {
+async function handlerOn(
+  dataDir: string,
+  actions: RobotActions,
+  clock?: ManualClock,
+  extra: Partial<CommandHandlerOptions> = {},
+): Promise<{ handler: CommandHandler; m: TestMachine; logs: LogCapture }> {
   const m = await openTestMachine({ dataDir, ...(clock ? { clock } : {}) });
   machines.push(m);
   const logs = captureLogs();
@@ -242,6 +249,7 @@ async function handlerOn(dataDir: string, actions: RobotActions, clock?: ManualC
     legacyRuntime: false,
     windowMs: DAY,
     publish: async () => {},
+    ...extra,
   });
   return { handler, m, logs };
 }
@@ -350,3 +358,54 @@ describe('a non-episode action and its stored answer', () => {
     expect(await handler.handle({ cmd_id: 'e1', command: 'episodes.start', sent_at: m.clock.now() })).toMatchObject({ ok: true, result: { recording_state: 'recording' } });
   });
 });
+
+describe('credentials.rotate', () => {
+  const NEXT = 'rsec_next_secret_0123456789abcdefghijklmnop';
+
+  it('stores the new password durably (0600) before answering, keeps the identity, and never logs or echoes it', async () => {
+    const t = await agent();
+    const reply = await send(t, 'rot-1', 'credentials.rotate', { password: NEXT });
+    expect(reply).toMatchObject({ ok: true, result: { rotated: true, command: 'credentials.rotate', robot_id: t.credentials.robot_id } });
+    expect(JSON.stringify(reply)).not.toContain(NEXT);
+    const stored = await readCredentials(t.dataDir);
+    expect(stored).toEqual({ ...t.credentials, mqtt: { ...t.credentials.mqtt, password: NEXT } });
+    expect((await stat(credentialsPath(t.dataDir))).mode & 0o777).toBe(0o600);
+    expect(t.agent.credentials.mqtt.password).toBe(NEXT);
+    expect(JSON.stringify(t.logs.records)).not.toContain(NEXT);
+    // The same command id again is answered from storage.
+    expect(await send(t, 'rot-1', 'credentials.rotate', { password: NEXT })).toEqual(reply);
+  });
+
+  it('refuses arguments without a usable password and changes nothing', async () => {
+    const t = await agent();
+    for (const [i, args] of [undefined, {}, { password: 'short' }, { password: NEXT, extra: 1 }].entries()) {
+      expect(await send(t, `bad-${i}`, 'credentials.rotate', args)).toMatchObject({ ok: false, error: { code: 'invalid_args' } });
+    }
+    expect(await readCredentials(t.dataDir)).toBeUndefined();
+  });
+
+  it('answers failed, unremembered, when the credentials cannot be written: the same id stores them once it can', async () => {
+    let fail = true;
+    const stored: string[] = [];
+    const { handler, m } = await handlerOn(await makeTempDir(), new SimulatedRobotActions(), undefined, {
+      rotateCredentials: async ({ password }) => {
+        if (fail) throw new Error('ENOSPC: no space left on device');
+        stored.push(password);
+      },
+    });
+    const cmd = { cmd_id: 'rot-f', command: 'credentials.rotate', args: { password: NEXT }, sent_at: m.clock.now() } as const;
+    expect(await handler.handle(cmd)).toMatchObject({ ok: false, error: { code: 'failed' } });
+    fail = false;
+    expect(await handler.handle(cmd)).toMatchObject({ ok: true });
+    expect(stored).toEqual([NEXT]);
+  });
+
+  it('answers unsupported when the agent has no way to store credentials', async () => {
+    const { handler, m } = await handlerOn(await makeTempDir(), new SimulatedRobotActions());
+    expect(await handler.handle({ cmd_id: 'rot-u', command: 'credentials.rotate', args: { password: NEXT }, sent_at: m.clock.now() })).toMatchObject({
+      ok: false,
+      error: { code: 'unsupported' },
+    });
+  });
+});
+

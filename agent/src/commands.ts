@@ -4,6 +4,8 @@ import {
   EpisodeStartBodySchema,
   parseBoundedJson,
   RobotCommandSchema,
+  RotateCredentialsArgsSchema,
+  type RotateCredentialsArgs,
   type Clock,
   type CommandRefusal,
   type CommandReply,
@@ -31,6 +33,11 @@ export interface CommandHandlerOptions {
   windowMs: number;
   /** Sends a reply to the cloud. */
   publish: (reply: CommandReply) => Promise<void>;
+  /**
+   * Stores a rotated broker password durably and uses it for the next connect
+   * (`credentials.rotate`); without it the command answers `unsupported`.
+   */
+  rotateCredentials?: (args: RotateCredentialsArgs) => Promise<void>;
 }
 
 type EpisodeCommand = 'episodes.start' | 'episodes.finish' | 'episodes.fail' | 'episodes.discard';
@@ -106,7 +113,11 @@ export class CommandHandler {
     const notBefore = now - this.opts.windowMs;
     const remembered = await this.opts.store.commandResults.get(cmd.cmd_id, notBefore);
     if (remembered) return this.answerRemembered(cmd, remembered);
-    const reply = isActionCommand(cmd.command) ? await this.runAction(cmd, cmd.command, now, notBefore) : await this.runEpisodeCommand(cmd, cmd.command, now);
+    const reply = isActionCommand(cmd.command)
+      ? await this.runAction(cmd, cmd.command, now, notBefore)
+      : cmd.command === 'credentials.rotate'
+        ? await this.runRotation(cmd, now)
+        : await this.runEpisodeCommand(cmd, cmd.command, now);
     this.opts.logger.info({ cmd_id: cmd.cmd_id, command: cmd.command, ok: reply.ok, ...(reply.ok ? {} : { code: reply.error.code }) }, 'command answered');
     return reply;
   }
@@ -175,6 +186,26 @@ export class CommandHandler {
       reply = this.refusalOf(cmd, err);
     }
     if (!reply.ok && reply.error.code !== 'failed') await this.remember(cmd, reply, now);
+    return reply;
+  }
+
+  /**
+   * A new broker password: stored durably before the answer, because the cloud refuses the old
+   * one as soon as it reads `ok`. A failed write answers `failed` and is not remembered (the cloud
+   * sends the same secret again); the password is never logged nor part of the reply.
+   */
+  private async runRotation(cmd: RobotCommand, now: number): Promise<CommandReply> {
+    if (!this.opts.rotateCredentials) return this.refuse(cmd, 'unsupported', 'this agent cannot rotate its credentials');
+    const args = RotateCredentialsArgsSchema.safeParse(cmd.args);
+    if (!args.success) return this.refuse(cmd, 'invalid_args', 'credentials.rotate needs {password}');
+    try {
+      await this.opts.rotateCredentials(args.data);
+    } catch (err) {
+      this.opts.logger.error({ err: { message: (err as Error).message }, cmd_id: cmd.cmd_id }, 'could not store the rotated credentials');
+      return this.refuse(cmd, 'failed', `the robot could not store its new credentials: ${(err as Error).message}`);
+    }
+    const reply = this.ok(cmd, { rotated: true });
+    await this.remember(cmd, reply, now);
     return reply;
   }
 

@@ -74,4 +74,22 @@ export async function writeCredentials(dataDir: string, credentials: Credentials
     await rm(tmp, { force: true });
     throw err;
   }
+  // The rename is durable once the directory is: a rotated password must survive a power cut
+  // right after the robot told the cloud it has it.
+  const dir = await open(dataDir, 'r');
+  try {
+    await dir.sync();
+  } finally {
+    await dir.close();
+  }
+}
+
+/**
+ * A credential rotation (`credentials.rotate`): the same identity with the new broker password,
+ * written durably before the robot acknowledges it. Returns what is stored now.
+ */
+export async function storeRotatedPassword(dataDir: string, current: Credentials, password: string): Promise<Credentials> {
+  const next: Credentials = { ...current, mqtt: { ...current.mqtt, password } };
+  await writeCredentials(dataDir, next);
+  return next;
 }

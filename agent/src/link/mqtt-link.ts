@@ -43,10 +43,21 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
   private everConnected = false;
   private syncReady = false;
   private readonly robotId: string;
+  private password: string;
 
   constructor(private readonly opts: MqttLinkOptions) {
     super();
     this.robotId = opts.credentials.robot_id;
+    this.password = opts.credentials.mqtt.password;
+  }
+
+  /**
+   * The password for every later connect (a credential rotation stored it durably first). The
+   * live connection stays as it is; the cloud closes it once it has the robot's answer.
+   */
+  setPassword(password: string): void {
+    this.password = password;
+    if (this.client) this.client.options.password = password;
   }
 
   get connected(): boolean {
@@ -74,7 +85,7 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
       protocolVersion: 4,
       clientId: credentials.mqtt.client_id,
       username: credentials.mqtt.username,
-      password: credentials.mqtt.password,
+      password: this.password,
       clean: true,
       keepalive: keepaliveSeconds,
       reconnectPeriod: 0,

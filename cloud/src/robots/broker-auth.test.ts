@@ -5,6 +5,7 @@ import { startEmbeddedBroker, type EmbeddedBroker } from '../mqtt/broker.js';
 import type { SqliteStore } from '../store/index.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './broker-auth.js';
 import { storeWithRobots } from '../test-support.js';
+import { hashSecret } from '../ids.js';
 
 const CLOUD_PASSWORD = 'cloud-secret-for-this-test';
 
@@ -13,11 +14,12 @@ describe('embedded broker ACL (real aedes, real mqtt.js clients)', () => {
   let broker: EmbeddedBroker;
   const clients: MqttClient[] = [];
   let robots: { id: string; password: string }[];
+  let clock: ManualClock;
 
   beforeEach(async () => {
-    const clock = new ManualClock(Date.now());
+    clock = new ManualClock(Date.now());
     ({ store, robots } = await storeWithRobots(clock, 2));
-    broker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: robotBrokerHooks(store, CLOUD_PASSWORD, () => undefined) });
+    broker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: robotBrokerHooks(store, CLOUD_PASSWORD, () => undefined, { clock }) });
   });
 
   afterEach(async () => {
@@ -80,5 +82,30 @@ describe('embedded broker ACL (real aedes, real mqtt.js clients)', () => {
     await expect.poll(() => seen).toContain(topics.status(a.id));
     expect(seen).not.toContain(topics.status(b.id));
     expect(seen).not.toContain(topics.command(a.id));
+  });
+
+  it('closes a de-enrolled robot\'s live connection on request and refuses its credentials from then on', async () => {
+    const [a, b] = robots as [{ id: string; password: string }, { id: string; password: string }];
+    const ca = await connect(a.id, a.id, a.password);
+    const cb = await connect(b.id, b.id, b.password);
+    const closed = new Promise<void>((resolve) => ca.once('close', () => resolve()));
+    await store.robots.deenroll('org_a', a.id, clock.now());
+    expect(broker.disconnect(a.id)).toBe(true);
+    await closed;
+    await expect(connect(a.id, a.id, a.password)).rejects.toThrow(/Bad username or password/);
+    expect(broker.disconnect('rbt_aaaaaaaaaaaaaaaaaaaaaaaaaa')).toBe(false);
+    // The other robot is untouched.
+    expect(cb.connected).toBe(true);
+  });
+
+  it('accepts the pending secret of a rotation as its acknowledgment: it becomes the only password', async () => {
+    const [a] = robots as [{ id: string; password: string }];
+    await store.robots.requestRotation('org_a', a.id, clock.now());
+    await store.robots.setPendingPassword(a.id, hashSecret('rsec_the_next_secret_for_a'), 'sealed');
+    // Both work while the rotation runs.
+    await (await connect(a.id, a.id, a.password)).endAsync();
+    await connect(a.id, a.id, 'rsec_the_next_secret_for_a');
+    expect(await store.robots.getById(a.id)).toMatchObject({ mqttPasswordHash: hashSecret('rsec_the_next_secret_for_a'), pendingPasswordHash: null, rotatedAt: clock.now() });
+    await expect(connect(a.id, a.id, a.password)).rejects.toThrow(/Bad username or password/);
   });
 });

@@ -1,6 +1,6 @@
 import { timingSafeEqual } from 'node:crypto';
 import type { Client } from 'aedes';
-import { parseRobotTopic } from '@fleet/protocol';
+import { parseRobotTopic, systemClock, type Clock } from '@fleet/protocol';
 import { hashSecret } from '../ids.js';
 import type { BrokerHooks } from '../mqtt/broker.js';
 import type { PublishThrottle } from '../mqtt/throttle.js';
@@ -24,7 +24,8 @@ function equalSecret(a: string, b: string): boolean {
 
 /**
  * Broker authentication and ACL. A robot connects with client id = username = its robot id and
- * the password issued at enrollment (stored hashed); it may publish only its own status, command
+ * its password (issued at enrollment or by a rotation, stored hashed); a de-enrolled robot is
+ * refused. It may publish only its own status, command
  * replies, outbox and sync requests, and subscribe only to its own commands, outbox
  * acknowledgments and sync messages (assignments, grants, deferrals).
  */
@@ -32,8 +33,9 @@ export function robotBrokerHooks(
   store: Store,
   cloudPassword: string,
   log: (msg: string, extra: object) => void,
-  opts: { throttle?: PublishThrottle<Client> } = {},
+  opts: { throttle?: PublishThrottle<Client>; clock?: Clock } = {},
 ): BrokerHooks {
+  const clock = opts.clock ?? systemClock;
   const cloudClients = new WeakSet<Client>();
   return {
     authenticate(client, username, password, done) {
@@ -50,9 +52,25 @@ export function robotBrokerHooks(
         done(refuse(4, 'client id must equal username'), false);
         return;
       }
-      store.robots.getById(username).then(
-        (robot) => {
-          if (robot && equalSecret(hashSecret(pass), robot.mqttPasswordHash)) done(null, true);
+      const check = async (): Promise<boolean> => {
+        const robot = await store.robots.getById(username);
+        if (!robot) return false;
+        if (robot.deenrolledAt !== null) {
+          log('mqtt connection refused: the robot is de-enrolled', { client_id: client.id });
+          return false;
+        }
+        const hash = hashSecret(pass);
+        if (equalSecret(hash, robot.mqttPasswordHash)) return true;
+        // The secret of a running rotation: the robot stored it, so its answer was lost on the
+        // way. Holding it is the acknowledgment; from now on only this secret works.
+        if (robot.pendingPasswordHash !== null && equalSecret(hash, robot.pendingPasswordHash)) {
+          return store.robots.completeRotation(robot.id, robot.pendingPasswordHash, clock.now());
+        }
+        return false;
+      };
+      check().then(
+        (ok) => {
+          if (ok) done(null, true);
           else {
             log('mqtt connection refused: bad robot credentials', { client_id: client.id });
             done(refuse(4, 'bad credentials'), false);

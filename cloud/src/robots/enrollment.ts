@@ -1,9 +1,9 @@
-import { DAY, iso, type Clock, type EnrollBody, type EnrollResponse } from '@fleet/protocol';
+import { DAY, iso, type Clock, type EnrollBody, type EnrollmentTokenInfo, type EnrollResponse } from '@fleet/protocol';
 import { topics } from '@fleet/protocol';
 import { entitlementsOf } from '../entitlements.js';
 import { ApiError, validationError } from '../errors.js';
 import { hashSecret, newId, newSecret } from '../ids.js';
-import type { OrgRow, Store } from '../store/index.js';
+import type { EnrollmentTokenRow, OrgRow, Store } from '../store/index.js';
 
 export const DEFAULT_TOKEN_TTL_MS = DAY;
 
@@ -22,6 +22,7 @@ export async function createEnrollmentToken(
     id: newId('ret'),
     orgId: args.org.id,
     tokenHash: hashSecret(token),
+    tokenPrefix: tokenPrefixOf(token),
     namePrefix: args.namePrefix ?? null,
     maxUses: args.maxUses ?? 1,
     expiresAt,
@@ -40,10 +41,32 @@ export async function createEnrollmentToken(
   };
 }
 
+/** Characters of a token a list shows: `ret_` and 8 of its 256 random bits' worth, not enough to guess the rest. */
+const SHOWN_TOKEN_CHARS = 12;
+
+export function tokenPrefixOf(token: string): string {
+  return token.slice(0, SHOWN_TOKEN_CHARS);
+}
+
+/** A token as `GET /v1/robots/enrollment-tokens` lists it: never its secret. */
+export function toEnrollmentTokenInfo(t: EnrollmentTokenRow): EnrollmentTokenInfo {
+  return {
+    id: t.id,
+    token_prefix: t.tokenPrefix ?? 'ret_',
+    name_prefix: t.namePrefix,
+    max_uses: t.maxUses,
+    uses: t.uses,
+    expires_at: iso(t.expiresAt),
+    created_at: iso(t.createdAt),
+    revoked_at: t.revokedAt === null ? null : iso(t.revokedAt),
+  };
+}
+
 const REFUSALS = {
   token_invalid: 'unknown enrollment token',
   token_expired: 'enrollment token expired',
   token_used_up: 'enrollment token has no uses left',
+  token_revoked: 'enrollment token revoked',
 } as const;
 
 /**

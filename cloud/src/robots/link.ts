@@ -37,6 +37,8 @@ export class RobotLink {
   private readonly pending = new Map<string, Pending>();
   /** Receives every robot outbox message (the outbox router). */
   onOutbox: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
+  /** Told when a robot's status turns from offline to online (a pending credential rotation goes out). */
+  onRobotOnline: ((robotId: string) => void) | null = null;
   /** Receives every robot sync request (grant and assignment requests). */
   onSyncRequest: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
 
@@ -159,7 +161,8 @@ export class RobotLink {
       return;
     }
     const s = parsed.data;
-    if (!(await this.opts.store.robots.getById(robotId))) return;
+    const before = await this.opts.store.robots.getById(robotId);
+    if (!before || before.deenrolledAt !== null) return;
     await this.opts.store.robots.updateStatus(robotId, {
       connected: s.online,
       ...(s.runtime_version !== undefined ? { runtimeVersion: s.runtime_version } : {}),
@@ -168,6 +171,7 @@ export class RobotLink {
       ...(s.recording_state !== undefined ? { recordingState: s.recording_state } : {}),
       seenAt: this.opts.clock.now(),
     });
+    if (s.online && !before.connected) this.onRobotOnline?.(robotId);
   }
 
   private onReply(robotId: string, json: unknown): void {

@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
+import type { CloudMetrics } from '../metrics.js';
 import { isOutboxKind, MAX_OUTBOX_MESSAGE_BYTES, OutboxMessageSchema, parseBoundedJson, type OutboxAck, type OutboxKind } from '@fleet/protocol';
 
 /** How a kind's handler answers one message; each message is answered at most once. */
@@ -25,6 +26,8 @@ export interface OutboxRouterOptions {
   handlers: Partial<Record<OutboxKind, OutboxKindHandler>>;
   /** When a robot resends a message of a kind this cloud does not handle. */
   unknownKindRetryS?: number;
+  /** Counts the acknowledgments by kind and result. */
+  metrics?: Pick<CloudMetrics, 'outboxAck'>;
 }
 
 /** A newer agent's message kind is kept on the robot and offered again this much later. */
@@ -86,17 +89,18 @@ export class OutboxRouter {
     if (!handler) {
       const retryAfterS = this.opts.unknownKindRetryS ?? UNKNOWN_KIND_RETRY_S;
       logger.warn({ robot_id: robotId, msg_id: msgId, kind }, 'outbox message of a kind this cloud does not handle; the robot keeps it');
-      await this.reply(robotId, msgId).later('unknown_kind', `this cloud does not handle ${kind} messages yet`, retryAfterS);
+      await this.reply(robotId, msgId, kind).later('unknown_kind', `this cloud does not handle ${kind} messages yet`, retryAfterS);
       return;
     }
-    await handler.handle(robotId, msgId, body, this.reply(robotId, msgId));
+    await handler.handle(robotId, msgId, body, this.reply(robotId, msgId, kind));
   }
 
-  private reply(robotId: string, msgId: string): OutboxReply {
+  private reply(robotId: string, msgId: string, kind = 'invalid'): OutboxReply {
     let answered = false;
     const send = async (ack: OutboxAck): Promise<void> => {
       if (answered) return;
       answered = true;
+      this.opts.metrics?.outboxAck(kind, ack.ok ? 'ok' : ack.retry_after_s !== undefined ? 'later' : 'refused');
       try {
         await this.opts.ack(robotId, ack);
       } catch (err) {

@@ -326,4 +326,37 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       ALTER TABLE episodes ADD COLUMN pruned_at INTEGER;
     `,
   },
+  {
+    version: 8,
+    name: 'fleet administration: revoked enrollment tokens, de-enrolled robots, credential rotation, webhook attempt log',
+    sql: `
+      ALTER TABLE enrollment_tokens ADD COLUMN revoked_at INTEGER;
+      -- The first characters of the token (ret_ and 8 more), to tell tokens apart in a list; NULL for older tokens.
+      ALTER TABLE enrollment_tokens ADD COLUMN token_prefix TEXT;
+      CREATE INDEX enrollment_tokens_by_org ON enrollment_tokens (org_id, id);
+      ALTER TABLE robots ADD COLUMN deenrolled_at INTEGER;
+      -- A rotation asked for and not yet acknowledged by the robot; the old password works meanwhile.
+      ALTER TABLE robots ADD COLUMN rotation_requested_at INTEGER;
+      -- The secret of a running rotation, sealed (it is sent again until the robot acknowledges
+      -- it, so a robot never holds a secret the cloud forgot) and hashed (what the broker checks).
+      ALTER TABLE robots ADD COLUMN pending_password_hash TEXT;
+      ALTER TABLE robots ADD COLUMN pending_secret_sealed TEXT;
+      ALTER TABLE robots ADD COLUMN rotated_at INTEGER;
+      -- Every attempt to deliver a webhook, kept for the newest attempts of each subscription.
+      CREATE TABLE webhook_attempts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        subscription_id TEXT NOT NULL,
+        delivery_id INTEGER NOT NULL,
+        event_id TEXT NOT NULL,
+        event_type TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        status_code INTEGER,
+        error TEXT,
+        latency_ms INTEGER,
+        outcome TEXT NOT NULL CHECK (outcome IN ('delivered', 'retry', 'dead')),
+        at INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX webhook_attempts_by_subscription ON webhook_attempts (subscription_id, id);
+    `,
+  },
 ];

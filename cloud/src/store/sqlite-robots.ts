@@ -12,6 +12,8 @@ interface TokenDbRow {
   expires_at: number;
   created_by: string;
   created_at: number;
+  token_prefix: string | null;
+  revoked_at: number | null;
 }
 
 interface RobotDbRow {
@@ -27,6 +29,11 @@ interface RobotDbRow {
   recording_state: string | null;
   last_seen_at: number | null;
   created_at: number;
+  deenrolled_at: number | null;
+  rotation_requested_at: number | null;
+  pending_password_hash: string | null;
+  pending_secret_sealed: string | null;
+  rotated_at: number | null;
 }
 
 function robotFromDb(r: RobotDbRow): RobotRow {
@@ -43,6 +50,11 @@ function robotFromDb(r: RobotDbRow): RobotRow {
     recordingState: r.recording_state as RecordingState | null,
     lastSeenAt: r.last_seen_at,
     createdAt: r.created_at,
+    deenrolledAt: r.deenrolled_at,
+    rotationRequestedAt: r.rotation_requested_at,
+    pendingPasswordHash: r.pending_password_hash,
+    pendingSecretSealed: r.pending_secret_sealed,
+    rotatedAt: r.rotated_at,
   };
 }
 
@@ -57,6 +69,8 @@ function tokenFromDb(t: TokenDbRow): EnrollmentTokenRow {
     expiresAt: t.expires_at,
     createdBy: t.created_by,
     createdAt: t.created_at,
+    tokenPrefix: t.token_prefix,
+    revokedAt: t.revoked_at,
   };
 }
 
@@ -71,31 +85,69 @@ export class SqliteRobots implements RobotStore {
   private readonly page;
   private readonly status;
   private readonly disconnectAll;
+  private readonly tokenPage;
+  private readonly tokenByOrgAndId;
+  private readonly revokeToken;
+  private readonly pageAll;
+  private readonly markDeenrolled;
+  private readonly markRotation;
+  private readonly pending;
+  private readonly promote;
 
   constructor(private readonly db: Db) {
     this.insertToken = db.prepare(
-      'INSERT INTO enrollment_tokens (id, org_id, token_hash, name_prefix, max_uses, expires_at, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+      'INSERT INTO enrollment_tokens (id, org_id, token_hash, token_prefix, name_prefix, max_uses, expires_at, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
     );
+    this.tokenPage = db.prepare<[string, string, number], TokenDbRow>('SELECT * FROM enrollment_tokens WHERE org_id = ? AND id > ? ORDER BY id LIMIT ?');
+    this.tokenByOrgAndId = db.prepare<[string, string], TokenDbRow>('SELECT * FROM enrollment_tokens WHERE org_id = ? AND id = ?');
+    this.revokeToken = db.prepare('UPDATE enrollment_tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE org_id = ? AND id = ?');
     this.tokenByHash = db.prepare<[string], TokenDbRow>('SELECT * FROM enrollment_tokens WHERE token_hash = ?');
     this.useToken = db.prepare('UPDATE enrollment_tokens SET uses = uses + 1 WHERE id = ?');
-    this.countByOrg = db.prepare<[string], { n: number }>('SELECT COUNT(*) AS n FROM robots WHERE org_id = ?');
+    this.countByOrg = db.prepare<[string], { n: number }>('SELECT COUNT(*) AS n FROM robots WHERE org_id = ? AND deenrolled_at IS NULL');
     this.insertRobot = db.prepare(
       `INSERT INTO robots (id, org_id, name, platform, runtime_version, capabilities, mqtt_password_hash, enrollment_token_id, connected, recording_state, last_seen_at, created_at)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
     this.byOrgAndId = db.prepare<[string, string], RobotDbRow>('SELECT * FROM robots WHERE org_id = ? AND id = ?');
     this.byId = db.prepare<[string], RobotDbRow>('SELECT * FROM robots WHERE id = ?');
-    this.page = db.prepare<[string, string, number], RobotDbRow>('SELECT * FROM robots WHERE org_id = ? AND id > ? ORDER BY id LIMIT ?');
+    this.page = db.prepare<[string, string, number], RobotDbRow>('SELECT * FROM robots WHERE org_id = ? AND id > ? AND deenrolled_at IS NULL ORDER BY id LIMIT ?');
+    this.pageAll = db.prepare<[string, string, number], RobotDbRow>('SELECT * FROM robots WHERE org_id = ? AND id > ? ORDER BY id LIMIT ?');
+    this.markDeenrolled = db.prepare(
+      `UPDATE robots SET deenrolled_at = COALESCE(deenrolled_at, ?), connected = 0, rotation_requested_at = NULL, pending_password_hash = NULL, pending_secret_sealed = NULL
+       WHERE org_id = ? AND id = ?`,
+    );
+    this.markRotation = db.prepare(
+      'UPDATE robots SET rotation_requested_at = COALESCE(rotation_requested_at, ?) WHERE org_id = ? AND id = ? AND deenrolled_at IS NULL',
+    );
+    this.pending = db.prepare(
+      `UPDATE robots SET pending_password_hash = ?, pending_secret_sealed = ?
+       WHERE id = ? AND rotation_requested_at IS NOT NULL AND pending_password_hash IS NULL AND deenrolled_at IS NULL`,
+    );
+    this.promote = db.prepare(
+      `UPDATE robots SET mqtt_password_hash = pending_password_hash, pending_password_hash = NULL, pending_secret_sealed = NULL, rotation_requested_at = NULL, rotated_at = ?
+       WHERE id = ? AND pending_password_hash = ? AND deenrolled_at IS NULL`,
+    );
+
     this.status = db.prepare(
       `UPDATE robots SET connected = ?, runtime_version = COALESCE(?, runtime_version), platform = COALESCE(?, platform),
          capabilities = COALESCE(?, capabilities), recording_state = CASE WHEN ? THEN ? ELSE recording_state END,
-         last_seen_at = MAX(COALESCE(last_seen_at, 0), ?) WHERE id = ?`,
+         last_seen_at = MAX(COALESCE(last_seen_at, 0), ?) WHERE id = ? AND deenrolled_at IS NULL`,
     );
     this.disconnectAll = db.prepare('UPDATE robots SET connected = 0 WHERE connected = 1');
   }
 
-  async createEnrollmentToken(row: Omit<EnrollmentTokenRow, 'uses'>): Promise<void> {
-    this.insertToken.run(row.id, row.orgId, row.tokenHash, row.namePrefix, row.maxUses, row.expiresAt, row.createdBy, row.createdAt);
+  async createEnrollmentToken(row: Omit<EnrollmentTokenRow, 'uses' | 'revokedAt'>): Promise<void> {
+    this.insertToken.run(row.id, row.orgId, row.tokenHash, row.tokenPrefix, row.namePrefix, row.maxUses, row.expiresAt, row.createdBy, row.createdAt);
+  }
+
+  async listEnrollmentTokens(orgId: string, after: string | null, limit: number): Promise<EnrollmentTokenRow[]> {
+    return this.tokenPage.all(orgId, after ?? '', limit).map(tokenFromDb);
+  }
+
+  async revokeEnrollmentToken(orgId: string, id: string, at: number): Promise<EnrollmentTokenRow | undefined> {
+    this.revokeToken.run(at, orgId, id);
+    const t = this.tokenByOrgAndId.get(orgId, id);
+    return t && tokenFromDb(t);
   }
 
   async enroll(args: Parameters<RobotStore['enroll']>[0]): Promise<EnrollOutcome> {
@@ -106,6 +158,7 @@ export class SqliteRobots implements RobotStore {
       .transaction((): EnrollOutcome => {
         const t = this.tokenByHash.get(args.tokenHash);
         if (!t) return { kind: 'token_invalid' };
+        if (t.revoked_at !== null) return { kind: 'token_revoked' };
         if (t.expires_at <= args.now) return { kind: 'token_expired' };
         if (t.uses >= t.max_uses) return { kind: 'token_used_up' };
         const count = this.countByOrg.get(t.org_id)!.n;
@@ -127,7 +180,10 @@ export class SqliteRobots implements RobotStore {
           r.lastSeenAt,
           r.createdAt,
         );
-        return { kind: 'enrolled', robot: { ...r, orgId: t.org_id, enrollmentTokenId: t.id } };
+        return {
+          kind: 'enrolled',
+          robot: { ...r, orgId: t.org_id, enrollmentTokenId: t.id, deenrolledAt: null, rotationRequestedAt: null, pendingPasswordHash: null, pendingSecretSealed: null, rotatedAt: null },
+        };
       })
       .immediate();
   }
@@ -142,9 +198,28 @@ export class SqliteRobots implements RobotStore {
     return r && robotFromDb(r);
   }
 
-  async list(orgId: string, after: string | null, limit: number): Promise<RobotRow[]> {
-    return this.page.all(orgId, after ?? '', limit).map(robotFromDb);
+  async list(orgId: string, after: string | null, limit: number, opts: { includeDeenrolled?: boolean } = {}): Promise<RobotRow[]> {
+    return (opts.includeDeenrolled ? this.pageAll : this.page).all(orgId, after ?? '', limit).map(robotFromDb);
   }
+
+  async deenroll(orgId: string, id: string, at: number): Promise<RobotRow | undefined> {
+    this.markDeenrolled.run(at, orgId, id);
+    return this.get(orgId, id);
+  }
+
+  async requestRotation(orgId: string, id: string, at: number): Promise<RobotRow | undefined> {
+    this.markRotation.run(at, orgId, id);
+    return this.get(orgId, id);
+  }
+
+  async setPendingPassword(id: string, hash: string, sealed: string): Promise<boolean> {
+    return this.pending.run(hash, sealed, id).changes > 0;
+  }
+
+  async completeRotation(id: string, pendingHash: string, at: number): Promise<boolean> {
+    return this.promote.run(at, id, pendingHash).changes > 0;
+  }
+
 
   async updateStatus(id: string, u: RobotStatusUpdate): Promise<void> {
     this.status.run(

@@ -1,5 +1,5 @@
 import type { Db } from './sqlite-db.js';
-import type { DeliveryOutcome, DeliveryRow, WebhookRow, WebhookStore } from './types.js';
+import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type DeliveryAttemptRow, type DeliveryOutcome, type DeliveryRow, type WebhookRow, type WebhookStore } from './types.js';
 
 interface SubDbRow {
   id: string;
@@ -31,6 +31,36 @@ interface DeliveryDbRow {
   last_error: string | null;
   dead_lettered_at: number | null;
   created_at: number;
+}
+
+interface AttemptDbRow {
+  id: number;
+  subscription_id: string;
+  delivery_id: number;
+  event_id: string;
+  event_type: string;
+  attempt: number;
+  status_code: number | null;
+  error: string | null;
+  latency_ms: number | null;
+  outcome: DeliveryOutcome['kind'];
+  at: number;
+}
+
+function attemptFromDb(r: AttemptDbRow): DeliveryAttemptRow {
+  return {
+    id: r.id,
+    subscriptionId: r.subscription_id,
+    deliveryId: r.delivery_id,
+    eventId: r.event_id,
+    eventType: r.event_type,
+    attempt: r.attempt,
+    statusCode: r.status_code,
+    error: r.error,
+    latencyMs: r.latency_ms,
+    outcome: r.outcome,
+    at: r.at,
+  };
 }
 
 function subFromDb(r: SubDbRow): WebhookRow {
@@ -123,7 +153,10 @@ export class SqliteWebhooks implements WebhookStore {
   async delete(orgId: string, id: string): Promise<boolean> {
     return this.db.transaction(() => {
       const gone = this.db.prepare('DELETE FROM webhook_subscriptions WHERE org_id = ? AND id = ?').run(orgId, id).changes > 0;
-      if (gone) this.db.prepare('DELETE FROM webhook_deliveries WHERE subscription_id = ?').run(id);
+      if (gone) {
+        this.db.prepare('DELETE FROM webhook_deliveries WHERE subscription_id = ?').run(id);
+        this.db.prepare('DELETE FROM webhook_attempts WHERE subscription_id = ?').run(id);
+      }
       return gone;
     })();
   }
@@ -211,6 +244,7 @@ export class SqliteWebhooks implements WebhookStore {
     this.db.transaction(() => {
       const d = this.db.prepare<[number], DeliveryDbRow>('SELECT * FROM webhook_deliveries WHERE id = ?').get(deliveryId);
       if (!d) return;
+      this.logAttempt(d, o);
       if (o.kind === 'delivered') {
         this.db.prepare(`UPDATE webhook_deliveries SET state = 'delivered', attempts = attempts + 1, last_status = ?, last_error = NULL WHERE id = ?`).run(o.status, deliveryId);
         this.db.prepare('UPDATE webhook_subscriptions SET last_delivered_at = ?, last_delivery_error = NULL WHERE id = ?').run(o.at, d.subscription_id);
@@ -226,6 +260,34 @@ export class SqliteWebhooks implements WebhookStore {
         this.db.prepare('UPDATE webhook_subscriptions SET last_delivery_error = ? WHERE id = ?').run(o.error, d.subscription_id);
       }
     })();
+  }
+
+  /** One row per attempt; the subscription keeps its newest ATTEMPTS_KEPT_PER_SUBSCRIPTION. */
+  private logAttempt(d: DeliveryDbRow, o: DeliveryOutcome): void {
+    const status = o.status;
+    const error = o.kind === 'delivered' ? null : o.error;
+    const latency = o.latencyMs === undefined ? null : Math.max(0, Math.round(o.latencyMs));
+    this.db
+      .prepare(
+        `INSERT INTO webhook_attempts (subscription_id, delivery_id, event_id, event_type, attempt, status_code, error, latency_ms, outcome, at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      )
+      .run(d.subscription_id, d.id, d.event_id, d.event_type, d.attempts + 1, status, error, latency, o.kind, o.at);
+    // Ids grow, so everything at or below the (N+1)th newest id is beyond the bound.
+    this.db
+      .prepare(
+        `DELETE FROM webhook_attempts WHERE subscription_id = ? AND id <= (
+           SELECT id FROM webhook_attempts WHERE subscription_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)`,
+      )
+      .run(d.subscription_id, d.subscription_id, ATTEMPTS_KEPT_PER_SUBSCRIPTION);
+  }
+
+  async attempts(orgId: string, subscriptionId: string, beforeId: number | null, limit: number): Promise<DeliveryAttemptRow[] | undefined> {
+    if (!this.byId.get(orgId, subscriptionId)) return undefined;
+    return this.db
+      .prepare<[string, number, number], AttemptDbRow>('SELECT * FROM webhook_attempts WHERE subscription_id = ? AND id < ? ORDER BY id DESC LIMIT ?')
+      .all(subscriptionId, beforeId ?? Number.MAX_SAFE_INTEGER, limit)
+      .map(attemptFromDb);
   }
 
   async deadLetters(orgId: string, subscriptionId: string): Promise<DeliveryRow[] | undefined> {

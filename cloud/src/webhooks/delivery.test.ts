@@ -212,6 +212,33 @@ describe('delivery of episode.finalized', () => {
   });
 });
 
+describe('the delivery log', () => {
+  it('logs each attempt of a retried delivery with its number, status, error, outcome and latency on the injected clock', async () => {
+    const sub = await subscribe();
+    await ingest(1);
+    const [e1] = loggedEventIds();
+    let n = 0;
+    env.behave.fn = (req, res) => {
+      // The receiver takes 250 ms of the cloud's clock to answer.
+      advance(250);
+      (++n === 1 ? status(503) : ok)(req, res, undefined as never);
+    };
+    await tick();
+    advance(MINUTE);
+    await tick();
+    const res = await env.t.app.inject({ method: 'GET', url: `/v1/webhooks/${sub.id}/deliveries`, headers: env.tenant.auth });
+    expect(res.statusCode).toBe(200);
+    const log = res.json<{ deliveries: Record<string, unknown>[]; cursor: string | null }>();
+    expect(log.deliveries.map((d) => [d.event_id, d.event, d.attempt, d.status_code, d.error, d.outcome, d.latency_ms])).toEqual([
+      [e1, 'episode.finalized', 2, 200, null, 'delivered', 250],
+      [e1, 'episode.finalized', 1, 503, 'HTTP 503', 'retry', 250],
+    ]);
+    expect(log.cursor).toBeNull();
+    const stranger = await env.t.createTenant();
+    expect(errorCode(await env.t.app.inject({ method: 'GET', url: `/v1/webhooks/${sub.id}/deliveries`, headers: stranger.auth }))).toBe('not_found');
+  });
+});
+
 describe('ordering and the retry schedule', () => {
   it('holds later events while the head fails, then delivers them in order', async () => {
     const sub = await subscribe();

@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { every, HOUR, nextRetryDelay, MINUTE, signPayload, SIGNATURE_HEADER, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
 import { EgressError, type EgressClient } from '../egress/client.js';
+import type { CloudMetrics } from '../metrics.js';
 import type { SecretBox } from '../secret-box.js';
 import type { DeliveryOutcome, DeliveryRow, Store, WebhookRow } from '../store/index.js';
 
@@ -36,6 +37,8 @@ export interface DeliveryWorkerOptions {
   pollMs?: number;
   /** How long a receiver has to answer an attempt (default RECEIVER_TIMEOUT_MS). */
   receiverTimeoutMs?: number;
+  /** Counts each attempt's outcome. */
+  metrics?: Pick<CloudMetrics, 'webhookDelivery'>;
 }
 
 /**
@@ -105,10 +108,12 @@ export class DeliveryWorker {
     if (!sub || sub.status !== 'active') return;
     const now = clock.now();
     let outcome: DeliveryOutcome;
+    // The attempt log's latency: from sending to the answer or the failure, on the injected clock.
+    const timed = (o: DeliveryOutcome): DeliveryOutcome => ({ ...o, latencyMs: o.at - now });
     const byStatus = (status: number, at: number): DeliveryOutcome => {
-      if (status >= 200 && status < 300) return { kind: 'delivered', status, at };
-      if (isRetryableStatus(status)) return this.retryOrDead(d, status, `HTTP ${status}`, at);
-      return { kind: 'dead', status, error: `HTTP ${status}`, at };
+      if (status >= 200 && status < 300) return timed({ kind: 'delivered', status, at });
+      if (isRetryableStatus(status)) return timed(this.retryOrDead(d, status, `HTTP ${status}`, at));
+      return timed({ kind: 'dead', status, error: `HTTP ${status}`, at });
     };
     try {
       const res = await this.opts.egress.post(sub.url, {
@@ -121,19 +126,23 @@ export class DeliveryWorker {
     } catch (err) {
       if (err instanceof EgressError && err.failure === 'too_large' && err.details.status !== undefined) {
         // Only the status matters: a huge body is cut off, not held against the receiver.
-        await store.webhooks.record(d.id, byStatus(err.details.status, clock.now()));
+        const cut = byStatus(err.details.status, clock.now());
+        await store.webhooks.record(d.id, cut);
+        this.opts.metrics?.webhookDelivery(cut.kind);
         return;
       }
       if (err instanceof EgressError && unusableConfiguration(err)) {
         // The URL cannot work as configured: disable, keep the queue, count no attempt.
         logger.warn({ subscription_id: sub.id, failure: err.failure }, 'webhook subscription auto-disabled');
         await store.webhooks.disable(sub.id, `${err.failure}: ${err.message}`.slice(0, 512));
+        this.opts.metrics?.webhookDelivery('disabled');
         return;
       }
       const failure = err instanceof EgressError ? `${err.failure}: ${err.message}` : String(err);
-      outcome = this.retryOrDead(d, null, failure.slice(0, 512), clock.now());
+      outcome = timed(this.retryOrDead(d, null, failure.slice(0, 512), clock.now()));
     }
     await store.webhooks.record(d.id, outcome);
+    this.opts.metrics?.webhookDelivery(outcome.kind);
   }
 
   private retryOrDead(d: DeliveryRow, status: number | null, error: string, at: number): DeliveryOutcome {

@@ -13,6 +13,7 @@ export const API_ERRORS = {
   method_not_allowed: 405,
   request_timeout: 408,
   conflict: 409,
+  robot_deenrolled: 409,
   idempotency_key_in_use: 409,
   payload_too_large: 413,
   unsupported_media_type: 415,

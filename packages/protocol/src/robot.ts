@@ -71,9 +71,18 @@ export const ROBOT_COMMANDS = [
   'episodes.finish',
   'episodes.fail',
   'episodes.discard',
+  'credentials.rotate',
 ] as const;
 export type RobotCommandName = (typeof ROBOT_COMMANDS)[number];
 export const RobotCommandNameSchema = z.enum(ROBOT_COMMANDS);
+
+/**
+ * `args` of `credentials.rotate`: the robot's next broker password. The cloud sends it only on
+ * the robot's own command topic; the robot stores it durably before it answers, and the cloud
+ * keeps the old password valid until that answer (decisions.md, Robots).
+ */
+export const RotateCredentialsArgsSchema = z.strictObject({ password: z.string().min(16).max(256) });
+export type RotateCredentialsArgs = z.infer<typeof RotateCredentialsArgsSchema>;
 
 export const EPISODE_VERBS = ['start', 'finish', 'fail', 'discard'] as const;
 export type EpisodeVerb = (typeof EPISODE_VERBS)[number];
@@ -136,6 +145,21 @@ export const EnrollmentTokenSchema = z
   })
   .meta({ id: 'EnrollmentToken' });
 
+/** API: GET /v1/robots/enrollment-tokens: a token as listed, never its secret. */
+export const EnrollmentTokenInfoSchema = z
+  .object({
+    id: z.string(),
+    token_prefix: z.string().describe('the first characters of the `ret_…` token, to tell tokens apart; never the whole token'),
+    name_prefix: z.string().nullable(),
+    max_uses: z.number().int(),
+    uses: z.number().int(),
+    expires_at: z.string(),
+    created_at: z.string(),
+    revoked_at: z.string().nullable(),
+  })
+  .meta({ id: 'EnrollmentTokenInfo' });
+export type EnrollmentTokenInfo = z.infer<typeof EnrollmentTokenInfoSchema>;
+
 /** API: POST /v1/robots/enroll (no API key; the token authenticates). */
 export const EnrollBodySchema = z
   .strictObject({
@@ -173,6 +197,16 @@ export const RobotSchema = z
     recording_state: RecordingStateSchema.nullable(),
     last_seen_at: z.string().nullable(),
     created_at: z.string(),
+    deenrolled_at: z.string().nullable().describe('set by DELETE /v1/robots/{id}: the robot can no longer connect or take commands; its episodes stay'),
+    credentials: z
+      .object({
+        rotation: z
+          .enum(['none', 'pending'])
+          .describe('`pending`: a rotation was asked for and the robot has not yet acknowledged its new secret (its old one still works)'),
+        rotation_requested_at: z.string().nullable(),
+        rotated_at: z.string().nullable().describe('when the robot last acknowledged a new secret'),
+      })
+      .describe('the state of the robot\'s broker credentials; never the secret'),
   })
   .meta({ id: 'Robot' });
 export type Robot = z.infer<typeof RobotSchema>;
@@ -204,6 +238,19 @@ export const CommandDeclinedSchema = z
   })
   .meta({ id: 'RobotCommandDeclined' });
 export type CommandDeclined = z.infer<typeof CommandDeclinedSchema>;
+
+/** API: POST /v1/robots/{id}/rotate-credentials. */
+export const CredentialRotationSchema = z
+  .object({
+    robot_id: z.string(),
+    state: z
+      .enum(['completed', 'pending'])
+      .describe('`completed`: the robot stored its new secret and the old one is refused; `pending`: it happens when the robot next connects (or acknowledges)'),
+    requested_at: z.string(),
+    rotated_at: z.string().nullable(),
+  })
+  .meta({ id: 'CredentialRotation' });
+export type CredentialRotation = z.infer<typeof CredentialRotationSchema>;
 
 export const CommandResultSchema = z
   .object({

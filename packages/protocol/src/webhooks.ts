@@ -49,6 +49,22 @@ export const DeadLetterSchema = z
   })
   .meta({ id: 'DeadLetter' });
 
+/** API: GET /v1/webhooks/{id}/deliveries: one attempt to deliver an event, successful or not. */
+export const DeliveryAttemptSchema = z
+  .object({
+    id: z.string(),
+    event_id: z.string(),
+    event: z.string(),
+    attempt: z.number().int().describe('1 for the first attempt of this delivery, 2 for its first retry, …'),
+    status_code: z.number().int().nullable().describe('the receiver\'s HTTP status; null when no answer came'),
+    error: z.string().nullable().describe('why the attempt failed (a status or a network error); null on success'),
+    latency_ms: z.number().int().nullable().describe('from sending the request to the receiver\'s answer or the failure'),
+    outcome: z.enum(['delivered', 'retry', 'dead']).describe('what the attempt led to'),
+    at: z.string(),
+  })
+  .meta({ id: 'DeliveryAttempt' });
+export type DeliveryAttempt = z.infer<typeof DeliveryAttemptSchema>;
+
 /** `episode.failed`'s error: the replica's one-line `code: message`, split. */
 export const WebhookErrorSchema = z.strictObject({ code: z.string().min(1).max(64), message: z.string().max(1024) });
 

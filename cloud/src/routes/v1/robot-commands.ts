@@ -13,6 +13,7 @@ import {
 import { ApiError, notFound } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
 import { newId } from '../../ids.js';
+import { deenrolledError } from './robots.js';
 import type { V1Plugin } from './types.js';
 
 interface CommandRoute {
@@ -86,7 +87,7 @@ export const robotCommandRoutes: V1Plugin = async (app, { store, robots }) => {
             : 'When the robot declines the command (its state does not allow it, the action failed, or it was interrupted by a restart) ' +
               'the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). ') +
           `422 \`validation_failed\` when the robot's runtime ${def.needsEpisodesV1 ? `does not announce ${CAPABILITY_EPISODES_V1} or ` : ''}says it does not support the command. ` +
-          '503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time ' +
+          '409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time ' +
           '(retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).' +
           (isEpisodeVerb(def.command) ? ' The body is validated and not attached: the robot stamps its own context.' : ''),
         params: z.strictObject({ id: z.string().min(1).max(128) }),
@@ -97,6 +98,7 @@ export const robotCommandRoutes: V1Plugin = async (app, { store, robots }) => {
         const { org } = principalOf(request);
         const robot = await store.robots.get(org.id, request.params.id);
         if (!robot) throw notFound('robot');
+        if (robot.deenrolledAt !== null) throw deenrolledError(robot);
         // A robot that never connected has announced nothing: it is offline, not legacy. (Its
         // runtime version may be known from enrollment, but its capabilities are not.)
         if (robot.lastSeenAt !== null && def.needsEpisodesV1 && !robot.capabilities.includes(CAPABILITY_EPISODES_V1)) {

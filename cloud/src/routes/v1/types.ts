@@ -2,6 +2,7 @@ import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, Raw
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Clock, CommandReply, RobotCommandName } from '@fleet/protocol';
 import type { LastUsedTracker } from '../../auth.js';
+import type { FleetAdmin } from '../../robots/credentials.js';
 import type { SecretBox } from '../../secret-box.js';
 import type { CloudConfig } from '../../config.js';
 import type { Store } from '../../store/index.js';
@@ -24,6 +25,8 @@ export interface V1Deps {
   lastUsed: LastUsedTracker;
   /** Sends robot commands and waits for the reply (the MQTT RobotLink in production). */
   robots: CommandSender;
+  /** De-enrollment's broker disconnect and credential rotation (the CredentialRotator in production). */
+  fleet: FleetAdmin;
   /** The broker address handed to enrolling robots. */
   mqttPublicUrl: string;
   /** Seals stored secrets (webhook and destination signing secrets). */

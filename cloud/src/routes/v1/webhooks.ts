@@ -1,12 +1,23 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { CreatedWebhookSchema, CreateWebhookBodySchema, DAY, DeadLetterSchema, iso, WebhookSchema, type Webhook } from '@fleet/protocol';
+import {
+  CreatedWebhookSchema,
+  CreateWebhookBodySchema,
+  DAY,
+  DeadLetterSchema,
+  DeliveryAttemptSchema,
+  iso,
+  WebhookSchema,
+  type Webhook,
+} from '@fleet/protocol';
 import { entitlementsOf } from '../../entitlements.js';
 import { testFinalizedEvent } from '../../events.js';
 import { ApiError, notFound } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
 import { newId, newSecret } from '../../ids.js';
-import type { OrgRow, WebhookRow } from '../../store/index.js';
+import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type OrgRow, type WebhookRow } from '../../store/index.js';
+import { decodeCursor, encodeCursor } from '../cursor.js';
+import { queryInt } from '../query.js';
 import { checkEgressUrl } from '../../egress/url-check.js';
 import type { V1Plugin } from './types.js';
 
@@ -122,6 +133,42 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
           last_error: d.lastError,
           dead_lettered_at: iso(d.deadLetteredAt ?? d.createdAt),
         })),
+      };
+    },
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/webhooks/:id/deliveries',
+    config: { policy: admin },
+    schema: {
+      summary: 'The delivery log: recent attempts, successful or not',
+      description:
+        `Every attempt to deliver an event to this subscription, newest first: event, attempt number, status code or error, latency. ` +
+        `The newest ${ATTEMPTS_KEPT_PER_SUBSCRIPTION} attempts of each subscription are kept. Keyset-paginated.`,
+      params: IdParams,
+      querystring: z.strictObject({ cursor: z.string().min(1).max(512).optional(), limit: queryInt(1, 100, 50) }),
+      response: { 200: z.object({ deliveries: z.array(DeliveryAttemptSchema), cursor: z.string().nullable() }) },
+    },
+    handler: async (request) => {
+      const { limit, cursor } = request.query;
+      const before = cursor === undefined ? null : decodeCursor(cursor, (v) => (Number.isSafeInteger(v) && (v as number) > 0 ? (v as number) : null));
+      const rows = await store.webhooks.attempts(principalOf(request).org.id, request.params.id, before, limit + 1);
+      if (!rows) throw notFound('webhook');
+      const page = rows.slice(0, limit);
+      return {
+        deliveries: page.map((a) => ({
+          id: String(a.id),
+          event_id: a.eventId,
+          event: a.eventType,
+          attempt: a.attempt,
+          status_code: a.statusCode,
+          error: a.error,
+          latency_ms: a.latencyMs,
+          outcome: a.outcome,
+          at: iso(a.at),
+        })),
+        cursor: rows.length > limit ? encodeCursor(page[page.length - 1]!.id) : null,
       };
     },
   });

@@ -1,0 +1,162 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ManualClock } from '@fleet/protocol';
+import { hashSecret } from '../ids.js';
+import { createEnrollmentToken, enrollRobot } from '../robots/enrollment.js';
+import { openSqliteStore, type SqliteStore } from './index.js';
+import { ATTEMPTS_KEPT_PER_SUBSCRIPTION } from './types.js';
+
+const T0 = Date.parse('2026-01-01T00:00:00Z');
+
+let store: SqliteStore;
+let clock: ManualClock;
+
+beforeEach(async () => {
+  clock = new ManualClock(T0);
+  store = openSqliteStore(':memory:');
+  for (const id of ['org_a', 'org_b']) await store.orgs.create({ id, name: id, tier: 'enterprise', createdAt: T0 });
+});
+afterEach(async () => {
+  await store.close();
+});
+
+const orgA = async () => (await store.orgs.get('org_a'))!;
+const orgB = async () => (await store.orgs.get('org_b'))!;
+
+describe('enrollment tokens: list and revoke', () => {
+  it('pages an organization\'s tokens by id, with their prefix and never their hash in the wire form', async () => {
+    const made = [];
+    for (let i = 0; i < 3; i++) made.push(await createEnrollmentToken(store, clock, { org: await orgA(), createdBy: 'test' }));
+    await createEnrollmentToken(store, clock, { org: await orgB(), createdBy: 'test' });
+    const ids = made.map((t) => t.id).sort();
+    const first = await store.robots.listEnrollmentTokens('org_a', null, 2);
+    const rest = await store.robots.listEnrollmentTokens('org_a', first[first.length - 1]!.id, 2);
+    expect([...first, ...rest].map((t) => t.id)).toEqual(ids);
+    for (const t of first) {
+      const plain = made.find((m) => m.id === t.id)!.token;
+      expect(plain.startsWith(t.tokenPrefix!)).toBe(true);
+      expect(t.tokenPrefix!.length).toBe(12);
+      expect(t.revokedAt).toBeNull();
+    }
+  });
+
+  it('revokes once, only within the organization, and a revoked token enrolls no robot', async () => {
+    const t = await createEnrollmentToken(store, clock, { org: await orgA(), createdBy: 'test', maxUses: 5 });
+    expect(await store.robots.revokeEnrollmentToken('org_b', t.id, T0 + 1)).toBeUndefined();
+    expect((await store.robots.revokeEnrollmentToken('org_a', t.id, T0 + 1))?.revokedAt).toBe(T0 + 1);
+    expect((await store.robots.revokeEnrollmentToken('org_a', t.id, T0 + 2))?.revokedAt).toBe(T0 + 1);
+    expect(await store.robots.revokeEnrollmentToken('org_a', 'ret_unknown', T0)).toBeUndefined();
+    await expect(enrollRobot(store, clock, { token: t.token }, 'mqtt://x')).rejects.toMatchObject({ code: 'unauthenticated', message: 'enrollment token revoked' });
+    expect((await store.robots.listEnrollmentTokens('org_a', null, 10))[0]!.uses).toBe(0);
+  });
+});
+
+describe('de-enrollment', () => {
+  async function enrolled(count = 1): Promise<string[]> {
+    const t = await createEnrollmentToken(store, clock, { org: await orgA(), createdBy: 'test', maxUses: count });
+    const ids = [];
+    for (let i = 0; i < count; i++) ids.push((await enrollRobot(store, clock, { token: t.token }, 'mqtt://x')).robot_id);
+    return ids;
+  }
+
+  it('marks the robot once, disconnected, out of the default list, out of the robot limit, and ignores its later statuses', async () => {
+    const [a, b] = (await enrolled(2)) as [string, string];
+    await store.robots.updateStatus(a, { connected: true, seenAt: T0 });
+    expect(await store.robots.deenroll('org_b', a, T0 + 1)).toBeUndefined();
+    const gone = await store.robots.deenroll('org_a', a, T0 + 1);
+    expect(gone).toMatchObject({ id: a, deenrolledAt: T0 + 1, connected: false });
+    expect((await store.robots.deenroll('org_a', a, T0 + 2))?.deenrolledAt).toBe(T0 + 1);
+    expect((await store.robots.list('org_a', null, 10)).map((r) => r.id)).toEqual([b]);
+    expect((await store.robots.list('org_a', null, 10, { includeDeenrolled: true })).map((r) => r.id).sort()).toEqual([a, b].sort());
+    // A late status (its will, a retained message) does not show it connected again.
+    await store.robots.updateStatus(a, { connected: true, seenAt: T0 + 3 });
+    expect((await store.robots.get('org_a', a))?.connected).toBe(false);
+    // It no longer counts against the robots limit.
+    await store.orgs.setLimit('org_a', 'robots', 2);
+    const t = await createEnrollmentToken(store, clock, { org: await orgA(), createdBy: 'test' });
+    expect((await enrollRobot(store, clock, { token: t.token }, 'mqtt://x')).robot_id).toMatch(/^rbt_/);
+  });
+
+  it('drops a running rotation', async () => {
+    const [a] = (await enrolled()) as [string];
+    await store.robots.requestRotation('org_a', a, T0);
+    expect(await store.robots.setPendingPassword(a, 'h1', 'sealed1')).toBe(true);
+    await store.robots.deenroll('org_a', a, T0 + 1);
+    expect(await store.robots.getById(a)).toMatchObject({ rotationRequestedAt: null, pendingPasswordHash: null, pendingSecretSealed: null });
+    expect(await store.robots.completeRotation(a, 'h1', T0 + 2)).toBe(false);
+    expect(await store.robots.requestRotation('org_a', a, T0 + 3)).toMatchObject({ rotationRequestedAt: null });
+  });
+});
+
+describe('credential rotation', () => {
+  async function robot(): Promise<{ id: string; password: string }> {
+    const t = await createEnrollmentToken(store, clock, { org: await orgA(), createdBy: 'test' });
+    const r = await enrollRobot(store, clock, { token: t.token }, 'mqtt://x');
+    return { id: r.robot_id, password: r.mqtt.password };
+  }
+
+  it('keeps the first request time, takes one pending secret, and promotes only that one', async () => {
+    const r = await robot();
+    expect(await store.robots.setPendingPassword(r.id, 'h1', 's1')).toBe(false); // nothing requested
+    expect(await store.robots.requestRotation('org_b', r.id, T0)).toBeUndefined();
+    expect((await store.robots.requestRotation('org_a', r.id, T0 + 1))?.rotationRequestedAt).toBe(T0 + 1);
+    expect((await store.robots.requestRotation('org_a', r.id, T0 + 2))?.rotationRequestedAt).toBe(T0 + 1);
+    expect(await store.robots.setPendingPassword(r.id, 'h1', 's1')).toBe(true);
+    // A second secret never replaces the one that may already be on the robot.
+    expect(await store.robots.setPendingPassword(r.id, 'h2', 's2')).toBe(false);
+    expect(await store.robots.getById(r.id)).toMatchObject({ mqttPasswordHash: hashSecret(r.password), pendingPasswordHash: 'h1', pendingSecretSealed: 's1' });
+    expect(await store.robots.completeRotation(r.id, 'h2', T0 + 3)).toBe(false);
+    expect(await store.robots.completeRotation(r.id, 'h1', T0 + 3)).toBe(true);
+    expect(await store.robots.getById(r.id)).toMatchObject({
+      mqttPasswordHash: 'h1',
+      pendingPasswordHash: null,
+      pendingSecretSealed: null,
+      rotationRequestedAt: null,
+      rotatedAt: T0 + 3,
+    });
+    expect(await store.robots.completeRotation(r.id, 'h1', T0 + 4)).toBe(false);
+  });
+});
+
+describe('webhook attempt log', () => {
+  async function subscription(orgId = 'org_a', id = 'wh_1'): Promise<string> {
+    await store.webhooks.create({ id, orgId, url: 'https://example.com/hook', events: ['episode.finalized'], secretSealed: 'x', createdAt: T0 }, 5);
+    return id;
+  }
+
+  it('logs every outcome with its attempt number, status, error and latency, newest first, scoped to the organization', async () => {
+    const sub = await subscription();
+    const d = await store.webhooks.enqueue(sub, { eventId: 'evt_1', eventType: 'episode.finalized', payload: '{}' }, T0);
+    await store.webhooks.record(d, { kind: 'retry', status: 503, error: 'HTTP 503', at: T0 + 10, nextAttemptAt: T0 + 60_000, latencyMs: 10 });
+    await store.webhooks.record(d, { kind: 'retry', status: null, error: 'timeout: no answer', at: T0 + 70_000, nextAttemptAt: T0 + 400_000, latencyMs: 10_000 });
+    await store.webhooks.record(d, { kind: 'delivered', status: 200, at: T0 + 400_020, latencyMs: 20 });
+    const log = await store.webhooks.attempts('org_a', sub, null, 10);
+    expect(log?.map((a) => [a.attempt, a.outcome, a.statusCode, a.error, a.latencyMs, a.eventId])).toEqual([
+      [3, 'delivered', 200, null, 20, 'evt_1'],
+      [2, 'retry', null, 'timeout: no answer', 10_000, 'evt_1'],
+      [1, 'retry', 503, 'HTTP 503', 10, 'evt_1'],
+    ]);
+    const page = await store.webhooks.attempts('org_a', sub, log![0]!.id, 1);
+    expect(page?.map((a) => a.attempt)).toEqual([2]);
+    expect(await store.webhooks.attempts('org_b', sub, null, 10)).toBeUndefined();
+  });
+
+  it(`keeps the newest ${ATTEMPTS_KEPT_PER_SUBSCRIPTION} attempts of each subscription, and drops them with the subscription`, async () => {
+    const sub = await subscription();
+    const other = await subscription('org_a', 'wh_2');
+    const d2 = await store.webhooks.enqueue(other, { eventId: 'evt_other', eventType: 'episode.finalized', payload: '{}' }, T0);
+    await store.webhooks.record(d2, { kind: 'delivered', status: 200, at: T0 });
+    for (let i = 0; i < ATTEMPTS_KEPT_PER_SUBSCRIPTION + 5; i++) {
+      const d = await store.webhooks.enqueue(sub, { eventId: `evt_${i}`, eventType: 'episode.finalized', payload: '{}' }, T0);
+      await store.webhooks.record(d, { kind: 'delivered', status: 200, at: T0 + i });
+    }
+    const kept = await store.webhooks.attempts('org_a', sub, null, 1000);
+    expect(kept).toHaveLength(ATTEMPTS_KEPT_PER_SUBSCRIPTION);
+    expect(kept![0]!.eventId).toBe(`evt_${ATTEMPTS_KEPT_PER_SUBSCRIPTION + 4}`);
+    expect(kept![kept!.length - 1]!.eventId).toBe('evt_5');
+    expect(kept![0]!.latencyMs).toBeNull();
+    // Another subscription's log is not trimmed by this one's.
+    expect(await store.webhooks.attempts('org_a', other, null, 10)).toHaveLength(1);
+    await store.webhooks.delete('org_a', sub);
+    expect(store.db.prepare('SELECT COUNT(*) AS n FROM webhook_attempts WHERE subscription_id = ?').get(sub)).toEqual({ n: 0 });
+  });
+});

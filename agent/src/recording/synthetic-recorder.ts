@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { open, readdir, rm, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -6,32 +5,69 @@ import { McapStreamReader, McapWriter } from '@mcap/core';
 import type { Clock } from '@fleet/protocol';
 import type { Scheduler, TimerHandle } from '../time.js';
 import type { RecordedFiles, Recorder, RecorderStats, RecordingHandle, RecordingInfo } from './recorder.js';
+import {
+  CAMERA_TOPIC,
+  CameraFrames,
+  JOINT_STATE_SCHEMA,
+  JOINT_STATES_TOPIC,
+  jointStateMessage,
+  MIN_FRAME_BYTES,
+  RAW_IMAGE_SCHEMA,
+  schemaBytes,
+} from './synthetic-signals.js';
 
 export interface SyntheticRecorderOptions {
   clock: Clock;
   scheduler: Scheduler;
-  /** Payload bytes written per second of recording. */
+  /** Payload bytes written per second of recording (joint states and camera frames together). */
   bytesPerSecond: number;
   /** How often it writes what has fallen due. */
   chunkIntervalMs: number;
-  /** Largest payload of one message; a tick that owes more writes several. Default 64 KiB. */
+  /** Largest camera frame message; a higher byte rate raises the frame rate instead. Default 512 KiB. */
   maxMessageBytes?: number;
   /** MCAP chunk size: what a crash can lose at most. Default 256 KiB. */
   mcapChunkBytes?: number;
 }
 
 export const SYNTHETIC_FILE = 'recording.mcap';
-export const SYNTHETIC_TOPIC = '/synthetic/sensor';
+export { CAMERA_TOPIC, JOINT_STATES_TOPIC } from './synthetic-signals.js';
+
+/** Message rates for a byte rate: joint states take at most a quarter of it, frames the rest. */
+interface RatePlan {
+  jointHz: number;
+  frameHz: number;
+  /** Usual size of a frame message. */
+  frameBytes: number;
+}
+
+export function planRates(bytesPerSecond: number, maxFrameBytes: number): RatePlan {
+  const jointBytes = jointStateMessage(Date.UTC(2026, 0, 1), 0).byteLength;
+  const jointHz = Math.min(50, Math.max(1, Math.floor(bytesPerSecond / 4 / jointBytes)));
+  const frameBudget = Math.max(0, bytesPerSecond - jointHz * jointBytes);
+  let frameHz = 5;
+  if (frameBudget / frameHz > maxFrameBytes) frameHz = Math.ceil(frameBudget / maxFrameBytes);
+  else if (frameBudget / frameHz < MIN_FRAME_BYTES) frameHz = Math.max(1, Math.floor(frameBudget / MIN_FRAME_BYTES));
+  return { jointHz, frameHz, frameBytes: Math.max(MIN_FRAME_BYTES, Math.min(maxFrameBytes, frameBudget / frameHz)) };
+}
 
 /**
- * Writes a real MCAP file (one channel of opaque synthetic messages) at a fixed byte rate. The
- * amount written follows the injected clock: at every tick it writes what the elapsed time owes,
- * so a test that moves a manual clock by one second gets exactly `bytesPerSecond` of payload.
+ * Writes a real MCAP file (chunked, indexed, with a summary section) that Foxglove opens: an
+ * arm's `/joint_states` (up to 50 Hz) and a camera's `/camera/image` (`foxglove.RawImage`, about
+ * 5 Hz), both JSON with JSON Schemas. The byte rate is kept by sizing the frames: each frame
+ * carries what the elapsed time owes beyond the joint states. What is written follows the
+ * injected clock: at every tick it writes every message that has fallen due, stamped with its
+ * own time, so a test that moves a manual clock by one second gets about `bytesPerSecond`.
  */
 export class SyntheticRecorder implements Recorder {
   private readonly active = new Set<SyntheticRecording>();
+  private readonly plan: RatePlan;
+  private readonly maxFrame: number;
+  private frames: CameraFrames | undefined;
 
-  constructor(private readonly opts: SyntheticRecorderOptions) {}
+  constructor(private readonly opts: SyntheticRecorderOptions) {
+    this.maxFrame = Math.max(MIN_FRAME_BYTES, opts.maxMessageBytes ?? 512 * 1024);
+    this.plan = planRates(opts.bytesPerSecond, this.maxFrame);
+  }
 
   /** Resolves once every write that has fallen due so far is on disk (tests, benchmarks). */
   async settled(): Promise<void> {
@@ -39,8 +75,16 @@ export class SyntheticRecorder implements Recorder {
   }
 
   async start(dir: string, info: RecordingInfo): Promise<RecordingHandle> {
+    // One texture per recorder: its pixels are made once, whatever the number of episodes.
+    this.frames ??= new CameraFrames(this.plan.frameBytes, this.maxFrame);
     const fh = await open(join(dir, SYNTHETIC_FILE), 'wx', 0o644);
-    const recording = new SyntheticRecording(this.opts, fh, join(dir, SYNTHETIC_FILE), info, () => this.active.delete(recording));
+    const recording = new SyntheticRecording(
+      { ...this.opts, plan: this.plan, maxFrame: this.maxFrame, frames: this.frames },
+      fh,
+      join(dir, SYNTHETIC_FILE),
+      info,
+      () => this.active.delete(recording),
+    );
     this.active.add(recording);
     try {
       await recording.begin();
@@ -53,7 +97,12 @@ export class SyntheticRecorder implements Recorder {
     return recording;
   }
 
-  /** Counts the messages of every MCAP file in `dir` that can still be read after a crash. */
+  /**
+   * After a crash: counts the messages of every MCAP file in `dir` that can still be read. The
+   * files stay exactly as recorded (an unfinished MCAP has no summary or footer; MCAP readers
+   * that stream, Foxglove among them, read it up to the cut), so their checksums are those of
+   * the bytes the robot wrote.
+   */
   async recover(dir: string): Promise<RecordedFiles> {
     const names = (await readdir(dir, { withFileTypes: true })).filter((d) => d.isFile() && d.name.endsWith('.mcap')).map((d) => d.name);
     let messageCount = 0;
@@ -62,29 +111,38 @@ export class SyntheticRecorder implements Recorder {
   }
 }
 
+interface RecordingOptions extends SyntheticRecorderOptions {
+  plan: RatePlan;
+  maxFrame: number;
+  frames: CameraFrames;
+}
+
 class SyntheticRecording implements RecordingHandle {
   private position = 0n;
+  /** Payload bytes written (message data). */
   private written = 0;
   private messages = 0;
-  private channelId = 0;
+  private jointChannel = 0;
+  private cameraChannel = 0;
+  /** Joint states and frames written so far: the next one of each is due at its index's time. */
+  private joints = 0;
+  private frameSeq = 0;
+  private lastAt: number;
   private timer: TimerHandle | undefined;
   private queue: Promise<void> = Promise.resolve();
   private failure: unknown;
   private stopped = false;
   private readonly writer: McapWriter;
-  private readonly noise: Buffer;
-  private readonly maxMessage: number;
 
   constructor(
-    private readonly opts: SyntheticRecorderOptions,
+    private readonly opts: RecordingOptions,
     private readonly fh: FileHandle,
     private readonly path: string,
     private readonly info: RecordingInfo,
     private readonly onClosed: () => void,
   ) {
-    this.maxMessage = Math.max(1, opts.maxMessageBytes ?? 64 * 1024);
-    // Random bytes once per recording: real-looking (incompressible) payload at no CPU cost per message.
-    this.noise = randomBytes(this.maxMessage);
+    this.lastAt = info.startedAt;
+    // Streams to the file: the writer hands over each finished chunk, so at most one chunk is in memory.
     this.writer = new McapWriter({
       writable: {
         write: async (buf: Uint8Array) => {
@@ -99,16 +157,15 @@ class SyntheticRecording implements RecordingHandle {
 
   async begin(): Promise<void> {
     await this.writer.start({ profile: '', library: 'fleet-agent synthetic recorder' });
-    const schemaId = await this.writer.registerSchema({ name: 'fleet.synthetic.Blob', encoding: '', data: new Uint8Array() });
-    this.channelId = await this.writer.registerChannel({
-      topic: SYNTHETIC_TOPIC,
-      messageEncoding: 'application/octet-stream',
-      schemaId,
-      metadata: new Map([
-        ['robot_id', this.info.robotId],
-        ['episode_id', this.info.episodeId],
-      ]),
-    });
+    const metadata = new Map([
+      ['robot_id', this.info.robotId],
+      ['episode_id', this.info.episodeId],
+    ]);
+    await this.writer.addMetadata({ name: 'episode', metadata: new Map([...metadata, ['started_at', new Date(this.info.startedAt).toISOString()]]) });
+    const jointSchema = await this.writer.registerSchema({ name: JOINT_STATE_SCHEMA.name, encoding: 'jsonschema', data: schemaBytes(JOINT_STATE_SCHEMA) });
+    const imageSchema = await this.writer.registerSchema({ name: RAW_IMAGE_SCHEMA.name, encoding: 'jsonschema', data: schemaBytes(RAW_IMAGE_SCHEMA) });
+    this.jointChannel = await this.writer.registerChannel({ topic: JOINT_STATES_TOPIC, messageEncoding: 'json', schemaId: jointSchema, metadata });
+    this.cameraChannel = await this.writer.registerChannel({ topic: CAMERA_TOPIC, messageEncoding: 'json', schemaId: imageSchema, metadata });
     this.schedule();
   }
 
@@ -124,7 +181,7 @@ class SyntheticRecording implements RecordingHandle {
     this.halt();
     // What is owed up to the moment of the stop, not up to when the queue gets to it.
     const until = this.opts.clock.now();
-    this.enqueue(() => this.writeDue(until));
+    this.enqueue(() => this.writeDue(until, true));
     this.enqueue(async () => {
       await this.writer.end();
       await this.fh.sync();
@@ -158,7 +215,7 @@ class SyntheticRecording implements RecordingHandle {
     this.timer = this.opts.scheduler.setTimeout(() => {
       this.timer = undefined;
       const until = this.opts.clock.now();
-      this.enqueue(() => this.writeDue(until));
+      this.enqueue(() => this.writeDue(until, false));
       this.schedule();
     }, this.opts.chunkIntervalMs);
   }
@@ -175,17 +232,44 @@ class SyntheticRecording implements RecordingHandle {
     });
   }
 
-  private async writeDue(now: number): Promise<void> {
-    const due = Math.floor((Math.max(0, now - this.info.startedAt) * this.opts.bytesPerSecond) / 1000);
-    while (this.written < due) {
-      const size = Math.min(this.maxMessage, due - this.written);
-      const data = Buffer.from(this.noise.subarray(0, size));
-      if (size >= 8) data.writeBigUInt64LE(BigInt(this.messages), 0);
-      const t = BigInt(now) * 1_000_000n;
-      await this.writer.addMessage({ channelId: this.channelId, sequence: this.messages, logTime: t, publishTime: t, data });
-      this.written += size;
-      this.messages += 1;
+  /** Payload the recording owes at `at` (robot clock). */
+  private owed(at: number): number {
+    return Math.floor((Math.max(0, at - this.info.startedAt) * this.opts.bytesPerSecond) / 1000);
+  }
+
+  /**
+   * Writes every message due by `now` in time order. At the stop, a last frame takes what the
+   * time since the previous frame still owes, so the file holds about the configured rate.
+   */
+  private async writeDue(now: number, final: boolean): Promise<void> {
+    const { plan, frames, maxFrame } = this.opts;
+    const start = this.info.startedAt;
+    for (;;) {
+      const jointAt = start + Math.floor((this.joints * 1000) / plan.jointHz);
+      const frameAt = start + Math.floor(((this.frameSeq + 1) * 1000) / plan.frameHz);
+      const at = Math.min(jointAt, frameAt);
+      if (at > now) break;
+      if (jointAt <= frameAt) {
+        await this.write(this.jointChannel, this.joints, at, jointStateMessage(at, (at - start) / 1000));
+        this.joints += 1;
+      } else {
+        await this.write(this.cameraChannel, this.frameSeq, at, frames.message(at, this.frameSeq, Math.min(maxFrame, this.owed(at) - this.written)));
+        this.frameSeq += 1;
+      }
     }
+    const rest = this.owed(now) - this.written;
+    if (final && rest >= MIN_FRAME_BYTES) {
+      await this.write(this.cameraChannel, this.frameSeq, Math.max(now, this.lastAt), frames.message(now, this.frameSeq, Math.min(maxFrame, rest)));
+      this.frameSeq += 1;
+    }
+  }
+
+  private async write(channelId: number, sequence: number, at: number, data: Buffer): Promise<void> {
+    const t = BigInt(at) * 1_000_000n;
+    await this.writer.addMessage({ channelId, sequence, logTime: t, publishTime: t, data });
+    this.lastAt = at;
+    this.written += data.byteLength;
+    this.messages += 1;
   }
 }
 

@@ -1,0 +1,116 @@
+import { open } from 'node:fs/promises';
+import { McapIndexedReader, type IReadable } from '@mcap/core';
+import { describe, expect, test } from 'vitest';
+import { startCloud } from './support/cloud.js';
+import { agentControl, waitIdle } from './support/episodes.js';
+import { runAgentCli, startFleet } from './support/robots.js';
+import { waitFor } from './support/wait.js';
+
+interface EpisodeJson {
+  id: string;
+  state: string;
+  outcome: string | null;
+  dir: string;
+  files: { path: string; abs_path: string; size_bytes: number | null; sha256: string | null }[];
+  total_bytes: number;
+  sync: unknown[];
+}
+
+async function listJson(dataDir: string, extra: readonly string[] = []): Promise<EpisodeJson[]> {
+  return (await agentControl(dataDir, ['episodes', 'list', '--json', ...extra])).episodes as EpisodeJson[];
+}
+
+/** Reads the summary and every message of an MCAP file through `@mcap/core`'s indexed reader. */
+async function readIndexed(path: string) {
+  const fh = await open(path, 'r');
+  try {
+    const size = BigInt((await fh.stat()).size);
+    const readable: IReadable = {
+      size: async () => size,
+      read: async (offset, length) => {
+        const buf = Buffer.alloc(Number(length));
+        await fh.read(buf, 0, buf.length, Number(offset));
+        return buf;
+      },
+    };
+    const reader = await McapIndexedReader.Initialize({ readable });
+    const topics = new Map([...reader.channelsById.values()].map((c) => [c.id, { topic: c.topic, schema: reader.schemasById.get(c.schemaId)! }]));
+    const counts = new Map<string, number>();
+    for await (const m of reader.readMessages()) {
+      const { topic } = topics.get(m.channelId)!;
+      JSON.parse(new TextDecoder().decode(m.data));
+      counts.set(topic, (counts.get(topic) ?? 0) + 1);
+    }
+    return { reader, topics: [...topics.values()], counts };
+  } finally {
+    await fh.close();
+  }
+}
+
+describe('fleet-agent episodes list|show against a running simulated robot', () => {
+  test('shows where an episode is recorded and its files; the simulator MCAP opens with the indexed reader; usage errors exit 2 on one line', async () => {
+    await using cloud = await startCloud();
+    await using fleet = await startFleet(cloud, { count: 1, args: ['--bytes-per-second', '65536'] });
+    const dir = fleet.robotDir(0);
+
+    // While recording, the episode is on top with its growing file.
+    const started = String((await agentControl(dir, ['episode', 'start'])).episode_id);
+    const recording = await waitFor(
+      async () => {
+        const [top] = await listJson(dir);
+        return top?.id === started && (top.files[0]?.size_bytes ?? 0) > 64 * 1024 ? top : undefined;
+      },
+      { timeoutMs: 30_000, description: 'the recording file to pass 64 KiB' },
+    );
+    expect(recording).toMatchObject({ state: 'recording', outcome: null, dir: `${dir}/episodes/${started}` });
+    await agentControl(dir, ['episode', 'finish']);
+    await waitIdle(dir);
+
+    const [ep] = await listJson(dir, ['--limit', '1']);
+    expect(ep).toMatchObject({ id: started, state: 'finalized', outcome: 'success', dir: `${dir}/episodes/${started}` });
+    expect(ep!.files).toHaveLength(1);
+    const file = ep!.files[0]!;
+    expect(file).toMatchObject({ path: 'recording.mcap', abs_path: `${dir}/episodes/${started}/recording.mcap` });
+    expect(file.size_bytes).toBe(ep!.total_bytes);
+
+    const mcap = await readIndexed(file.abs_path);
+    expect(mcap.topics.map((t) => [t.topic, t.schema.name, t.schema.encoding]).sort()).toEqual([
+      ['/camera/image', 'foxglove.RawImage', 'jsonschema'],
+      ['/joint_states', 'fleet.JointState', 'jsonschema'],
+    ]);
+    expect(mcap.reader.chunkIndexes.length).toBeGreaterThan(0);
+    expect(mcap.counts.get('/joint_states')).toBeGreaterThan(0);
+    expect(mcap.counts.get('/camera/image')).toBeGreaterThan(0);
+    expect(Number(mcap.reader.statistics!.messageCount)).toBe((mcap.counts.get('/joint_states') ?? 0) + (mcap.counts.get('/camera/image') ?? 0));
+
+    // For people: the directory, the file with its size and checksum, the sync state.
+    const shown = await runAgentCli(['episodes', 'show', started, '--data-dir', dir]);
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(shown.stdout).toContain(`${started}  finalized, success`);
+    expect(shown.stdout).toContain(`  dir        ${dir}/episodes/${started}`);
+    expect(shown.stdout).toContain(`  file       recording.mcap  `);
+    expect(shown.stdout).toContain(`sha256 ${file.sha256}`);
+    expect(shown.stdout).toContain('  sync       no destination assigned');
+    const json = await agentControl(dir, ['episodes', 'show', started, '--json']);
+    expect(json.episode).toEqual(ep);
+
+    // Usage errors: exit 2, one line on stderr, nothing on stdout.
+    for (const args of [
+      ['episodes', 'show', 'not-an-id', '--data-dir', dir],
+      ['episodes', 'show', '--data-dir', dir],
+      ['episodes', 'list', '--limit', '0', '--data-dir', dir],
+      ['episodes', 'list', '--bogus', '--data-dir', dir],
+      ['episodes', 'list'],
+    ]) {
+      const r = await runAgentCli(args);
+      expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(2);
+      expect(r.stdout).toBe('');
+      expect(r.stderr.trim().split('\n'), r.stderr).toHaveLength(1);
+      expect(r.stderr).toMatch(/^fleet-agent: /);
+    }
+    // An id this robot does not have is a refusal (1), not a usage error.
+    const missing = await runAgentCli(['episodes', 'show', 'ep_2222222222aaaaaaaaaaaaaaaa', '--data-dir', dir]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain('not_found');
+  });
+});

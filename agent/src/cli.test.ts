@@ -168,6 +168,9 @@ describe('fleet-agent CLI', () => {
     expect(JSON.parse(finish.stdout)).toMatchObject({ episode_id: started.episode_id, outcome: 'success' });
     const get = await run(['context', 'get', '--data-dir', dataDir]);
     expect((JSON.parse(get.stdout) as { context: unknown }).context).toMatchObject({ task_id: 'task_9' });
+    const metrics = await run(['metrics', '--data-dir', dataDir]);
+    expect(metrics.code).toBe(0);
+    expect(metrics.stdout).toMatch(/^fleet_agent_connected 1$/m);
   }, 60_000);
 
   it('shuts down cleanly on SIGTERM and leaves a retained offline status', async () => {
@@ -185,5 +188,6 @@ describe('fleet-agent CLI', () => {
     await observer.endAsync();
     const after = await run(['status', '--data-dir', dataDir]);
     expect(after.code).toBe(3);
+    expect((await run(['metrics', '--data-dir', dataDir])).code).toBe(3);
   });
 });

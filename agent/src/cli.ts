@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { systemClock } from '@fleet/protocol';
+import { applyUsageRules, EXIT_USAGE, systemClock } from '@fleet/protocol';
 import { Command, Option } from 'commander';
 import { pino } from 'pino';
 import { ZodError } from 'zod';
@@ -7,16 +7,18 @@ import { SimulatedRobotActions } from './actions.js';
 import { AGENT_RUNTIME_VERSION, LEGACY_RUNTIME_VERSION, parseAgentConfig, type AgentConfig, type AgentConfigInput } from './config.js';
 import { OPERATOR_CONTEXT_KEYS, type OperatorContextPatch } from './context.js';
 import { controlCall, controlSocketPath, ControlError } from './control/client.js';
-import type { ControlResponse } from './control/protocol.js';
+import { MAX_EPISODES_LISTED, type ControlResponse } from './control/protocol.js';
 import { Agent, NotEnrolledError } from './daemon.js';
 import { enroll, EnrollError } from './enroll.js';
+import { formatEpisode, formatEpisodeList } from './episodes-format.js';
+import type { EpisodeView } from './episodes-view.js';
+import { EPISODE_ID_PATTERN } from './ids.js';
 import { SyntheticRecorder } from './recording/synthetic-recorder.js';
 import { formatStatus, type StatusForView } from './status-view.js';
 import { systemScheduler } from './time.js';
 
 /** Exit codes: 1 refused or failed, 2 bad usage or configuration, 3 no agent running. */
 const EXIT_REFUSED = 1;
-const EXIT_USAGE = 2;
 const EXIT_NOT_RUNNING = 3;
 
 const dataDirOption = () => new Option('--data-dir <dir>', 'the robot data directory (credentials, agent.sqlite, episodes, agent.sock)').env('FLEET_AGENT_DATA_DIR').makeOptionMandatory();
@@ -38,8 +40,7 @@ function configOrExit(input: AgentConfigInput): AgentConfig {
 
 const program = new Command('fleet-agent')
   .description('On-robot agent: enrolls the robot, records episodes, answers commands from the fleet cloud.')
-  .version(AGENT_RUNTIME_VERSION)
-  .showHelpAfterError();
+  .version(AGENT_RUNTIME_VERSION, '-V, --version', 'print the version');
 
 program
   .command('enroll')
@@ -231,4 +232,77 @@ program
     process.stdout.write(formatStatus(response.result as StatusForView, { tty: process.stdout.isTTY === true, columns: process.stdout.columns ?? 100 }));
   });
 
-await program.parseAsync(process.argv);
+/** One control request whose result is printed by `format`, or as JSON with --json. */
+async function controlView(o: { dataDir: string; socket?: string; json?: boolean }, body: Parameters<typeof controlCall>[1], format: (result: Record<string, unknown>) => string): Promise<void> {
+  if (o.json) return control(o, body);
+  let response: ControlResponse;
+  try {
+    response = await controlCall(o.socket ?? controlSocketPath(o.dataDir), body);
+  } catch (err) {
+    if (err instanceof ControlError) fail(err.message, EXIT_NOT_RUNNING);
+    throw err;
+  }
+  if (!response.ok) fail(`${response.error.code}: ${response.error.message}`, EXIT_REFUSED);
+  process.stdout.write(format(response.result));
+}
+
+const episodes = program.command('episodes').description('the episodes on this robot: where their files are and how far their uploads got (asks the running agent)');
+episodes
+  .command('list')
+  .description('the newest episodes, newest first (the one recording now on top): state, directory, files with sizes, and per destination the replica state, bytes sent, last error; when the local copy is due for pruning')
+  .addOption(dataDirOption())
+  .addOption(socketOption())
+  .option('--limit <n>', `how many episodes (1-${MAX_EPISODES_LISTED}, default 50)`)
+  .option('--json', "print the control socket's JSON answer")
+  .addHelpText('after', '\nExamples:\n  $ fleet-agent episodes list --data-dir ./robot-1\n  $ fleet-agent episodes list --data-dir ./robot-1 --limit 5 --json')
+  .action(async (o: { dataDir: string; socket?: string; json?: boolean; limit?: string }) => {
+    const limit = o.limit === undefined ? undefined : Number(o.limit);
+    if (limit !== undefined && !(Number.isInteger(limit) && limit >= 1 && limit <= MAX_EPISODES_LISTED)) {
+      fail(`--limit must be a whole number from 1 to ${MAX_EPISODES_LISTED}, got ${JSON.stringify(o.limit)} (see fleet-agent episodes list --help)`, EXIT_USAGE);
+    }
+    await controlView(o, { op: 'episodes.list', ...(limit !== undefined ? { limit } : {}) }, (r) => formatEpisodeList(r.episodes as EpisodeView[]));
+  });
+episodes
+  .command('show')
+  .description('one episode: state, times, directory, files with sizes and sha256, and its sync state per destination')
+  .argument('<id>', 'episode id (ep_…)')
+  .addOption(dataDirOption())
+  .addOption(socketOption())
+  .option('--json', "print the control socket's JSON answer")
+  .addHelpText('after', '\nExample:\n  $ fleet-agent episodes show ep_2kq4x7a3bcdefghijklmnopqrs --data-dir ./robot-1')
+  .action(async (id: string, o: { dataDir: string; socket?: string; json?: boolean }) => {
+    if (!EPISODE_ID_PATTERN.test(id)) fail(`not an episode id: ${JSON.stringify(id)}, expected ep_ and 26 characters a-z, 2-7 (see fleet-agent episodes show --help)`, EXIT_USAGE);
+    await controlView(o, { op: 'episodes.show', episode_id: id }, (r) => `${formatEpisode(r.episode as EpisodeView, { detail: true })}\n`);
+  });
+
+program
+  .command('metrics')
+  .description("print the running agent's outbox and upload figures in Prometheus text format (outbox messages by kind and state, bytes and attempts uploaded, replicas by state, free disk and backlog)")
+  .addOption(dataDirOption())
+  .addOption(socketOption())
+  .action(async (o: { dataDir: string; socket?: string }) => {
+    let response: ControlResponse;
+    try {
+      response = await controlCall(o.socket ?? controlSocketPath(o.dataDir), { op: 'metrics' });
+    } catch (err) {
+      if (err instanceof ControlError) fail(err.message, EXIT_NOT_RUNNING);
+      throw err;
+    }
+    if (!response.ok) fail(`${response.error.code}: ${response.error.message}`, EXIT_REFUSED);
+    process.stdout.write(String(response.result.text));
+  });
+
+program.addHelpText(
+  'after',
+  `
+Examples:
+  $ fleet-agent enroll --api http://127.0.0.1:8080 --token ret_… --data-dir ./robot-1 --name arm-1
+  $ fleet-agent start --data-dir ./robot-1
+  $ fleet-agent episode start --data-dir ./robot-1
+  $ fleet-agent episode finish --data-dir ./robot-1
+  $ fleet-agent status --data-dir ./robot-1 --json
+  $ fleet-agent episodes list --data-dir ./robot-1
+  $ fleet-agent metrics --data-dir ./robot-1`,
+);
+applyUsageRules(program);
+await program.parseAsync(process.argv).catch((err: unknown) => fail(err instanceof Error ? err.message : String(err), 1));

@@ -4,18 +4,21 @@ import { CAPABILITY_EPISODES_V1, iso, Lifecycle, type Clock, type CommandReply }
 import type { Logger } from 'pino';
 import type { RobotActions } from './actions.js';
 import { CommandHandler } from './commands.js';
-import { RefusalError } from './errors.js';
+import { NotFoundError, RefusalError } from './errors.js';
 import { runtimeVersionOf, type AgentConfig } from './config.js';
 import type { OperatorContext, OperatorContextPatch } from './context.js';
 import { controlSocketPath } from './control/client.js';
 import type { ControlRequest } from './control/protocol.js';
 import { ControlServer } from './control/server.js';
-import { readCredentials, type Credentials } from './credentials.js';
+import { readCredentials, storeRotatedPassword, type Credentials } from './credentials.js';
+import { listEpisodeViews, showEpisodeView, type EpisodeViewSource } from './episodes-view.js';
+import { AgentMetrics } from './metrics.js';
 import { MqttLink } from './link/mqtt-link.js';
 import { OutboxSender, type OutboxStatus } from './outbox.js';
 import type { Recorder } from './recording/recorder.js';
 import { RecordingStateMachine, type EndVerb, type EpisodeTransitionResult, type RecordingState } from './recording/state-machine.js';
 import { openAgentStore } from './store/sqlite.js';
+import type { FreeBytes } from './sync/pressure.js';
 import { RateLimiter } from './sync/rate-limit.js';
 import { uploadDispatcher } from './sync/trust.js';
 import { Retention } from './sync/retention.js';
@@ -43,6 +46,11 @@ export interface AgentDeps {
   random?: () => number;
   /** HTTP agent for uploads (default: one built from the config's trust settings). */
   uploadDispatcher?: Dispatcher;
+  /**
+   * Free bytes of the data directory's file system as the disk pressure reports them (default
+   * `statfs`). A seam like the clock: a test of a nearly full disk injects a small number.
+   */
+  freeBytes?: FreeBytes;
 }
 
 /** The robot is not enrolled: `fleet-agent start` never enrolls by itself. */
@@ -86,6 +94,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
   private syncer: Uploader | undefined;
   private readonly life: Lifecycle;
   private control: ControlServer | undefined;
+  private metrics: AgentMetrics | undefined;
   private creds: Credentials | undefined;
   private pruneTimer: TimerHandle | undefined;
   private readonly inFlight = new Set<Promise<unknown>>();
@@ -181,6 +190,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       return { value: s, close: () => s.close() };
     });
     this.store = store;
+    this.metrics = new AgentMetrics({ store, dataDir: config.dataDir, clock: deps.clock, connected: () => this.mqtt?.connected ?? false, uploader: () => this.syncer });
     // The link is made here and connects last; it closes after everything that publishes through it.
     const link =
       deps.link ?? true
@@ -276,6 +286,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
             grantTimeoutMs: config.syncGrantTimeoutMs,
             retryScheduleMs: config.syncRetryScheduleMs,
             jitter: config.syncJitter,
+            ...(deps.freeBytes ? { freeBytes: deps.freeBytes } : {}),
           });
           await u.start();
           return {
@@ -327,6 +338,12 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       legacyRuntime: config.legacyRuntime,
       windowMs: config.commandResultWindowMs,
       publish: (reply: CommandReply) => link?.publishReply(reply) ?? Promise.resolve(),
+      rotateCredentials: async ({ password }) => {
+        // Durable first: the cloud refuses the old password as soon as it reads the answer.
+        this.creds = await storeRotatedPassword(config.dataDir, this.credentials, password);
+        link?.setPassword(password);
+        log.info({ robot_id: creds.robot_id }, 'broker credentials rotated and stored');
+      },
     });
     await this.prune();
     this.accepting = true;
@@ -423,7 +440,22 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
         return { context: await this.getContext() };
       case 'status':
         return { ...this.status(), uploads: (await this.syncer?.uploads()) ?? [] };
+      case 'episodes.list':
+        return { episodes: await listEpisodeViews(this.episodeViewSource(), req.limit ?? 50) };
+      case 'episodes.show': {
+        const episode = await showEpisodeView(this.episodeViewSource(), req.episode_id);
+        if (!episode) throw new NotFoundError(`no episode ${req.episode_id} on this robot`);
+        return { episode };
+      }
+      case 'metrics':
+        return { content_type: this.metrics!.registry.contentType, text: await this.metrics!.text() };
     }
+  }
+
+  private episodeViewSource(): EpisodeViewSource {
+    const syncer = this.syncer;
+    if (!this.store) throw new RefusalError('failed', 'the agent is starting');
+    return { store: this.store, dataDir: this.config.dataDir, ...(syncer ? { uploads: () => syncer.uploads(1000) } : {}) };
   }
 
   private track<T>(p: Promise<T>): Promise<T> {

@@ -26,3 +26,9 @@ export class IllegalTransitionError extends RefusalError {
     super('invalid_state', `cannot ${event} while ${state}${allowedFrom.length ? ` (only while ${allowedFrom.join(' or ')})` : ''}`);
   }
 }
+
+/** Something asked for by id that this robot does not have (control surface: `not_found`). */
+export class NotFoundError extends Error {
+  override readonly name = 'NotFoundError';
+  readonly code = 'not_found';
+}

@@ -16,6 +16,7 @@ export {
   CredentialsError,
   credentialsPath,
   readCredentials,
+  storeRotatedPassword,
   writeCredentials,
   type Credentials,
 } from './credentials.js';
@@ -41,7 +42,7 @@ export {
   type RecordedFiles,
   type RecorderStats,
 } from './recording/recorder.js';
-export { SyntheticRecorder, SYNTHETIC_FILE, SYNTHETIC_TOPIC, type SyntheticRecorderOptions } from './recording/synthetic-recorder.js';
+export { CAMERA_TOPIC, JOINT_STATES_TOPIC, SyntheticRecorder, SYNTHETIC_FILE, type SyntheticRecorderOptions } from './recording/synthetic-recorder.js';
 export {
   RecordingStateMachine,
   type RecordingState,

@@ -334,6 +334,7 @@ describe('OutboxSender against a real broker', () => {
       markSent: (ids, at) => real.markSent(ids, at),
       settle: (id, outcome, at) => real.settle(id, outcome, at),
       counts: () => real.counts(),
+      countsByKind: () => real.countsByKind(),
       prune: (before) => real.prune(before),
     };
     const published: string[] = [];

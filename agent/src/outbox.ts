@@ -50,7 +50,7 @@ export function outboxPayload(row: Pick<OutboxRow, 'msgId' | 'kind' | 'bodyJson'
 }
 
 /**
- * Sends the durable outbox to the cloud (ARCHITECTURE.md, MQTT link). While the link is up it
+ * Sends the durable outbox to the cloud (docs/architecture.md, The robot link). While the link is up it
  * publishes pending messages in creation order with at most `maxInFlight` unacknowledged at a
  * time, so a backlog drains steadily; each acknowledgment frees a slot for the next message.
  * A message is published again when no acknowledgment came within `ackTimeoutMs`, and every

@@ -19,10 +19,12 @@ import { boundedSerializerCompiler } from './http/serializer.js';
 import type { CatalogEntry } from './http/policy.js';
 import { installRateLimits } from './http/rate-limit.js';
 import { V1_PLUGINS, type CommandSender, type ZodApp } from './routes/v1/index.js';
+import { offlineFleetAdmin, type FleetAdmin } from './robots/credentials.js';
 import { SecretBox } from './secret-box.js';
 import { SyncRouter } from './sync/router.js';
 import { GrantRelay } from './sync/grant-relay.js';
 import { EgressClient } from './egress/client.js';
+import { checkMetricsToken, measuredCommands, metricsFor, metricsToken, type CloudMetrics } from './metrics.js';
 import type { Store } from './store/index.js';
 
 export const API_VERSION = '1.0.0';
@@ -38,6 +40,8 @@ export interface AppDeps {
   logger?: FastifyBaseLogger;
   /** Sends robot commands; without one every robot is offline. */
   robots?: CommandSender;
+  /** De-enrollment disconnects and credential rotations; without one rotations stay pending. */
+  fleet?: FleetAdmin;
   /** The broker address handed to enrolling robots. */
   mqttPublicUrl?: string;
   /** Wakes the webhook delivery worker when something is queued. */
@@ -48,6 +52,8 @@ export interface AppDeps {
   relay?: Pick<GrantRelay, 'forward'>;
   /** Extra readiness checks (the MQTT broker); /readyz answers 503 while any fails. */
   readiness?: () => Promise<void>;
+  /** Where requests and commands are counted; by default from the config (none unless metrics are on). */
+  metrics?: CloudMetrics;
 }
 
 export interface CloudApp {
@@ -93,6 +99,9 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     },
     clientErrorHandler: handleClientError,
   });
+  const metrics = deps.metrics ?? metricsFor(config, store.gauges);
+  // The route pattern, not the URL: one series per route whatever ids the paths carry.
+  if (metrics.enabled) fastify.addHook('onResponse', async (request, reply) => metrics.httpRequest(request.method, request.routeOptions.url, reply.statusCode, reply.elapsedTime / 1000));
   fastify.setValidatorCompiler(validatorCompiler);
   fastify.setSerializerCompiler(boundedSerializerCompiler);
   const app = fastify.withTypeProvider<ZodTypeProvider>() as unknown as ZodApp;
@@ -120,7 +129,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
       info: {
         title: 'Robot Fleet and Episode Data API',
         version: API_VERSION,
-        description: 'Robot commands, episodes, datasets, cloud sync and webhooks. Errors: `{error: {code, message, details?}}`.',
+        description: 'Robot commands, episodes, datasets, cloud sync and webhooks. Errors: `{error: {code, message, details?, request_id}}`; branch on `code`.',
       },
       components: {
         securitySchemes: { apiKey: { type: 'http', scheme: 'bearer', description: 'An API key, `ak_…`' } },
@@ -136,7 +145,8 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     store,
     clock,
     lastUsed,
-    robots: deps.robots ?? noRobotLink,
+    robots: measuredCommands(deps.robots ?? noRobotLink, metrics),
+    fleet: deps.fleet ?? offlineFleetAdmin,
     mqttPublicUrl: deps.mqttPublicUrl ?? config.mqttPublicUrl ?? '',
     secrets,
     deliveries: deps.deliveries ?? { notify: () => undefined },
@@ -166,6 +176,16 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     }
     return { status: 'ready' };
   });
+
+  // With no listener of its own, /metrics is on this port behind its token (outside /v1: no
+  // API key, no rate limit). With neither, metrics are off and the path is a 404.
+  const token = metricsToken(config);
+  if (metrics.enabled && config.metricsListen === undefined && token !== null) {
+    app.get('/metrics', { schema: { hide: true } }, async (request, reply) => {
+      checkMetricsToken(token, request.headers.authorization);
+      return reply.type('text/plain; version=0.0.4; charset=utf-8').send(await metrics.scrape());
+    });
+  }
 
   await fastify.ready();
   lastUsed.start();
@@ -213,7 +233,10 @@ function decorateOpenApi(fastify: FastifyInstance): void {
         `Entitlement: ${policy.feature ?? 'none'}.`,
         ...(policy.meter ? [`Meter: ${policy.meter}.`] : []),
       ];
-      schema.description = [schema.description, lines.join(' ')].filter(Boolean).join('\n\n');
+      // Fastify calls onRoute again for the HEAD twin of a GET, with the same schema object.
+      const policyLine = lines.join(' ');
+      const description = typeof schema.description === 'string' ? schema.description : undefined;
+      if (!description?.endsWith(policyLine)) schema.description = [description, policyLine].filter(Boolean).join('\n\n');
       schema['x-required-scope'] = policy.scope;
       schema['x-entitlement'] = policy.feature;
       if (policy.meter) schema['x-meter'] = policy.meter;

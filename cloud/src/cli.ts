@@ -2,6 +2,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import {
+  applyUsageRules,
   CreateDestinationBodySchema,
   CreateRoutingRuleBodySchema,
   FEATURES,
@@ -28,9 +29,7 @@ const { version } = JSON.parse(readFileSync(new URL('../package.json', import.me
 
 const program = new Command('fleet-cloud')
   .description('The fleet cloud: /v1 API, episode index, MQTT link to the robots.')
-  .version(version, '-V, --version', 'print the version')
-  .showHelpAfterError()
-  .configureOutput({ outputError: (str, write) => write(str) });
+  .version(version, '-V, --version', 'print the version');
 
 const dataDirOption = () => new Option('--data-dir <dir>', 'data directory (SQLite index, first-start admin key)').env('FLEET_DATA_DIR').default('./data');
 
@@ -74,6 +73,8 @@ program
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_LOG_LEVEL').default('info'))
   .addOption(new Option('--egress-allow-loopback', 'tests and local development: webhook URLs may be on 127.0.0.1/::1').env('FLEET_EGRESS_ALLOW_LOOPBACK'))
   .addOption(new Option('--egress-ca-file <file>', 'extra CA (PEM) trusted for outbound HTTPS').env('FLEET_EGRESS_CA_FILE'))
+  .addOption(new Option('--metrics-listen <host:port>', 'serve Prometheus /metrics on this separate address, e.g. 127.0.0.1:9464 (default: metrics off)').env('FLEET_METRICS_LISTEN'))
+  .addOption(new Option('--metrics-token-file <file>', '/metrics requires this bearer token (file contents; or FLEET_METRICS_TOKEN); without --metrics-listen it is served on the HTTP port').env('FLEET_METRICS_TOKEN_FILE'))
   .action(async (opts: Record<string, string | undefined>) => {
     const input: CloudConfigInput = {
       dataDir: opts.dataDir,
@@ -91,6 +92,10 @@ program
       mqttMessagesPerSecond: opts.mqttMessagesPerSecond,
       mqttBytesPerSecond: opts.mqttBytesPerSecond,
       grantRetryAfterS: opts.grantRetryAfterS,
+      metricsListen: opts.metricsListen,
+      metricsTokenFile: opts.metricsTokenFile,
+      // Only from the environment, like the secret key.
+      metricsToken: process.env.FLEET_METRICS_TOKEN || undefined,
       logLevel: opts.logLevel as CloudConfigInput['logLevel'],
       // Only from the environment: a flag would show the key in the process list.
       secretKey: process.env.FLEET_SECRET_KEY,
@@ -114,7 +119,7 @@ program
           `${cloud.bootstrapped.adminKey}\n`,
       );
     }
-    process.stdout.write(`${JSON.stringify({ http: cloud.http, mqtt: cloud.mqtt })}\n`);
+    process.stdout.write(`${JSON.stringify({ http: cloud.http, mqtt: cloud.mqtt, ...(cloud.metrics ? { metrics: cloud.metrics } : {}) })}\n`);
     let closing = false;
     const shutdown = (signal: string) => {
       if (closing) {
@@ -395,6 +400,17 @@ program
     else process.stdout.write(text);
   });
 
+program.addHelpText(
+  'after',
+  `
+Examples:
+  $ fleet-cloud serve                                   # embedded defaults: ./data, HTTP 127.0.0.1:8080, MQTT 1883
+  $ fleet-cloud serve --http-port 0 --mqtt-port 0       # any free ports, printed as one JSON line
+  $ fleet-cloud orgs create --name acme --tier pro
+  $ fleet-cloud keys create --org org_… --name ci --scopes data:read,fleet:read
+  $ fleet-cloud openapi --out openapi.json`,
+);
+applyUsageRules(program);
 program.parseAsync(process.argv).catch((err: unknown) => {
   fail(err instanceof Error ? err.message : String(err));
 });

@@ -1,6 +1,16 @@
 import { z } from 'zod';
 
 const port = z.coerce.number().int().min(0).max(65535);
+/** `host:port` or `[v6]:port`. */
+const METRICS_LISTEN = /^(\[[0-9a-fA-F:.]+\]|[^\s:[\]]+):(\d{1,5})$/;
+
+/** The host and port of a `metricsListen` value. */
+export function parseListen(value: string): { host: string; port: number } {
+  const m = METRICS_LISTEN.exec(value);
+  const port = m ? Number(m[2]) : NaN;
+  if (!m || port > 65535) throw new Error(`not host:port: ${value}`);
+  return { host: m[1]!.replace(/^\[|\]$/g, ''), port };
+}
 
 /**
  * Everything the cloud can be told, with its default. Flags and FLEET_* variables are merged by
@@ -45,7 +55,17 @@ export const CloudConfigSchema = z.strictObject({
   lastUsedFlushMs: z.coerce.number().int().min(10).default(15_000),
   /** How long an in-flight Idempotency-Key claim lasts if its process dies mid-request. */
   idempotencyLeaseMs: z.coerce.number().int().min(1000).default(120_000),
-});
+  /**
+   * Serve /metrics on its own listener, `host:port` (port 0 picks one), and not on the API's
+   * port. Metrics are off unless this or a token is given: they count every organization's
+   * traffic, which is the operator's to see, not a tenant's.
+   */
+  metricsListen: z.string().refine((v) => Number(METRICS_LISTEN.exec(v)?.[2] ?? NaN) <= 65535, 'must be host:port, e.g. 127.0.0.1:9464').optional(),
+  /** A file holding the bearer token /metrics requires (trimmed); with no listener, /metrics is on the API's port. */
+  metricsTokenFile: z.string().min(1).optional(),
+  /** The token itself; only from FLEET_METRICS_TOKEN (a flag would show it in the process list). */
+  metricsToken: z.string().min(16, 'must be at least 16 characters').optional(),
+}).refine((c) => !(c.metricsTokenFile && c.metricsToken), { message: 'give a metrics token file or FLEET_METRICS_TOKEN, not both', path: ['metricsToken'] });
 
 export type CloudConfig = Readonly<z.output<typeof CloudConfigSchema>>;
 export type CloudConfigInput = z.input<typeof CloudConfigSchema>;

@@ -7,13 +7,15 @@ import type { Client } from 'aedes';
 import { Lifecycle, systemClock, type Clock } from '@fleet/protocol';
 import { buildApp, type CloudApp } from './app.js';
 import { bootstrapIfEmpty, type Bootstrapped } from './bootstrap.js';
-import type { CloudConfig } from './config.js';
+import { parseListen, type CloudConfig } from './config.js';
+import { metricsFor, metricsToken, startMetricsListener } from './metrics.js';
 import { startEmbeddedBroker, type EmbeddedBroker } from './mqtt/broker.js';
 import { PublishThrottle } from './mqtt/throttle.js';
 import { loadSecretBox } from './secret-box.js';
 import { openSqliteStore } from './store/index.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './robots/broker-auth.js';
 import { RobotLink } from './robots/link.js';
+import { CredentialRotator } from './robots/credentials.js';
 import { EpisodeIngestor } from './episodes/ingest.js';
 import { OutboxRouter } from './robots/outbox-router.js';
 import { GrantRelay } from './sync/grant-relay.js';
@@ -36,6 +38,8 @@ export interface StartCloudOptions {
 export interface RunningCloud {
   http: string;
   mqtt: string;
+  /** The separate metrics listener's URL (`--metrics-listen`), when there is one. */
+  metrics: string | null;
   store: Store;
   app: CloudApp;
   broker: EmbeddedBroker | null;
@@ -47,7 +51,7 @@ export interface RunningCloud {
 /** A port `serve` could not bind (taken, or not allowed); says which listener and where. */
 export class ListenError extends Error {
   constructor(
-    readonly listener: 'HTTP' | 'MQTT',
+    readonly listener: 'HTTP' | 'MQTT' | 'metrics',
     readonly address: string,
     readonly code: string | undefined,
     options: { cause: unknown },
@@ -58,7 +62,7 @@ export class ListenError extends Error {
   }
 }
 
-async function listening<T>(listener: 'HTTP' | 'MQTT', host: string, port: number, fn: () => Promise<T>): Promise<T> {
+async function listening<T>(listener: 'HTTP' | 'MQTT' | 'metrics', host: string, port: number, fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (err) {
@@ -92,6 +96,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
       return { value: s, close: () => s.close() };
     });
     const secrets = loadSecretBox(config.dataDir, config.secretKey);
+    const metrics = metricsFor(config, store.gauges);
 
     // The MQTT broker: embedded (with robot credentials, topic ACL and a per-robot throttle), or external.
     const { broker, linkUrl, linkAuth } = await life.add<BrokerPart>('broker', async () => {
@@ -104,7 +109,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         clock,
         isClosed: (client: Client) => client.closed,
       });
-      const hooks = robotBrokerHooks(store, cloudPassword, (msg, extra) => logger.warn(extra, msg), { throttle });
+      const hooks = robotBrokerHooks(store, cloudPassword, (msg, extra) => logger.warn(extra, msg), { throttle, clock });
       // Nobody is connected to a broker that has just started; robots republish on reconnect.
       await store.robots.markAllDisconnected();
       const b = await listening('MQTT', config.host, config.mqttPort, () => startEmbeddedBroker({ host: config.host, port: config.mqttPort, hooks }));
@@ -123,16 +128,18 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
     });
 
     const deliveries = await life.add('webhook deliveries', async () => {
-      const w = new DeliveryWorker({ store, secrets, egress, clock, logger });
+      const w = new DeliveryWorker({ store, secrets, egress, clock, logger, metrics });
       w.start();
       return { value: w, close: () => w.stop() };
     });
 
     // The robot link: presence, commands, the durable outboxes routed by message kind, and sync
     // (assignments pushed as routes are decided, grant requests relayed to grant providers).
-    const relay = new GrantRelay({ store, egress, secrets, clock, logger, retryAfterS: config.grantRetryAfterS });
-    const { link, router } = await life.add('robot link', async () => {
+    const relay = new GrantRelay({ store, egress, secrets, clock, logger, retryAfterS: config.grantRetryAfterS, metrics });
+    const { link, router, rotator } = await life.add('robot link', async () => {
       const l = new RobotLink({ url: linkUrl, ...linkAuth, store, clock, logger, commandTimeoutMs: config.commandTimeoutMs });
+      const rot = new CredentialRotator({ store, clock, secrets, link: l, sessions: broker, logger });
+      l.onRobotOnline = (robotId) => rot.robotOnline(robotId);
       const syncService = new SyncService({ store, relay, publish: (robotId, msg) => l.publishSync(robotId, msg), logger });
       const r = new SyncRouter({
         store,
@@ -147,6 +154,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         store,
         clock,
         logger,
+        metrics,
         onIndexed: (orgIds) => {
           deliveries.notify();
           for (const orgId of orgIds) r.schedule(orgId, 'new');
@@ -155,6 +163,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
       const replicas = new ReplicaStateHandler({ store, clock, logger, onApplied: () => deliveries.notify() });
       const outbox = new OutboxRouter({
         logger,
+        metrics,
         ack: (robotId, ack) => l.publishAck(robotId, ack),
         handlers: {
           'episode.report': ingestor,
@@ -169,8 +178,9 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
       // Episodes indexed while no cloud ran (or whose routing pass a crash cut short) get routed.
       for (const org of await store.orgs.list()) r.schedule(org.id, 'new');
       return {
-        value: { link: l, router: r },
+        value: { link: l, router: r, rotator: rot },
         close: async () => {
+          await rot.drain();
           // Answer the messages and requests already received; any that arrive meanwhile are
           // handled too, and their robots resend until acknowledged (every handler is idempotent).
           await outbox.drain();
@@ -193,6 +203,8 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         clock,
         logger,
         robots: link,
+        metrics,
+        fleet: rotator,
         mqttPublicUrl: config.mqttPublicUrl ?? linkUrl.replace(/\/\/[^@/]*@/, '//'),
         readiness: async () => {
           if (broker?.aedes.closed) throw new Error('MQTT broker closed');
@@ -221,6 +233,13 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
       };
     });
 
+    // Operators' /metrics on a listener of its own, bound before the first start creates anything.
+    const metricsListener = config.metricsListen === undefined ? null : await life.add('metrics', async () => {
+      const { host, port } = parseListen(config.metricsListen!);
+      const l = await listening('metrics', host, port, () => startMetricsListener({ host, port, metrics, token: metricsToken(config), onError: (err) => logger.error({ err }, 'metrics scrape failed') }));
+      return { value: l, close: () => l.close() };
+    });
+
     // Only now, with both ports bound: a start that fails to listen creates nothing.
     const bootstrapped = await bootstrapIfEmpty(store, clock, config.dataDir);
     const addr = app.app.server.address() as AddressInfo;
@@ -229,6 +248,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
     return {
       http: `http://${shownHost}:${addr.port}`,
       mqtt: broker ? broker.url : linkUrl,
+      metrics: metricsListener?.url ?? null,
       store,
       app,
       broker,

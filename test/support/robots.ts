@@ -323,7 +323,7 @@ export interface FleetProcess extends AsyncDisposable {
   kill(signal?: NodeJS.Signals): Promise<ProcessExit>;
 }
 
-/** Spawns `fleet-sim fleet` and resolves once it printed `{"robots":[…]}`. Dispose it. */
+/** Spawns `fleet-sim fleet` and resolves once it printed `{"robots":[…]}` and the cloud sees them connected. Dispose it. */
 export async function startFleet(cloud: CloudProcess, opts: FleetProcessOptions): Promise<FleetProcess> {
   assertBuilt();
   const own: TempDir | null = opts.dataDir === undefined ? await makeTempDir('fs-e2e-') : null;
@@ -360,6 +360,20 @@ export async function startFleet(cloud: CloudProcess, opts: FleetProcessOptions)
     proc = spawnProcess(process.execPath, args, { name: `fleet-sim fleet --count ${opts.count}`, cwd: REPO_ROOT, env: cleanEnv() });
     const line = await proc.waitForStdout((l) => l.startsWith('{"robots":'), { timeoutMs: opts.startTimeoutMs ?? 60_000, description: 'the {"robots":[…]} line' });
     robots = (JSON.parse(line) as { robots: string[] }).robots;
+    // The simulator prints once its robots are connected to the broker; the cloud learns it from
+    // their status messages a moment later. A command sent before then would answer 503.
+    // (A robot of another organization than the cloud's default key is 404 here: not waited on.)
+    await Promise.all(
+      robots.map((id) =>
+        waitFor(
+          async () => {
+            const r = await getRobot(cloud, id);
+            return r.status === 404 || (r.status === 200 && r.body.connected) ? true : undefined;
+          },
+          { timeoutMs: opts.startTimeoutMs ?? 60_000, description: `the cloud to see ${id} connected` },
+        ),
+      ),
+    );
   } catch (err) {
     await cleanup();
     throw err;

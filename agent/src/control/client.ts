@@ -1,5 +1,6 @@
 import { createConnection, type Socket } from 'node:net';
 import { join } from 'node:path';
+import type { EpisodeView } from '../episodes-view.js';
 import type { OperatorContext, OperatorContextPatch } from '../context.js';
 import type { ControlErrorCode, ControlRequest, ControlResponse } from './protocol.js';
 
@@ -79,6 +80,21 @@ export class ControlClient {
 
   status(): Promise<Record<string, unknown>> {
     return this.call({ op: 'status' });
+  }
+
+  /** The newest episodes (default 50), each with its directory, files and sync state. */
+  async listEpisodes(limit?: number): Promise<EpisodeView[]> {
+    return (await this.call({ op: 'episodes.list', ...(limit !== undefined ? { limit } : {}) })).episodes as EpisodeView[];
+  }
+
+  /** One episode; throws `ControlError('not_found')` for an id this robot does not have. */
+  async showEpisode(episodeId: string): Promise<EpisodeView> {
+    return (await this.call({ op: 'episodes.show', episode_id: episodeId })).episode as EpisodeView;
+  }
+
+  /** The agent's figures in Prometheus text. */
+  async metrics(): Promise<string> {
+    return String((await this.call({ op: 'metrics' })).text);
   }
 
   close(): void {

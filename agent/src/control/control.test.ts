@@ -1,5 +1,6 @@
 import { stat } from 'node:fs/promises';
 import { createConnection } from 'node:net';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Agent } from '../daemon.js';
 import { openAgentStore } from '../store/sqlite.js';
@@ -76,6 +77,22 @@ describe('local control surface', () => {
     expect(answers.slice(0, 3).map((a) => a.error?.code)).toEqual(['bad_request', 'bad_request', 'bad_request']);
     expect(answers[1]!.id).toBe(7);
     expect(answers[3]).toMatchObject({ ok: true, id: 's' });
+  });
+
+  it('lists and shows episodes; an unknown id is not_found, a malformed one bad_request', async () => {
+    const t = await agentWithSocket();
+    const { episode_id } = (await t.client.episode('start')) as { episode_id: string };
+    expect((await t.client.listEpisodes()).map((e) => [e.id, e.state])).toEqual([[episode_id, 'recording']]);
+    t.clock.advance(1000);
+    await t.client.episode('finish');
+    await t.agent.machine.whenSettled();
+    const [listed] = await t.client.listEpisodes(10);
+    expect(listed).toMatchObject({ id: episode_id, state: 'finalized', outcome: 'success', dir: join(t.dataDir, 'episodes', episode_id), sync: [] });
+    expect(listed!.files.map((f) => f.path)).toEqual(['recording.mcap']);
+    expect(await t.client.showEpisode(episode_id)).toEqual(listed);
+    await expect(t.client.showEpisode('ep_2222222222aaaaaaaaaaaaaaaa')).rejects.toMatchObject({ code: 'not_found' });
+    await expect(t.client.showEpisode('../etc')).rejects.toMatchObject({ code: 'bad_request' });
+    await expect(t.client.listEpisodes(0)).rejects.toMatchObject({ code: 'bad_request' });
   });
 
   it('keeps every verb on a legacy runtime (the headset predates episodes.v1)', async () => {

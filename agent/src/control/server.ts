@@ -2,7 +2,7 @@ import { chmod, rm } from 'node:fs/promises';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import type { Logger } from 'pino';
 import { parseBoundedJson } from '@fleet/protocol';
-import { RefusalError } from '../errors.js';
+import { NotFoundError, RefusalError } from '../errors.js';
 import { ControlRequestSchema, MAX_CONTROL_LINE, type ControlRequest, type ControlResponse } from './protocol.js';
 
 export type ControlHandler = (request: ControlRequest) => Promise<Record<string, unknown>>;
@@ -86,7 +86,7 @@ export class ControlServer {
     try {
       return { ...withId, ok: true, result: await this.opts.handler(parsed.data) };
     } catch (err) {
-      if (err instanceof RefusalError) return { ...withId, ok: false, error: { code: err.code, message: err.message } };
+      if (err instanceof RefusalError || err instanceof NotFoundError) return { ...withId, ok: false, error: { code: err.code, message: err.message } };
       this.opts.logger.error({ err, op: parsed.data.op }, 'control request failed');
       return { ...withId, ok: false, error: { code: 'failed', message: (err as Error).message ?? String(err) } };
     }

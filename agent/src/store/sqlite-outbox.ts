@@ -84,6 +84,10 @@ export class SqliteOutbox implements OutboxStore {
     return out;
   }
 
+  async countsByKind(): Promise<{ kind: string; state: OutboxState; count: number }[]> {
+    return this.db.prepare('SELECT kind, state, count(*) AS count FROM outbox GROUP BY kind, state ORDER BY kind, state').all() as { kind: string; state: OutboxState; count: number }[];
+  }
+
   async prune(olderThan: number): Promise<number> {
     return this.db.prepare(`DELETE FROM outbox WHERE state = 'acked' AND settled_at < ?`).run(olderThan).changes;
   }

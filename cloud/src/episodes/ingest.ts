@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { EpisodeReportSchema, type Clock } from '@fleet/protocol';
 import { summarizeIssues, type OutboxKindHandler, type OutboxReply } from '../robots/outbox-router.js';
+import type { CloudMetrics } from '../metrics.js';
 import type { IngestItem, Store } from '../store/index.js';
 
 interface Pending {
@@ -16,6 +17,8 @@ export interface IngestorOptions {
   maxBatch?: number;
   /** Called after a batch committed new rows (and so new events), with the organizations they belong to. */
   onIndexed?: (orgIds: ReadonlySet<string>) => void;
+  /** Counts each batch's size and results. */
+  metrics?: Pick<CloudMetrics, 'ingestBatch'>;
 }
 
 /**
@@ -97,6 +100,7 @@ export class EpisodeIngestor implements OutboxKindHandler {
       this.opts.logger.error({ err, reports: batch.length }, 'episode ingest failed');
       return;
     }
+    this.opts.metrics?.ingestBatch(results);
     const orgIds = new Set(batch.filter((_p, i) => results[i] === 'inserted').map((p) => p.item.orgId));
     if (orgIds.size > 0) this.opts.onIndexed?.(orgIds);
     await Promise.all(

@@ -1,11 +1,13 @@
 import { createServer, type AddressInfo, type Server } from 'node:net';
-import { Aedes, type AedesOptions } from 'aedes';
+import { Aedes, type AedesOptions, type Client } from 'aedes';
 
 export interface EmbeddedBroker {
   readonly aedes: Aedes;
   /** mqtt://host:port that clients connect to. */
   readonly url: string;
   readonly port: number;
+  /** Closes the live connection of `clientId`, if any (its credentials are checked again on reconnect). */
+  disconnect(clientId: string): boolean;
   close(): Promise<void>;
 }
 
@@ -50,6 +52,13 @@ export async function startEmbeddedBroker(opts: { host: string; port: number; ho
     aedes,
     url: `mqtt://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`,
     port,
+    disconnect(clientId) {
+      // aedes keeps its connected clients by id, untyped in its declarations.
+      const client = (aedes as unknown as { clients: Record<string, Client | undefined> }).clients[clientId];
+      if (!client) return false;
+      client.close();
+      return true;
+    },
     async close() {
       await new Promise<void>((resolve) => aedes.close(() => resolve()));
       await new Promise<void>((resolve) => server.close(() => resolve()));

@@ -1,4 +1,4 @@
 export type * from './types.js';
-export { EPISODE_EQ_COLUMNS } from './types.js';
+export { ATTEMPTS_KEPT_PER_SUBSCRIPTION, EPISODE_EQ_COLUMNS } from './types.js';
 export { openSqliteStore, SqliteStore, DATABASE_FILE, MissingDatabaseError } from './sqlite.js';
 export type * from './sync-types.js';

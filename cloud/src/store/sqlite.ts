@@ -10,7 +10,9 @@ import { SqliteEpisodes } from './sqlite-episodes.js';
 import { SqliteDatasets } from './sqlite-datasets.js';
 import { SqliteWebhooks } from './sqlite-webhooks.js';
 import { SqliteSync } from './sqlite-sync.js';
+import { SqliteGauges } from './sqlite-gauges.js';
 import type { SyncStore } from './sync-types.js';
+import type { GaugeStore } from './types.js';
 import type { ApiKeyStore, DatasetStore, WebhookStore, EpisodeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store } from './types.js';
 
 export const DATABASE_FILE = 'cloud.sqlite';
@@ -75,6 +77,7 @@ export class SqliteStore implements Store {
   readonly datasets: DatasetStore;
   readonly webhooks: WebhookStore;
   readonly sync: SyncStore;
+  readonly gauges: GaugeStore;
 
   constructor(readonly db: Db) {
     this.orgs = new SqliteOrgs(db);
@@ -87,6 +90,7 @@ export class SqliteStore implements Store {
     this.datasets = new SqliteDatasets(db, episodes);
     this.webhooks = new SqliteWebhooks(db);
     this.sync = new SqliteSync(db);
+    this.gauges = new SqliteGauges(db);
   }
 
   async ping(): Promise<void> {

@@ -17,6 +17,8 @@ export interface Store {
   readonly webhooks: WebhookStore;
   /** Cloud sync: destinations, routing rules, routes, replicas, sync health. */
   readonly sync: SyncStore;
+  /** Whole-service counts read when /metrics is scraped. */
+  readonly gauges: GaugeStore;
   /** Cheap liveness probe for /readyz. */
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -114,6 +116,10 @@ export interface EnrollmentTokenRow {
   expiresAt: number;
   createdBy: string;
   createdAt: number;
+  /** `ret_` and the next characters of the token, to tell tokens apart; null for older tokens. */
+  tokenPrefix: string | null;
+  /** Set once by a revocation; a revoked token enrolls no robot. */
+  revokedAt: number | null;
 }
 
 export interface RobotRow {
@@ -129,11 +135,24 @@ export interface RobotRow {
   recordingState: RecordingState | null;
   lastSeenAt: number | null;
   createdAt: number;
+  /** Set once by a de-enrollment: the broker refuses the robot, the API its commands. */
+  deenrolledAt: number | null;
+  /** A credential rotation asked for and not yet acknowledged by the robot. */
+  rotationRequestedAt: number | null;
+  /** Hash of the secret of the running rotation (the broker accepts it too). */
+  pendingPasswordHash: string | null;
+  /** That secret, sealed: sent again until the robot acknowledges it. */
+  pendingSecretSealed: string | null;
+  /** When the robot last acknowledged a new secret. */
+  rotatedAt: number | null;
 }
+
+/** The columns a new robot starts without. */
+export type NewRobotRow = Omit<RobotRow, 'orgId' | 'enrollmentTokenId' | 'deenrolledAt' | 'rotationRequestedAt' | 'pendingPasswordHash' | 'pendingSecretSealed' | 'rotatedAt'>;
 
 export type EnrollOutcome =
   | { kind: 'enrolled'; robot: RobotRow }
-  | { kind: 'token_invalid' | 'token_expired' | 'token_used_up' }
+  | { kind: 'token_invalid' | 'token_expired' | 'token_used_up' | 'token_revoked' }
   | { kind: 'robot_limit'; limit: number };
 
 export interface RobotStatusUpdate {
@@ -146,23 +165,49 @@ export interface RobotStatusUpdate {
 }
 
 export interface RobotStore {
-  createEnrollmentToken(row: Omit<EnrollmentTokenRow, 'uses'>): Promise<void>;
+  createEnrollmentToken(row: Omit<EnrollmentTokenRow, 'uses' | 'revokedAt'>): Promise<void>;
+  /** Keyset page of the organization's tokens ordered by id, revoked and expired ones included. */
+  listEnrollmentTokens(orgId: string, after: string | null, limit: number): Promise<EnrollmentTokenRow[]>;
+  /** Revokes once (a second revoke keeps the first time); undefined for an unknown id. */
+  revokeEnrollmentToken(orgId: string, id: string, at: number): Promise<EnrollmentTokenRow | undefined>;
   /**
-   * In one transaction: checks the token (known, unexpired, uses left), the organization's robot
+   * In one transaction: checks the token (known, unrevoked, unexpired, uses left), the organization's robot
    * limit, takes one use and inserts the robot built by `build` (which gets the name index).
    */
   enroll(args: {
     tokenHash: string;
     now: number;
     robotLimit: (orgId: string) => Promise<number | undefined> | number | undefined;
-    build: (token: EnrollmentTokenRow, ordinal: number) => Omit<RobotRow, 'orgId' | 'enrollmentTokenId'>;
+    build: (token: EnrollmentTokenRow, ordinal: number) => NewRobotRow;
   }): Promise<EnrollOutcome>;
   get(orgId: string, id: string): Promise<RobotRow | undefined>;
-  /** Not scoped: only the MQTT broker's authentication and the robot link use it. */
+  /** Not scoped: only the MQTT broker's authentication, the robot link and the credential rotator use it. */
   getById(id: string): Promise<RobotRow | undefined>;
-  /** Keyset page ordered by id. */
-  list(orgId: string, after: string | null, limit: number): Promise<RobotRow[]>;
+  /** Keyset page ordered by id; de-enrolled robots only when asked for. */
+  list(orgId: string, after: string | null, limit: number, opts?: { includeDeenrolled?: boolean }): Promise<RobotRow[]>;
+  /** Ignored for a de-enrolled robot (a late status must not show it connected again). */
   updateStatus(id: string, update: RobotStatusUpdate): Promise<void>;
+  /**
+   * Marks the robot de-enrolled (once: a second call keeps the first time), disconnected, and
+   * drops a running rotation. Undefined for an unknown id.
+   */
+  deenroll(orgId: string, id: string, at: number): Promise<RobotRow | undefined>;
+  /**
+   * Notes that the robot's credentials are to be rotated (keeps an earlier request's time).
+   * Undefined for an unknown id; a de-enrolled robot is returned unchanged.
+   */
+  requestRotation(orgId: string, id: string, at: number): Promise<RobotRow | undefined>;
+  /**
+   * Not scoped. Stores the secret of a requested rotation (its hash and sealed form); false when
+   * no rotation is requested or one secret is already pending (it is the one to send again).
+   */
+  setPendingPassword(id: string, hash: string, sealed: string): Promise<boolean>;
+  /**
+   * Not scoped. The robot holds the secret whose hash is `pendingHash`: it becomes the robot's
+   * only password and the rotation ends. False when another secret is pending by now.
+   */
+  completeRotation(id: string, pendingHash: string, at: number): Promise<boolean>;
+
   /** At start of the embedded broker nobody is connected yet. */
   markAllDisconnected(): Promise<void>;
 }
@@ -316,10 +361,29 @@ export interface DeliveryRow {
   createdAt: number;
 }
 
+/** `latencyMs`: how long the attempt took, for the attempt log (absent: not measured). */
 export type DeliveryOutcome =
-  | { kind: 'delivered'; status: number; at: number }
-  | { kind: 'retry'; status: number | null; error: string; at: number; nextAttemptAt: number }
-  | { kind: 'dead'; status: number | null; error: string; at: number };
+  | { kind: 'delivered'; status: number; at: number; latencyMs?: number }
+  | { kind: 'retry'; status: number | null; error: string; at: number; nextAttemptAt: number; latencyMs?: number }
+  | { kind: 'dead'; status: number | null; error: string; at: number; latencyMs?: number };
+
+/** One attempt in a subscription's delivery log. */
+export interface DeliveryAttemptRow {
+  id: number;
+  subscriptionId: string;
+  deliveryId: number;
+  eventId: string;
+  eventType: string;
+  attempt: number;
+  statusCode: number | null;
+  error: string | null;
+  latencyMs: number | null;
+  outcome: DeliveryOutcome['kind'];
+  at: number;
+}
+
+/** Attempts kept per subscription; older ones are dropped as new ones are logged. */
+export const ATTEMPTS_KEPT_PER_SUBSCRIPTION = 500;
 
 export interface WebhookStore {
   /** Refuses (returns 'limit') when the org already has `maxActive` active subscriptions. */
@@ -340,8 +404,24 @@ export interface WebhookStore {
   dueHeads(now: number, limit: number): Promise<DeliveryRow[]>;
   /** Earliest next_attempt_at among active queue heads, for the scheduler. */
   nextDueAt(): Promise<number | null>;
+  /** Records an attempt's outcome on its delivery and in the attempt log, in one transaction. */
   record(deliveryId: number, outcome: DeliveryOutcome): Promise<void>;
+  /** The attempt log, newest first, ids below `beforeId`; undefined for an unknown subscription. */
+  attempts(orgId: string, subscriptionId: string, beforeId: number | null, limit: number): Promise<DeliveryAttemptRow[] | undefined>;
   deadLetters(orgId: string, subscriptionId: string): Promise<DeliveryRow[] | undefined>;
   /** Puts a dead letter's event back at the end of its subscription's queue. */
   redeliver(orgId: string, subscriptionId: string, deliveryId: number, now: number): Promise<DeliveryRow | undefined>;
+}
+
+/** A replica's state for the metrics: `assigned` is a route with no grant yet, then the API's states. */
+export type ReplicaGaugeState = 'assigned' | 'granted' | 'syncing' | 'synced' | 'verified';
+
+/** Counts across every organization, for the operator's /metrics (never for a tenant). */
+export interface GaugeStore {
+  /** Robots whose broker connection is up. */
+  connectedRobots(): Promise<number>;
+  /** Webhook deliveries waiting in their subscriptions' queues. */
+  pendingDeliveries(): Promise<number>;
+  /** Routed (episode, destination) pairs by replica state. */
+  replicasByState(): Promise<Record<ReplicaGaugeState, number>>;
 }

@@ -13,6 +13,7 @@ import {
   type SyncRequest,
 } from '@fleet/protocol';
 import { EgressError, readJsonAnswer, type EgressClient } from '../egress/client.js';
+import type { CloudMetrics } from '../metrics.js';
 import type { SecretBox } from '../secret-box.js';
 import type { EpisodeStore } from '../store/index.js';
 import type { DestinationRow, SyncStore } from '../store/sync-types.js';
@@ -58,6 +59,8 @@ export interface GrantRelayOptions {
   timeoutMs?: number;
   /** Sent to the robot with a deferral that came without the provider's own `retry_after`. */
   retryAfterS?: number;
+  /** Counts forwards and deferrals by destination. */
+  metrics?: Pick<CloudMetrics, 'grantForward' | 'grantDeferral'>;
 }
 
 /**
@@ -115,13 +118,11 @@ export class GrantRelay {
     const { store, clock, logger } = this.opts;
     const base = { req_id: req.req_id, episode_id: req.episode_id, destination_id: req.destination_id };
     const fallback = this.opts.retryAfterS ?? DEFAULT_RETRY_AFTER_S;
-    const refuse = (reason: DeferralReason, message: string, retryAfterS = fallback): DeferralMessage => ({
-      type: 'deferral',
-      ...base,
-      reason,
-      message: message.slice(0, 1024),
-      retry_after_s: retryAfterS,
-    });
+    // Before the route is found the destination id is only the robot's word: not a label then.
+    const refuse = (reason: DeferralReason, message: string, retryAfterS = fallback): DeferralMessage => {
+      this.opts.metrics?.grantDeferral(reason === 'not_assigned' ? null : req.destination_id, reason);
+      return { type: 'deferral', ...base, reason, message: message.slice(0, 1024), retry_after_s: retryAfterS };
+    };
     if (req.pressure) await store.sync.notePressure(robotId, req.pressure, clock.now());
     const route = await store.sync.assignment(robotId, req.episode_id, req.destination_id);
     if (!route) return refuse('not_assigned', 'this episode is not assigned to that destination for this robot', 3600);
@@ -149,10 +150,12 @@ export class GrantRelay {
     const now = clock.now();
     if (answer.kind === 'deferral') {
       await store.sync.recordForward(route.orgId, destination.id, now, { kind: 'deferred', reason: `${answer.reason}: ${answer.message}`.slice(0, 512) });
+      this.opts.metrics?.grantForward(destination.id, 'deferred');
       logger.info({ robot_id: robotId, episode_id: episode.id, destination_id: destination.id, reason: answer.reason }, 'grant deferred');
       return refuse(answer.reason, answer.message, answer.retryAfterS ?? fallback);
     }
     await store.sync.recordForward(route.orgId, destination.id, now, { kind: 'granted', grantId: answer.grantId });
+    this.opts.metrics?.grantForward(destination.id, 'granted');
     const objectKey = answer.destination.object_key ?? null;
     await store.sync.markGranted(route.orgId, episode.seq, destination.id, answer.grantId, objectKey, now);
     return {

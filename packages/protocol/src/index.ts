@@ -15,3 +15,4 @@ export * from './outbox.js';
 export * from './lifecycle.js';
 export * from './retry.js';
 export * from './destinations.js';
+export * from './cli.js';

@@ -1,5 +1,5 @@
 /**
- * The clock every component takes from its caller (ARCHITECTURE.md, Time). Production passes
+ * The clock every component takes from its caller (docs/architecture.md, Time). Production passes
  * `systemClock`; tests pass a clock they move by hand, so nothing that expires or retries is
  * tested by sleeping.
  */

@@ -1,13 +1,11 @@
-import { createHash } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
-import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { GrantRequestEnvelopeSchema } from '@fleet/protocol';
 import { createTestPki, startHttpsReceiver, type TestPki } from '../cloud/src/egress/test-https.js';
 import { makeTempDir, startCloud } from './support/cloud.js';
 import { getEpisode } from './support/episodes.js';
-import { okJson } from './support/http.js';
+import { okJson, startMd5PutStore } from './support/http.js';
 import { runAgentCli, sendCommand, startFleet } from './support/robots.js';
 import { waitFor } from './support/wait.js';
 
@@ -46,16 +44,8 @@ afterAll(() => pki?.cleanup());
 describe('metrics', () => {
   test('the cloud /metrics and fleet-agent metrics show the traffic of a simulated fleet', async () => {
     // A storage that accepts PUTs like S3 (ETag = MD5 of the bytes).
-    const store: Server = createHttpServer((req: IncomingMessage, res: ServerResponse) => {
-      const chunks: Buffer[] = [];
-      req.on('data', (c: Buffer) => chunks.push(c));
-      req.on('end', () => {
-        res.writeHead(200, { etag: `"${createHash('md5').update(Buffer.concat(chunks)).digest('hex')}"` });
-        res.end();
-      });
-    });
-    await new Promise<void>((r) => store.listen(0, '127.0.0.1', r));
-    const storeUrl = `http://127.0.0.1:${(store.address() as { port: number }).port}`;
+    const store = await startMd5PutStore();
+    const storeUrl = store.url;
 
     // One HTTPS receiver: /hook takes webhooks, /grant defers the first grant request and grants the next ones.
     const hooks: string[] = [];
@@ -181,7 +171,7 @@ describe('metrics', () => {
       expect(sample(agent.stdout, 'fleet_agent_sync_backlog_bytes')).toBe(0);
     } finally {
       await receiver.close();
-      await new Promise<void>((r) => store.close(() => r()));
+      await store.close();
     }
   });
 

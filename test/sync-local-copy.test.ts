@@ -1,14 +1,12 @@
-import { createHash } from 'node:crypto';
 import { readFile, rm } from 'node:fs/promises';
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { createServer as createHttpServer, type Server } from 'node:http';
+import type { ServerResponse } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { GrantRequestEnvelopeSchema } from '@fleet/protocol';
 import { createTestPki, startHttpsReceiver, type ReceivedRequest, type TestPki } from '../cloud/src/egress/test-https.js';
 import { startCloud } from './support/cloud.js';
 import { getEpisode } from './support/episodes.js';
-import { okJson } from './support/http.js';
+import { okJson, startMd5PutStore } from './support/http.js';
 import { createEnrollmentToken, finalizedEpisodes, sendCommand, startFleet } from './support/robots.js';
 import { waitFor } from './support/wait.js';
 
@@ -31,16 +29,9 @@ const send = (res: ServerResponse, status: number, body: unknown) => {
 
 describe('local copy', () => {
   test('files deleted before the sync: file_missing on the replica, local_missing counted once, pressure in sync health', async () => {
-    const store: Server = createHttpServer((req: IncomingMessage, res: ServerResponse) => {
-      const chunks: Buffer[] = [];
-      req.on('data', (c: Buffer) => chunks.push(c));
-      req.on('end', () => {
-        res.writeHead(200, { etag: `"${createHash('md5').update(Buffer.concat(chunks)).digest('hex')}"` });
-        res.end();
-      });
-    });
-    await new Promise<void>((r) => store.listen(0, '127.0.0.1', r));
-    const storeUrl = `http://127.0.0.1:${(store.address() as { port: number }).port}`;
+    // A storage that accepts PUTs like S3 (ETag = MD5 of the bytes).
+    const store = await startMd5PutStore();
+    const storeUrl = store.url;
     // Defers until the test has removed the files, then grants single PUTs.
     let granting = false;
     let asks = 0;
@@ -111,7 +102,7 @@ describe('local copy', () => {
       expect(await healthRow()).toMatchObject({ episodes_reported: 1, unverified: 1, local_missing: 1 });
     } finally {
       await provider.close();
-      await new Promise((r) => store.close(r));
+      await store.close();
     }
   });
 });

@@ -163,15 +163,19 @@ async function runDaemon(config: AgentConfig): Promise<void> {
   process.on('SIGINT', shutdown);
 }
 
-/** Sends one control request, prints the answer as JSON; refusals exit non-zero with the reason. */
-async function control(o: { dataDir: string; socket?: string }, body: Parameters<typeof controlCall>[1]): Promise<void> {
-  let response: ControlResponse;
+/** One control request; an agent that is not running exits EXIT_NOT_RUNNING with the reason. */
+async function controlCallOrExit(o: { dataDir: string; socket?: string }, body: Parameters<typeof controlCall>[1]): Promise<ControlResponse> {
   try {
-    response = await controlCall(o.socket ?? controlSocketPath(o.dataDir), body);
+    return await controlCall(o.socket ?? controlSocketPath(o.dataDir), body);
   } catch (err) {
     if (err instanceof ControlError) fail(err.message, EXIT_NOT_RUNNING);
     throw err;
   }
+}
+
+/** Sends one control request, prints the answer as JSON; refusals exit non-zero with the reason. */
+async function control(o: { dataDir: string; socket?: string }, body: Parameters<typeof controlCall>[1]): Promise<void> {
+  const response = await controlCallOrExit(o, body);
   process.stdout.write(`${JSON.stringify(response.ok ? response.result : { error: response.error })}\n`);
   if (!response.ok) fail(`${response.error.code}: ${response.error.message}`, EXIT_REFUSED);
 }
@@ -220,28 +224,13 @@ program
   .addOption(socketOption())
   .option('--json', 'print the JSON answer of the control socket')
   .action(async (o: { dataDir: string; socket?: string; json?: boolean }) => {
-    if (o.json) return control(o, { op: 'status' });
-    let response: ControlResponse;
-    try {
-      response = await controlCall(o.socket ?? controlSocketPath(o.dataDir), { op: 'status' });
-    } catch (err) {
-      if (err instanceof ControlError) fail(err.message, EXIT_NOT_RUNNING);
-      throw err;
-    }
-    if (!response.ok) fail(`${response.error.code}: ${response.error.message}`, EXIT_REFUSED);
-    process.stdout.write(formatStatus(response.result as StatusForView, { tty: process.stdout.isTTY === true, columns: process.stdout.columns ?? 100 }));
+    await controlView(o, { op: 'status' }, (result) => formatStatus(result as unknown as StatusForView, { tty: process.stdout.isTTY === true, columns: process.stdout.columns ?? 100 }));
   });
 
 /** One control request whose result is printed by `format`, or as JSON with --json. */
 async function controlView(o: { dataDir: string; socket?: string; json?: boolean }, body: Parameters<typeof controlCall>[1], format: (result: Record<string, unknown>) => string): Promise<void> {
   if (o.json) return control(o, body);
-  let response: ControlResponse;
-  try {
-    response = await controlCall(o.socket ?? controlSocketPath(o.dataDir), body);
-  } catch (err) {
-    if (err instanceof ControlError) fail(err.message, EXIT_NOT_RUNNING);
-    throw err;
-  }
+  const response = await controlCallOrExit(o, body);
   if (!response.ok) fail(`${response.error.code}: ${response.error.message}`, EXIT_REFUSED);
   process.stdout.write(format(response.result));
 }
@@ -281,15 +270,7 @@ program
   .addOption(dataDirOption())
   .addOption(socketOption())
   .action(async (o: { dataDir: string; socket?: string }) => {
-    let response: ControlResponse;
-    try {
-      response = await controlCall(o.socket ?? controlSocketPath(o.dataDir), { op: 'metrics' });
-    } catch (err) {
-      if (err instanceof ControlError) fail(err.message, EXIT_NOT_RUNNING);
-      throw err;
-    }
-    if (!response.ok) fail(`${response.error.code}: ${response.error.message}`, EXIT_REFUSED);
-    process.stdout.write(String(response.result.text));
+    await controlView(o, { op: 'metrics' }, (result) => String(result.text));
   });
 
 program.addHelpText(

@@ -29,6 +29,7 @@ import { syntheticReport } from './lib/reports.js';
 import { BenchFailure, row } from './lib/summary.js';
 
 const SITE = 'site-3';
+const RULES = "eval_id IS NULL AND outcome != 'discarded'";
 
 function log(msg: string): void {
   process.stderr.write(`bench datasets: ${msg}\n`);
@@ -61,9 +62,11 @@ function rawCopies(file: string, orgId: string): { all: { rows: number; ms: numb
       return { rows, ms };
     };
     return {
-      all: copy('INSERT INTO bench_copy (episode_seq) SELECT seq FROM episodes WHERE org_id = ? ORDER BY seq', orgId),
+      // The members a snapshot pins: without eval_id or outcome in the filter, it leaves out eval
+      // and discarded episodes (routes/v1/datasets.ts); the copies take the same seqs.
+      all: copy(`INSERT INTO bench_copy (episode_seq) SELECT seq FROM episodes WHERE org_id = ? AND ${RULES} ORDER BY seq`, orgId),
       site: copy(
-        "INSERT INTO bench_copy (episode_seq) SELECT seq FROM episode_attrs WHERE org_id = ? AND layer = 'm' AND key = 'site' AND value = ? ORDER BY seq",
+        `INSERT INTO bench_copy (episode_seq) SELECT d.seq FROM episode_attrs d CROSS JOIN episodes e ON e.seq = d.seq WHERE d.org_id = ? AND d.layer = 'm' AND d.key = 'site' AND d.value = ? AND ${RULES} ORDER BY d.seq`,
         orgId,
         SITE,
       ),

@@ -10,6 +10,7 @@ import { spawnProcess } from '../test/support/process.js';
 import { fmt, measure, ratio, table, type LoadOptions } from './lib/measure.js';
 import { parseBenchArgs, type BenchModule } from './lib/args.js';
 import { BENCH_SERVE_ARGS, liftRequestLimits } from './lib/limits.js';
+import { row } from './lib/summary.js';
 
 const BARE_SERVER = fileURLToPath(new URL('./bare-fastify.ts', import.meta.url));
 
@@ -58,5 +59,9 @@ export const api: BenchModule = {
         ratio_cloud_over_bare: r,
       })}\n`,
     );
+    return [
+      row({ name: `authenticated GET /v1/api-keys, ${load.connections} conns`, figure: cloudFigures.rps, unit: 'req/s', baseline: bareFigures.rps, baselineUnit: 'req/s', baselineName: 'bare Fastify route' }),
+      row({ name: 'authenticated GET /v1/api-keys, p50', figure: cloudFigures.p50_ms, unit: 'ms', baseline: bareFigures.p50_ms, baselineUnit: 'ms', baselineName: 'bare Fastify route' }),
+    ];
   },
 };

@@ -31,6 +31,7 @@ import { parseBenchArgs, type BenchModule } from './lib/args.js';
 import { closedLoop, type LoopFigures } from './lib/closed-loop.js';
 import { fmt, table } from './lib/measure.js';
 import { BENCH_SERVE_ARGS, liftRequestLimits } from './lib/limits.js';
+import { BenchFailure, row, type SummaryRow } from './lib/summary.js';
 
 const BARE_BROKER = fileURLToPath(new URL('./bare-broker.ts', import.meta.url));
 const RESPONDER = fileURLToPath(new URL('./mqtt-responder.ts', import.meta.url));
@@ -115,7 +116,15 @@ async function measureRaw(label: string, url: string, robots: readonly string[],
     const op = (robot: string) => () =>
       new Promise<void>((resolve, reject) => {
         const cmdId = `raw_${++seq}`;
-        pending.set(cmdId, resolve);
+        // A reply that never comes fails the run instead of hanging it.
+        const timer = setTimeout(() => {
+          pending.delete(cmdId);
+          reject(new BenchFailure(`${label}: no reply to ${cmdId} within 10 s`));
+        }, 10_000);
+        pending.set(cmdId, () => {
+          clearTimeout(timer);
+          resolve();
+        });
         const msg = { cmd_id: cmdId, command: 'stack.status', sent_at: Date.now() };
         client.publish(`bench/raw/${robot}/cmd`, JSON.stringify(msg), { qos: 1 }, (err) => {
           if (err) {
@@ -337,5 +346,13 @@ export const commands: BenchModule = {
         capacity: cap,
       })}\n`,
     );
+    const [raw1, raw50] = raw;
+    const [v1, v50] = v1SameBroker;
+    const summary: SummaryRow[] = [
+      row({ name: '/v1 stack/status p50, 1 in flight', figure: v1!.p50_ms, unit: 'ms', baseline: raw1!.p50_ms, baselineUnit: 'ms', baselineName: 'raw MQTT req/resp, same broker' }),
+      row({ name: `/v1 stack/status p50, ${v50!.concurrency} in flight`, figure: v50!.p50_ms, unit: 'ms', baseline: raw50!.p50_ms, baselineUnit: 'ms', baselineName: 'raw MQTT req/resp, same broker' }),
+      row({ name: `/v1 stack/status throughput, ${v50!.concurrency} in flight`, figure: v50!.per_s, unit: 'cmd/s', baseline: raw50!.per_s, baselineUnit: 'cmd/s', baselineName: 'raw MQTT req/resp, same broker' }),
+    ];
+    return summary;
   },
 };

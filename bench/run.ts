@@ -1,8 +1,19 @@
 /**
  * `npm run bench -- <name> [options]`: builds, then runs one benchmark. Benchmarks print figures
- * and ratios against a baseline measured in the same run; they assert nothing about time.
+ * and ratios against a baseline measured in the same run; they assert nothing about time. A
+ * failed request or an incomplete run fails the benchmark (exit 1).
+ *
+ * `npm run bench -- all [--only a,b] [--out FILE]` runs every benchmark at the sizes of ALL_ARGS
+ * (chosen to fit in about 10 minutes on a 2-core machine), then prints one summary table (each
+ * figure, its baseline and the ratio) and writes it as JSON to bench/results/latest.json.
  */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { availableParallelism, totalmem } from 'node:os';
+import { dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
 import type { BenchModule } from './lib/args.js';
+import { summaryTable, type SummaryRow } from './lib/summary.js';
 
 /** Every benchmark by name; each module is loaded only when asked for. */
 const BENCHMARKS: Readonly<Record<string, () => Promise<BenchModule>>> = {
@@ -12,13 +23,70 @@ const BENCHMARKS: Readonly<Record<string, () => Promise<BenchModule>>> = {
   datasets: async () => (await import('./datasets.js')).datasets,
   webhooks: async () => (await import('./webhooks.js')).webhooks,
   upload: async () => (await import('./upload.js')).upload,
+  fleet: async () => (await import('./fleet.js')).fleet,
 };
+
+/**
+ * The options of each benchmark under `all`: sizes that fit the whole run in about 10 minutes on
+ * 2 cores. Rows name their sizes, so a smaller N than a single run's default shows in the table.
+ */
+const ALL_ARGS: Readonly<Record<string, readonly string[]>> = {
+  api: ['--duration', '5', '--warmup', '1'],
+  commands: ['--duration', '5', '--warmup', '1', '--skip-capacity'],
+  episodes: ['--episodes', '100000', '--mqtt-robots', '20', '--mqtt-per-robot', '500'],
+  datasets: ['--episodes', '100000'],
+  webhooks: [],
+  upload: ['--size-mib', '512'],
+  fleet: ['--robots', '10000'],
+};
+
+const DEFAULT_OUT = fileURLToPath(new URL('./results/latest.json', import.meta.url));
 
 function usage(): string {
   return [
     'usage: npm run bench -- <name> [--duration S] [--connections N] [--warmup S] [benchmark options]',
+    '       npm run bench -- all [--only name,name] [--out FILE]',
     `benchmarks: ${Object.keys(BENCHMARKS).join(', ')}`,
   ].join('\n');
+}
+
+async function runAll(argv: string[]): Promise<number> {
+  const { values } = parseArgs({ args: argv, strict: true, allowPositionals: false, options: { only: { type: 'string' }, out: { type: 'string' } } });
+  const names = values.only ? values.only.split(',').map((s) => s.trim()) : Object.keys(BENCHMARKS);
+  for (const n of names) if (!BENCHMARKS[n]) throw new Error(`unknown benchmark ${n}`);
+  const started = Date.now();
+  const rows: SummaryRow[] = [];
+  const runs: { bench: string; args: readonly string[]; seconds: number; ok: boolean; error?: string }[] = [];
+  for (const n of names) {
+    const args = ALL_ARGS[n] ?? [];
+    process.stderr.write(`\n=== bench ${n} ${args.join(' ')}\n`);
+    const t0 = Date.now();
+    try {
+      const bench = await BENCHMARKS[n]!();
+      const got = await bench.run([...args]);
+      rows.push(...got.map((r) => ({ ...r, name: `${n}: ${r.name}` })));
+      runs.push({ bench: n, args, seconds: (Date.now() - t0) / 1000, ok: true });
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err);
+      process.stderr.write(`bench ${n} FAILED: ${message}\n`);
+      runs.push({ bench: n, args, seconds: (Date.now() - t0) / 1000, ok: false, error: message });
+    }
+  }
+  const seconds = (Date.now() - started) / 1000;
+  const failed = runs.filter((r) => !r.ok);
+  process.stdout.write(
+    `\n== summary: ${names.length} benchmarks in ${seconds.toFixed(0)} s, node ${process.version}, ${availableParallelism()} CPUs ` +
+      `(ratio = figure / baseline; both measured in the same run)\n${summaryTable(rows)}\n`,
+  );
+  for (const r of runs) process.stdout.write(`${r.ok ? 'ok    ' : 'FAILED'} ${r.bench} (${r.seconds.toFixed(0)} s)${r.error ? `: ${r.error}` : ''}\n`);
+  const out = values.out ?? DEFAULT_OUT;
+  mkdirSync(dirname(out), { recursive: true });
+  writeFileSync(
+    out,
+    `${JSON.stringify({ at: new Date().toISOString(), node: process.version, cpus: availableParallelism(), mem_gib: Math.round(totalmem() / 2 ** 30), seconds, runs, rows }, null, 2)}\n`,
+  );
+  process.stdout.write(`written to ${out}\n`);
+  return failed.length === 0 ? 0 : 1;
 }
 
 // Ctrl-C: exit through process.exit so the spawned servers are killed by the exit hook.
@@ -26,6 +94,14 @@ process.once('SIGINT', () => process.exit(130));
 process.once('SIGTERM', () => process.exit(143));
 
 const [name, ...rest] = process.argv.slice(2);
+if (name === 'all') {
+  try {
+    process.exit(await runAll(rest));
+  } catch (err) {
+    process.stderr.write(`bench all: ${err instanceof Error ? err.message : String(err)}\n${usage()}\n`);
+    process.exit(1);
+  }
+}
 const load = name === undefined ? undefined : BENCHMARKS[name];
 if (!load) {
   process.stderr.write(`${name === undefined ? 'missing benchmark name' : `unknown benchmark ${name}`}\n${usage()}\n`);
@@ -33,8 +109,9 @@ if (!load) {
 }
 try {
   const bench = await load();
-  await bench.run(rest);
+  const rows = await bench.run(rest);
+  if (rows.length > 0) process.stdout.write(`\n${summaryTable(rows)}\n`);
 } catch (err) {
-  process.stderr.write(`bench ${name}: ${err instanceof Error ? err.message : String(err)}\n${usage()}\n`);
+  process.stderr.write(`bench ${name}: FAILED: ${err instanceof Error ? err.message : String(err)}\n`);
   process.exit(1);
 }

@@ -22,6 +22,7 @@ import { makeTempDir, REPO_ROOT } from '../test/support/cloud.js';
 import { runProcess, spawnProcess } from '../test/support/process.js';
 import { parseBenchArgs, type BenchModule } from './lib/args.js';
 import { fmt, table } from './lib/measure.js';
+import { row } from './lib/summary.js';
 
 const RECEIVER = fileURLToPath(new URL('./upload-receiver.js', import.meta.url));
 const CLIENT = fileURLToPath(new URL('./upload-client.js', import.meta.url));
@@ -169,5 +170,11 @@ export const upload: BenchModule = {
         ratio_sha256_alone_over_curl: curlRun ? Number((hashCeiling / mbps(curlRun)).toFixed(3)) : null,
       })}\n`,
     );
+    const baseline = curlRun ? mbps(curlRun) : null;
+    const mib = size / MiB;
+    return [
+      row({ name: `upload http-put, ${mib} MiB`, figure: mbps(put), unit: 'MB/s', baseline, baselineUnit: baseline === null ? null : 'MB/s', baselineName: baseline === null ? 'curl not installed' : 'curl -T, same file and receiver' }),
+      row({ name: `upload s3-multipart, ${mib} MiB, ${parallel} parts`, figure: mbps(multi), unit: 'MB/s', baseline, baselineUnit: baseline === null ? null : 'MB/s', baselineName: baseline === null ? 'curl not installed' : 'curl -T, same file and receiver' }),
+    ];
   },
 };

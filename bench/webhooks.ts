@@ -12,6 +12,7 @@ import { startCloud, type CloudProcess } from '../test/support/cloud.js';
 import { parseBenchArgs, type BenchModule } from './lib/args.js';
 import { fmt, table } from './lib/measure.js';
 import { BENCH_SERVE_ARGS, liftRequestLimits } from './lib/limits.js';
+import { BenchFailure, row } from './lib/summary.js';
 
 /** The worker attempts up to this many queue heads at once (DeliveryWorker's default). */
 const WORKER_CONCURRENCY = 8;
@@ -46,7 +47,9 @@ export const webhooks: BenchModule = {
       orgs: { type: 'string' },
       subs: { type: 'string' },
       events: { type: 'string' },
+      wait: { type: 'string' },
     });
+    const waitS = Math.max(1, Number(args.extra.wait ?? 600));
     const orgs = Math.max(1, Number(args.extra.orgs ?? 5));
     const subsPerOrg = Math.min(5, Math.max(1, Number(args.extra.subs ?? 5)));
     const eventsPerSub = Math.max(1, Number(args.extra.events ?? 100));
@@ -92,8 +95,10 @@ export const webhooks: BenchModule = {
         }),
       );
       const queuedMs = performance.now() - t0;
-      const complete = await waitFor(() => receivedAt.size >= total, 600_000);
+      const complete = await waitFor(() => receivedAt.size >= total, waitS * 1000);
       const delivered = receivedAt.size;
+      // An incomplete run has no rate: the missing deliveries are the slowest ones.
+      if (!complete) throw new BenchFailure(`webhooks: INCOMPLETE, ${delivered} of ${total} deliveries within ${waitS} s; no rate or ratio`);
       const lastAt = Math.max(...receivedAt.values());
       const cloudMs = lastAt - t0;
       const delays = [...createdAt].map(([id, at]) => (receivedAt.get(id) ?? NaN) - at).filter(Number.isFinite).sort((a, b) => a - b);
@@ -115,6 +120,7 @@ export const webhooks: BenchModule = {
               body,
             });
             await res.body.dump();
+            if (res.statusCode !== 200) throw new BenchFailure(`bare POST: HTTP ${res.statusCode}`);
           }
         }),
       );
@@ -124,7 +130,7 @@ export const webhooks: BenchModule = {
 
       process.stdout.write(
         `webhooks: ${orgs} orgs × ${subsPerOrg} subscriptions × ${eventsPerSub} events = ${total} deliveries` +
-          ` (worker concurrency ${WORKER_CONCURRENCY}; events queued over ${fmt(queuedMs / 1000)} s${complete ? '' : '; INCOMPLETE'})\n`,
+          ` (worker concurrency ${WORKER_CONCURRENCY}; events queued over ${fmt(queuedMs / 1000)} s)\n`,
       );
       process.stdout.write(
         `${table(
@@ -136,6 +142,11 @@ export const webhooks: BenchModule = {
         )}\n`,
       );
       process.stdout.write(`ratio (cloud / bare): ${fmt(cloudRate / bareRate, 3)}\n`);
+      const subsTotal = orgs * subsPerOrg;
+      return [
+        row({ name: `webhook deliveries, ${subsTotal} subscriptions, ${total} events`, figure: cloudRate, unit: 'deliv/s', baseline: bareRate, baselineUnit: 'POST/s', baselineName: 'bare undici POST loop, same receiver' }),
+        row({ name: 'webhook ingest-to-delivery delay p50', figure: percentile(delays, 50), unit: 'ms', baseline: null, baselineUnit: null }),
+      ];
     } finally {
       clearInterval(trim);
       await cloud[Symbol.asyncDispose]();

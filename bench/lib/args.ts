@@ -1,9 +1,14 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import type { SummaryRow } from './summary.js';
 
-/** One benchmark: `npm run bench -- <name> [--duration S] [--connections N] [--warmup S] ...` */
+/**
+ * One benchmark: `npm run bench -- <name> [--duration S] [--connections N] [--warmup S] ...`.
+ * `run` prints its own tables and returns its figures as summary rows (`npm run bench -- all`
+ * collects them); it throws when a request failed or the run is incomplete.
+ */
 export interface BenchModule {
   description: string;
-  run(argv: string[]): Promise<void>;
+  run(argv: string[]): Promise<SummaryRow[]>;
 }
 
 export interface CommonArgs {

@@ -1,4 +1,5 @@
 import { createServer, type AddressInfo, type Server } from 'node:net';
+import { Readable } from 'node:stream';
 import { Aedes, type AedesOptions, type Client } from 'aedes';
 
 export interface EmbeddedBroker {
@@ -32,6 +33,7 @@ export async function startEmbeddedBroker(opts: { host: string; port: number; ho
     ...(opts.hooks?.authorizePublish ? { authorizePublish: opts.hooks.authorizePublish } : {}),
     ...(opts.hooks?.authorizeSubscribe ? { authorizeSubscribe: opts.hooks.authorizeSubscribe } : {}),
   });
+  indexRetainedByTopic(aedes);
   // noDelay: commands, replies and acks are small packets that must not wait for Nagle.
   const server: Server = createServer({ noDelay: true }, aedes.handle);
   try {
@@ -63,5 +65,42 @@ export async function startEmbeddedBroker(opts: { host: string; port: number; ho
       await new Promise<void>((resolve) => aedes.close(() => resolve()));
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
+  };
+}
+
+interface RetainedPacket {
+  topic: string;
+  payload: Buffer | string;
+}
+
+interface RetainedPersistence {
+  storeRetained(packet: RetainedPacket): Promise<void>;
+  createRetainedStreamCombi(patterns: string[]): Readable;
+}
+
+const isWildcard = (pattern: string) => pattern.includes('+') || pattern.includes('#');
+
+/**
+ * aedes' memory persistence answers every SUBSCRIBE by testing the pattern against every
+ * retained message. Each robot keeps a retained status, and each robot subscribes on connect, so
+ * a fleet of N robots connecting costs O(N²) topic matches on the event loop: connects slowed
+ * from ~30/s to a few per second past 5,000 robots (bench/fleet.ts). Robots subscribe to exact
+ * topics only, so those are looked up in a map kept beside the persistence's own; any pattern
+ * with a wildcard (the cloud's own link) still goes through the persistence.
+ */
+function indexRetainedByTopic(aedes: Aedes): void {
+  const persistence = (aedes as unknown as { persistence: RetainedPersistence }).persistence;
+  const exact = new Map<string, RetainedPacket>();
+  const store = persistence.storeRetained.bind(persistence);
+  const combi = persistence.createRetainedStreamCombi.bind(persistence);
+  persistence.storeRetained = (packet) => {
+    // The same rule as the persistence: an empty payload clears the retained message.
+    if (packet.payload.length === 0) exact.delete(packet.topic);
+    else exact.set(packet.topic, { ...packet });
+    return store(packet);
+  };
+  persistence.createRetainedStreamCombi = (patterns) => {
+    if (patterns.some(isWildcard)) return combi(patterns);
+    return Readable.from(patterns.flatMap((topic) => exact.get(topic) ?? []));
   };
 }

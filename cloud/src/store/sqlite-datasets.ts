@@ -1,7 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
 import type { Db } from './sqlite-db.js';
-import { buildListQuery, type EpisodeDbRow, type SqliteEpisodes } from './sqlite-episodes.js';
+import {
+  buildListQuery,
+  EPISODE_LINE_SELECT,
+  type EpisodeDbRow,
+  type EpisodeLineBatch,
+  type EpisodeLineRow,
+  type SqliteEpisodes,
+} from './sqlite-episodes.js';
 import type { DatasetRow, DatasetStore, EpisodeFilter, EpisodeRow } from './types.js';
 
 /** How long a snapshot in progress keeps its claim without writing a chunk (a dead process's claim expires). */
@@ -47,6 +54,7 @@ export class SqliteDatasets implements DatasetStore {
   private readonly page;
   private readonly pin;
   private readonly memberRows;
+  private readonly memberLines;
   /** Seqs read per chunk of a snapshot: starts at `initial`, adapts to CHUNK_TARGET_MS within [min, max]. */
   snapshotWindow = { initial: 10_000, min: 1_000, max: 1_000_000 };
   private readonly claim;
@@ -78,6 +86,10 @@ export class SqliteDatasets implements DatasetStore {
     this.dropMembers = db.prepare(
       'DELETE FROM dataset_members WHERE dataset_id = ? AND position IN (SELECT position FROM dataset_members WHERE dataset_id = ? LIMIT ?)',
     );
+    this.memberLines = db.prepare<[string, number, number], EpisodeLineRow>(
+      `SELECT ${EPISODE_LINE_SELECT} FROM dataset_members m CROSS JOIN episodes e ON e.seq = m.episode_seq
+       WHERE m.dataset_id = ? AND m.position > ? ORDER BY m.position LIMIT ?`,
+    ).raw(true);
     this.memberRows = db.prepare<[string, number, number], EpisodeDbRow>(
       `SELECT e.* FROM dataset_members m CROSS JOIN episodes e ON e.seq = m.episode_seq
        WHERE m.dataset_id = ? AND m.position > ? ORDER BY m.position LIMIT ?`,
@@ -220,7 +232,17 @@ export class SqliteDatasets implements DatasetStore {
     }
   }
 
+  /** What `members` returns, as line rows for the manifest (see EpisodeLineSource). */
+  async memberLineRows(datasetId: string, afterPos: number, limit: number): Promise<EpisodeLineBatch> {
+    return this.episodes.lineBatch(this.memberLines.all(datasetId, afterPos, limit));
+  }
+
   async members(datasetId: string, afterPos: number, limit: number): Promise<EpisodeRow[]> {
     return this.episodes.hydrate(this.memberRows.all(datasetId, afterPos, limit));
   }
+}
+
+/** A dataset store that hands out manifest line rows without an EpisodeRow per member. */
+export function isMemberLineSource(store: object): store is Pick<SqliteDatasets, 'memberLineRows'> {
+  return typeof (store as Partial<SqliteDatasets>).memberLineRows === 'function';
 }

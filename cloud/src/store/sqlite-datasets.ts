@@ -14,7 +14,7 @@ import type { DatasetRow, DatasetStore, EpisodeFilter, EpisodeRow } from './type
 /** How long a snapshot in progress keeps its claim without writing a chunk (a dead process's claim expires). */
 const SNAPSHOT_LEASE_MS = 30_000;
 /** Target duration of one chunk (read a window of seqs, write its members): the longest any writer waits behind it. */
-const CHUNK_TARGET_MS = 15;
+const CHUNK_TARGET_MS = 10;
 const WAIT_POLL_MS = 20;
 
 const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -56,7 +56,7 @@ export class SqliteDatasets implements DatasetStore {
   private readonly memberRows;
   private readonly memberLines;
   /** Seqs read per chunk of a snapshot: starts at `initial`, adapts to CHUNK_TARGET_MS within [min, max]. */
-  snapshotWindow = { initial: 10_000, min: 1_000, max: 1_000_000 };
+  snapshotWindow = { initial: 5_000, min: 500, max: 50_000 };
   private readonly claim;
   private readonly renew;
   private readonly release;

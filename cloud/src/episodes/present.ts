@@ -1,5 +1,6 @@
-import { iso, type Episode, type EpisodeWithLocations, type Replica } from '@fleet/protocol';
+import { iso, safeJsonStringify, type Episode, type EpisodeWithLocations, type Replica } from '@fleet/protocol';
 import type { EpisodeRow, ReplicaRow } from '../store/index.js';
+import type { EpisodeLineBatch, EpisodeLineRow } from '../store/sqlite-episodes.js';
 
 function toReplica(r: ReplicaRow): Replica {
   return {
@@ -51,4 +52,71 @@ export function toEpisodeWithLocations(e: EpisodeRow): EpisodeWithLocations {
     files: e.manifest.files.map((f) => ({ path: f.path, size_bytes: f.size_bytes, sha256: f.sha256 })),
     locations: e.replicas.map((r) => ({ destination_id: r.destinationId, state: r.state, object_key: r.objectKey, grant_id: r.grantId })),
   };
+}
+
+const q = JSON.stringify;
+const DAY_MS = 86_400_000;
+const MAX_4_DIGIT_YEAR_MS = 253_402_300_799_999;
+let isoDay = NaN;
+let isoDayPrefix = '';
+const pad2 = (n: number) => (n < 10 ? `0${n}` : String(n));
+const pad3 = (n: number) => (n < 10 ? `00${n}` : n < 100 ? `0${n}` : String(n));
+
+/** `iso(ms)` exactly, with the date part cached: rows of an export come from a few days at a time. */
+function fastIso(ms: number): string {
+  if (!Number.isInteger(ms) || ms < 0 || ms > MAX_4_DIGIT_YEAR_MS) return iso(ms);
+  let rem = ms % DAY_MS;
+  const day = ms - rem;
+  if (day !== isoDay) {
+    isoDayPrefix = iso(day).slice(0, 11);
+    isoDay = day;
+  }
+  const h = Math.floor(rem / 3_600_000);
+  rem -= h * 3_600_000;
+  const m = Math.floor(rem / 60_000);
+  rem -= m * 60_000;
+  const sec = Math.floor(rem / 1000);
+  return `${isoDayPrefix}${pad2(h)}:${pad2(m)}:${pad2(sec)}.${pad3(rem - sec * 1000)}Z`;
+}
+
+function filesJson(manifestText: string): string {
+  const files = (JSON.parse(manifestText) as EpisodeRow['manifest']).files;
+  return safeJsonStringify(files.map((f) => ({ path: f.path, size_bytes: f.size_bytes, sha256: f.sha256 })));
+}
+
+function replicasJson(replicas: readonly ReplicaRow[]): string {
+  return replicas.length === 0 ? '[]' : safeJsonStringify(replicas.map(toReplica));
+}
+
+function locationsJson(replicas: readonly ReplicaRow[]): string {
+  if (replicas.length === 0) return '[]';
+  return safeJsonStringify(replicas.map((r) => ({ destination_id: r.destinationId, state: r.state, object_key: r.objectKey, grant_id: r.grantId })));
+}
+
+/**
+ * One export / manifest line, `safeJsonStringify(toEpisodeWithLocations(row))` byte for byte
+ * plus the newline, built from the stored columns without an EpisodeRow: the keys in the same
+ * order, each value serialized by the same JSON.stringify, segments never parsed.
+ */
+export function episodeLine(r: EpisodeLineRow, replicas: readonly ReplicaRow[] = []): string {
+  const [, id, robotId, sessionId, episodeSeq, sessionName, taskId, taskName, subtaskId, operatorId, operatorName, outcome, recordedOutcome] = r;
+  const [, , , , , , , , , , , , , controlMode, policyVersionId, evalId, startedAt, endedAt, durationS, messageCount, bagSizeBytes, bagUri] = r;
+  const [, , , , , , , , , , , , , , , , , , , , , , metadata, annotations, manifest, reportedAt] = r;
+  return (
+    `{"id":${q(id)},"robot_id":${q(robotId)},"recording_session_id":${q(sessionId)},"episode_seq":${q(episodeSeq)}` +
+    `,"session_name":${q(sessionName)},"task_id":${q(taskId)},"task_name":${q(taskName)},"subtask_id":${q(subtaskId)}` +
+    `,"operator_id":${q(operatorId)},"operator_name":${q(operatorName)},"outcome":${q(outcome)},"recorded_outcome":${q(recordedOutcome)}` +
+    `,"control_mode":${q(controlMode)},"policy_version_id":${q(policyVersionId)},"eval_id":${q(evalId)}` +
+    `,"started_at":"${fastIso(startedAt)}","ended_at":${endedAt === null ? 'null' : `"${fastIso(endedAt)}"`}` +
+    `,"duration_s":${q(durationS)},"message_count":${q(messageCount)},"bag_size_bytes":${q(bagSizeBytes)},"bag_uri":${q(bagUri ?? null)}` +
+    `,"metadata":${safeJsonStringify(JSON.parse(metadata))},"annotations":${safeJsonStringify(JSON.parse(annotations))}` +
+    `,"reported_at":"${fastIso(reportedAt)}","replicas":${replicasJson(replicas)},"files":${filesJson(manifest)},"locations":${locationsJson(replicas)}}\n`
+  );
+}
+
+/** A batch of lines as one string: one stream chunk per batch instead of one per row. */
+export function episodeLines(batch: EpisodeLineBatch): string {
+  let out = '';
+  for (const r of batch.rows) out += episodeLine(r, batch.replicas.get(r[0]));
+  return out;
 }

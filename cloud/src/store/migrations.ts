@@ -359,4 +359,17 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       CREATE INDEX webhook_attempts_by_subscription ON webhook_attempts (subscription_id, id);
     `,
   },
+  {
+    version: 9,
+    name: 'reads at scale: a claim for snapshots written in chunks',
+    sql: `
+      -- A snapshot in progress: its members are written in bounded chunks (each its own short
+      -- transaction) while snapshot_at stays NULL, so nobody reads them as a dataset's members
+      -- until the last transaction pins it. The claim keeps a second snapshot of the same
+      -- dataset out; a claim whose lease ran out (its process died) is taken over, after the
+      -- half-written members are removed.
+      ALTER TABLE datasets ADD COLUMN snapshot_claim TEXT;
+      ALTER TABLE datasets ADD COLUMN snapshot_lease_until INTEGER;
+    `,
+  },
 ];

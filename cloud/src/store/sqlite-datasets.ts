@@ -1,6 +1,24 @@
+import { randomUUID } from 'node:crypto';
+import Database from 'better-sqlite3';
 import type { Db } from './sqlite-db.js';
-import { buildListQuery, type EpisodeDbRow, type SqliteEpisodes } from './sqlite-episodes.js';
+import {
+  buildListQuery,
+  EPISODE_LINE_SELECT,
+  type EpisodeDbRow,
+  type EpisodeLineBatch,
+  type EpisodeLineRow,
+  type SqliteEpisodes,
+} from './sqlite-episodes.js';
 import type { DatasetRow, DatasetStore, EpisodeFilter, EpisodeRow } from './types.js';
+
+/** How long a snapshot in progress keeps its claim without writing a chunk (a dead process's claim expires). */
+const SNAPSHOT_LEASE_MS = 30_000;
+/** Target duration of one chunk (read a window of seqs, write its members): the longest any writer waits behind it. */
+const CHUNK_TARGET_MS = 10;
+const WAIT_POLL_MS = 20;
+
+const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 interface DatasetDbRow {
   id: string;
@@ -12,6 +30,8 @@ interface DatasetDbRow {
   episode_count: number | null;
   created_by: string;
   created_at: number;
+  snapshot_claim?: string | null;
+  snapshot_lease_until?: number | null;
 }
 
 function fromDb(r: DatasetDbRow): DatasetRow {
@@ -34,6 +54,15 @@ export class SqliteDatasets implements DatasetStore {
   private readonly page;
   private readonly pin;
   private readonly memberRows;
+  private readonly memberLines;
+  /** Seqs read per chunk of a snapshot: starts at `initial`, adapts to CHUNK_TARGET_MS within [min, max]. */
+  snapshotWindow = { initial: 5_000, min: 500, max: 50_000 };
+  private readonly claim;
+  private readonly renew;
+  private readonly release;
+  private readonly pinClaimed;
+  private readonly addMembers;
+  private readonly dropMembers;
 
   constructor(
     private readonly db: Db,
@@ -45,6 +74,22 @@ export class SqliteDatasets implements DatasetStore {
     this.byId = db.prepare<[string, string], DatasetDbRow>('SELECT * FROM datasets WHERE org_id = ? AND id = ?');
     this.page = db.prepare<[string, string, number], DatasetDbRow>('SELECT * FROM datasets WHERE org_id = ? AND id > ? ORDER BY id LIMIT ?');
     this.pin = db.prepare('UPDATE datasets SET snapshot_at = ?, episode_count = ? WHERE id = ? AND snapshot_at IS NULL');
+    this.claim = db.prepare('UPDATE datasets SET snapshot_claim = ?, snapshot_lease_until = ? WHERE id = ? AND snapshot_at IS NULL');
+    this.renew = db.prepare('UPDATE datasets SET snapshot_lease_until = ? WHERE id = ? AND snapshot_claim = ? AND snapshot_at IS NULL');
+    this.release = db.prepare('UPDATE datasets SET snapshot_claim = NULL, snapshot_lease_until = NULL WHERE id = ? AND snapshot_claim = ?');
+    this.pinClaimed = db.prepare(
+      'UPDATE datasets SET snapshot_at = ?, episode_count = ?, snapshot_claim = NULL, snapshot_lease_until = NULL WHERE id = ? AND snapshot_claim = ? AND snapshot_at IS NULL',
+    );
+    this.addMembers = db.prepare(
+      'INSERT INTO dataset_members (dataset_id, position, episode_seq) SELECT ?, ? + key + 1, value FROM json_each(?)',
+    );
+    this.dropMembers = db.prepare(
+      'DELETE FROM dataset_members WHERE dataset_id = ? AND position IN (SELECT position FROM dataset_members WHERE dataset_id = ? LIMIT ?)',
+    );
+    this.memberLines = db.prepare<[string, number, number], EpisodeLineRow>(
+      `SELECT ${EPISODE_LINE_SELECT} FROM dataset_members m CROSS JOIN episodes e ON e.seq = m.episode_seq
+       WHERE m.dataset_id = ? AND m.position > ? ORDER BY m.position LIMIT ?`,
+    ).raw(true);
     this.memberRows = db.prepare<[string, number, number], EpisodeDbRow>(
       `SELECT e.* FROM dataset_members m CROSS JOIN episodes e ON e.seq = m.episode_seq
        WHERE m.dataset_id = ? AND m.position > ? ORDER BY m.position LIMIT ?`,
@@ -65,9 +110,13 @@ export class SqliteDatasets implements DatasetStore {
   }
 
   async snapshot(orgId: string, id: string, filter: EpisodeFilter, at: number): Promise<DatasetRow | 'already' | null> {
+    // A private in-memory database has no second connection to read a consistent view from.
+    return this.db.memory ? this.snapshotInOneTransaction(orgId, id, filter, at) : this.snapshotInChunks(orgId, id, filter, at);
+  }
+
+  /** One IMMEDIATE transaction: simple, but it holds the write lock for the whole membership. */
+  private snapshotInOneTransaction(orgId: string, id: string, filter: EpisodeFilter, at: number): DatasetRow | 'already' | null {
     const { sql, params } = buildListQuery(orgId, filter, 0, -1, 'e.seq');
-    // One IMMEDIATE transaction: membership is exactly the matching episodes at this instant,
-    // numbered in index order, and a concurrent second snapshot sees `already`.
     return this.db
       .transaction((): DatasetRow | 'already' | null => {
         const ds = this.byId.get(orgId, id);
@@ -82,7 +131,118 @@ export class SqliteDatasets implements DatasetStore {
       .immediate();
   }
 
+  /**
+   * The membership is read from a second, read-only connection inside one read transaction, so
+   * every chunk sees the database as of the same instant (WAL snapshot isolation): exactly the
+   * episodes matching at that instant, whatever is ingested, re-annotated or synced meanwhile.
+   * It is written in bounded chunks, each its own short transaction, so ingest never waits long
+   * for the write lock nor for the event loop. Members stay invisible (snapshot_at NULL, the
+   * manifest refuses a live dataset) until the last transaction pins the count. A claim with a
+   * lease keeps a second snapshot of the same dataset out; it waits and then sees `already`.
+   */
+  private async snapshotInChunks(orgId: string, id: string, filter: EpisodeFilter, at: number): Promise<DatasetRow | 'already' | null> {
+    const token = randomUUID();
+    let ds: DatasetDbRow | undefined;
+    for (;;) {
+      const claimed = this.db
+        .transaction((): DatasetDbRow | 'already' | null | 'busy' => {
+          const row = this.byId.get(orgId, id);
+          if (!row) return null;
+          if (row.snapshot_at !== null) return 'already';
+          const now = Date.now();
+          if (row.snapshot_claim && (row.snapshot_lease_until ?? 0) > now) return 'busy';
+          this.claim.run(token, now + SNAPSHOT_LEASE_MS, id);
+          return row;
+        })
+        .immediate();
+      if (claimed === null) return null;
+      if (claimed === 'already') return 'already';
+      if (claimed !== 'busy') {
+        ds = claimed;
+        break;
+      }
+      await sleep(WAIT_POLL_MS);
+    }
+    let pinned = false;
+    const reader = new Database(this.db.name, { readonly: true, fileMustExist: true });
+    try {
+      reader.pragma('busy_timeout = 5000');
+      // Members left by a snapshot whose process died (its claim expired) go first.
+      if (ds.snapshot_claim) await this.dropAllMembers(id, token);
+      reader.exec('BEGIN');
+      // The read transaction's view is fixed by its first read: this one.
+      const top = reader.prepare<[string], { m: number | null }>('SELECT max(seq) AS m FROM episodes WHERE org_id = ?').get(orgId)?.m ?? 0;
+      const statements = new Map<string, Database.Statement<unknown[]>>();
+      const { initial, min, max } = this.snapshotWindow;
+      let window = initial;
+      let count = 0;
+      for (let after = 0; after < top; ) {
+        const t0 = performance.now();
+        const upTo = Math.min(top, after + window);
+        const { sql, params } = buildListQuery(orgId, filter, after, -1, 'e.seq', upTo);
+        let stmt = statements.get(sql);
+        if (!stmt) statements.set(sql, (stmt = reader.prepare<unknown[]>(sql).pluck()));
+        const seqs = stmt.all(...params) as number[];
+        if (seqs.length > 0) {
+          const written = this.db
+            .transaction(() => {
+              if (this.renew.run(Date.now() + SNAPSHOT_LEASE_MS, id, token).changes === 0) return false;
+              this.addMembers.run(id, count, JSON.stringify(seqs));
+              return true;
+            })
+            .immediate();
+          if (!written) throw new Error(`dataset ${id}: the snapshot claim was lost`);
+          count += seqs.length;
+        }
+        after = upTo;
+        const ms = performance.now() - t0;
+        if (ms < CHUNK_TARGET_MS / 2) window = Math.min(max, window * 2);
+        else if (ms > CHUNK_TARGET_MS) window = Math.max(min, Math.floor(window / 2));
+        await yieldToLoop();
+      }
+      reader.exec('COMMIT');
+      pinned = this.db.transaction(() => this.pinClaimed.run(at, count, id, token).changes === 1).immediate();
+      if (!pinned) throw new Error(`dataset ${id}: the snapshot claim was lost`);
+      return fromDb({ ...ds, snapshot_at: at, episode_count: count });
+    } finally {
+      reader.close();
+      if (!pinned) {
+        // Leave the dataset live and clean for a retry; if this fails too, the lease expires.
+        try {
+          await this.dropAllMembers(id, token);
+          this.release.run(id, token);
+        } catch {
+          /* the next snapshot takes the expired claim over */
+        }
+      }
+    }
+  }
+
+  /** Removes a dataset's members in bounded chunks while `token` holds its claim. */
+  private async dropAllMembers(id: string, token: string): Promise<void> {
+    for (;;) {
+      const removed = this.db
+        .transaction(() => {
+          if (this.renew.run(Date.now() + SNAPSHOT_LEASE_MS, id, token).changes === 0) return 0;
+          return this.dropMembers.run(id, id, 10_000).changes;
+        })
+        .immediate();
+      if (removed === 0) return;
+      await yieldToLoop();
+    }
+  }
+
+  /** What `members` returns, as line rows for the manifest (see EpisodeLineSource). */
+  async memberLineRows(datasetId: string, afterPos: number, limit: number): Promise<EpisodeLineBatch> {
+    return this.episodes.lineBatch(this.memberLines.all(datasetId, afterPos, limit));
+  }
+
   async members(datasetId: string, afterPos: number, limit: number): Promise<EpisodeRow[]> {
     return this.episodes.hydrate(this.memberRows.all(datasetId, afterPos, limit));
   }
+}
+
+/** A dataset store that hands out manifest line rows without an EpisodeRow per member. */
+export function isMemberLineSource(store: object): store is Pick<SqliteDatasets, 'memberLineRows'> {
+  return typeof (store as Partial<SqliteDatasets>).memberLineRows === 'function';
 }

@@ -11,10 +11,11 @@ import {
   SegmentSchema,
 } from '@fleet/protocol';
 import { parseEpisodeFilter } from '../../episodes/filter.js';
-import { toEpisode, toEpisodeWithLocations } from '../../episodes/present.js';
+import { episodeLines, toEpisode, toEpisodeWithLocations } from '../../episodes/present.js';
 import { notFound, validationError } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
 import type { EpisodeFilter, Store } from '../../store/index.js';
+import { isEpisodeLineSource } from '../../store/sqlite-episodes.js';
 import { decodeCursor, encodeCursor } from '../cursor.js';
 import { NDJSON, sendNdjson } from '../ndjson.js';
 import { queryInt } from '../query.js';
@@ -74,9 +75,19 @@ export async function streamEpisodePage(
   const seqs = await store.episodes.listSeqs(orgId, filter, afterSeq, limit + 1);
   const page = seqs.slice(0, limit);
   const lastSeq = page[page.length - 1];
+  const source = store.episodes;
   async function* lines(): AsyncGenerator<string> {
     if (lastSeq === undefined) return;
     let after = afterSeq;
+    if (isEpisodeLineSource(source)) {
+      // One string per chunk of rows, built straight from the stored columns (no EpisodeRow).
+      for (;;) {
+        const batch = await source.list(orgId, filter, after, EXPORT_CHUNK, lastSeq, 'lines');
+        if (batch.rows.length > 0) yield episodeLines(batch);
+        if (batch.rows.length < EXPORT_CHUNK) return;
+        after = batch.rows[batch.rows.length - 1]![0];
+      }
+    }
     for (;;) {
       const rows = await store.episodes.list(orgId, filter, after, EXPORT_CHUNK, lastSeq);
       for (const row of rows) yield `${safeJsonStringify(toEpisodeWithLocations(row))}\n`;

@@ -1,0 +1,64 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { safeJsonStringify } from '@fleet/protocol';
+import { testReport } from '../test-support.js';
+import { openSqliteStore, type SqliteStore } from '../store/sqlite.js';
+import type { SqliteEpisodes } from '../store/sqlite-episodes.js';
+import { episodeLines, toEpisodeWithLocations } from './present.js';
+
+const T0 = Date.parse('2026-01-01T00:00:00Z');
+const ORG = 'org_a';
+let store: SqliteStore;
+
+beforeEach(async () => {
+  store = openSqliteStore(':memory:');
+  await store.orgs.create({ id: ORG, name: 'a', tier: 'enterprise', createdAt: T0 });
+});
+afterEach(async () => {
+  await store.close();
+});
+
+describe('episodeLines', () => {
+  it('is byte for byte the JSON of toEpisodeWithLocations, one line per row', async () => {
+    const reports = [
+      testReport(),
+      testReport({
+        session_name: 'séance "1"\n\u2028',
+        task_id: 't\u0000', task_name: 'T', subtask_id: 's', operator_id: 'o', operator_name: '😀',
+        control_mode: 'teleop', policy_version_id: 'p', eval_id: 'e', outcome: 'failure',
+        started_at: '2026-03-04T05:06:07.089+02:00', ended_at: '2026-03-04T05:07:00Z', duration_s: 52.911, message_count: 0,
+        bag_size_bytes: 9007199254740991, bag_uri: 's3://b/k',
+        metadata: { '2': 'two', a: [1, { b: null }], n: -0.000001, t: true, __proto__x: 'p' },
+        manifest: { files: [{ path: 'a.mcap', size_bytes: 3, sha256: 'ab' }, { path: 'b', size_bytes: 0, sha256: 'cd' }], total_bytes: 3 },
+      }),
+      testReport({ started_at: '1969-12-31T23:59:59.999Z', metadata: { deep: { x: { y: [[[]]] } } } }),
+    ];
+    await store.episodes.ingest(reports.map((r) => ({ orgId: ORG, robotId: 'rbt_1', report: r, reportedAt: T0 + 17 })));
+    await store.episodes.patchAnnotations(ORG, reports[1]!.id, { label: 'ok', score: 0.5 });
+    const seq = (await store.episodes.get(ORG, reports[1]!.id))!.seq;
+    const db = store.db;
+    db.prepare(
+      "INSERT INTO replicas (episode_seq, destination_id, state, grant_id, error, object_key, updated_at) VALUES (?, 'dst_b', 'verified', 'g1', NULL, 'k/1', ?), (?, 'dst_a', 'syncing', 'g2', 'slow', NULL, ?)",
+    ).run(seq, T0 + 1, seq, T0 + 2);
+    const filter = { eq: {}, metadata: {}, annotation: {} };
+    const rows = await store.episodes.list(ORG, filter, 0, 10);
+    const want = rows.map((r) => `${safeJsonStringify(toEpisodeWithLocations(r))}\n`).join('');
+    const batch = await (store.episodes as SqliteEpisodes).list(ORG, filter, 0, 10, undefined, 'lines');
+    expect(episodeLines(batch)).toBe(want);
+    expect(want).toContain('"locations":[{"destination_id":"dst_a"');
+  });
+});
+
+describe('export timestamps', () => {
+  it('match Date#toISOString across days, years and the edges of the fast path', async () => {
+    const samples = [0, 1, 999, 86_399_999, 86_400_000, T0, T0 + 3_723_004, 951_782_400_000, 253_402_300_799_999, 253_402_300_800_000, -1, -86_400_001];
+    for (let i = 0; i < 2000; i++) samples.push(Math.floor(Math.random() * 4_102_444_800_000));
+    for (const ms of samples) {
+      const report = testReport({ started_at: new Date(ms).toISOString(), ended_at: null });
+      await store.episodes.ingest([{ orgId: ORG, robotId: 'rbt_1', report, reportedAt: ms }]);
+    }
+    const filter = { eq: {}, metadata: {}, annotation: {} };
+    const rows = await store.episodes.list(ORG, filter, 0, 5000);
+    const want = rows.map((r) => `${safeJsonStringify(toEpisodeWithLocations(r))}\n`).join('');
+    expect(episodeLines(await (store.episodes as SqliteEpisodes).list(ORG, filter, 0, 5000, undefined, 'lines'))).toBe(want);
+  });
+});

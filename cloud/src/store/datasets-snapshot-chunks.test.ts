@@ -1,0 +1,115 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { EpisodeReport } from '@fleet/protocol';
+import { snapshotFilter } from '../routes/v1/datasets.js';
+import { testReport } from '../test-support.js';
+import { openSqliteStore, type SqliteStore } from './sqlite.js';
+import type { SqliteDatasets } from './sqlite-datasets.js';
+import type { IngestItem } from './types.js';
+
+// A snapshot of a file database is written in chunks from a consistent read view (the in-memory
+// databases of the other tests take the one-transaction path).
+const T0 = Date.parse('2026-01-01T00:00:00Z');
+const ORG = 'org_a';
+const OTHER = 'org_b';
+
+let dir: string;
+let store: SqliteStore;
+
+beforeEach(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'fleet-snapshot-chunks-'));
+  store = openSqliteStore(dir);
+  await store.orgs.create({ id: ORG, name: 'a', tier: 'enterprise', createdAt: T0 });
+  await store.orgs.create({ id: OTHER, name: 'b', tier: 'enterprise', createdAt: T0 });
+  // Tiny chunks, so a handful of episodes spans many transactions.
+  (store.datasets as SqliteDatasets).snapshotWindow = { initial: 3, min: 3, max: 3 };
+});
+afterEach(async () => {
+  await store.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+async function ingest(orgId: string, reports: EpisodeReport[]): Promise<string[]> {
+  const items: IngestItem[] = reports.map((r) => ({ orgId, robotId: 'rbt_1', report: r, reportedAt: T0 }));
+  await store.episodes.ingest(items);
+  return reports.map((r) => r.id);
+}
+
+async function members(id: string): Promise<string[]> {
+  const out: string[] = [];
+  for (let after = 0; ; after += 7) {
+    const rows = await store.datasets.members(id, after, 7);
+    out.push(...rows.map((r) => r.id));
+    if (rows.length < 7) return out;
+  }
+}
+
+async function matching(filter: Record<string, string>): Promise<string[]> {
+  return (await store.episodes.list(ORG, snapshotFilter(filter), 0, 1_000_000)).map((r) => r.id);
+}
+
+async function createDataset(id: string, filter: Record<string, string>): Promise<void> {
+  await store.datasets.create({ id, orgId: ORG, name: id, description: null, filter, createdBy: 'key_1', createdAt: T0 });
+}
+
+describe('chunked dataset snapshots', () => {
+  it('equal the filter set at snapshot time while episodes are ingested, re-annotated and overridden meanwhile', async () => {
+    const reports = Array.from({ length: 60 }, (_, i) =>
+      testReport({ task_id: i % 2 === 0 ? 't1' : 't2', metadata: { site: i % 3 === 0 ? 'lab' : 'field' }, eval_id: i % 11 === 0 ? 'ev' : null }),
+    );
+    const ids = await ingest(ORG, reports);
+    await ingest(OTHER, Array.from({ length: 10 }, () => testReport({ task_id: 't1', metadata: { site: 'lab' } })));
+    for (const [n, filter] of [
+      [1, {}],
+      [2, { task_id: 't1' }],
+      [3, { 'metadata.site': 'lab' }],
+      [4, { 'metadata.site': 'lab', task_id: 't1' }],
+    ] as const) {
+      const id = `ds_${n}`;
+      await createDataset(id, filter);
+      const want = await matching(filter);
+      const pending = store.datasets.snapshot(ORG, id, snapshotFilter(filter), T0 + 5000);
+      // Meanwhile: new matching episodes, a member discarded, a late member's task changed is impossible
+      // (recorded facts), so its annotation and outcome change instead.
+      await ingest(ORG, [testReport({ task_id: 't1', metadata: { site: 'lab' } })]);
+      await store.episodes.setOutcome(ORG, ids[58]!, { outcome: 'discarded', reason: 'bad', actor: 'k', at: T0 });
+      await store.episodes.patchAnnotations(ORG, ids[57]!, { note: 'x' });
+      expect((await store.datasets.get(ORG, id))?.snapshotAt).toBeNull();
+      const row = await pending;
+      expect(row).toMatchObject({ id, snapshotAt: T0 + 5000, episodeCount: want.length });
+      expect(await members(id), JSON.stringify(filter)).toEqual(want);
+      await store.episodes.setOutcome(ORG, ids[58]!, { outcome: 'success', reason: 'ok', actor: 'k', at: T0 });
+    }
+  });
+
+  it('a second snapshot of the same dataset waits for the first and sees already; members appear only once pinned', async () => {
+    await ingest(ORG, Array.from({ length: 40 }, () => testReport()));
+    await createDataset('ds_x', {});
+    const first = store.datasets.snapshot(ORG, 'ds_x', snapshotFilter({}), T0 + 1);
+    const second = store.datasets.snapshot(ORG, 'ds_x', snapshotFilter({}), T0 + 2);
+    expect(await store.datasets.get(ORG, 'ds_x')).toMatchObject({ snapshotAt: null, episodeCount: null });
+    expect(await first).toMatchObject({ snapshotAt: T0 + 1, episodeCount: 40 });
+    expect(await second).toBe('already');
+    expect(await members('ds_x')).toHaveLength(40);
+  });
+
+  it('takes over the expired claim of a snapshot whose process died, dropping its half-written members', async () => {
+    const ids = await ingest(ORG, Array.from({ length: 10 }, () => testReport()));
+    await createDataset('ds_dead', {});
+    const db = store.db;
+    db.prepare("UPDATE datasets SET snapshot_claim = 'dead', snapshot_lease_until = ? WHERE id = 'ds_dead'").run(Date.now() - 1);
+    db.prepare("INSERT INTO dataset_members (dataset_id, position, episode_seq) VALUES ('ds_dead', 1, 999), ('ds_dead', 2, 998)").run();
+    expect(await store.datasets.snapshot(ORG, 'ds_dead', snapshotFilter({}), T0)).toMatchObject({ episodeCount: 10 });
+    expect(await members('ds_dead')).toEqual(ids);
+  });
+
+  it('an empty membership pins count 0', async () => {
+    await ingest(ORG, [testReport({ task_id: 't1' })]);
+    await createDataset('ds_empty', { task_id: 'none' });
+    expect(await store.datasets.snapshot(ORG, 'ds_empty', snapshotFilter({ task_id: 'none' }), T0)).toMatchObject({ episodeCount: 0 });
+    expect(await members('ds_empty')).toEqual([]);
+    expect(await store.datasets.snapshot(ORG, 'ds_empty', snapshotFilter({}), T0)).toBe('already');
+  });
+});

@@ -65,6 +65,10 @@ interface ReplicaDbRow {
   updated_at: number;
 }
 
+function replicaFromDb(r: ReplicaDbRow): ReplicaRow {
+  return { destinationId: r.destination_id, state: r.state, grantId: r.grant_id, error: r.error, objectKey: r.object_key, updatedAt: r.updated_at };
+}
+
 /**
  * The columns an export line or a manifest line is made of, in this order: no segments (not part
  * of the line), metadata, annotations and manifest as their stored JSON text, parsed only by the
@@ -271,14 +275,7 @@ export class SqliteEpisodes implements EpisodeStore {
     for (const r of this.replicasOf.all(`[${ids}]`)) {
       let list = replicas.get(r.episode_seq);
       if (!list) replicas.set(r.episode_seq, (list = []));
-      list.push({
-        destinationId: r.destination_id,
-        state: r.state,
-        grantId: r.grant_id,
-        error: r.error,
-        objectKey: r.object_key,
-        updatedAt: r.updated_at,
-      });
+      list.push(replicaFromDb(r));
     }
     return { rows, replicas };
   }
@@ -309,14 +306,7 @@ export class SqliteEpisodes implements EpisodeStore {
     const bySeq = new Map<number, ReplicaRow[]>();
     for (const r of this.replicasOf.all(JSON.stringify(rows.map((x) => x.seq)))) {
       const list = bySeq.get(r.episode_seq) ?? [];
-      list.push({
-        destinationId: r.destination_id,
-        state: r.state,
-        grantId: r.grant_id,
-        error: r.error,
-        objectKey: r.object_key,
-        updatedAt: r.updated_at,
-      });
+      list.push(replicaFromDb(r));
       bySeq.set(r.episode_seq, list);
     }
     return rows.map((r) => fromDb(r, bySeq.get(r.seq) ?? []));

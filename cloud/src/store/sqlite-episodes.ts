@@ -3,6 +3,7 @@ import { safeJsonStringify, type EpisodeOutcome, type EpisodeReport } from '@fle
 import { finalizedEvent } from '../events.js';
 import type { Db } from './sqlite-db.js';
 import { eventAppender } from './sqlite-events.js';
+import { EQ_INDEX, ListPlanner, type ListDriver } from './sqlite-list-plan.js';
 import type {
   EpisodeFilter,
   EpisodeRow,
@@ -155,6 +156,7 @@ export class SqliteEpisodes implements EpisodeStore {
   private readonly changes;
   private readonly replicasOf;
   private readonly countStmt;
+  private readonly planner: ListPlanner;
   private readonly listCache = new Map<string, Statement<unknown[]>>();
   private readonly rawCache = new Map<string, Statement<unknown[]>>();
 
@@ -184,6 +186,7 @@ export class SqliteEpisodes implements EpisodeStore {
       'SELECT * FROM replicas WHERE episode_seq IN (SELECT value FROM json_each(?)) ORDER BY episode_seq, destination_id',
     );
     this.countStmt = db.prepare<[string], { n: number }>('SELECT COUNT(*) AS n FROM episodes WHERE org_id = ?');
+    this.planner = new ListPlanner(db);
   }
 
   async ingest(items: readonly IngestItem[]): Promise<IngestResult[]> {
@@ -253,16 +256,21 @@ export class SqliteEpisodes implements EpisodeStore {
     maxSeq?: number,
     shape?: 'lines',
   ): Promise<EpisodeRow[] | EpisodeLineBatch> {
+    const driver = this.planner.plan(orgId, filter, afterSeq, maxSeq);
     if (shape === 'lines') {
-      const { sql, params } = buildListQuery(orgId, filter, afterSeq, limit, EPISODE_LINE_SELECT, maxSeq);
+      if (driver === 'empty') return { rows: [], replicas: new Map() };
+      const { sql, params } = buildListQuery(orgId, filter, afterSeq, limit, EPISODE_LINE_SELECT, maxSeq, driver);
       return this.lineBatch(this.preparedRaw(sql).all(...params) as EpisodeLineRow[]);
     }
-    const { sql, params } = buildListQuery(orgId, filter, afterSeq, limit, 'e.*', maxSeq);
+    if (driver === 'empty') return [];
+    const { sql, params } = buildListQuery(orgId, filter, afterSeq, limit, 'e.*', maxSeq, driver);
     return this.hydrate(this.prepared(sql).all(...params) as EpisodeDbRow[]);
   }
 
   async listSeqs(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number): Promise<number[]> {
-    const { sql, params } = buildListQuery(orgId, filter, afterSeq, limit, 'e.seq');
+    const driver = this.planner.plan(orgId, filter, afterSeq);
+    if (driver === 'empty') return [];
+    const { sql, params } = buildListQuery(orgId, filter, afterSeq, limit, 'e.seq', undefined, driver);
     return (this.prepared(sql).all(...params) as { seq: number }[]).map((r) => r.seq);
   }
 
@@ -369,9 +377,12 @@ export class SqliteEpisodes implements EpisodeStore {
 export const EPISODE_LINE_SELECT = EPISODE_LINE_COLUMNS.map((c) => `e.${c}`).join(', ');
 
 /**
- * One SQL text per filter shape (which keys are present), values bound as parameters. With an
- * attribute filter the scan is driven by the attribute index, which is ordered by seq for one
- * (key, value): a page stops after `limit` rows even when most episodes carry the key.
+ * One SQL text per filter shape (which keys are present, which one drives), values bound as
+ * parameters. Without a driver, an attribute filter drives when there is one (its index is ordered
+ * by seq for one (key, value): a page stops after `limit` rows even when most episodes carry the
+ * key) and SQLite picks an index otherwise. With a driver (ListPlanner's choice), that index is
+ * walked in seq order and every other equality or attribute condition is checked on its own index
+ * by seq, so a rejected candidate costs one index seek instead of reading its table row.
  */
 export function buildListQuery(
   orgId: string,
@@ -380,6 +391,7 @@ export function buildListQuery(
   limit: number,
   select: string = 'e.*',
   maxSeq?: number,
+  driver?: ListDriver,
 ): { sql: string; params: unknown[] } {
   const attrs = [
     ...Object.entries(f.metadata).map(([k, v]) => ['m', k, v] as const),
@@ -389,13 +401,18 @@ export function buildListQuery(
   const params: unknown[] = [];
   let from = 'episodes e';
   let order = 'e.seq';
-  const [driver, ...rest] = attrs;
-  if (driver) {
+  const planned = driver !== undefined;
+  const attrDriver =
+    driver === undefined ? attrs[0] : driver.kind === 'attr' ? attrs.find(([l, k]) => l === driver.layer && k === driver.key) : undefined;
+  const eqDriver = driver?.kind === 'eq' && f.eq[driver.col] !== undefined ? driver.col : undefined;
+  if (attrDriver) {
     // CROSS JOIN pins the attribute index as the outer loop, so rows come out in seq order.
     from = 'episode_attrs d CROSS JOIN episodes e ON e.seq = d.seq';
     where.push('d.org_id = ?', 'd.layer = ?', 'd.key = ?', 'd.value = ?', 'd.seq > ?');
-    params.push(orgId, driver[0], driver[1], driver[2], afterSeq);
+    params.push(orgId, attrDriver[0], attrDriver[1], attrDriver[2], afterSeq);
     order = 'd.seq';
+  } else if (eqDriver) {
+    from = `episodes e INDEXED BY ${EQ_INDEX[eqDriver]}`;
   }
   where.push('e.org_id = ?', 'e.seq > ?');
   params.push(orgId, afterSeq);
@@ -405,10 +422,13 @@ export function buildListQuery(
   }
   for (const col of EPISODE_EQ_COLUMNS) {
     const v = f.eq[col];
-    if (v !== undefined) {
+    if (v === undefined) continue;
+    if (planned && col !== eqDriver) {
+      where.push(`EXISTS (SELECT 1 FROM episodes x INDEXED BY ${EQ_INDEX[col]} WHERE x.org_id = e.org_id AND x.${col} = ? AND x.seq = e.seq)`);
+    } else {
       where.push(`e.${col} = ?`);
-      params.push(v);
     }
+    params.push(v);
   }
   if (f.from !== undefined) {
     where.push('e.started_at >= ?');
@@ -418,7 +438,8 @@ export function buildListQuery(
     where.push('e.started_at <= ?');
     params.push(f.to);
   }
-  for (const [layer, key, value] of rest) {
+  for (const [layer, key, value] of attrs) {
+    if (layer === attrDriver?.[0] && key === attrDriver[1]) continue;
     where.push('EXISTS (SELECT 1 FROM episode_attrs x WHERE x.org_id = e.org_id AND x.layer = ? AND x.key = ? AND x.value = ? AND x.seq = e.seq)');
     params.push(layer, key, value);
   }

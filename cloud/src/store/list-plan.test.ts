@@ -1,0 +1,155 @@
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { EpisodeReport } from '@fleet/protocol';
+import { openSqliteStore, type SqliteStore } from './sqlite.js';
+import type { SqliteEpisodes } from './sqlite-episodes.js';
+import { ListPlanner } from './sqlite-list-plan.js';
+import type { EpisodeFilter, EpisodeRow } from './types.js';
+
+const T0 = Date.parse('2026-01-01T00:00:00Z');
+const ORG = 'org_a';
+const OTHER = 'org_b';
+
+/** A small fleet with correlated values, so some pairs of filters never meet. */
+function report(i: number): EpisodeReport {
+  return {
+    id: `ep_${i.toString(36).padStart(12, '0')}`,
+    recording_session_id: 'rs_1',
+    episode_seq: i + 1,
+    session_name: null,
+    task_id: `task-${i % 4}`,
+    task_name: null,
+    subtask_id: i % 5 === 0 ? null : `sub-${i % 2}`,
+    operator_id: `op-${i % 6}`,
+    operator_name: null,
+    control_mode: i % 3 === 0 ? 'autonomous' : 'teleop',
+    policy_version_id: null,
+    eval_id: i % 7 === 0 ? 'eval-1' : null,
+    outcome: i % 10 === 0 ? 'failure' : 'success',
+    started_at: new Date(T0 + i * 1000).toISOString(),
+    ended_at: null,
+    duration_s: null,
+    message_count: null,
+    bag_size_bytes: null,
+    metadata: { site: `site-${i % 3}`, shift: i % 2 },
+    segments: [],
+    manifest: { files: [], total_bytes: 0 },
+  };
+}
+
+const N = 240;
+let store: SqliteStore;
+let all: EpisodeRow[];
+
+beforeAll(async () => {
+  store = openSqliteStore(':memory:');
+  const items = [];
+  for (let i = 0; i < N; i++) items.push({ orgId: i % 8 === 7 ? OTHER : ORG, robotId: `rbt_${i % 5}`, report: report(i), reportedAt: T0 });
+  await store.episodes.ingest(items);
+  for (let i = 0; i < N; i += 9) await store.episodes.patchAnnotations(i % 8 === 7 ? OTHER : ORG, report(i).id, { label: `l-${i % 2}` });
+  all = await store.episodes.list(ORG, { eq: {}, metadata: {}, annotation: {} }, 0, 10_000);
+});
+afterAll(async () => {
+  await store.close();
+});
+
+/** What a filter means, written plainly over every row of the organization. */
+function matches(row: EpisodeRow, f: EpisodeFilter): boolean {
+  const r = row.report;
+  for (const [col, v] of Object.entries(f.eq)) {
+    const actual = col === 'robot_id' ? row.robotId : col === 'outcome' ? row.outcome : (r as unknown as Record<string, unknown>)[col];
+    if (actual !== v) return false;
+  }
+  for (const [k, v] of Object.entries(f.metadata)) if (!(k in row.metadata) || String(row.metadata[k]) !== v) return false;
+  for (const [k, v] of Object.entries(f.annotation)) if (!(k in row.annotations) || String(row.annotations[k]) !== v) return false;
+  const started = Date.parse(r.started_at);
+  if (f.from !== undefined && started < f.from) return false;
+  if (f.to !== undefined && started > f.to) return false;
+  return true;
+}
+
+const condition = fc.oneof(
+  fc.record({ k: fc.constant('robot_id'), v: fc.constantFrom('rbt_0', 'rbt_1', 'rbt_4', 'rbt_9') }),
+  fc.record({ k: fc.constant('task_id'), v: fc.constantFrom('task-0', 'task-1', 'task-3', 'task-7') }),
+  fc.record({ k: fc.constant('subtask_id'), v: fc.constantFrom('sub-0', 'sub-1') }),
+  fc.record({ k: fc.constant('operator_id'), v: fc.constantFrom('op-0', 'op-1', 'op-5') }),
+  fc.record({ k: fc.constant('control_mode'), v: fc.constantFrom('teleop', 'autonomous') }),
+  fc.record({ k: fc.constant('eval_id'), v: fc.constantFrom('eval-1', 'eval-2') }),
+  fc.record({ k: fc.constant('outcome'), v: fc.constantFrom('success', 'failure', 'discarded') }),
+  fc.record({ k: fc.constant('metadata.site'), v: fc.constantFrom('site-0', 'site-2', 'site-9') }),
+  fc.record({ k: fc.constant('metadata.shift'), v: fc.constantFrom('0', '1') }),
+  fc.record({ k: fc.constant('annotation.label'), v: fc.constantFrom('l-0', 'l-1') }),
+);
+
+function toFilter(conds: { k: string; v: string }[], from?: number, to?: number): EpisodeFilter {
+  const f: EpisodeFilter = { eq: {}, metadata: {}, annotation: {} };
+  for (const { k, v } of conds) {
+    if (k.startsWith('metadata.')) f.metadata[k.slice(9)] = v;
+    else if (k.startsWith('annotation.')) f.annotation[k.slice(11)] = v;
+    else (f.eq as Record<string, string>)[k] = v;
+  }
+  if (from !== undefined) f.from = from;
+  if (to !== undefined) f.to = to;
+  return f;
+}
+
+describe('planned list queries', () => {
+  it('return exactly the rows the filter means, page by page, whichever index drives (property)', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.uniqueArray(condition, { minLength: 1, maxLength: 4, selector: (c) => c.k }),
+        fc.option(fc.integer({ min: 0, max: N }), { nil: undefined }),
+        fc.integer({ min: 1, max: 40 }),
+        fc.option(fc.integer({ min: 1, max: N + 5 }), { nil: undefined }),
+        async (conds, fromI, pageSize, maxSeq) => {
+          const f = toFilter(conds, fromI === undefined ? undefined : T0 + fromI * 1000);
+          const expected = all.filter((r) => matches(r, f) && (maxSeq === undefined || r.seq <= maxSeq)).map((r) => r.seq);
+          const got: number[] = [];
+          let after = 0;
+          for (;;) {
+            const page = await store.episodes.list(ORG, f, after, pageSize, maxSeq);
+            got.push(...page.map((r) => r.seq));
+            if (page.length < pageSize) break;
+            after = page[page.length - 1]!.seq;
+          }
+          expect(got).toEqual(expected);
+          const lines = await (store.episodes as SqliteEpisodes).list(ORG, f, 0, 10_000, maxSeq, 'lines');
+          expect(lines.rows.map((r) => r[0])).toEqual(expected);
+          if (maxSeq === undefined) expect(await store.episodes.listSeqs(ORG, f, 0, 10_000)).toEqual(expected);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('never returns another organization’s rows', async () => {
+    const other = await store.episodes.list(OTHER, toFilter([{ k: 'task_id', v: 'task-3' }, { k: 'metadata.site', v: 'site-0' }]), 0, 1000);
+    expect(other.length).toBeGreaterThan(0);
+    expect(other.every((r) => r.orgId === OTHER)).toBe(true);
+  });
+});
+
+describe('ListPlanner', () => {
+  it('drives by the condition with the fewest entries after the cursor', () => {
+    const planner = new ListPlanner(store.db);
+    // eval-1 is on every 7th episode, teleop on two in three.
+    expect(planner.plan(ORG, toFilter([{ k: 'control_mode', v: 'teleop' }, { k: 'eval_id', v: 'eval-1' }]), 0)).toEqual({ kind: 'eq', col: 'eval_id' });
+    expect(planner.plan(ORG, toFilter([{ k: 'metadata.shift', v: '1' }, { k: 'annotation.label', v: 'l-1' }]), 0)).toEqual({ kind: 'attr', layer: 'a', key: 'label' });
+  });
+
+  it('answers empty when one condition has no entry after the cursor, without a driver for one condition', () => {
+    const planner = new ListPlanner(store.db);
+    expect(planner.plan(ORG, toFilter([{ k: 'task_id', v: 'task-1' }, { k: 'robot_id', v: 'rbt_9' }]), 0)).toBe('empty');
+    const last = all[all.length - 1]!.seq;
+    expect(planner.plan(ORG, toFilter([{ k: 'task_id', v: 'task-1' }, { k: 'outcome', v: 'success' }]), last)).toBe('empty');
+    expect(planner.plan(ORG, toFilter([{ k: 'robot_id', v: 'rbt_9' }]), 0)).toEqual({ kind: 'eq', col: 'robot_id' });
+    expect(planner.plan(ORG, toFilter([]), 0)).toBeUndefined();
+  });
+
+  it('past the probe cap, compares densities', () => {
+    // With a cap of 10 both conditions are past it: teleop (2 in 3) is denser than task-1 (1 in 4).
+    const planner = new ListPlanner(store.db, 10);
+    expect(planner.plan(ORG, toFilter([{ k: 'control_mode', v: 'teleop' }, { k: 'task_id', v: 'task-1' }]), 0)).toEqual({ kind: 'eq', col: 'task_id' });
+    expect(planner.plan(ORG, toFilter([{ k: 'task_id', v: 'task-1' }, { k: 'control_mode', v: 'teleop' }]), 0)).toEqual({ kind: 'eq', col: 'task_id' });
+  });
+});

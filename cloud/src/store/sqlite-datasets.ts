@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
 import type { Db } from './sqlite-db.js';
+import { ListPlanner } from './sqlite-list-plan.js';
 import {
   buildListQuery,
   EPISODE_LINE_SELECT,
@@ -173,16 +174,21 @@ export class SqliteDatasets implements DatasetStore {
       // The read transaction's view is fixed by its first read: this one.
       const top = reader.prepare<[string], { m: number | null }>('SELECT max(seq) AS m FROM episodes WHERE org_id = ?').get(orgId)?.m ?? 0;
       const statements = new Map<string, Database.Statement<unknown[]>>();
+      const planner = new ListPlanner(reader);
       const { initial, min, max } = this.snapshotWindow;
       let window = initial;
       let count = 0;
       for (let after = 0; after < top; ) {
         const t0 = performance.now();
         const upTo = Math.min(top, after + window);
-        const { sql, params } = buildListQuery(orgId, filter, after, -1, 'e.seq', upTo);
-        let stmt = statements.get(sql);
-        if (!stmt) statements.set(sql, (stmt = reader.prepare<unknown[]>(sql).pluck()));
-        const seqs = stmt.all(...params) as number[];
+        const driver = planner.plan(orgId, filter, after, upTo);
+        let seqs: number[] = [];
+        if (driver !== 'empty') {
+          const { sql, params } = buildListQuery(orgId, filter, after, -1, 'e.seq', upTo, driver);
+          let stmt = statements.get(sql);
+          if (!stmt) statements.set(sql, (stmt = reader.prepare<unknown[]>(sql).pluck()));
+          seqs = stmt.all(...params) as number[];
+        }
         if (seqs.length > 0) {
           const written = this.db
             .transaction(() => {

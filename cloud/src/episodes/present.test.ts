@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { safeJsonStringify } from '@fleet/protocol';
 import { testReport } from '../test-support.js';
@@ -45,6 +46,24 @@ describe('episodeLines', () => {
     const batch = await (store.episodes as SqliteEpisodes).list(ORG, filter, 0, 10, undefined, 'lines');
     expect(episodeLines(batch)).toBe(want);
     expect(want).toContain('"locations":[{"destination_id":"dst_a"');
+  });
+});
+
+describe('episodeLines with stored metadata and annotations passed through', () => {
+  it('equals the JSON of toEpisodeWithLocations for any JSON metadata and annotations (property)', async () => {
+    let n = 0;
+    await fc.assert(
+      fc.asyncProperty(fc.dictionary(fc.string(), fc.jsonValue()), fc.dictionary(fc.string({ minLength: 1 }), fc.jsonValue()), async (metadata, annotations) => {
+        const report = testReport({ id: `ep_prop${(n++).toString(36).padStart(8, '0')}`, metadata });
+        await store.episodes.ingest([{ orgId: ORG, robotId: 'rbt_1', report, reportedAt: T0 }]);
+        await store.episodes.patchAnnotations(ORG, report.id, annotations);
+        const row = (await store.episodes.get(ORG, report.id))!;
+        const filter = { eq: {}, metadata: {}, annotation: {} };
+        const batch = await (store.episodes as SqliteEpisodes).list(ORG, filter, row.seq - 1, 1, undefined, 'lines');
+        expect(episodeLines(batch)).toBe(`${safeJsonStringify(toEpisodeWithLocations(row))}\n`);
+      }),
+      { numRuns: 200 },
+    );
   });
 });
 

@@ -57,8 +57,8 @@ export function toEpisodeWithLocations(e: EpisodeRow): EpisodeWithLocations {
 const q = JSON.stringify;
 const DAY_MS = 86_400_000;
 const MAX_4_DIGIT_YEAR_MS = 253_402_300_799_999;
-let isoDay = NaN;
-let isoDayPrefix = '';
+/** Date prefixes (`2026-01-02T`) by day: a line has two dates (started, reported) from different days. */
+const isoDayPrefixes = new Map<number, string>();
 const pad2 = (n: number) => (n < 10 ? `0${n}` : String(n));
 const pad3 = (n: number) => (n < 10 ? `00${n}` : n < 100 ? `0${n}` : String(n));
 
@@ -67,16 +67,18 @@ function fastIso(ms: number): string {
   if (!Number.isInteger(ms) || ms < 0 || ms > MAX_4_DIGIT_YEAR_MS) return iso(ms);
   let rem = ms % DAY_MS;
   const day = ms - rem;
-  if (day !== isoDay) {
-    isoDayPrefix = iso(day).slice(0, 11);
-    isoDay = day;
+  let prefix = isoDayPrefixes.get(day);
+  if (prefix === undefined) {
+    if (isoDayPrefixes.size >= 64) isoDayPrefixes.clear();
+    prefix = iso(day).slice(0, 11);
+    isoDayPrefixes.set(day, prefix);
   }
   const h = Math.floor(rem / 3_600_000);
   rem -= h * 3_600_000;
   const m = Math.floor(rem / 60_000);
   rem -= m * 60_000;
   const sec = Math.floor(rem / 1000);
-  return `${isoDayPrefix}${pad2(h)}:${pad2(m)}:${pad2(sec)}.${pad3(rem - sec * 1000)}Z`;
+  return `${prefix}${pad2(h)}:${pad2(m)}:${pad2(sec)}.${pad3(rem - sec * 1000)}Z`;
 }
 
 function filesJson(manifestText: string): string {
@@ -96,7 +98,10 @@ function locationsJson(replicas: readonly ReplicaRow[]): string {
 /**
  * One export / manifest line, `safeJsonStringify(toEpisodeWithLocations(row))` byte for byte
  * plus the newline, built from the stored columns without an EpisodeRow: the keys in the same
- * order, each value serialized by the same JSON.stringify, segments never parsed.
+ * order, each value serialized by the same JSON.stringify, segments never parsed. Metadata and
+ * annotations go out as their stored text: the store writes them with JSON.stringify, and
+ * stringifying what JSON.parse makes of that text gives the same text back (key order, number
+ * and string forms are canonical), so parsing and re-serializing them per line only cost time.
  */
 export function episodeLine(r: EpisodeLineRow, replicas: readonly ReplicaRow[] = []): string {
   const [, id, robotId, sessionId, episodeSeq, sessionName, taskId, taskName, subtaskId, operatorId, operatorName, outcome, recordedOutcome] = r;
@@ -109,7 +114,7 @@ export function episodeLine(r: EpisodeLineRow, replicas: readonly ReplicaRow[] =
     `,"control_mode":${q(controlMode)},"policy_version_id":${q(policyVersionId)},"eval_id":${q(evalId)}` +
     `,"started_at":"${fastIso(startedAt)}","ended_at":${endedAt === null ? 'null' : `"${fastIso(endedAt)}"`}` +
     `,"duration_s":${q(durationS)},"message_count":${q(messageCount)},"bag_size_bytes":${q(bagSizeBytes)},"bag_uri":${q(bagUri ?? null)}` +
-    `,"metadata":${safeJsonStringify(JSON.parse(metadata))},"annotations":${safeJsonStringify(JSON.parse(annotations))}` +
+    `,"metadata":${metadata},"annotations":${annotations}` +
     `,"reported_at":"${fastIso(reportedAt)}","replicas":${replicasJson(replicas)},"files":${filesJson(manifest)},"locations":${locationsJson(replicas)}}\n`
   );
 }

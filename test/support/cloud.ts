@@ -128,7 +128,10 @@ export async function startCloud(opts: StartCloudOptions = {}): Promise<CloudPro
 
   let addresses: ServeAddresses;
   try {
-    proc = spawnProcess(process.execPath, [CLOUD_CLI, ...args], { name: 'fleet-cloud serve', cwd: REPO_ROOT, env });
+    // BENCH_CLOUD_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"): node flags for the cloud
+    // process only, to profile it under a benchmark (NODE_OPTIONS refuses --cpu-prof).
+    const nodeArgs = (process.env.BENCH_CLOUD_NODE_ARGS ?? '').split(' ').filter(Boolean);
+    proc = spawnProcess(process.execPath, [...nodeArgs, CLOUD_CLI, ...args], { name: 'fleet-cloud serve', cwd: REPO_ROOT, env });
     const line = await proc.waitForStdout((l) => parseAddressLine(l) !== null, {
       timeoutMs: opts.startTimeoutMs ?? 20_000,
       description: 'the {"http":…,"mqtt":…} line',

@@ -33,7 +33,7 @@ const BENCHMARKS: Readonly<Record<string, () => Promise<BenchModule>>> = {
 const ALL_ARGS: Readonly<Record<string, readonly string[]>> = {
   api: ['--duration', '5', '--warmup', '1'],
   commands: ['--duration', '5', '--warmup', '1', '--skip-capacity'],
-  episodes: ['--episodes', '1000000', '--mqtt-robots', '20', '--mqtt-per-robot', '1000'],
+  episodes: ['--episodes', '1000000', '--mqtt-robots', '20', '--mqtt-per-robot', '1000', '--rounds', '20'],
   datasets: ['--episodes', '1000000'],
   webhooks: [],
   upload: ['--size-mib', '512'],

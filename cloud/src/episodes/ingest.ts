@@ -31,6 +31,8 @@ export class EpisodeIngestor implements OutboxKindHandler {
   private queue: Pending[] = [];
   private flushing: Promise<void> | null = null;
   private readonly accepting = new Set<Promise<void>>();
+  /** Acknowledgments of committed batches still being sent; the next batch does not wait for them. */
+  private readonly acking = new Set<Promise<void>>();
   private readonly orgOf = new Map<string, string>();
   private readonly maxBatch: number;
   /** Reports indexed since start (inserted, not duplicates). */
@@ -67,13 +69,17 @@ export class EpisodeIngestor implements OutboxKindHandler {
 
   /** Resolves when everything submitted so far is written and acknowledged. */
   async drain(): Promise<void> {
-    while (this.accepting.size > 0 || this.flushing || this.queue.length > 0) {
+    while (this.accepting.size > 0 || this.flushing || this.queue.length > 0 || this.acking.size > 0) {
       if (this.accepting.size > 0) {
         await Promise.allSettled([...this.accepting]);
         continue;
       }
-      if (!this.flushing) this.schedule();
-      await this.flushing;
+      if (this.flushing || this.queue.length > 0) {
+        if (!this.flushing) this.schedule();
+        await this.flushing;
+        continue;
+      }
+      await Promise.allSettled([...this.acking]);
     }
   }
 
@@ -103,7 +109,11 @@ export class EpisodeIngestor implements OutboxKindHandler {
     this.opts.metrics?.ingestBatch(results);
     const orgIds = new Set(batch.filter((_p, i) => results[i] === 'inserted').map((p) => p.item.orgId));
     if (orgIds.size > 0) this.opts.onIndexed?.(orgIds);
-    await Promise.all(
+    // The batch is committed: its acknowledgments go out while the next batch is written. Waiting
+    // for every ack's publish (a broker round trip) before the next transaction left the cloud
+    // idle between batches. An ack that fails to send is logged by the router; the robot resends
+    // and the next attempt is a duplicate.
+    const acks: Promise<void> = Promise.all(
       batch.map(async (p, i) => {
         const r = results[i];
         if (r === 'inserted') this.indexed++;
@@ -114,7 +124,11 @@ export class EpisodeIngestor implements OutboxKindHandler {
           await p.reply.ok();
         }
       }),
-    );
+    )
+      .then(() => undefined)
+      .catch((err: unknown) => this.opts.logger.warn({ err }, 'could not send episode acknowledgments'))
+      .finally(() => this.acking.delete(acks));
+    this.acking.add(acks);
   }
 
   private async orgOfRobot(robotId: string): Promise<string | undefined> {

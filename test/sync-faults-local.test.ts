@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createTestPki, type TestPki } from '../cloud/src/egress/test-https.js';
 import { startClockedAgent } from './support/clocked-agent.js';
 import { makeTempDir, type CloudProcess, type TempDir } from './support/cloud.js';
-import { episodeFiles, getEpisode, listEpisodes, recordAtLeast, recordEpisode } from './support/episodes.js';
+import { episodeFiles, getEpisode, listEpisodes, recordAtLeast, recordEpisode, recordShortEpisode } from './support/episodes.js';
 import { writeProviderTls } from './support/grant-provider.js';
 import { okJson } from './support/http.js';
 import { startAgentProcess } from './support/robots.js';
@@ -122,7 +122,7 @@ describe('a local file corrupted after finalize (fleet-agent start)', () => {
       });
       const dataDir = agent.dataDir;
       const multipart = await recordAtLeast(dataDir, PART + 1);
-      const single = await recordEpisode(dataDir);
+      const single = await recordShortEpisode(dataDir);
       const healthy = await recordEpisode(dataDir);
       const mp = (await episodeFiles(dataDir, multipart)).manifest.files;
       const sp = (await episodeFiles(dataDir, single)).manifest.files;

@@ -4,6 +4,7 @@ import type { Episode, EpisodeWithLocations, Segment } from '@fleet/protocol';
 import { startCloud, type CloudProcess, type StartCloudOptions } from './cloud.js';
 import type { SpawnedProcess } from './process.js';
 import { runAgentCli, spawnAgent, type AgentProcess } from './robots.js';
+import { ControlClient } from '../../agent/src/control/client.js';
 import { waitFor } from './wait.js';
 
 /**
@@ -49,6 +50,24 @@ export async function recordEpisode(dataDir: string, end: 'finish' | 'fail' | 'd
   await agentControl(dataDir, ['episode', end]);
   await waitIdle(dataDir);
   return String(started.episode_id);
+}
+
+/**
+ * Records one short episode: start and finish go over one control-socket connection from this
+ * process, milliseconds apart, instead of two `fleet-agent` processes whose start-up on a loaded
+ * machine can take seconds (and let the recording grow past a size a test relies on).
+ */
+export async function recordShortEpisode(dataDir: string): Promise<string> {
+  const client = await ControlClient.connect(join(dataDir, 'agent.sock'));
+  let id: string;
+  try {
+    id = String((await client.episode('start')).episode_id);
+    await client.episode('finish');
+  } finally {
+    client.close();
+  }
+  await waitIdle(dataDir);
+  return id;
 }
 
 async function dirBytes(dir: string): Promise<number> {

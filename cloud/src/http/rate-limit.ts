@@ -1,7 +1,7 @@
 import fastifyRateLimit from '@fastify/rate-limit';
 import type { FastifyInstance, FastifyRequest, preParsingAsyncHookHandler } from 'fastify';
 import { MINUTE } from '@fleet/protocol';
-import { entitlementsOf } from '../entitlements.js';
+import { entitlementsOfRow } from '../entitlements.js';
 import { ApiError } from '../errors.js';
 import { prependHook } from './route-hooks.js';
 
@@ -19,7 +19,7 @@ export const ORG_LIMIT = 'requests_per_minute_per_org';
 type Check = (req: FastifyRequest) => Promise<{ isAllowed: boolean; isExceeded?: boolean; max?: number; ttlInSeconds?: number }>;
 
 function limitOf(req: FastifyRequest, name: string): number {
-  const value = req.principal ? entitlementsOf(req.principal.org).limits[name] : undefined;
+  const value = req.principal ? entitlementsOfRow(req.principal.org).limits[name] : undefined;
   // An organization row from before these limits existed has them from its tier; a limit
   // nobody set (an unknown tier) does not limit.
   return value === undefined ? Number.MAX_SAFE_INTEGER : value;

@@ -74,6 +74,8 @@ export class Authenticator {
     if (!key) return undefined;
     const org = await this.store.orgs.get(key.orgId);
     if (!org) return undefined;
+    // Requests get a copy of the key row, but share its scopes and the organization: frozen.
+    Object.freeze(key.scopes);
     const entry: CachedPrincipal = { key, org: freezeOrg(org) };
     // Another request may have seen a newer revision while this one waited for the rows.
     if (this.revision === revision) {

@@ -12,31 +12,85 @@ export interface Principal {
 // The auth scheme name is case-insensitive (RFC 9110 11.1); the key itself is not.
 const BEARER = /^[Bb][Ee][Aa][Rr][Ee][Rr][ \t]+(ak_[A-Za-z0-9_-]{16,128})[ \t]*$/;
 
+/** How many keys (with their organizations) one process keeps; the oldest cached goes first. */
+export const DEFAULT_AUTH_CACHE_SIZE = 10_000;
+
+interface CachedPrincipal {
+  key: ApiKeyRow;
+  org: OrgRow;
+}
+
 /**
- * Resolves `Authorization: Bearer ak_…` to its key and organization. The key row is read on
- * every request, so a revocation takes effect on the very next one; last use is only noted in
- * memory (see LastUsedTracker).
+ * Resolves `Authorization: Bearer ak_…` to its key and organization. Keys found in the database
+ * are cached with their organizations (only keys that exist: an unknown key is looked up every
+ * time and never grows the cache), and the cache is valid for one auth revision: each request
+ * reads that one-row counter, which every writer of keys, organizations and their overrides
+ * bumps (triggers, migration 10), and drops the whole cache when it moved. So a revocation, an
+ * expiry, a scope, tier, feature or limit change takes effect on the very next request, also
+ * when another process (the admin CLI, another replica) wrote it. Expiry is checked against
+ * the clock on every request. Last use is only noted in memory (see LastUsedTracker).
  */
 export class Authenticator {
+  private readonly cache = new Map<string, CachedPrincipal>();
+  private revision: number | null = null;
+
   constructor(
     private readonly store: Store,
     private readonly clock: Clock,
     private readonly lastUsed: LastUsedTracker,
+    private readonly cacheSize: number = DEFAULT_AUTH_CACHE_SIZE,
   ) {}
+
+  /** How many keys are cached now (tests check the bound). */
+  get cachedKeys(): number {
+    return this.cache.size;
+  }
 
   async authenticate(header: string | undefined): Promise<Principal> {
     if (!header) throw new ApiError('unauthenticated', 'missing Authorization: Bearer <API key>');
     const m = BEARER.exec(header);
     if (!m) throw new ApiError('unauthenticated', 'malformed Authorization header; expected Bearer ak_…');
-    const key = await this.store.apiKeys.findByHash(hashSecret(m[1]!));
+    const keyHash = hashSecret(m[1]!);
+    // The revision first, the rows after: rows read later are at least as new as the revision
+    // they are cached under, so a change is never missed (at worst a fresh row is dropped once).
+    const revision = await this.store.apiKeys.authRevision();
+    if (revision !== this.revision) {
+      this.cache.clear();
+      this.revision = revision;
+    }
+    const cached = this.cache.get(keyHash) ?? (await this.load(keyHash, revision));
     const now = this.clock.now();
     // One message for unknown, expired and revoked keys: the answer must not reveal which.
-    if (!key || !isUsable(key, now)) throw new ApiError('unauthenticated', 'invalid, expired or revoked API key');
-    const org = await this.store.orgs.get(key.orgId);
-    if (!org) throw new ApiError('unauthenticated', 'invalid, expired or revoked API key');
+    if (!cached || !isUsable(cached.key, now)) throw new ApiError('unauthenticated', 'invalid, expired or revoked API key');
+    const { key, org } = cached;
     this.lastUsed.note(key.id, now);
-    return { org, key: { ...key, lastUsedAt: this.lastUsed.latest(key.id, key.lastUsedAt) } };
+    // Kept on the cached row too: once the tracker has flushed, the stored value it holds is the newest.
+    key.lastUsedAt = this.lastUsed.latest(key.id, key.lastUsedAt);
+    return { org, key: { ...key } };
   }
+
+  private async load(keyHash: string, revision: number): Promise<CachedPrincipal | undefined> {
+    const key = await this.store.apiKeys.findByHash(keyHash);
+    if (!key) return undefined;
+    const org = await this.store.orgs.get(key.orgId);
+    if (!org) return undefined;
+    // Requests get a copy of the key row, but share its scopes and the organization: frozen.
+    Object.freeze(key.scopes);
+    const entry: CachedPrincipal = { key, org: freezeOrg(org) };
+    // Another request may have seen a newer revision while this one waited for the rows.
+    if (this.revision === revision) {
+      if (this.cache.size >= this.cacheSize) this.cache.delete(this.cache.keys().next().value!);
+      this.cache.set(keyHash, entry);
+    }
+    return entry;
+  }
+}
+
+/** One organization object is shared by every request of its keys: nobody may change it. */
+function freezeOrg(org: OrgRow): OrgRow {
+  Object.freeze(org.featureOverrides);
+  Object.freeze(org.limitOverrides);
+  return Object.freeze(org);
 }
 
 /**

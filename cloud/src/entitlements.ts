@@ -43,6 +43,25 @@ export function entitlementsOf(org: OrgRow): Entitlements {
   return { tier: org.tier, features, limits: { ...tier.limits, ...org.limitOverrides } };
 }
 
+const computed = new WeakMap<OrgRow, Entitlements>();
+
+/**
+ * entitlementsOf, computed once per organization row when the row is frozen (the
+ * authenticator's cached rows, which every request of the organization shares and which a
+ * change replaces rather than edits); the result is frozen too. Other rows are computed afresh.
+ */
+export function entitlementsOfRow(org: OrgRow): Readonly<Entitlements> {
+  if (!Object.isFrozen(org)) return entitlementsOf(org);
+  let e = computed.get(org);
+  if (!e) {
+    e = entitlementsOf(org);
+    Object.freeze(e.features);
+    Object.freeze(e.limits);
+    computed.set(org, Object.freeze(e));
+  }
+  return e;
+}
+
 export function hasFeature(org: OrgRow, feature: Feature): boolean {
-  return entitlementsOf(org).features[feature] === true;
+  return entitlementsOfRow(org).features[feature] === true;
 }

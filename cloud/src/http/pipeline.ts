@@ -1,11 +1,19 @@
 import { createHash } from 'node:crypto';
-import type { FastifyError, FastifyInstance } from 'fastify';
+import type {
+  FastifyError,
+  FastifyInstance,
+  onRequestAbortAsyncHookHandler,
+  onResponseAsyncHookHandler,
+  onSendAsyncHookHandler,
+  preValidationAsyncHookHandler,
+} from 'fastify';
 import { z } from 'zod';
 import { DAY, iso, scopeSatisfies, type Clock } from '@fleet/protocol';
 import type { Authenticator } from '../auth.js';
 import { hasFeature } from '../entitlements.js';
 import { ApiError, quote, validationError } from '../errors.js';
 import { installJsonBodyParser } from './body.js';
+import { prependHook } from './route-hooks.js';
 import { sendError, toApiError } from './error-edge.js';
 import type { SecretBox } from '../secret-box.js';
 import type { Store } from '../store/index.js';
@@ -45,44 +53,7 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
   app.decorateRequest('idempotency', null);
   app.decorateRequest('replayed', false);
 
-  app.addHook('onRoute', (route) => {
-    const methods = Array.isArray(route.method) ? route.method : [route.method];
-    if (!route.url.startsWith('/v1/') && route.url !== '/v1') return;
-    const policy = route.config?.policy;
-    if (!policy) throw new Error(`route ${methods.join(',')} ${route.url} declares no policy`);
-    // A route that declares no query parameters refuses any, as the others refuse unknown ones.
-    const schema = (route.schema ??= {});
-    schema.querystring ??= NoQuery;
-    for (const method of methods) {
-      if (method === 'HEAD') continue;
-      catalog.push({ method, url: route.url, policy, hasBody: Boolean(route.schema?.body) });
-    }
-  });
-
-  installJsonBodyParser(app);
-
-  app.addHook('onRequest', async (request, reply) => {
-    void reply.header('X-Request-Id', request.id);
-    const policy = request.routeOptions.config.policy;
-    if (!policy || policy.auth !== 'key') return;
-    const principal = await authenticator.authenticate(request.headers.authorization);
-    const required = policy.scope === null ? [] : typeof policy.scope === 'string' ? [policy.scope] : policy.scope;
-    if (required.length > 0 && !required.some((s) => scopeSatisfies(principal.key.scopes, s))) {
-      throw new ApiError('insufficient_scope', `this endpoint needs the scope ${required.join(' or ')}`, {
-        required_scope: required.length === 1 ? required[0] : required,
-        key_scopes: principal.key.scopes,
-      });
-    }
-    if (policy.feature && !hasFeature(principal.org, policy.feature)) {
-      throw new ApiError('entitlement_required', `the organization's plan does not include ${policy.feature}`, {
-        feature: policy.feature,
-        tier: principal.org.tier,
-      });
-    }
-    request.principal = principal;
-  });
-
-  app.addHook('preValidation', async (request, reply) => {
+  const beginIdempotency: preValidationAsyncHookHandler = async (request, reply) => {
     if (request.method !== 'POST' || !request.principal) return;
     const raw = request.headers['idempotency-key'];
     if (raw === undefined) return;
@@ -109,9 +80,9 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
         return reply.send(body === '' ? undefined : secrets.open(body));
       }
     }
-  });
+  };
 
-  app.addHook('onSend', async (request, reply, payload) => {
+  const completeIdempotency: onSendAsyncHookHandler = async (request, reply, payload) => {
     const claim = request.idempotency;
     if (!claim) return payload;
     request.idempotency = null;
@@ -130,9 +101,9 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
       });
     }
     return payload;
-  });
+  };
 
-  app.addHook('onResponse', async (request, reply) => {
+  const meter: onResponseAsyncHookHandler = async (request, reply) => {
     const policy = request.routeOptions.config.policy;
     if (!policy?.meter || !request.principal || request.replayed) return;
     if (reply.statusCode < 200 || reply.statusCode >= 300) return;
@@ -141,15 +112,62 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
     } catch (err) {
       request.log.error({ err, meter: policy.meter }, 'meter increment failed');
     }
-  });
+  };
 
   // A request that ends without a response (client gone mid-handler) must not hold its key.
-  app.addHook('onRequestAbort', async (request) => {
+  const releaseOnAbort: onRequestAbortAsyncHookHandler = async (request) => {
     const claim = request.idempotency;
     if (claim) {
       request.idempotency = null;
       await store.idempotency.release(claim.orgId, claim.key);
     }
+  };
+
+  app.addHook('onRoute', (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    if (!route.url.startsWith('/v1/') && route.url !== '/v1') return;
+    const policy = route.config?.policy;
+    if (!policy) throw new Error(`route ${methods.join(',')} ${route.url} declares no policy`);
+    // A route that declares no query parameters refuses any, as the others refuse unknown ones.
+    const schema = (route.schema ??= {});
+    schema.querystring ??= NoQuery;
+    for (const method of methods) {
+      if (method === 'HEAD') continue;
+      catalog.push({ method, url: route.url, policy, hasBody: Boolean(route.schema?.body) });
+    }
+    // Hooks only the routes that need them carry: every global async hook costs every request
+    // its promise round, also where it returns at once. Idempotency-Key is honoured on POST
+    // with an API key; the meter counts routes that declare one. Ahead of any hook the route
+    // declares itself, where global hooks ran.
+    if (policy.auth === 'key' && methods.includes('POST')) {
+      prependHook(route, 'preValidation', beginIdempotency);
+      prependHook(route, 'onSend', completeIdempotency);
+      prependHook(route, 'onRequestAbort', releaseOnAbort);
+    }
+    if (policy.meter) prependHook(route, 'onResponse', meter);
+  });
+
+  installJsonBodyParser(app);
+
+  app.addHook('onRequest', async (request, reply) => {
+    void reply.header('X-Request-Id', request.id);
+    const policy = request.routeOptions.config.policy;
+    if (!policy || policy.auth !== 'key') return;
+    const principal = await authenticator.authenticate(request.headers.authorization);
+    const required = policy.scope === null ? [] : typeof policy.scope === 'string' ? [policy.scope] : policy.scope;
+    if (required.length > 0 && !required.some((s) => scopeSatisfies(principal.key.scopes, s))) {
+      throw new ApiError('insufficient_scope', `this endpoint needs the scope ${required.join(' or ')}`, {
+        required_scope: required.length === 1 ? required[0] : required,
+        key_scopes: principal.key.scopes,
+      });
+    }
+    if (policy.feature && !hasFeature(principal.org, policy.feature)) {
+      throw new ApiError('entitlement_required', `the organization's plan does not include ${policy.feature}`, {
+        feature: policy.feature,
+        tier: principal.org.tier,
+      });
+    }
+    request.principal = principal;
   });
 
   app.setNotFoundHandler((request, reply) => {

@@ -1,8 +1,9 @@
 import fastifyRateLimit from '@fastify/rate-limit';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyRequest, preParsingAsyncHookHandler } from 'fastify';
 import { MINUTE } from '@fleet/protocol';
-import { entitlementsOf } from '../entitlements.js';
+import { entitlementsOfRow } from '../entitlements.js';
 import { ApiError } from '../errors.js';
+import { prependHook } from './route-hooks.js';
 
 export interface RateLimitOptions {
   /** Requests per minute per client address on /v1 routes that take no API key (enrollment). */
@@ -18,7 +19,7 @@ export const ORG_LIMIT = 'requests_per_minute_per_org';
 type Check = (req: FastifyRequest) => Promise<{ isAllowed: boolean; isExceeded?: boolean; max?: number; ttlInSeconds?: number }>;
 
 function limitOf(req: FastifyRequest, name: string): number {
-  const value = req.principal ? entitlementsOf(req.principal.org).limits[name] : undefined;
+  const value = req.principal ? entitlementsOfRow(req.principal.org).limits[name] : undefined;
   // An organization row from before these limits existed has them from its tier; a limit
   // nobody set (an unknown tier) does not limit.
   return value === undefined ? Number.MAX_SAFE_INTEGER : value;
@@ -56,7 +57,7 @@ export async function installRateLimits(app: FastifyInstance, opts: RateLimitOpt
     );
   };
 
-  app.addHook('preParsing', async (request, _reply, payload) => {
+  const limit: preParsingAsyncHookHandler = async (request, _reply, payload) => {
     const policy = request.routeOptions.config.policy;
     if (!policy) return payload;
     if (request.principal) {
@@ -67,5 +68,9 @@ export async function installRateLimits(app: FastifyInstance, opts: RateLimitOpt
       await enforce(perIp, request, 'requests_per_minute_per_ip');
     }
     return payload;
+  };
+  // On the routes with a policy only (every /v1 route): the others pay nothing.
+  app.addHook('onRoute', (route) => {
+    if (route.config?.policy) prependHook(route, 'preParsing', limit);
   });
 }

@@ -372,4 +372,34 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       ALTER TABLE datasets ADD COLUMN snapshot_lease_until INTEGER;
     `,
   },
+  {
+    version: 10,
+    name: 'auth revision: a counter every change to keys and organizations bumps',
+    sql: `
+      -- The API authenticator caches keys with their organizations in memory and reads this
+      -- one row per request: any writer (this process, the admin CLI, another replica) that
+      -- changes what a principal is made of bumps it in the same transaction, and a changed
+      -- revision drops the cache, so a revocation or an entitlement change holds from the very
+      -- next request. api_keys.last_used_at (batched last-use writes) is left out on purpose: it
+      -- decides nothing, and bumping on it would empty every replica's cache at each flush. A
+      -- migration that adds a column to api_keys must add it to that trigger's column list.
+      CREATE TABLE auth_revision (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        revision INTEGER NOT NULL
+      ) STRICT;
+      INSERT INTO auth_revision (id, revision) VALUES (1, 0);
+      CREATE TRIGGER api_keys_insert_auth_revision AFTER INSERT ON api_keys BEGIN UPDATE auth_revision SET revision = revision + 1 WHERE id = 1; END;
+      CREATE TRIGGER api_keys_update_auth_revision AFTER UPDATE OF id, org_id, name, scopes, key_hash, created_by, created_at, expires_at, revoked_at ON api_keys BEGIN UPDATE auth_revision SET revision = revision + 1 WHERE id = 1; END;
+      CREATE TRIGGER api_keys_delete_auth_revision AFTER DELETE ON api_keys BEGIN UPDATE auth_revision SET revision = revision + 1 WHERE id = 1; END;
+      CREATE TRIGGER orgs_insert_auth_revision AFTER INSERT ON orgs BEGIN UPDATE auth_revision SET revision = revision + 1 WHERE id = 1; END;
+      CREATE TRIGGER orgs_update_auth_revision AFTER UPDATE ON orgs BEGIN UPDATE auth_revision SET revision = revision + 1 WHERE id = 1; END;
+      CREATE TRIGGER orgs_delete_auth_revision AFTER DELETE ON orgs BEGIN UPDATE auth_revision SET revision = revision + 1 WHERE id = 1; END;
+      CREATE TRIGGER org_features_insert_auth_revision AFTER INSERT ON org_features BEGIN UPDATE auth_revision SET revision = revision + 1 WHERE id = 1; END;
+      CREATE TRIGGER org_features_update_auth_revision AFTER UPDATE ON org_features BEGIN UPDATE auth_revision SET revision = revision + 1 WHERE id = 1; END;
+      CREATE TRIGGER org_features_delete_auth_revision AFTER DELETE ON org_features BEGIN UPDATE auth_revision SET revision = revision + 1 WHERE id = 1; END;
+      CREATE TRIGGER org_limits_insert_auth_revision AFTER INSERT ON org_limits BEGIN UPDATE auth_revision SET revision = revision + 1 WHERE id = 1; END;
+      CREATE TRIGGER org_limits_update_auth_revision AFTER UPDATE ON org_limits BEGIN UPDATE auth_revision SET revision = revision + 1 WHERE id = 1; END;
+      CREATE TRIGGER org_limits_delete_auth_revision AFTER DELETE ON org_limits BEGIN UPDATE auth_revision SET revision = revision + 1 WHERE id = 1; END;
+    `,
+  },
 ];

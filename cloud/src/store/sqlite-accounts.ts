@@ -119,6 +119,7 @@ export class SqliteApiKeys implements ApiKeyStore {
   private readonly byId;
   private readonly revokeStmt;
   private readonly touchStmt;
+  private readonly revisionStmt;
 
   constructor(private readonly db: Db) {
     this.insert = db.prepare(
@@ -129,6 +130,8 @@ export class SqliteApiKeys implements ApiKeyStore {
     this.byId = db.prepare<[string, string], ApiKeyDbRow>('SELECT * FROM api_keys WHERE org_id = ? AND id = ?');
     this.revokeStmt = db.prepare('UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE org_id = ? AND id = ?');
     this.touchStmt = db.prepare('UPDATE api_keys SET last_used_at = MAX(COALESCE(last_used_at, 0), ?) WHERE id = ?');
+    // Bumped by triggers (migration 10) on api_keys, orgs, org_features and org_limits.
+    this.revisionStmt = db.prepare<[], number>('SELECT revision FROM auth_revision WHERE id = 1').pluck();
   }
 
   async create(row: Omit<ApiKeyRow, 'revokedAt' | 'lastUsedAt'>): Promise<void> {
@@ -158,5 +161,9 @@ export class SqliteApiKeys implements ApiKeyStore {
     this.db.transaction(() => {
       for (const [id, at] of uses) this.touchStmt.run(at, id);
     })();
+  }
+
+  async authRevision(): Promise<number> {
+    return this.revisionStmt.get()!;
   }
 }

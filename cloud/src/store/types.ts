@@ -69,6 +69,12 @@ export interface ApiKeyStore {
   revoke(orgId: string, id: string, at: number): Promise<boolean>;
   /** Records last use in one batch; never moves a key's last_used_at backwards. */
   touch(uses: ReadonlyMap<string, number>): Promise<void>;
+  /**
+   * A number that changes with every committed change, by any writer, to what authentication
+   * reads: api keys (not their last use), organizations, their feature and limit overrides.
+   * Caches of keys and organizations are valid while it stays the same.
+   */
+  authRevision(): Promise<number>;
 }
 
 export interface StoredResponse {

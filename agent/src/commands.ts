@@ -53,7 +53,8 @@ const EPISODE_VERB = {
  * the stored reply and nothing runs again (that is what makes an API retry after a 504 safe); an
  * episode verb's reply is stored in the same transaction as the state change it caused, and a
  * non-episode action is noted as running before it acts, so a retry after a crash answers
- * `interrupted` instead of acting twice.
+ * `interrupted` instead of acting twice. A read-only action (`stack.status`) is neither noted nor
+ * stored: running it twice changes nothing, so a retry simply reads again.
  */
 export class CommandHandler {
   private readonly inFlight = new Map<string, Promise<CommandReply>>();
@@ -153,8 +154,11 @@ export class CommandHandler {
    * robot first, so the same id must not run it again (a new command id does).
    */
   private async runAction(cmd: RobotCommand, command: ActionCommand, now: number, notBefore: number): Promise<CommandReply> {
-    // A status read moves nothing: it needs no intent (and stays one write on the hot path).
-    if (!isReadOnlyAction(command)) {
+    // A status read moves nothing: it needs no intent and its answer is not stored. A retry of
+    // the same id reads again, which is as true as the first answer (fresher, even), and a
+    // stored answer would cost a synchronous fsync on the robot for every status read.
+    const readOnly = isReadOnlyAction(command);
+    if (!readOnly) {
       const existing = await this.opts.store.commandResults.begin({ cmdId: cmd.cmd_id, command, receivedAt: now }, notBefore);
       if (existing) return this.answerRemembered(cmd, existing);
     }
@@ -164,6 +168,7 @@ export class CommandHandler {
     } catch (err) {
       reply = this.refusalOf(cmd, err);
     }
+    if (readOnly) return reply;
     try {
       await this.remember(cmd, reply, now);
     } catch (err) {

@@ -31,7 +31,8 @@ export interface MqttLinkOptions {
 /**
  * The robot's MQTT 3.1.1 connection: presence by a retained status plus a last will, commands in,
  * replies out, outbox messages out and their acknowledgments in, sync requests out and sync
- * messages (assignments, grants, deferrals) in, QoS 1. mqtt.js's fixed-period
+ * messages (assignments, grants, deferrals) in, QoS 1 except command replies (QoS 0, see
+ * publishReply). mqtt.js's fixed-period
  * reconnect is off; this link reconnects with exponential backoff and re-announces its status on
  * every connect (the broker may have lost retained messages when it restarted).
  */
@@ -118,14 +119,19 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
     await client.publishAsync(topics.status(this.robotId), JSON.stringify(status), { qos: 1, retain: true });
   }
 
-  /** Sends a command reply. While disconnected it is dropped: the cloud retries with the same id and gets the stored answer. */
+  /**
+   * Sends a command reply, QoS 0. While disconnected it is dropped, and so is one the connection
+   * loses: the cloud's caller gets command_timeout, retries with the same id and gets the stored
+   * answer (or, for a status read, reads again). A QoS 1 PUBACK would add two packets to every
+   * command's round trip for a guarantee the retry already gives.
+   */
   async publishReply(reply: CommandReply): Promise<void> {
     const client = this.client;
     if (!client?.connected) {
       this.opts.logger.warn({ cmd_id: reply.cmd_id }, 'reply not sent: not connected');
       return;
     }
-    await client.publishAsync(topics.commandReply(this.robotId), JSON.stringify(reply), { qos: 1 });
+    await client.publishAsync(topics.commandReply(this.robotId), JSON.stringify(reply), { qos: 0 });
   }
 
   /**

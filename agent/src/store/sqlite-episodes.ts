@@ -73,7 +73,12 @@ interface CommandResultDbRow {
 }
 
 export class SqliteCommandResults implements CommandResultStore {
-  constructor(private readonly db: Db) {}
+  /** Prepared once: every command the robot receives looks its id up first. */
+  private readonly select: Database.Statement<[string, number], CommandResultDbRow>;
+
+  constructor(private readonly db: Db) {
+    this.select = db.prepare('SELECT cmd_id, command, state, reply, received_at FROM command_results WHERE cmd_id = ? AND received_at >= ?');
+  }
 
   async get(cmdId: string, notBefore: number): Promise<RememberedCommand | undefined> {
     return this.read(cmdId, notBefore);
@@ -101,9 +106,7 @@ export class SqliteCommandResults implements CommandResultStore {
   }
 
   private read(cmdId: string, notBefore: number): RememberedCommand | undefined {
-    const r = this.db.prepare('SELECT cmd_id, command, state, reply, received_at FROM command_results WHERE cmd_id = ? AND received_at >= ?').get(cmdId, notBefore) as
-      | CommandResultDbRow
-      | undefined;
+    const r = this.select.get(cmdId, notBefore);
     if (!r) return undefined;
     const base = { cmdId: r.cmd_id, command: r.command, receivedAt: r.received_at };
     return r.reply === null ? { state: 'running', ...base } : { state: 'answered', ...base, reply: JSON.parse(r.reply) as CommandReply };

@@ -103,7 +103,11 @@ export class RobotLink {
       this.pending.set(key, { resolve, timer });
     });
     try {
-      await client.publishAsync(topics.command(robotId), JSON.stringify(msg), { qos: 1 });
+      // QoS 0: the reply is the acknowledgment that matters. A QoS 1 PUBACK from the broker (and
+      // the robot's own PUBACK to the broker) would double the packets of every round trip and
+      // add nothing: a command lost with a dropped connection ends in command_timeout, and the
+      // caller's retry with the same id is safe (the robot never acts twice for one id).
+      await client.publishAsync(topics.command(robotId), JSON.stringify(msg), { qos: 0 });
     } catch (err) {
       const p = this.pending.get(key);
       if (p) clearTimeout(p.timer);

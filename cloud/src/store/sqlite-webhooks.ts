@@ -128,6 +128,8 @@ export class SqliteWebhooks implements WebhookStore {
    * only grow, AUTOINCREMENT). Only a shortcut: the cursors in the database are the truth.
    */
   private fannedOutTo: number | null = null;
+  /** Outcomes waiting for the next shared commit (see record). */
+  private toRecord: { deliveryId: number; o: DeliveryOutcome; resolve: () => void; reject: (err: unknown) => void }[] = [];
 
   constructor(private readonly db: Db) {
     this.byId = db.prepare<[string, string], SubDbRow>(`SELECT ${SUB_COLUMNS} FROM webhook_subscriptions s WHERE s.org_id = ? AND s.id = ?`);
@@ -304,22 +306,46 @@ export class SqliteWebhooks implements WebhookStore {
     return r?.t ?? null;
   }
 
+  /**
+   * Outcomes recorded in the same turn of the event loop (the worker's slots finish together)
+   * share one transaction, committed on the next turn: one commit for several attempts. Each
+   * caller's promise settles after that commit, so nothing goes on before its outcome is durable.
+   */
   async record(deliveryId: number, o: DeliveryOutcome): Promise<void> {
-    this.db.transaction(() => {
-      const d = this.deliveryById.get(deliveryId);
-      if (!d) return;
-      this.logAttempt(d, o);
-      if (o.kind === 'delivered') {
-        this.markDelivered.run(o.status, deliveryId);
-        this.subDelivered.run(o.at, d.subscription_id);
-      } else if (o.kind === 'retry') {
-        this.markRetry.run(o.status, o.error, o.nextAttemptAt, deliveryId);
-        this.subFailed.run(o.error, d.subscription_id);
-      } else {
-        this.markDead.run(o.status, o.error, o.at, deliveryId);
-        this.subFailed.run(o.error, d.subscription_id);
-      }
-    })();
+    return new Promise<void>((resolve, reject) => {
+      this.toRecord.push({ deliveryId, o, resolve, reject });
+      if (this.toRecord.length === 1) setImmediate(() => this.flushRecords());
+    });
+  }
+
+  private flushRecords(): void {
+    const batch = this.toRecord;
+    this.toRecord = [];
+    try {
+      this.db.transaction(() => {
+        for (const { deliveryId, o } of batch) this.recordOne(deliveryId, o);
+      })();
+    } catch (err) {
+      for (const r of batch) r.reject(err);
+      return;
+    }
+    for (const r of batch) r.resolve();
+  }
+
+  private recordOne(deliveryId: number, o: DeliveryOutcome): void {
+    const d = this.deliveryById.get(deliveryId);
+    if (!d) return;
+    this.logAttempt(d, o);
+    if (o.kind === 'delivered') {
+      this.markDelivered.run(o.status, deliveryId);
+      this.subDelivered.run(o.at, d.subscription_id);
+    } else if (o.kind === 'retry') {
+      this.markRetry.run(o.status, o.error, o.nextAttemptAt, deliveryId);
+      this.subFailed.run(o.error, d.subscription_id);
+    } else {
+      this.markDead.run(o.status, o.error, o.at, deliveryId);
+      this.subFailed.run(o.error, d.subscription_id);
+    }
   }
 
   /** One row per attempt; the subscription keeps its newest ATTEMPTS_KEPT_PER_SUBSCRIPTION. */

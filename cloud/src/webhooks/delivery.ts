@@ -43,6 +43,8 @@ export interface DeliveryWorkerOptions {
 
 /** Consecutive attempts one slot makes on one subscription's queue before it lets others in. */
 const RUN_LENGTH = 32;
+/** Opened signing secrets kept (two per subscription during a rotation). */
+const OPENED_SECRETS_KEPT = 1024;
 
 /**
  * Fans events out of the log into one queue per subscription and delivers each queue strictly
@@ -71,6 +73,8 @@ export class DeliveryWorker {
   /** A slot's unexpected failure (the store's): ends the pass, as the poll will retry. */
   private failure: { err: unknown } | null = null;
   private attemptsMade = 0;
+  /** Opened signing secrets by their sealed form (a rotation seals a new one: a new key). */
+  private readonly opened = new Map<string, string>();
 
   constructor(private readonly opts: DeliveryWorkerOptions) {
     this.schedule = opts.schedule ?? RETRY_SCHEDULE_MS;
@@ -229,12 +233,22 @@ export class DeliveryWorker {
     return { kind: 'retry', status, error, at, nextAttemptAt: at + wait };
   }
 
+  /** Decrypting a secret for every attempt cost more than its HMAC; a bounded cache. */
+  private open(sealed: string): string {
+    let secret = this.opened.get(sealed);
+    if (secret === undefined) {
+      secret = this.opts.secrets.open(sealed);
+      if (this.opened.size >= OPENED_SECRETS_KEPT) this.opened.clear();
+      this.opened.set(sealed, secret);
+    }
+    return secret;
+  }
+
   private headers(sub: Pick<WebhookRow, 'secretSealed' | 'previousSecretSealed' | 'previousSecretUntil'>, d: DeliveryRow, now: number): Record<string, string> {
-    const { secrets } = this.opts;
-    const signing = [secrets.open(sub.secretSealed)];
+    const signing = [this.open(sub.secretSealed)];
     // During a rotation the old secret keeps signing, as a second v1 entry, for 24 h.
     if (sub.previousSecretSealed && sub.previousSecretUntil !== null && sub.previousSecretUntil > now) {
-      signing.push(secrets.open(sub.previousSecretSealed));
+      signing.push(this.open(sub.previousSecretSealed));
     }
     return {
       'content-type': 'application/json',

@@ -73,6 +73,8 @@ export class DeliveryWorker {
   /** A slot's unexpected failure (the store's): ends the pass, as the poll will retry. */
   private failure: { err: unknown } | null = null;
   private attemptsMade = 0;
+  /** stop() was called: slots finish the attempt they are in, and nothing new is claimed. */
+  private stopping = false;
   /** Opened signing secrets by their sealed form (a rotation seals a new one: a new key). */
   private readonly opened = new Map<string, string>();
 
@@ -82,12 +84,15 @@ export class DeliveryWorker {
   }
 
   start(): void {
+    this.stopping = false;
     const poll = this.opts.pollMs ?? 1000;
     this.stopPolling ??= every(this.opts.scheduler ?? systemScheduler, poll, () => this.notify());
     this.notify();
   }
 
   async stop(): Promise<void> {
+    this.stopping = true;
+    this.wakeUp();
     this.stopPolling?.();
     this.stopPolling = null;
     await this.running;
@@ -126,7 +131,7 @@ export class DeliveryWorker {
     await store.webhooks.fanOut(clock.now());
     this.dirty = false;
     for (;;) {
-      const free = this.concurrency - this.slots.size;
+      const free = this.stopping ? 0 : this.concurrency - this.slots.size;
       if (free > 0) {
         const heads = await store.webhooks.dueHeads(clock.now(), free, new Set(this.slots.keys()));
         for (const d of heads) {
@@ -156,7 +161,7 @@ export class DeliveryWorker {
     const slot = (async () => {
       try {
         let d: DeliveryRow | undefined = first;
-        for (let n = 0; d !== undefined && n < RUN_LENGTH; n++) {
+        for (let n = 0; d !== undefined && n < RUN_LENGTH && !this.stopping; n++) {
           this.attemptsMade++;
           if (!(await this.attempt(d))) return;
           d = await this.opts.store.webhooks.dueHead(subscriptionId, this.opts.clock.now());

@@ -14,7 +14,7 @@
 import { lookup as dnsLookup } from 'node:dns/promises';
 import type { LookupAddress } from 'node:dns';
 import { BlockList, isIP } from 'node:net';
-import { rootCertificates } from 'node:tls';
+import { createSecureContext, rootCertificates, type SecureContext } from 'node:tls';
 import { performance } from 'node:perf_hooks';
 import { Pool } from 'undici';
 import { parseBoundedJson, type BoundedJsonResult } from '@fleet/protocol';
@@ -178,7 +178,11 @@ type LookupCallback = (err: Error | null, address: string | LookupAddress[], fam
 
 export class EgressClient implements AsyncDisposable {
   private readonly allowLoopback: boolean;
-  private readonly ca: string[] | undefined;
+  /**
+   * Built once: with extra CAs, a context per connection would parse every bundled root again
+   * (milliseconds of CPU for each new connection).
+   */
+  private readonly secureContext: SecureContext | undefined;
   private readonly resolve: Resolver;
   private readonly maxPools: number;
   /** Pools keyed by origin and the checked addresses they are pinned to (insertion = age). */
@@ -187,7 +191,7 @@ export class EgressClient implements AsyncDisposable {
   constructor(opts: EgressClientOptions = {}) {
     this.allowLoopback = opts.allowLoopback ?? false;
     const extra = opts.ca === undefined ? [] : typeof opts.ca === 'string' ? [opts.ca] : [...opts.ca];
-    this.ca = extra.length > 0 ? [...rootCertificates, ...extra] : undefined;
+    this.secureContext = extra.length > 0 ? createSecureContext({ ca: [...rootCertificates, ...extra] }) : undefined;
     this.resolve = opts.resolve ?? defaultResolver;
     this.maxPools = opts.maxPools ?? 64;
   }
@@ -328,7 +332,7 @@ export class EgressClient implements AsyncDisposable {
       else callback(null, pinned[0]!.address, pinned[0]!.family);
     };
     const pool = new Pool(target.origin, {
-      connect: { lookup, ...(this.ca === undefined ? {} : { ca: this.ca }) },
+      connect: { lookup, ...(this.secureContext === undefined ? {} : { secureContext: this.secureContext }) },
     });
     this.pools.set(key, pool);
     while (this.pools.size > this.maxPools) {

@@ -108,6 +108,28 @@ export class SqliteWebhooks implements WebhookStore {
   private readonly insertSub;
   private readonly maxEvent;
   private readonly insertDelivery;
+  // The worker's statements, prepared once: it runs them for every attempt.
+  private readonly byIdAny;
+  private readonly target;
+  private readonly heads;
+  private readonly headOf;
+  private readonly deliveryById;
+  private readonly markDelivered;
+  private readonly markRetry;
+  private readonly markDead;
+  private readonly subDelivered;
+  private readonly subFailed;
+  private readonly insertAttempt;
+  private readonly trimAttempts;
+  private readonly fanOutStatements;
+  /**
+   * The newest event id every subscription's cursor had passed at the last fan-out that left
+   * nothing behind: while the log's newest id is still this, a fan-out has nothing to do (the ids
+   * only grow, AUTOINCREMENT). Only a shortcut: the cursors in the database are the truth.
+   */
+  private fannedOutTo: number | null = null;
+  /** Outcomes waiting for the next shared commit (see record). */
+  private toRecord: { deliveryId: number; o: DeliveryOutcome; resolve: () => void; reject: (err: unknown) => void }[] = [];
 
   constructor(private readonly db: Db) {
     this.byId = db.prepare<[string, string], SubDbRow>(`SELECT ${SUB_COLUMNS} FROM webhook_subscriptions s WHERE s.org_id = ? AND s.id = ?`);
@@ -121,6 +143,40 @@ export class SqliteWebhooks implements WebhookStore {
     this.insertDelivery = db.prepare(
       `INSERT INTO webhook_deliveries (subscription_id, event_id, event_type, payload, state, next_attempt_at, created_at)
        VALUES (?, ?, ?, ?, 'pending', ?, ?)`,
+    );
+    this.byIdAny = db.prepare<[string], SubDbRow>(`SELECT ${SUB_COLUMNS} FROM webhook_subscriptions s WHERE s.id = ?`);
+    this.target = db.prepare<[string], SubDbRow>(`SELECT s.*, 0 AS pending FROM webhook_subscriptions s WHERE s.id = ?`);
+    this.heads = db.prepare<[number, number], DeliveryDbRow>(
+      `SELECT d.* FROM webhook_subscriptions s
+       JOIN webhook_deliveries d ON d.id = (SELECT MIN(id) FROM webhook_deliveries q WHERE q.subscription_id = s.id AND q.state = 'pending')
+       WHERE s.status = 'active' AND d.next_attempt_at <= ? ORDER BY d.next_attempt_at LIMIT ?`,
+    );
+    this.headOf = db.prepare<[string], DeliveryDbRow>(
+      `SELECT d.* FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription_id
+       WHERE d.subscription_id = ? AND d.state = 'pending' AND s.status = 'active' ORDER BY d.id LIMIT 1`,
+    );
+    this.deliveryById = db.prepare<[number], DeliveryDbRow>('SELECT * FROM webhook_deliveries WHERE id = ?');
+    this.markDelivered = db.prepare(`UPDATE webhook_deliveries SET state = 'delivered', attempts = attempts + 1, last_status = ?, last_error = NULL WHERE id = ?`);
+    this.markRetry = db.prepare('UPDATE webhook_deliveries SET attempts = attempts + 1, last_status = ?, last_error = ?, next_attempt_at = ? WHERE id = ?');
+    this.markDead = db.prepare(`UPDATE webhook_deliveries SET state = 'dead', attempts = attempts + 1, last_status = ?, last_error = ?, dead_lettered_at = ? WHERE id = ?`);
+    this.subDelivered = db.prepare('UPDATE webhook_subscriptions SET last_delivered_at = ?, last_delivery_error = NULL WHERE id = ?');
+    this.subFailed = db.prepare('UPDATE webhook_subscriptions SET last_delivery_error = ? WHERE id = ?');
+    this.insertAttempt = db.prepare(
+      `INSERT INTO webhook_attempts (subscription_id, delivery_id, event_id, event_type, attempt, status_code, error, latency_ms, outcome, at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
+    this.fanOutStatements = {
+      subs: db.prepare<[], SubDbRow>(`SELECT s.*, 0 AS pending FROM webhook_subscriptions s`),
+      events: db.prepare<[string, number, number], { id: number; type: string; payload: string }>(
+        'SELECT id, type, payload FROM events WHERE org_id = ? AND id > ? ORDER BY id LIMIT ?',
+      ),
+      advance: db.prepare('UPDATE webhook_subscriptions SET event_cursor = ? WHERE id = ?'),
+      newest: db.prepare<[], { m: number | null }>('SELECT MAX(id) AS m FROM events'),
+    };
+    // Ids grow, so everything at or below the (N+1)th newest id is beyond the bound.
+    this.trimAttempts = db.prepare(
+      `DELETE FROM webhook_attempts WHERE subscription_id = ? AND id <= (
+         SELECT id FROM webhook_attempts WHERE subscription_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)`,
     );
   }
 
@@ -142,8 +198,13 @@ export class SqliteWebhooks implements WebhookStore {
   }
 
   async getById(id: string): Promise<WebhookRow | undefined> {
-    const r = this.db.prepare<[string], SubDbRow>(`SELECT ${SUB_COLUMNS} FROM webhook_subscriptions s WHERE s.id = ?`).get(id);
+    const r = this.byIdAny.get(id);
     return r && subFromDb(r);
+  }
+
+  async deliveryTarget(id: string): Promise<Pick<WebhookRow, 'id' | 'url' | 'status' | 'secretSealed' | 'previousSecretSealed' | 'previousSecretUntil'> | undefined> {
+    const r = this.target.get(id);
+    return r && { id: r.id, url: r.url, status: r.status, secretSealed: r.secret_sealed, previousSecretSealed: r.previous_secret_sealed, previousSecretUntil: r.previous_secret_until };
   }
 
   async list(orgId: string): Promise<WebhookRow[]> {
@@ -190,18 +251,20 @@ export class SqliteWebhooks implements WebhookStore {
   }
 
   async fanOut(now: number): Promise<number> {
-    return this.db
+    const { subs: allSubs, events, advance, newest } = this.fanOutStatements;
+    // Read before the transaction: events appended meanwhile are fanned out too, and only make
+    // the next call look again.
+    const top = newest.get()!.m ?? 0;
+    if (top === this.fannedOutTo) return 0;
+    const { added, behind } = this.db
       .transaction(() => {
         let added = 0;
-        const subs = this.db.prepare<[], SubDbRow>(`SELECT s.*, 0 AS pending FROM webhook_subscriptions s`).all();
-        const events = this.db.prepare<[string, number, number], { id: number; type: string; payload: string }>(
-          'SELECT id, type, payload FROM events WHERE org_id = ? AND id > ? ORDER BY id LIMIT ?',
-        );
-        const advance = this.db.prepare('UPDATE webhook_subscriptions SET event_cursor = ? WHERE id = ?');
-        for (const s of subs) {
+        let behind = false;
+        for (const s of allSubs.all()) {
           const wanted = new Set(JSON.parse(s.events) as string[]);
           const batch = events.all(s.org_id, s.event_cursor, FAN_OUT_BATCH);
           if (batch.length === 0) continue;
+          if (batch.length === FAN_OUT_BATCH) behind = true;
           for (const e of batch) {
             if (!wanted.has(e.type)) continue;
             this.insertDelivery.run(s.id, `evt_${e.id}`, e.type, e.payload, now, now);
@@ -209,24 +272,27 @@ export class SqliteWebhooks implements WebhookStore {
           }
           advance.run(batch[batch.length - 1]!.id, s.id);
         }
-        return added;
+        return { added, behind };
       })
       .immediate();
+    if (!behind) this.fannedOutTo = top;
+    return added;
   }
 
   async enqueue(subscriptionId: string, d: { eventId: string; eventType: string; payload: string }, now: number): Promise<number> {
     return Number(this.insertDelivery.run(subscriptionId, d.eventId, d.eventType, d.payload, now, now).lastInsertRowid);
   }
 
-  async dueHeads(now: number, limit: number): Promise<DeliveryRow[]> {
-    return this.db
-      .prepare<[number, number], DeliveryDbRow>(
-        `SELECT d.* FROM webhook_subscriptions s
-         JOIN webhook_deliveries d ON d.id = (SELECT MIN(id) FROM webhook_deliveries q WHERE q.subscription_id = s.id AND q.state = 'pending')
-         WHERE s.status = 'active' AND d.next_attempt_at <= ? ORDER BY d.next_attempt_at LIMIT ?`,
-      )
-      .all(now, limit)
-      .map(deliveryFromDb);
+  async dueHeads(now: number, limit: number, busy?: ReadonlySet<string>): Promise<DeliveryRow[]> {
+    const skip = busy?.size ?? 0;
+    const rows = this.heads.all(now, limit + skip);
+    const free = skip === 0 ? rows : rows.filter((r) => !busy!.has(r.subscription_id));
+    return free.slice(0, limit).map(deliveryFromDb);
+  }
+
+  async dueHead(subscriptionId: string, now: number): Promise<DeliveryRow | undefined> {
+    const r = this.headOf.get(subscriptionId);
+    return r && r.next_attempt_at <= now ? deliveryFromDb(r) : undefined;
   }
 
   async nextDueAt(): Promise<number | null> {
@@ -240,26 +306,46 @@ export class SqliteWebhooks implements WebhookStore {
     return r?.t ?? null;
   }
 
+  /**
+   * Outcomes recorded in the same turn of the event loop (the worker's slots finish together)
+   * share one transaction, committed on the next turn: one commit for several attempts. Each
+   * caller's promise settles after that commit, so nothing goes on before its outcome is durable.
+   */
   async record(deliveryId: number, o: DeliveryOutcome): Promise<void> {
-    this.db.transaction(() => {
-      const d = this.db.prepare<[number], DeliveryDbRow>('SELECT * FROM webhook_deliveries WHERE id = ?').get(deliveryId);
-      if (!d) return;
-      this.logAttempt(d, o);
-      if (o.kind === 'delivered') {
-        this.db.prepare(`UPDATE webhook_deliveries SET state = 'delivered', attempts = attempts + 1, last_status = ?, last_error = NULL WHERE id = ?`).run(o.status, deliveryId);
-        this.db.prepare('UPDATE webhook_subscriptions SET last_delivered_at = ?, last_delivery_error = NULL WHERE id = ?').run(o.at, d.subscription_id);
-      } else if (o.kind === 'retry') {
-        this.db
-          .prepare('UPDATE webhook_deliveries SET attempts = attempts + 1, last_status = ?, last_error = ?, next_attempt_at = ? WHERE id = ?')
-          .run(o.status, o.error, o.nextAttemptAt, deliveryId);
-        this.db.prepare('UPDATE webhook_subscriptions SET last_delivery_error = ? WHERE id = ?').run(o.error, d.subscription_id);
-      } else {
-        this.db
-          .prepare(`UPDATE webhook_deliveries SET state = 'dead', attempts = attempts + 1, last_status = ?, last_error = ?, dead_lettered_at = ? WHERE id = ?`)
-          .run(o.status, o.error, o.at, deliveryId);
-        this.db.prepare('UPDATE webhook_subscriptions SET last_delivery_error = ? WHERE id = ?').run(o.error, d.subscription_id);
-      }
-    })();
+    return new Promise<void>((resolve, reject) => {
+      this.toRecord.push({ deliveryId, o, resolve, reject });
+      if (this.toRecord.length === 1) setImmediate(() => this.flushRecords());
+    });
+  }
+
+  private flushRecords(): void {
+    const batch = this.toRecord;
+    this.toRecord = [];
+    try {
+      this.db.transaction(() => {
+        for (const { deliveryId, o } of batch) this.recordOne(deliveryId, o);
+      })();
+    } catch (err) {
+      for (const r of batch) r.reject(err);
+      return;
+    }
+    for (const r of batch) r.resolve();
+  }
+
+  private recordOne(deliveryId: number, o: DeliveryOutcome): void {
+    const d = this.deliveryById.get(deliveryId);
+    if (!d) return;
+    this.logAttempt(d, o);
+    if (o.kind === 'delivered') {
+      this.markDelivered.run(o.status, deliveryId);
+      this.subDelivered.run(o.at, d.subscription_id);
+    } else if (o.kind === 'retry') {
+      this.markRetry.run(o.status, o.error, o.nextAttemptAt, deliveryId);
+      this.subFailed.run(o.error, d.subscription_id);
+    } else {
+      this.markDead.run(o.status, o.error, o.at, deliveryId);
+      this.subFailed.run(o.error, d.subscription_id);
+    }
   }
 
   /** One row per attempt; the subscription keeps its newest ATTEMPTS_KEPT_PER_SUBSCRIPTION. */
@@ -267,19 +353,8 @@ export class SqliteWebhooks implements WebhookStore {
     const status = o.status;
     const error = o.kind === 'delivered' ? null : o.error;
     const latency = o.latencyMs === undefined ? null : Math.max(0, Math.round(o.latencyMs));
-    this.db
-      .prepare(
-        `INSERT INTO webhook_attempts (subscription_id, delivery_id, event_id, event_type, attempt, status_code, error, latency_ms, outcome, at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      )
-      .run(d.subscription_id, d.id, d.event_id, d.event_type, d.attempts + 1, status, error, latency, o.kind, o.at);
-    // Ids grow, so everything at or below the (N+1)th newest id is beyond the bound.
-    this.db
-      .prepare(
-        `DELETE FROM webhook_attempts WHERE subscription_id = ? AND id <= (
-           SELECT id FROM webhook_attempts WHERE subscription_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)`,
-      )
-      .run(d.subscription_id, d.subscription_id, ATTEMPTS_KEPT_PER_SUBSCRIPTION);
+    this.insertAttempt.run(d.subscription_id, d.id, d.event_id, d.event_type, d.attempts + 1, status, error, latency, o.kind, o.at);
+    this.trimAttempts.run(d.subscription_id, d.subscription_id, ATTEMPTS_KEPT_PER_SUBSCRIPTION);
   }
 
   async attempts(orgId: string, subscriptionId: string, beforeId: number | null, limit: number): Promise<DeliveryAttemptRow[] | undefined> {

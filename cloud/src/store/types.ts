@@ -406,8 +406,16 @@ export interface WebhookStore {
   fanOut(now: number): Promise<number>;
   /** Appends one delivery to a subscription's queue (test events, redeliveries). */
   enqueue(subscriptionId: string, delivery: { eventId: string; eventType: string; payload: string }, now: number): Promise<number>;
-  /** The head of each active subscription's queue that is due now. */
-  dueHeads(now: number, limit: number): Promise<DeliveryRow[]>;
+  /**
+   * The head of each active subscription's queue that is due now, oldest due first, skipping the
+   * subscriptions in `busy` (their head is being attempted: the claim). With several replicas this
+   * becomes a claim with a lease (`FOR UPDATE SKIP LOCKED`); `busy` is this process's share of it.
+   */
+  dueHeads(now: number, limit: number, busy?: ReadonlySet<string>): Promise<DeliveryRow[]>;
+  /** The head of one subscription's queue if the subscription is active and the head is due. */
+  dueHead(subscriptionId: string, now: number): Promise<DeliveryRow | undefined>;
+  /** What an attempt needs of its subscription (no queue counts); not scoped, like getById. */
+  deliveryTarget(id: string): Promise<Pick<WebhookRow, 'id' | 'url' | 'status' | 'secretSealed' | 'previousSecretSealed' | 'previousSecretUntil'> | undefined>;
   /** Earliest next_attempt_at among active queue heads, for the scheduler. */
   nextDueAt(): Promise<number | null>;
   /** Records an attempt's outcome on its delivery and in the attempt log, in one transaction. */

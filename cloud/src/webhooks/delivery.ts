@@ -41,38 +41,70 @@ export interface DeliveryWorkerOptions {
   metrics?: Pick<CloudMetrics, 'webhookDelivery'>;
 }
 
+/** Consecutive attempts one slot makes on one subscription's queue before it lets others in. */
+const RUN_LENGTH = 32;
+/** Opened signing secrets kept (two per subscription during a rotation). */
+const OPENED_SECRETS_KEPT = 1024;
+
 /**
  * Fans events out of the log into one queue per subscription and delivers each queue strictly
  * in order: only the oldest pending delivery of an active subscription is ever attempted, so a
  * failing one holds the later ones until it succeeds or is dead-lettered. Everything is in the
  * database, so a restart (or kill -9) resumes where it stopped: at least once, in order.
+ *
+ * Up to `concurrency` subscriptions are worked on at once, each by one slot: a slot attempts its
+ * subscription's head, records the outcome, then goes straight on to that queue's next due head
+ * (up to RUN_LENGTH in a row), and when it is done the freed slot claims the oldest due head of a
+ * subscription nobody works on. No slot waits for another; a subscription is in at most one slot
+ * (its claim), which is what keeps its order. `notify()` (ingest, tests, redeliveries) wakes a
+ * pass at once; the poll is only the fallback for work that another process wrote.
  */
 export class DeliveryWorker {
   private readonly schedule: readonly number[];
+  private readonly concurrency: number;
   private stopPolling: (() => void) | null = null;
   private running: Promise<number> | null = null;
-  private again = false;
+  /** Subscriptions being worked on, each by one slot (this process's claims). */
+  private readonly slots = new Map<string, Promise<void>>();
+  /** New work may exist that the running pass has not looked for (fan-out and claim again). */
+  private dirty = false;
+  /** Wake the passes that wait for a slot to finish. */
+  private waiting: (() => void)[] = [];
+  /** A slot's unexpected failure (the store's): ends the pass, as the poll will retry. */
+  private failure: { err: unknown } | null = null;
+  private attemptsMade = 0;
+  /** stop() was called: slots finish the attempt they are in, and nothing new is claimed. */
+  private stopping = false;
+  /** Opened signing secrets by their sealed form (a rotation seals a new one: a new key). */
+  private readonly opened = new Map<string, string>();
 
   constructor(private readonly opts: DeliveryWorkerOptions) {
     this.schedule = opts.schedule ?? RETRY_SCHEDULE_MS;
+    this.concurrency = Math.max(1, opts.concurrency ?? 8);
   }
 
   start(): void {
+    this.stopping = false;
     const poll = this.opts.pollMs ?? 1000;
     this.stopPolling ??= every(this.opts.scheduler ?? systemScheduler, poll, () => this.notify());
     this.notify();
   }
 
   async stop(): Promise<void> {
+    this.stopping = true;
+    this.wakeUp();
     this.stopPolling?.();
     this.stopPolling = null;
     await this.running;
+    await Promise.all(this.slots.values());
   }
 
-  /** Something may be due (a new event, a test, a redelivery): run a pass soon. */
+  /** Something may be due (a new event, a test, a redelivery): run a pass now. */
   notify(): void {
     if (this.running) {
-      this.again = true;
+      // The running pass fans out and claims again as soon as it wakes.
+      this.dirty = true;
+      this.wakeUp();
       return;
     }
     this.running = this.tick()
@@ -82,30 +114,83 @@ export class DeliveryWorker {
       })
       .finally(() => {
         this.running = null;
-        if (this.again) {
-          this.again = false;
+        if (this.dirty) {
+          this.dirty = false;
           this.notify();
         }
       });
   }
 
-  /** One pass: fan out new events, then attempt every due queue head. Returns attempts made. */
+  /**
+   * One pass: fan out new events, then attempt every due queue head (several subscriptions at
+   * once) until nothing is due and nothing is in flight. Returns attempts made.
+   */
   async tick(): Promise<number> {
     const { store, clock } = this.opts;
+    const before = this.attemptsMade;
     await store.webhooks.fanOut(clock.now());
-    let attempted = 0;
+    this.dirty = false;
     for (;;) {
-      const heads = await store.webhooks.dueHeads(clock.now(), this.opts.concurrency ?? 8);
-      if (heads.length === 0) return attempted;
-      await Promise.all(heads.map((d) => this.attempt(d)));
-      attempted += heads.length;
+      const free = this.stopping ? 0 : this.concurrency - this.slots.size;
+      if (free > 0) {
+        const heads = await store.webhooks.dueHeads(clock.now(), free, new Set(this.slots.keys()));
+        for (const d of heads) {
+          // Claimed meanwhile by another pass (the claim is only ever taken synchronously).
+          if (this.slots.has(d.subscriptionId) || this.slots.size >= this.concurrency) continue;
+          this.run(d);
+        }
+      }
+      if (this.failure) {
+        const { err } = this.failure;
+        await Promise.all(this.slots.values());
+        this.failure = null;
+        throw err;
+      }
+      if (this.slots.size === 0 && !this.dirty) return this.attemptsMade - before;
+      if (!this.dirty) await this.slotFreedOrNotified();
+      if (this.dirty) {
+        this.dirty = false;
+        await store.webhooks.fanOut(clock.now());
+      }
     }
   }
 
-  private async attempt(d: DeliveryRow): Promise<void> {
+  /** Takes `first`'s subscription into a slot and works down its queue. */
+  private run(first: DeliveryRow): void {
+    const subscriptionId = first.subscriptionId;
+    const slot = (async () => {
+      try {
+        let d: DeliveryRow | undefined = first;
+        for (let n = 0; d !== undefined && n < RUN_LENGTH && !this.stopping; n++) {
+          this.attemptsMade++;
+          if (!(await this.attempt(d))) return;
+          d = await this.opts.store.webhooks.dueHead(subscriptionId, this.opts.clock.now());
+        }
+      } catch (err) {
+        this.failure ??= { err };
+      } finally {
+        this.slots.delete(subscriptionId);
+        this.wakeUp();
+      }
+    })();
+    this.slots.set(subscriptionId, slot);
+  }
+
+  private slotFreedOrNotified(): Promise<void> {
+    return new Promise((resolve) => this.waiting.push(resolve));
+  }
+
+  private wakeUp(): void {
+    const waiting = this.waiting;
+    this.waiting = [];
+    for (const wake of waiting) wake();
+  }
+
+  /** Attempts `d` and records the outcome; false when its subscription cannot go on now. */
+  private async attempt(d: DeliveryRow): Promise<boolean> {
     const { store, clock, logger } = this.opts;
-    const sub = await store.webhooks.getById(d.subscriptionId);
-    if (!sub || sub.status !== 'active') return;
+    const sub = await store.webhooks.deliveryTarget(d.subscriptionId);
+    if (!sub || sub.status !== 'active') return false;
     const now = clock.now();
     let outcome: DeliveryOutcome;
     // The attempt log's latency: from sending to the answer or the failure, on the injected clock.
@@ -129,20 +214,21 @@ export class DeliveryWorker {
         const cut = byStatus(err.details.status, clock.now());
         await store.webhooks.record(d.id, cut);
         this.opts.metrics?.webhookDelivery(cut.kind);
-        return;
+        return cut.kind !== 'retry';
       }
       if (err instanceof EgressError && unusableConfiguration(err)) {
         // The URL cannot work as configured: disable, keep the queue, count no attempt.
         logger.warn({ subscription_id: sub.id, failure: err.failure }, 'webhook subscription auto-disabled');
         await store.webhooks.disable(sub.id, `${err.failure}: ${err.message}`.slice(0, 512));
         this.opts.metrics?.webhookDelivery('disabled');
-        return;
+        return false;
       }
       const failure = err instanceof EgressError ? `${err.failure}: ${err.message}` : String(err);
       outcome = timed(this.retryOrDead(d, null, failure.slice(0, 512), clock.now()));
     }
     await store.webhooks.record(d.id, outcome);
     this.opts.metrics?.webhookDelivery(outcome.kind);
+    return outcome.kind !== 'retry';
   }
 
   private retryOrDead(d: DeliveryRow, status: number | null, error: string, at: number): DeliveryOutcome {
@@ -152,12 +238,22 @@ export class DeliveryWorker {
     return { kind: 'retry', status, error, at, nextAttemptAt: at + wait };
   }
 
-  private headers(sub: WebhookRow, d: DeliveryRow, now: number): Record<string, string> {
-    const { secrets } = this.opts;
-    const signing = [secrets.open(sub.secretSealed)];
+  /** Decrypting a secret for every attempt cost more than its HMAC; a bounded cache. */
+  private open(sealed: string): string {
+    let secret = this.opened.get(sealed);
+    if (secret === undefined) {
+      secret = this.opts.secrets.open(sealed);
+      if (this.opened.size >= OPENED_SECRETS_KEPT) this.opened.clear();
+      this.opened.set(sealed, secret);
+    }
+    return secret;
+  }
+
+  private headers(sub: Pick<WebhookRow, 'secretSealed' | 'previousSecretSealed' | 'previousSecretUntil'>, d: DeliveryRow, now: number): Record<string, string> {
+    const signing = [this.open(sub.secretSealed)];
     // During a rotation the old secret keeps signing, as a second v1 entry, for 24 h.
     if (sub.previousSecretSealed && sub.previousSecretUntil !== null && sub.previousSecretUntil > now) {
-      signing.push(secrets.open(sub.previousSecretSealed));
+      signing.push(this.open(sub.previousSecretSealed));
     }
     return {
       'content-type': 'application/json',

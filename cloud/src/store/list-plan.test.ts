@@ -3,8 +3,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EpisodeReport } from '@fleet/protocol';
 import { openSqliteStore, type SqliteStore } from './sqlite.js';
 import type { SqliteEpisodes } from './sqlite-episodes.js';
-import { ListPlanner } from './sqlite-list-plan.js';
-import type { EpisodeFilter, EpisodeRow } from './types.js';
+import { buildListQuery } from './sqlite-episodes.js';
+import { ListPlanner, type IndexCondition, type ListDriver } from './sqlite-list-plan.js';
+import type { EpisodeEqColumn, EpisodeFilter, EpisodeRow } from './types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';
@@ -122,6 +123,30 @@ describe('planned list queries', () => {
     );
   });
 
+  it('every driver shape (one index, or two merged) returns the same rows (property)', () => {
+    fc.assert(
+      fc.property(
+        fc.uniqueArray(condition, { minLength: 1, maxLength: 4, selector: (c) => c.k }),
+        fc.nat(),
+        fc.option(fc.nat(), { nil: undefined }),
+        fc.integer({ min: 0, max: N }),
+        fc.option(fc.integer({ min: 1, max: N + 5 }), { nil: undefined }),
+        (conds, i, j, after, maxSeq) => {
+          const f = toFilter(conds);
+          const toCond = (c: { k: string }): IndexCondition =>
+            c.k.startsWith('metadata.') ? { kind: 'attr', layer: 'm', key: c.k.slice(9) } : c.k.startsWith('annotation.') ? { kind: 'attr', layer: 'a', key: c.k.slice(11) } : { kind: 'eq', col: c.k as EpisodeEqColumn };
+          const a = conds[i % conds.length]!;
+          const b = j === undefined || conds.length < 2 ? undefined : conds.filter((c) => c !== a)[j % (conds.length - 1)]!;
+          const driver: ListDriver = { ...toCond(a), ...(b ? { and: toCond(b) } : {}) };
+          const expected = all.filter((r) => r.seq > after && matches(r, f) && (maxSeq === undefined || r.seq <= maxSeq)).map((r) => r.seq);
+          const { sql, params } = buildListQuery(ORG, f, after, -1, 'e.seq', maxSeq, driver);
+          expect(store.db.prepare(sql).pluck().all(...params)).toEqual(expected);
+        },
+      ),
+      { numRuns: 400 },
+    );
+  });
+
   it('never returns another organization’s rows', async () => {
     const other = await store.episodes.list(OTHER, toFilter([{ k: 'task_id', v: 'task-3' }, { k: 'metadata.site', v: 'site-0' }]), 0, 1000);
     expect(other.length).toBeGreaterThan(0);
@@ -146,10 +171,14 @@ describe('ListPlanner', () => {
     expect(planner.plan(ORG, toFilter([]), 0)).toBeUndefined();
   });
 
-  it('past the probe cap, compares densities', () => {
+  it('past the probe cap, compares densities and merges two dense conditions of similar density', () => {
     // With a cap of 10 both conditions are past it: teleop (2 in 3) is denser than task-1 (1 in 4).
     const planner = new ListPlanner(store.db, 10);
-    expect(planner.plan(ORG, toFilter([{ k: 'control_mode', v: 'teleop' }, { k: 'task_id', v: 'task-1' }]), 0)).toEqual({ kind: 'eq', col: 'task_id' });
-    expect(planner.plan(ORG, toFilter([{ k: 'task_id', v: 'task-1' }, { k: 'control_mode', v: 'teleop' }]), 0)).toEqual({ kind: 'eq', col: 'task_id' });
+    const merged = { kind: 'eq', col: 'task_id', and: { kind: 'eq', col: 'control_mode' } };
+    expect(planner.plan(ORG, toFilter([{ k: 'control_mode', v: 'teleop' }, { k: 'task_id', v: 'task-1' }]), 0)).toEqual(merged);
+    expect(planner.plan(ORG, toFilter([{ k: 'task_id', v: 'task-1' }, { k: 'control_mode', v: 'teleop' }]), 0)).toEqual(merged);
+    // eval-1 (1 in 7, 30 entries) is past a cap of 10 but teleop is not 20 times denser: merged;
+    // with a cap of 40 eval-1 is counted whole and drives alone.
+    expect(new ListPlanner(store.db, 40).plan(ORG, toFilter([{ k: 'control_mode', v: 'teleop' }, { k: 'eval_id', v: 'eval-1' }]), 0)).toEqual({ kind: 'eq', col: 'eval_id' });
   });
 });

@@ -3,7 +3,7 @@ import { safeJsonStringify, type EpisodeOutcome, type EpisodeReport } from '@fle
 import { finalizedEvent } from '../events.js';
 import type { Db } from './sqlite-db.js';
 import { eventAppender } from './sqlite-events.js';
-import { EQ_INDEX, ListPlanner, type ListDriver } from './sqlite-list-plan.js';
+import { EQ_INDEX, ListPlanner, type IndexCondition, type ListDriver } from './sqlite-list-plan.js';
 import type {
   EpisodeFilter,
   EpisodeRow,
@@ -402,15 +402,34 @@ export function buildListQuery(
   let from = 'episodes e';
   let order = 'e.seq';
   const planned = driver !== undefined;
+  // Conditions answered by the FROM clause (the driver, or both merged indexes): not checked again.
+  const answered = new Set<string>();
+  const keyOf = (c: IndexCondition) => (c.kind === 'eq' ? c.col : `${c.layer}.${c.key}`);
   const attrDriver =
-    driver === undefined ? attrs[0] : driver.kind === 'attr' ? attrs.find(([l, k]) => l === driver.layer && k === driver.key) : undefined;
-  const eqDriver = driver?.kind === 'eq' && f.eq[driver.col] !== undefined ? driver.col : undefined;
-  if (attrDriver) {
+    driver === undefined ? attrs[0] : driver.kind === 'attr' && !driver.and ? attrs.find(([l, k]) => l === driver.layer && k === driver.key) : undefined;
+  const eqDriver = driver?.kind === 'eq' && !driver.and && f.eq[driver.col] !== undefined ? driver.col : undefined;
+  if (driver?.and) {
+    // Two seq-ordered index streams merged by INTERSECT (ORDER BY seq lets SQLite merge them as
+    // they come, without a temporary table), then each seq's row.
+    const stream = (c: IndexCondition): string => {
+      const bound = maxSeq === undefined ? '' : ' AND seq <= ?';
+      if (c.kind === 'eq') {
+        params.push(orgId, f.eq[c.col], afterSeq, ...(maxSeq === undefined ? [] : [maxSeq]));
+        return `SELECT seq FROM episodes INDEXED BY ${EQ_INDEX[c.col]} WHERE org_id = ? AND ${c.col} = ? AND seq > ?${bound}`;
+      }
+      params.push(orgId, c.layer, c.key, (c.layer === 'm' ? f.metadata : f.annotation)[c.key], afterSeq, ...(maxSeq === undefined ? [] : [maxSeq]));
+      return `SELECT seq FROM episode_attrs WHERE org_id = ? AND layer = ? AND key = ? AND value = ? AND seq > ?${bound}`;
+    };
+    from = `(${stream(driver)} INTERSECT ${stream(driver.and)} ORDER BY 1) m CROSS JOIN episodes e ON e.seq = m.seq`;
+    order = 'm.seq';
+    answered.add(keyOf(driver)).add(keyOf(driver.and));
+  } else if (attrDriver) {
     // CROSS JOIN pins the attribute index as the outer loop, so rows come out in seq order.
     from = 'episode_attrs d CROSS JOIN episodes e ON e.seq = d.seq';
     where.push('d.org_id = ?', 'd.layer = ?', 'd.key = ?', 'd.value = ?', 'd.seq > ?');
     params.push(orgId, attrDriver[0], attrDriver[1], attrDriver[2], afterSeq);
     order = 'd.seq';
+    answered.add(`${attrDriver[0]}.${attrDriver[1]}`);
   } else if (eqDriver) {
     from = `episodes e INDEXED BY ${EQ_INDEX[eqDriver]}`;
   }
@@ -422,7 +441,7 @@ export function buildListQuery(
   }
   for (const col of EPISODE_EQ_COLUMNS) {
     const v = f.eq[col];
-    if (v === undefined) continue;
+    if (v === undefined || answered.has(col)) continue;
     if (planned && col !== eqDriver) {
       where.push(`EXISTS (SELECT 1 FROM episodes x INDEXED BY ${EQ_INDEX[col]} WHERE x.org_id = e.org_id AND x.${col} = ? AND x.seq = e.seq)`);
     } else {
@@ -439,7 +458,7 @@ export function buildListQuery(
     params.push(f.to);
   }
   for (const [layer, key, value] of attrs) {
-    if (layer === attrDriver?.[0] && key === attrDriver[1]) continue;
+    if (answered.has(`${layer}.${key}`)) continue;
     where.push('EXISTS (SELECT 1 FROM episode_attrs x WHERE x.org_id = e.org_id AND x.layer = ? AND x.key = ? AND x.value = ? AND x.seq = e.seq)');
     params.push(layer, key, value);
   }

@@ -17,10 +17,22 @@ export const EQ_INDEX: Readonly<Record<EpisodeEqColumn, string>> = {
   outcome: 'episodes_outcome',
 };
 
-/** Which index a list query walks in seq order; every other condition is checked per candidate. */
-export type ListDriver =
-  | { kind: 'eq'; col: EpisodeEqColumn }
-  | { kind: 'attr'; layer: 'm' | 'a'; key: string };
+/** One equality or attribute condition's index, walked in seq order. */
+export type IndexCondition = { kind: 'eq'; col: EpisodeEqColumn } | { kind: 'attr'; layer: 'm' | 'a'; key: string };
+
+/**
+ * Which index a list query walks in seq order; every other condition is checked per candidate.
+ * With `and`, both indexes are walked side by side and merged (an INTERSECT of two seq-ordered
+ * streams): two dense conditions are intersected at the cost of reading their index entries in
+ * order, ~0.1 µs each, instead of one seek into the other index per candidate (~2.6 µs).
+ */
+export type ListDriver = IndexCondition & { and?: IndexCondition };
+
+/**
+ * Merge two conditions when both are past the probe cap and the denser has at most this many
+ * times the entries of the sparser: a merge reads both, a seek per candidate costs ~25 entries.
+ */
+const MERGE_MAX_RATIO = 20;
 
 /** How many index entries a probe counts at most (counting is ~25 ns an entry: ≤ 0.05 ms). */
 export const PROBE_CAP = 2_000;
@@ -63,27 +75,28 @@ export class ListPlanner {
     if (conds.length === 1) return conds[0]!.driver;
 
     const upTo = maxSeq ?? Number.MAX_SAFE_INTEGER;
-    let best: ListDriver | undefined;
-    let bestEstimate = Number.POSITIVE_INFINITY;
+    const probed: { driver: IndexCondition; estimate: number; dense: boolean }[] = [];
     let top: number | null | undefined;
     for (const { driver, value } of conds) {
       const p = this.probe(orgId, driver, value, afterSeq, upTo);
       if (p.n === 0) return 'empty';
       let estimate = p.n;
-      if (p.n >= this.cap && p.last !== null) {
+      const dense = p.n >= this.cap && p.last !== null;
+      if (dense) {
         // Past the cap: the count over the whole remaining range, at the density seen so far.
-        top ??= Math.min(upTo, this.top.get(orgId) ?? p.last);
-        estimate = (this.cap * Math.max(1, top - afterSeq)) / Math.max(1, p.last - afterSeq);
+        top ??= Math.min(upTo, this.top.get(orgId) ?? p.last!);
+        estimate = (this.cap * Math.max(1, top - afterSeq)) / Math.max(1, p.last! - afterSeq);
       }
-      if (estimate < bestEstimate) {
-        bestEstimate = estimate;
-        best = driver;
-      }
+      probed.push({ driver, estimate, dense });
     }
-    return best;
+    // Stable: on a tie the earlier condition (equality before attribute) drives.
+    probed.sort((a, b) => a.estimate - b.estimate);
+    const [first, second] = probed as [(typeof probed)[number], (typeof probed)[number]];
+    if (first.dense && second.dense && second.estimate <= MERGE_MAX_RATIO * first.estimate) return { ...first.driver, and: second.driver };
+    return first.driver;
   }
 
-  private probe(orgId: string, d: ListDriver, value: string, afterSeq: number, upTo: number): Probe {
+  private probe(orgId: string, d: IndexCondition, value: string, afterSeq: number, upTo: number): Probe {
     const sql =
       d.kind === 'eq'
         ? `SELECT count(*) AS n, max(seq) AS last FROM (SELECT seq FROM episodes INDEXED BY ${EQ_INDEX[d.col]}

@@ -171,6 +171,22 @@ describe.each([
       expect(await routed(OTHER)).toEqual({});
     });
 
+    it('no destination: a pass does not read the backlog; the episodes route once a destination exists', async () => {
+      const [a] = await ingest([testReport()]);
+      const reads: number[] = [];
+      const unrouted = store.sync.unroutedEpisodes.bind(store.sync);
+      store.sync.unroutedEpisodes = (orgId, after, limit) => {
+        reads.push(after);
+        return unrouted(orgId, after, limit);
+      };
+      expect(await router.routeNew(ORG)).toEqual([]);
+      expect(await router.reroute(ORG)).toEqual([]);
+      expect(reads).toEqual([]);
+      const d = await destination();
+      expect((await router.routeNew(ORG)).map((r) => `${r.episodeId}>${r.destinationId}`)).toEqual([`${a!.id}>${d}`]);
+      expect(reads.length).toBeGreaterThan(0);
+    });
+
     it('several destinations and no rules: nothing routes; a new rule routes the backlog', async () => {
       const d1 = await destination();
       const d2 = await destination();

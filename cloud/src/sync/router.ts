@@ -77,6 +77,10 @@ export class SyncRouter {
   private async pass(orgId: string, fromSeq: number): Promise<RouteRow[]> {
     const { store, clock } = this.opts;
     const [rules, destinations] = await Promise.all([store.sync.listRules(orgId), store.sync.listDestinations(orgId, clock.now())]);
+    // No destination: nothing can be routed, so the backlog is not read at all (a restarted cloud
+    // with a million episodes and no sync configured would otherwise walk them all after its first
+    // ingest). `seen` stays where it was: the pass that follows a new destination starts at 0.
+    if (destinations.length === 0) return [];
     const added: RouteRow[] = [];
     let after = fromSeq;
     for (;;) {

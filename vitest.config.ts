@@ -12,6 +12,8 @@ const expect = { poll: { timeout: 15_000 } };
 export default defineConfig({
   test: {
     reporters: ['default', './test/support/summary-reporter.ts'],
+    // One PostgreSQL server for the run (every engine's store suite, FLEET_TEST_DATABASE=postgres).
+    globalSetup: ['./test/support/global-setup.ts'],
     projects: [
       {
         resolve,

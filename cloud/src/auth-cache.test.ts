@@ -5,7 +5,7 @@ import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualScheduler, type ManualClock } from '@fleet/protocol';
 import { Authenticator, LastUsedTracker } from './auth.js';
-import { DATABASE_FILE, openSqliteStore, type SqliteStore } from './store/index.js';
+import { DATABASE_FILE, openSqliteStore, type SqliteStore, type Store } from './store/index.js';
 import { bearer, errorCode, errorDetails, startTestCloud, type TestCloud, type TestTenant } from './test-support.js';
 
 // The authenticator caches keys and organizations; these tests change them the way the admin
@@ -137,7 +137,7 @@ describe('auth revision', () => {
 });
 
 describe('Authenticator cache', () => {
-  let store: SqliteStore;
+  let store: Store;
   let clock: ManualClock;
   let tracker: LastUsedTracker;
 

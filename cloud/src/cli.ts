@@ -20,7 +20,7 @@ import { newId } from './ids.js';
 import { ApiError } from './errors.js';
 import { createLogger } from './logger.js';
 import { loadSecretBox } from './secret-box.js';
-import { MissingDatabaseError, openSqliteStore, type Store } from './store/index.js';
+import { MissingDatabaseError, MissingPgSchemaError, openSqliteStore, openStore, type Store } from './store/index.js';
 import { ListenError, startCloud } from './server.js';
 import { createDestination, createRoutingRule, toDestination, toRoutingRule } from './sync/manage.js';
 import { SyncRouter } from './sync/router.js';
@@ -32,6 +32,14 @@ const program = new Command('fleet-cloud')
   .version(version, '-V, --version', 'print the version');
 
 const dataDirOption = () => new Option('--data-dir <dir>', 'data directory (SQLite index, first-start admin key)').env('FLEET_DATA_DIR').default('./data');
+const databaseUrlOption = () =>
+  new Option('--database-url <url>', 'keep the index in PostgreSQL (postgres://user:password@host/db) instead of SQLite in the data directory').env('FLEET_DATABASE_URL');
+
+/** Where a command finds the store: the data directory, or a PostgreSQL URL. */
+interface StoreOpts {
+  dataDir: string;
+  databaseUrl?: string;
+}
 
 function fail(message: string): never {
   process.stderr.write(`fleet-cloud: ${message}\n`);
@@ -39,12 +47,12 @@ function fail(message: string): never {
 }
 
 /** Administration commands work on an existing database only; `serve` is what creates one. */
-async function withStore<T>(dataDir: string, fn: (store: Store) => Promise<T>): Promise<T> {
+async function withStore<T>(where: StoreOpts, fn: (store: Store) => Promise<T>): Promise<T> {
   let store: Store;
   try {
-    store = openSqliteStore(dataDir, { create: false });
+    store = await openStore({ dataDir: where.dataDir, databaseUrl: where.databaseUrl, create: false });
   } catch (err) {
-    if (err instanceof MissingDatabaseError) fail(err.message);
+    if (err instanceof MissingDatabaseError || err instanceof MissingPgSchemaError) fail(err.message);
     throw err;
   }
   try {
@@ -58,6 +66,7 @@ program
   .command('serve')
   .description('Run the HTTP API and the embedded MQTT broker. Port 0 picks a free port; the ports are printed as one JSON line.')
   .addOption(dataDirOption())
+  .addOption(databaseUrlOption())
   .addOption(new Option('--host <host>', 'listen address').env('FLEET_HOST').default('127.0.0.1'))
   .addOption(new Option('--http-port <port>', 'HTTP port (0: any free port)').env('FLEET_HTTP_PORT').default('8080'))
   .addOption(new Option('--mqtt-port <port>', 'embedded MQTT broker port (0: any free port)').env('FLEET_MQTT_PORT').default('1883'))
@@ -78,6 +87,7 @@ program
   .action(async (opts: Record<string, string | undefined>) => {
     const input: CloudConfigInput = {
       dataDir: opts.dataDir,
+      databaseUrl: opts.databaseUrl,
       host: opts.host,
       httpPort: opts.httpPort,
       mqttPort: opts.mqttPort,
@@ -154,12 +164,13 @@ orgs
   .command('create')
   .description('Create an organization and print its id.')
   .addOption(dataDirOption())
+  .addOption(databaseUrlOption())
   .requiredOption('--name <name>', 'organization name')
   .option('--tier <tier>', `one of ${TIER_NAMES.join(', ')}`, tierArg, 'free')
   .action(async (opts: { dataDir: string; name: string; tier: string }) => {
     if (opts.name.length < 1 || opts.name.length > 128) fail('--name must be 1 to 128 characters');
     const id = newId('org');
-    await withStore(opts.dataDir, (store) => store.orgs.create({ id, name: opts.name, tier: opts.tier, createdAt: systemClock.now() }));
+    await withStore(opts, (store) => store.orgs.create({ id, name: opts.name, tier: opts.tier, createdAt: systemClock.now() }));
     process.stdout.write(`${id}\n`);
   });
 
@@ -167,8 +178,9 @@ orgs
   .command('list')
   .description('List organizations as JSON lines.')
   .addOption(dataDirOption())
+  .addOption(databaseUrlOption())
   .action(async (opts: { dataDir: string }) => {
-    const rows = await withStore(opts.dataDir, (store) => store.orgs.list());
+    const rows = await withStore(opts, (store) => store.orgs.list());
     for (const o of rows) process.stdout.write(`${JSON.stringify({ id: o.id, name: o.name, tier: o.tier, features: o.featureOverrides, limits: o.limitOverrides })}\n`);
   });
 
@@ -176,10 +188,11 @@ orgs
   .command('set-tier')
   .description("Change an organization's tier.")
   .addOption(dataDirOption())
+  .addOption(databaseUrlOption())
   .argument('<org>', 'organization id')
   .argument('<tier>', `one of ${TIER_NAMES.join(', ')}`, tierArg)
   .action(async (org: string, tier: string, opts: { dataDir: string }) => {
-    const ok = await withStore(opts.dataDir, (store) => store.orgs.setTier(org, tier));
+    const ok = await withStore(opts, (store) => store.orgs.setTier(org, tier));
     if (!ok) fail(`no organization ${org}`);
   });
 
@@ -187,13 +200,14 @@ orgs
   .command('set-feature')
   .description('Override one feature flag for an organization (FEATURE=default removes the override).')
   .addOption(dataDirOption())
+  .addOption(databaseUrlOption())
   .argument('<org>', 'organization id')
   .argument('<assignment>', `FEATURE=true|false|default, FEATURE one of ${FEATURES.join(', ')}`)
   .action(async (org: string, assignment: string, opts: { dataDir: string }) => {
     const m = /^([a-z_.]+)=(true|false|default)$/.exec(assignment);
     if (!m || !(FEATURES as readonly string[]).includes(m[1]!)) fail(`expected FEATURE=true|false|default with FEATURE one of ${FEATURES.join(', ')}`);
     const value = m[2] === 'default' ? null : m[2] === 'true';
-    const ok = await withStore(opts.dataDir, (store) => store.orgs.setFeature(org, m[1] as Feature, value));
+    const ok = await withStore(opts, (store) => store.orgs.setFeature(org, m[1] as Feature, value));
     if (!ok) fail(`no organization ${org}`);
   });
 
@@ -201,6 +215,7 @@ orgs
   .command('set-limit')
   .description('Override one named limit for an organization (NAME=default removes the override).')
   .addOption(dataDirOption())
+  .addOption(databaseUrlOption())
   .argument('<org>', 'organization id')
   .argument('<assignment>', `NAME=NUMBER|default, NAME one of ${LIMIT_NAMES.join(', ')}, NUMBER a whole number`)
   .action(async (org: string, assignment: string, opts: { dataDir: string }) => {
@@ -212,7 +227,7 @@ orgs
       fail(`expected NAME=NUMBER|default with NUMBER a whole number, got ${JSON.stringify(m[2])}`);
     }
     const value = m[2] === 'default' ? null : Number(m[2]);
-    const ok = await withStore(opts.dataDir, (store) => store.orgs.setLimit(org, m[1]!, value));
+    const ok = await withStore(opts, (store) => store.orgs.setLimit(org, m[1]!, value));
     if (!ok) fail(`no organization ${org}`);
   });
 
@@ -222,6 +237,7 @@ keys
   .command('create')
   .description('Create an API key and print it once.')
   .addOption(dataDirOption())
+  .addOption(databaseUrlOption())
   .requiredOption('--org <org>', 'organization id')
   .requiredOption('--name <name>', 'key name, 1 to 128 characters')
   .requiredOption('--scopes <list>', `comma-separated: ${ScopeSchema.options.join(', ')}`)
@@ -233,7 +249,7 @@ keys
     if (new Set(scopes).size !== scopes.length) fail('scopes must be unique');
     const expiresAt = opts.expiresAt === undefined ? null : Date.parse(opts.expiresAt);
     if (Number.isNaN(expiresAt)) fail('--expires-at must be an ISO 8601 date-time');
-    const created = await withStore(opts.dataDir, async (store) => {
+    const created = await withStore(opts, async (store) => {
       const org = await store.orgs.get(opts.org);
       if (!org) fail(`no organization ${opts.org}`);
       return createApiKey(store, systemClock, { org, name: opts.name, scopes: scopes as Scope[], expiresAt, createdBy: 'cli' });
@@ -246,8 +262,8 @@ const printJson = (value: unknown): void => {
 };
 
 /** Runs an administration change on an existing organization; an `ApiError` is one line on stderr. */
-async function withOrg<T>(dataDir: string, orgId: string, fn: (store: Store) => Promise<T>): Promise<T> {
-  return withStore(dataDir, async (store) => {
+async function withOrg<T>(where: StoreOpts, orgId: string, fn: (store: Store) => Promise<T>): Promise<T> {
+  return withStore(where, async (store) => {
     if (!(await store.orgs.get(orgId))) fail(`no organization ${orgId}`);
     try {
       return await fn(store);
@@ -281,6 +297,7 @@ destinations
   .command('create')
   .description('Register a grant provider; prints the destination as one JSON line, with its dsec_ secret (shown once).')
   .addOption(dataDirOption())
+  .addOption(databaseUrlOption())
   .addOption(orgOption())
   .requiredOption('--url <url>', 'HTTPS URL of the grant provider')
   .addOption(new Option('--retention <directive>', 'local copy after verification').choices(RETENTION_DIRECTIVES).default('keep'))
@@ -289,7 +306,7 @@ destinations
     const body = CreateDestinationBodySchema.safeParse({ type: 'external', url: opts.url, retention: opts.retention });
     if (!body.success) zodFail('destination', body.error.issues);
     const allowLoopback = opts.egressAllowLoopback !== undefined && String(opts.egressAllowLoopback) !== 'false';
-    const created = await withOrg(opts.dataDir, opts.org, async (store) => {
+    const created = await withOrg(opts, opts.org, async (store) => {
       const secrets = loadSecretBox(opts.dataDir, process.env.FLEET_SECRET_KEY);
       const d = await createDestination({ store, clock: systemClock, secrets, allowLoopback }, opts.org, body.data);
       await routeBacklog(store, opts.org);
@@ -302,9 +319,10 @@ destinations
   .command('list')
   .description("List the organization's destinations as JSON lines (never the secret).")
   .addOption(dataDirOption())
+  .addOption(databaseUrlOption())
   .addOption(orgOption())
   .action(async (opts: { dataDir: string; org: string }) => {
-    const rows = await withOrg(opts.dataDir, opts.org, (store) => store.sync.listDestinations(opts.org, systemClock.now()));
+    const rows = await withOrg(opts, opts.org, (store) => store.sync.listDestinations(opts.org, systemClock.now()));
     for (const d of rows) printJson(toDestination(d));
   });
 
@@ -312,10 +330,11 @@ destinations
   .command('revoke')
   .description('Revoke a destination: no new grants; synced data untouched; its pending episodes route again.')
   .addOption(dataDirOption())
+  .addOption(databaseUrlOption())
   .addOption(orgOption())
   .argument('<id>', 'destination id')
   .action(async (id: string, opts: { dataDir: string; org: string }) => {
-    await withOrg(opts.dataDir, opts.org, async (store) => {
+    await withOrg(opts, opts.org, async (store) => {
       if (!(await store.sync.getDestination(opts.org, id))) fail(`no destination ${id} in organization ${opts.org}`);
       await store.sync.revokeDestination(opts.org, id, systemClock.now());
       await routeBacklog(store, opts.org, id);
@@ -328,6 +347,7 @@ rules
   .command('create')
   .description('Append a routing rule; prints it as one JSON line.')
   .addOption(dataDirOption())
+  .addOption(databaseUrlOption())
   .addOption(orgOption())
   .requiredOption('--destination <id>', 'destination id')
   .option('--match <json>', 'JSON object: field -> string or array of strings ({} matches every episode)', '{}')
@@ -340,7 +360,7 @@ rules
     }
     const body = CreateRoutingRuleBodySchema.safeParse({ destination_id: opts.destination, match });
     if (!body.success) zodFail('routing rule', body.error.issues);
-    const rule = await withOrg(opts.dataDir, opts.org, async (store) => {
+    const rule = await withOrg(opts, opts.org, async (store) => {
       const r = await createRoutingRule({ store, clock: systemClock }, opts.org, body.data);
       await routeBacklog(store, opts.org);
       return r;
@@ -352,9 +372,10 @@ rules
   .command('list')
   .description('List routing rules in order as JSON lines.')
   .addOption(dataDirOption())
+  .addOption(databaseUrlOption())
   .addOption(orgOption())
   .action(async (opts: { dataDir: string; org: string }) => {
-    const rows = await withOrg(opts.dataDir, opts.org, (store) => store.sync.listRules(opts.org));
+    const rows = await withOrg(opts, opts.org, (store) => store.sync.listRules(opts.org));
     for (const r of rows) printJson(toRoutingRule(r));
   });
 
@@ -362,10 +383,11 @@ rules
   .command('delete')
   .description('Delete a routing rule.')
   .addOption(dataDirOption())
+  .addOption(databaseUrlOption())
   .addOption(orgOption())
   .argument('<id>', 'routing rule id')
   .action(async (id: string, opts: { dataDir: string; org: string }) => {
-    await withOrg(opts.dataDir, opts.org, async (store) => {
+    await withOrg(opts, opts.org, async (store) => {
       if (!(await store.sync.deleteRule(opts.org, id))) fail(`no routing rule ${id} in organization ${opts.org}`);
       await routeBacklog(store, opts.org);
     });
@@ -375,10 +397,11 @@ rules
   .command('order')
   .description('Set the order of the routing rules: every rule id, each once; prints the rules in the new order.')
   .addOption(dataDirOption())
+  .addOption(databaseUrlOption())
   .addOption(orgOption())
   .argument('<ids...>', 'routing rule ids in the new order')
   .action(async (ids: string[], opts: { dataDir: string; org: string }) => {
-    const rows = await withOrg(opts.dataDir, opts.org, async (store) => {
+    const rows = await withOrg(opts, opts.org, async (store) => {
       if (!(await store.sync.reorderRules(opts.org, ids))) fail('the ids must list every routing rule of the organization exactly once');
       await routeBacklog(store, opts.org);
       return store.sync.listRules(opts.org);

@@ -19,6 +19,8 @@ export function parseListen(value: string): { host: string; port: number } {
 export const CloudConfigSchema = z.strictObject({
   /** Where the SQLite index and the first-start admin key live. */
   dataDir: z.string().min(1).default('./data'),
+  /** Keep the index in PostgreSQL (several replicas may share it) instead of SQLite in dataDir. */
+  databaseUrl: z.url({ protocol: /^postgres(ql)?$/ }).optional(),
   /** HTTP and MQTT listen address. Loopback by default; use 0.0.0.0 to serve a fleet. */
   host: z.string().min(1).default('127.0.0.1'),
   httpPort: port.default(8080),

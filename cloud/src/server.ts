@@ -12,7 +12,7 @@ import { metricsFor, metricsToken, startMetricsListener } from './metrics.js';
 import { startEmbeddedBroker, type EmbeddedBroker } from './mqtt/broker.js';
 import { PublishThrottle } from './mqtt/throttle.js';
 import { loadSecretBox } from './secret-box.js';
-import { openSqliteStore } from './store/index.js';
+import { openStore } from './store/index.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './robots/broker-auth.js';
 import { RobotLink } from './robots/link.js';
 import { CredentialRotator } from './robots/credentials.js';
@@ -92,7 +92,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
   const life = new Lifecycle((name, err) => logger.error({ err, part: name }, 'closing failed'));
   try {
     const store = await life.add('store', async () => {
-      const s = openSqliteStore(config.dataDir);
+      const s = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl });
       return { value: s, close: () => s.close() };
     });
     const secrets = loadSecretBox(config.dataDir, config.secretKey);

@@ -10,7 +10,8 @@ import { buildApp, type AppDeps, type CloudApp } from './app.js';
 import { parseCloudConfig, type CloudConfig, type CloudConfigInput } from './config.js';
 import { newId } from './ids.js';
 import { createEnrollmentToken, enrollRobot } from './robots/enrollment.js';
-import { openSqliteStore, type OrgRow, type SqliteStore } from './store/index.js';
+import type { OrgRow } from './store/index.js';
+import { openTestStore, type TestStore } from './store/test-store.js';
 
 export interface TestTenant {
   org: OrgRow;
@@ -23,7 +24,8 @@ export interface TestTenant {
 export interface TestCloud extends AsyncDisposable {
   cloud: CloudApp;
   app: FastifyInstance;
-  store: SqliteStore;
+  /** SQLite in memory, or PostgreSQL with FLEET_TEST_DATABASE=postgres. */
+  store: TestStore;
   clock: ManualClock;
   /** Moves `clock` and fires the app's background timers that fall due. */
   scheduler: ManualScheduler;
@@ -41,7 +43,7 @@ export async function startTestCloud(
   opts: { config?: CloudConfigInput; deps?: Omit<Partial<AppDeps>, 'store' | 'clock'>; dataDir?: string } = {},
 ): Promise<TestCloud> {
   const config = parseCloudConfig(opts.config ?? {});
-  const store = openSqliteStore(opts.dataDir ?? ':memory:');
+  const store = await openTestStore(undefined, opts.dataDir === undefined ? {} : { dataDir: opts.dataDir });
   const clock = new ManualClock();
   // Background work (last-use flushes, the purge) runs only when a test moves time.
   const scheduler = new ManualScheduler(clock);
@@ -158,8 +160,8 @@ export function testReport(over: Partial<EpisodeReport> = {}): EpisodeReport {
  * An in-memory store holding one organization (tier pro, with an admin key) and `count` robots
  * enrolled in it, with the MQTT passwords they were issued: the fixture of the broker tests.
  */
-export async function storeWithRobots(clock: ManualClock, count: number): Promise<{ store: SqliteStore; robots: { id: string; password: string }[] }> {
-  const store = openSqliteStore(':memory:');
+export async function storeWithRobots(clock: ManualClock, count: number): Promise<{ store: TestStore; robots: { id: string; password: string }[] }> {
+  const store = await openTestStore();
   await store.orgs.create({ id: 'org_a', name: 'a', tier: 'pro', createdAt: clock.now() });
   const org = (await store.orgs.get('org_a'))!;
   await createApiKey(store, clock, { org, name: 'k', scopes: ['admin'], expiresAt: null, createdBy: 'test' });

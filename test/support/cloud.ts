@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { FleetClient } from '@fleet/client';
 import { runProcess, spawnProcess, type ProcessExit, type RunResult, type SpawnedProcess } from './process.js';
+import { createTestDatabase, testEngine } from '../../cloud/src/store/test-store.js';
 
 export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const CLOUD_CLI = join(REPO_ROOT, 'cloud', 'dist', 'cli.js');
@@ -37,6 +38,29 @@ export function cleanEnv(extra: Record<string, string | undefined> = {}): Record
   const env: Record<string, string | undefined> = {};
   for (const k of Object.keys(process.env)) if (k.startsWith('FLEET_')) env[k] = undefined;
   return { ...env, ...extra };
+}
+
+/**
+ * With FLEET_TEST_DATABASE=postgres every cloud keeps its index in a PostgreSQL database of its
+ * own, tied to its data directory so that a restart on the same directory finds the same data.
+ */
+const databases = new Map<string, Promise<{ url: string; drop(): Promise<void> }>>();
+
+/** `{ FLEET_DATABASE_URL }` for the cloud on `dataDir` when the suites run on PostgreSQL; `{}` on SQLite. */
+export async function databaseEnv(dataDir: string): Promise<Record<string, string>> {
+  if (testEngine() !== 'postgres') return {};
+  let db = databases.get(dataDir);
+  if (!db) {
+    db = createTestDatabase();
+    databases.set(dataDir, db);
+  }
+  return { FLEET_DATABASE_URL: (await db).url };
+}
+
+async function dropDatabase(dataDir: string): Promise<void> {
+  const db = databases.get(dataDir);
+  databases.delete(dataDir);
+  await (await db)?.drop();
 }
 
 /** A fresh directory under the OS temp dir, removed on dispose. */
@@ -112,7 +136,9 @@ export async function startCloud(opts: StartCloudOptions = {}): Promise<CloudPro
   const args = viaEnv
     ? ['serve', ...(opts.args ?? [])]
     : ['serve', '--data-dir', dataDir, '--http-port', '0', '--mqtt-port', '0', '--log-level', logLevel, ...(opts.args ?? [])];
+  const dbEnv = await databaseEnv(dataDir);
   const env = cleanEnv({
+    ...dbEnv,
     ...(viaEnv ? { FLEET_DATA_DIR: dataDir, FLEET_HTTP_PORT: '0', FLEET_MQTT_PORT: '0', FLEET_LOG_LEVEL: logLevel } : {}),
     ...opts.env,
   });
@@ -122,6 +148,7 @@ export async function startCloud(opts: StartCloudOptions = {}): Promise<CloudPro
     try {
       await proc?.kill('SIGTERM');
     } finally {
+      if (ownDir) await dropDatabase(dataDir);
       await ownDir?.[Symbol.asyncDispose]();
     }
   };
@@ -163,7 +190,7 @@ export async function startCloud(opts: StartCloudOptions = {}): Promise<CloudPro
       return fetch(`${addresses.http}${path}`, { ...rest, headers, ...(json !== undefined ? { body: JSON.stringify(json) } : {}) });
     },
     cli: (cliArgs, o = {}) =>
-      runCloudCli(o.withDataDir === false ? cliArgs : [...cliArgs, '--data-dir', dataDir], o.env ? { env: o.env } : {}),
+      runCloudCli(o.withDataDir === false ? cliArgs : [...cliArgs, '--data-dir', dataDir], { env: { ...(o.withDataDir === false ? {} : dbEnv), ...o.env } }),
     kill: (signal) => running.kill(signal),
     [Symbol.asyncDispose]: cleanup,
   };

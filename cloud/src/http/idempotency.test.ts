@@ -3,6 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DAY, type ApiKey, type CreatedApiKey, type Usage } from '@fleet/protocol';
 import { dayOf, errorCode, startTestCloud, type TestCloud, type TestTenant } from '../test-support.js';
 import { requestFingerprint } from './pipeline.js';
+import { sqliteDb } from '../store/test-store.js';
 
 let t: TestCloud;
 let tenant: TestTenant;
@@ -206,7 +207,7 @@ describe('Idempotency-Key', () => {
     const created = (await post('secret')).json<CreatedApiKey>();
     expect(created.key).toMatch(/^ak_/);
 
-    const rows = t.store.db.prepare('SELECT body FROM idempotency_keys WHERE org_id = ? AND key = ?').all(tenant.org.id, 'secret') as {
+    const rows = sqliteDb(t.store).prepare('SELECT body FROM idempotency_keys WHERE org_id = ? AND key = ?').all(tenant.org.id, 'secret') as {
       body: string;
     }[];
     expect(rows).toHaveLength(1);
@@ -215,9 +216,9 @@ describe('Idempotency-Key', () => {
     expect(rows[0]!.body).not.toContain('"key"');
 
     // Nor in any other table (api_keys holds a hash).
-    const tables = t.store.db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").pluck().all() as string[];
+    const tables = sqliteDb(t.store).prepare("SELECT name FROM sqlite_master WHERE type = 'table'").pluck().all() as string[];
     for (const table of tables) {
-      const dump = JSON.stringify(t.store.db.prepare(`SELECT * FROM "${table}"`).all());
+      const dump = JSON.stringify(sqliteDb(t.store).prepare(`SELECT * FROM "${table}"`).all());
       expect(dump, table).not.toContain(created.key.slice(3));
     }
     // And the replay still gives the caller the plaintext it was shown.

@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import mqtt, { type MqttClient } from 'mqtt';
 import { ManualClock, topics } from '@fleet/protocol';
 import { startEmbeddedBroker, type EmbeddedBroker } from '../mqtt/broker.js';
-import type { SqliteStore } from '../store/index.js';
+import type { Store } from '../store/index.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './broker-auth.js';
 import { storeWithRobots } from '../test-support.js';
 import { hashSecret } from '../ids.js';
@@ -10,7 +10,7 @@ import { hashSecret } from '../ids.js';
 const CLOUD_PASSWORD = 'cloud-secret-for-this-test';
 
 describe('embedded broker ACL (real aedes, real mqtt.js clients)', () => {
-  let store: SqliteStore;
+  let store: Store;
   let broker: EmbeddedBroker;
   const clients: MqttClient[] = [];
   let robots: { id: string; password: string }[];

@@ -4,7 +4,7 @@ import type { Client } from 'aedes';
 import { ManualClock, topics } from '@fleet/protocol';
 import { startEmbeddedBroker, type EmbeddedBroker } from '../mqtt/broker.js';
 import { PublishThrottle } from '../mqtt/throttle.js';
-import type { SqliteStore } from '../store/index.js';
+import type { Store } from '../store/index.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './broker-auth.js';
 import { storeWithRobots } from '../test-support.js';
 
@@ -23,7 +23,7 @@ async function waitUntil(cond: () => boolean, opts: { description: string; timeo
 }
 
 describe('embedded broker publish throttle (real aedes, real mqtt.js clients, injected clock)', () => {
-  let store: SqliteStore;
+  let store: Store;
   let broker: EmbeddedBroker;
   let clock: ManualClock;
   let throttle: PublishThrottle<Client>;

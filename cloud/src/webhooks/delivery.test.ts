@@ -11,6 +11,7 @@ import { createTestPki, startHttpsReceiver, type KeyPair, type ReceivedRequest, 
 import { SecretBox } from '../secret-box.js';
 import { errorCode, startTestCloud, testReport, type TestCloud, type TestTenant } from '../test-support.js';
 import { DeliveryWorker, RECEIVER_TIMEOUT_MS, RETRY_SCHEDULE_MS } from './delivery.js';
+import { sqliteDb } from '../store/test-store.js';
 
 type Behaviour = (req: ReceivedRequest, res: ServerResponse, ctx: ReceiverContext) => void;
 const ok: Behaviour = (_req, res) => res.writeHead(200).end('ok');
@@ -139,7 +140,7 @@ const evt = (n: number) => `evt_${n}`;
 
 /** The `evt_<n>` ids of the events table, oldest first. */
 function loggedEventIds(): string[] {
-  return (env.t.store.db.prepare('SELECT id FROM events ORDER BY id').all() as { id: number }[]).map((r) => evt(r.id));
+  return (sqliteDb(env.t.store).prepare('SELECT id FROM events ORDER BY id').all() as { id: number }[]).map((r) => evt(r.id));
 }
 
 describe('delivery of episode.finalized', () => {
@@ -195,7 +196,7 @@ describe('delivery of episode.finalized', () => {
     expect(eventIds()).toEqual(loggedEventIds().slice(1));
     expect((await listed(finalized.id)).pending_deliveries).toBe(0);
     expect((await listed(synced.id)).pending_deliveries).toBe(0);
-    const rows = env.t.store.db.prepare('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE subscription_id = ?').get(synced.id) as { n: number };
+    const rows = sqliteDb(env.t.store).prepare('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE subscription_id = ?').get(synced.id) as { n: number };
     expect(rows.n).toBe(0);
   });
 
@@ -552,7 +553,7 @@ describe('auto-disable and enable', () => {
     expect(row.pending_deliveries).toBe(1);
     // No attempt counted, nothing dead.
     expect(await deadLetters(sub.id)).toEqual([]);
-    const attempts = env.t.store.db.prepare('SELECT attempts FROM webhook_deliveries WHERE subscription_id = ?').get(sub.id) as { attempts: number };
+    const attempts = sqliteDb(env.t.store).prepare('SELECT attempts FROM webhook_deliveries WHERE subscription_id = ?').get(sub.id) as { attempts: number };
     expect(attempts.attempts).toBe(0);
 
     // Events keep queueing while disabled; nothing is attempted.
@@ -668,7 +669,7 @@ describe('delete and isolation', () => {
     expect((await listed(sub.id)).pending_deliveries).toBe(3);
     const res = await env.t.app.inject({ method: 'DELETE', url: `/v1/webhooks/${sub.id}`, headers: env.tenant.auth });
     expect(res.statusCode).toBe(204);
-    const left = env.t.store.db.prepare('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE subscription_id = ?').get(sub.id) as { n: number };
+    const left = sqliteDb(env.t.store).prepare('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE subscription_id = ?').get(sub.id) as { n: number };
     expect(left.n).toBe(0);
     advance(DAY);
     await ingest();

@@ -3,6 +3,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { iso, type Episode, type EpisodeReport, type EpisodeWithLocations, type Scope, type Usage } from '@fleet/protocol';
 import { bearer, dayOf, errorCode, errorDetails, startTestCloud, testReport, type TestCloud, type TestTenant } from '../../test-support.js';
 import type { IngestItem } from '../../store/index.js';
+import { sqliteDb } from '../../store/test-store.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ROBOT = 'rbt_one';
@@ -93,8 +94,8 @@ async function usage(): Promise<Map<string, number>> {
 }
 
 function addReplica(episodeId: string, destinationId: string, state: string, objectKey: string | null = `obj/${episodeId}`): void {
-  const seq = (t.store.db.prepare('SELECT seq FROM episodes WHERE id = ?').get(episodeId) as { seq: number }).seq;
-  t.store.db
+  const seq = (sqliteDb(t.store).prepare('SELECT seq FROM episodes WHERE id = ?').get(episodeId) as { seq: number }).seq;
+  sqliteDb(t.store)
     .prepare('INSERT INTO replicas (episode_seq, destination_id, state, grant_id, error, object_key, updated_at) VALUES (?, ?, ?, ?, NULL, ?, ?)')
     .run(seq, destinationId, state, `grt_${destinationId}`, objectKey, T0 + 60_000);
 }

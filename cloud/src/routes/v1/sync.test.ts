@@ -2,6 +2,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DAY, HOUR, SyncHealthRowSchema, type CreatedDestination, type EpisodeReport, type RoutingRule } from '@fleet/protocol';
 import { bearer, errorCode, errorDetails, startTestCloud, testReport, type TestCloud, type TestTenant } from '../../test-support.js';
+import { sqliteDb } from '../../store/test-store.js';
 
 let t: TestCloud;
 let tenant: TestTenant;
@@ -34,7 +35,7 @@ async function ingest(reports: EpisodeReport[], orgId = tenant.org.id, robotId =
   await t.store.episodes.ingest(reports.map((report) => ({ orgId, robotId, report, reportedAt: t.clock.now() })));
 }
 
-const routes = () => t.store.db.prepare('SELECT e.id AS episode, r.destination_id AS dest FROM routes r JOIN episodes e ON e.seq = r.episode_seq ORDER BY r.episode_seq').all();
+const routes = () => sqliteDb(t.store).prepare('SELECT e.id AS episode, r.destination_id AS dest FROM routes r JOIN episodes e ON e.seq = r.episode_seq ORDER BY r.episode_seq').all();
 
 describe('destinations', () => {
   it('shows the dsec_ secret once, seals it at rest, never lists it', async () => {
@@ -57,7 +58,7 @@ describe('destinations', () => {
     const { secret, ...listed } = created;
     expect(list.json()).toEqual({ destinations: [listed] });
     expect(list.payload).not.toContain(secret);
-    const stored = t.store.db.prepare('SELECT secret_sealed FROM destinations').pluck().get() as string;
+    const stored = sqliteDb(t.store).prepare('SELECT secret_sealed FROM destinations').pluck().get() as string;
     expect(stored).not.toContain(secret);
     expect((await createDestination()).retention).toBe('keep');
   });

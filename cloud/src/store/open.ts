@@ -1,0 +1,18 @@
+import { openSqliteStore } from './sqlite.js';
+import { openPgStore } from './pg/store.js';
+import type { Store } from './types.js';
+
+export interface StoreConfig {
+  /** The data directory: the SQLite database lives here unless a database URL is given. */
+  dataDir: string;
+  /** `postgres://...` or `postgresql://...`: the store is on PostgreSQL (several replicas may share it). */
+  databaseUrl?: string | undefined;
+  /** false: refuse to create a database (administration commands work on an existing one only). */
+  create?: boolean;
+}
+
+/** The one place that picks the store engine: SQLite in the data directory by default, PostgreSQL when a URL is given. */
+export async function openStore(config: StoreConfig): Promise<Store> {
+  if (config.databaseUrl) return openPgStore(config.databaseUrl, { create: config.create });
+  return openSqliteStore(config.dataDir, { create: config.create });
+}

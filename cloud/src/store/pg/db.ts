@@ -1,0 +1,99 @@
+import pg from 'pg';
+
+/** A query runner: the pool, or one client inside a transaction. */
+export interface Sql {
+  query<R extends pg.QueryResultRow = Record<string, unknown>>(text: string, params?: readonly unknown[]): Promise<pg.QueryResult<R>>;
+}
+
+/** int8 (BIGINT, COUNT) as a JS number: every BIGINT here is a ms timestamp, a seq or a count, all below 2^53. */
+const INT8_OID = 20;
+const types: pg.CustomTypesConfig = {
+  getTypeParser: ((oid: number, format?: 'text' | 'binary'): unknown =>
+    oid === INT8_OID ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format ?? 'text')) as pg.CustomTypesConfig['getTypeParser'],
+};
+
+/** SQLSTATEs after which the whole transaction may simply run again. */
+const RETRYABLE = new Set(['40001', '40P01']);
+
+/**
+ * The PostgreSQL connection pool of one cloud process, with the two helpers every store module
+ * uses: `one`/`many` for single statements on the pool and `tx` for a transaction on one client.
+ */
+export class PgDb {
+  readonly pool: pg.Pool;
+
+  constructor(url: string, opts: { max?: number } = {}) {
+    this.pool = new pg.Pool({
+      connectionString: url,
+      max: opts.max ?? 10,
+      types,
+      // A replica that cannot reach the database answers 503 on /readyz instead of hanging.
+      connectionTimeoutMillis: 10_000,
+      idleTimeoutMillis: 30_000,
+      application_name: 'fleet-cloud',
+    });
+    // An idle client whose connection drops (a database restart) emits 'error' on the pool; the
+    // pool replaces it. Without a listener the process would exit.
+    this.pool.on('error', () => undefined);
+  }
+
+  query<R extends pg.QueryResultRow = Record<string, unknown>>(text: string, params?: readonly unknown[]): Promise<pg.QueryResult<R>> {
+    return this.pool.query<R>(text, params as unknown[]);
+  }
+
+  async one<R extends pg.QueryResultRow>(text: string, params?: readonly unknown[]): Promise<R | undefined> {
+    return (await this.query<R>(text, params)).rows[0];
+  }
+
+  async many<R extends pg.QueryResultRow>(text: string, params?: readonly unknown[]): Promise<R[]> {
+    return (await this.query<R>(text, params)).rows;
+  }
+
+  /**
+   * Runs `fn` in one transaction (READ COMMITTED unless told), committing when it returns and
+   * rolling back when it throws. A serialization failure or deadlock runs it again (a few times),
+   * so `fn` must not have effects outside the database.
+   */
+  async tx<T>(fn: (sql: Sql) => Promise<T>, opts: { isolation?: 'read committed' | 'repeatable read' | 'serializable' } = {}): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      const client = await this.pool.connect();
+      let broken = false;
+      try {
+        await client.query(opts.isolation ? `BEGIN ISOLATION LEVEL ${opts.isolation.toUpperCase()}` : 'BEGIN');
+        const out = await fn(client);
+        await client.query('COMMIT');
+        return out;
+      } catch (err) {
+        try {
+          await client.query('ROLLBACK');
+        } catch {
+          broken = true;
+        }
+        const code = (err as { code?: string }).code;
+        if (code && RETRYABLE.has(code) && attempt < 5) continue;
+        throw err;
+      } finally {
+        client.release(broken);
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.pool.end();
+  }
+}
+
+/** Advisory lock keys (pg_advisory_xact_lock); one namespace for the whole schema. */
+export const LOCKS = {
+  /** Held while migrations run, so that replicas starting together apply each once. */
+  migrations: 7_315_001,
+  /**
+   * Taken just before an event is inserted and held to commit: events commit in id order, so a
+   * reader that has seen event N has seen every event below N (the webhook fan-out's cursor).
+   */
+  events: 7_315_002,
+  /** The same for episodes and their seq (the keyset of every listing and of routing). */
+  episodes: 7_315_003,
+  /** One webhook fan-out at a time across replicas (queue order per subscription). */
+  fanOut: 7_315_004,
+} as const;

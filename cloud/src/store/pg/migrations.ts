@@ -1,0 +1,52 @@
+import { LOCKS, type PgDb } from './db.js';
+import { ACCOUNTS_SCHEMA } from './schema-accounts.js';
+import { EPISODES_SCHEMA } from './schema-episodes.js';
+import { SYNC_SCHEMA } from './schema-sync.js';
+import { WEBHOOKS_SCHEMA } from './schema-webhooks.js';
+
+/**
+ * PostgreSQL schema migrations, numbered like the SQLite ones but separate from them (the two
+ * engines' schemas differ in types and indexes). Never edit a migration that has shipped: add the
+ * next number. Version 1 is the schema the SQLite migrations 1-10 arrived at.
+ */
+export const PG_MIGRATIONS: readonly { version: number; name: string; sql: string }[] = [
+  {
+    version: 1,
+    name: 'organizations, keys, robots, episodes, datasets, webhooks, sync',
+    sql: [ACCOUNTS_SCHEMA, EPISODES_SCHEMA, WEBHOOKS_SCHEMA, SYNC_SCHEMA].join('\n'),
+  },
+];
+
+/**
+ * Applies pending migrations, each in its own transaction, under an advisory lock: replicas that
+ * start together wait for the first one and then find nothing left to do.
+ */
+export async function migratePg(db: PgDb): Promise<void> {
+  const client = await db.pool.connect();
+  try {
+    await client.query('SELECT pg_advisory_lock($1)', [LOCKS.migrations]);
+    try {
+      await client.query('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)');
+      const applied = new Set((await client.query<{ version: number }>('SELECT version FROM schema_migrations')).rows.map((r) => r.version));
+      for (const m of PG_MIGRATIONS) {
+        if (applied.has(m.version)) continue;
+        await client.query('BEGIN');
+        try {
+          await client.query(m.sql);
+          await client.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [m.version, m.name, Date.now()]);
+          await client.query('COMMIT');
+        } catch (err) {
+          await client.query('ROLLBACK');
+          throw err;
+        }
+      }
+    } finally {
+      await client.query('SELECT pg_advisory_unlock($1)', [LOCKS.migrations]);
+    }
+  } finally {
+    client.release();
+  }
+}
+
+/** The newest migration this build knows; a database ahead of it was migrated by a newer build. */
+export const PG_SCHEMA_VERSION = PG_MIGRATIONS[PG_MIGRATIONS.length - 1]!.version;

@@ -1,0 +1,3 @@
+/** Filled in with the episodes domain. */
+export const EPISODES_SCHEMA = `
+`;

@@ -1,0 +1,3 @@
+/** Filled in with the sync domain. */
+export const SYNC_SCHEMA = `
+`;

@@ -1,0 +1,3 @@
+/** Filled in with the webhooks domain. */
+export const WEBHOOKS_SCHEMA = `
+`;

@@ -1,0 +1,86 @@
+/**
+ * Stores for tests, on either engine. `FLEET_TEST_DATABASE=postgres` runs every suite that opens
+ * its store here on PostgreSQL (a fresh database per store, copied from a migrated template and
+ * dropped when the store closes); the default is SQLite in memory. `describeStore` runs a suite
+ * on both engines in every run, the PostgreSQL half when a server is available (see
+ * test/support/global-setup.ts). Only `*.test.ts` files and test support import this module.
+ */
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { describe, inject } from 'vitest';
+import { openPgStore, type PgStore } from './pg/store.js';
+import { openSqliteStore, type SqliteStore } from './sqlite.js';
+import type { Store } from './types.js';
+
+export type TestEngine = 'sqlite' | 'postgres';
+
+/** The engine the suites run on: FLEET_TEST_DATABASE (sqlite by default). */
+export function testEngine(): TestEngine {
+  const v = process.env.FLEET_TEST_DATABASE ?? 'sqlite';
+  if (v !== 'sqlite' && v !== 'postgres') throw new Error(`FLEET_TEST_DATABASE must be sqlite or postgres, not ${v}`);
+  return v;
+}
+
+export function postgresAvailable(): boolean {
+  return inject('fleetPostgres') !== null;
+}
+
+/** A new, empty, migrated PostgreSQL database; `drop()` removes it (connections still open are ended). */
+export async function createTestDatabase(): Promise<{ url: string; name: string; drop(): Promise<void> }> {
+  const pgInfo = inject('fleetPostgres');
+  if (!pgInfo) throw new Error('no PostgreSQL server in this test run');
+  const name = `fleet_t_${randomBytes(6).toString('hex')}`;
+  await withAdmin(pgInfo.adminUrl, (c) => c.query(`CREATE DATABASE ${name} TEMPLATE ${pgInfo.template}`));
+  return {
+    url: pgInfo.urlTemplate.replace('{db}', name),
+    name,
+    drop: () => withAdmin(pgInfo.adminUrl, (c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(() => undefined),
+  };
+}
+
+async function withAdmin<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+export type TestStore = (SqliteStore | PgStore) & { readonly engine: TestEngine };
+
+/**
+ * A store on `engine`: SQLite in memory (or in `dataDir`), or a fresh PostgreSQL database.
+ * Closing it drops the PostgreSQL database.
+ */
+export async function openTestStore(engine: TestEngine = testEngine(), opts: { dataDir?: string } = {}): Promise<TestStore> {
+  if (engine === 'sqlite') return Object.assign(openSqliteStore(opts.dataDir ?? ':memory:'), { engine });
+  const db = await createTestDatabase();
+  const store = await openPgStore(db.url);
+  const close = store.close.bind(store);
+  let closed: Promise<void> | null = null;
+  store.close = () => (closed ??= close().finally(() => db.drop()));
+  return Object.assign(store, { engine, url: db.url });
+}
+
+/**
+ * Runs `suite` once per engine, each under `name [engine]`; the PostgreSQL run is skipped (and
+ * named so) when this test run has no PostgreSQL server.
+ */
+export function describeStore(name: string, suite: (open: () => Promise<TestStore>, engine: TestEngine) => void): void {
+  describe(`${name} [sqlite]`, () => suite(() => openTestStore('sqlite'), 'sqlite'));
+  const pgSuite = postgresAvailable() ? describe : describe.skip;
+  pgSuite(`${name} [postgres]`, () => suite(() => openTestStore('postgres'), 'postgres'));
+}
+
+/**
+ * The SQLite handle of a test store, for the few tests about SQLite itself (its planner, its
+ * files). Throws on PostgreSQL: a test of behaviour goes through the store interface instead.
+ */
+export function sqliteDb(store: Store): SqliteStore['db'] {
+  if ((store as Partial<TestStore>).engine === 'postgres' || !('prepare' in (store as SqliteStore).db)) {
+    throw new Error('this test reads the SQLite database directly; it has no PostgreSQL variant');
+  }
+  return (store as SqliteStore).db;
+}

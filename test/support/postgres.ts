@@ -1,0 +1,113 @@
+/**
+ * A real PostgreSQL server for the tests, started from the binaries on the machine (PostgreSQL
+ * 15 from Debian: /usr/lib/postgresql/<v>/bin). Running as root it installs the Debian package
+ * when the binaries are missing, and runs the server as the `postgres` user (PostgreSQL refuses
+ * root). The cluster lives in a temporary directory, listens on 127.0.0.1 only, and uses a
+ * generated password (scram-sha-256).
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export interface PgServer {
+  /** URL of database `db` on this server, as the test role. */
+  url(db: string): string;
+  readonly port: number;
+  /** `pg_ctl restart -m fast`: every connection drops, the data stays. */
+  restart(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+const isRoot = process.getuid?.() === 0;
+
+function findBinDir(): string | null {
+  const base = '/usr/lib/postgresql';
+  if (!existsSync(base)) return null;
+  const versions = readdirSync(base)
+    .filter((v) => existsSync(join(base, v, 'bin', 'pg_ctl')))
+    .sort((a, b) => Number(b) - Number(a));
+  return versions.length ? join(base, versions[0]!, 'bin') : null;
+}
+
+/** The binaries, installed from Debian when running as root and they are missing; null when unavailable. */
+export function ensurePostgresBinaries(log: (line: string) => void = () => undefined): string | null {
+  const found = findBinDir();
+  if (found || !isRoot) return found;
+  log('postgresql: not installed; installing the Debian package (apt-get install -y postgresql)');
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  const update = spawnSync('apt-get', ['update'], { stdio: 'ignore', env });
+  const install = update.status === 0 ? spawnSync('apt-get', ['install', '-y', '--no-install-recommends', 'postgresql'], { stdio: 'ignore', env }) : update;
+  if (install.status !== 0) {
+    log('postgresql: apt-get failed; PostgreSQL tests are skipped');
+    return null;
+  }
+  return findBinDir();
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export async function startPostgres(binDir: string, opts: { maxConnections?: number } = {}): Promise<PgServer> {
+  const dir = mkdtempSync(join(tmpdir(), 'fleet-pg-'));
+  const data = join(dir, 'data');
+  const password = randomBytes(18).toString('base64url');
+  const pwfile = join(dir, 'pw');
+  writeFileSync(pwfile, `${password}\n`, { mode: 0o600 });
+  let uid: number | undefined;
+  if (isRoot) {
+    uid = Number(execFileSync('id', ['-u', 'postgres']).toString().trim());
+    const gid = Number(execFileSync('id', ['-g', 'postgres']).toString().trim());
+    chownSync(dir, uid, gid);
+    chownSync(pwfile, uid, gid);
+  }
+  chmodSync(dir, 0o700);
+  // As root every command runs as `postgres` (runuser); otherwise as the current user.
+  const run = (cmd: string, args: string[]): void => {
+    const [file, argv] = isRoot ? ['runuser', ['-u', 'postgres', '--', join(binDir, cmd), ...args]] : [join(binDir, cmd), args];
+    const r = spawnSync(file, argv, { encoding: 'utf8', cwd: dir });
+    if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')} failed (${r.status}): ${r.stderr || r.stdout}`);
+  };
+  run('initdb', ['-D', data, '-U', 'fleet', `--pwfile=${pwfile}`, '--auth=scram-sha-256', '-E', 'UTF8', '--locale=C', '--no-sync']);
+  const port = await freePort();
+  const settings = [
+    `-p ${port}`,
+    `-k ${dir}`,
+    '-c listen_addresses=127.0.0.1',
+    `-c max_connections=${opts.maxConnections ?? 400}`,
+    // Test clusters are thrown away: no need to survive a power cut.
+    '-c fsync=off',
+    '-c synchronous_commit=off',
+    '-c full_page_writes=off',
+    '-c shared_buffers=128MB',
+  ].join(' ');
+  const ctl = (...args: string[]) => run('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-w', '-t', '120', '-o', settings, ...args]);
+  ctl('start');
+  let stopped = false;
+  return {
+    port,
+    url: (db) => `postgres://fleet:${encodeURIComponent(password)}@127.0.0.1:${port}/${db}`,
+    async restart() {
+      ctl('restart', '-m', 'fast');
+    },
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      try {
+        ctl('stop', '-m', 'immediate');
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  };
+}

@@ -48,20 +48,37 @@ async function withAdmin<T>(url: string, fn: (c: pg.Client) => Promise<T>): Prom
   }
 }
 
-export type TestStore = (SqliteStore | PgStore) & { readonly engine: TestEngine };
+export type TestStore = (SqliteStore | PgStore) & {
+  readonly engine: TestEngine;
+  /** PostgreSQL: the database URL (a second store on it is a second replica). */
+  readonly url?: string;
+  /** SQLite on disk: the data directory. */
+  readonly dataDir?: string;
+};
 
 /**
  * A store on `engine`: SQLite in memory (or in `dataDir`), or a fresh PostgreSQL database.
  * Closing it drops the PostgreSQL database.
  */
 export async function openTestStore(engine: TestEngine = testEngine(), opts: { dataDir?: string } = {}): Promise<TestStore> {
-  if (engine === 'sqlite') return Object.assign(openSqliteStore(opts.dataDir ?? ':memory:'), { engine });
+  if (engine === 'sqlite') return Object.assign(openSqliteStore(opts.dataDir ?? ':memory:'), { engine, ...(opts.dataDir ? { dataDir: opts.dataDir } : {}) });
   const db = await createTestDatabase();
   const store = await openPgStore(db.url);
   const close = store.close.bind(store);
   let closed: Promise<void> | null = null;
   store.close = () => (closed ??= close().finally(() => db.drop()));
   return Object.assign(store, { engine, url: db.url });
+}
+
+/**
+ * A second store on the same data, like a second process or replica: a second PostgreSQL pool
+ * on the same database, or a second SQLite connection on the same file (the store must have been
+ * opened with a `dataDir`). Closing the twin leaves the data alone.
+ */
+export async function openTwin(store: TestStore): Promise<Store> {
+  if (store.engine === 'postgres') return openPgStore(store.url!);
+  if (!store.dataDir) throw new Error('a SQLite twin needs a store opened on a data directory');
+  return openSqliteStore(store.dataDir, { create: false });
 }
 
 /**

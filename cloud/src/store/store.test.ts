@@ -340,8 +340,8 @@ describeStore('sqlite on disk', async () => {
     const db = await createTestDatabase();
     try {
       const stores = await Promise.all([openPgStore(db.url), openPgStore(db.url), openPgStore(db.url)]);
-      await stores[0]!.orgs.create({ id: 'org_a', name: 'a', tier: 'free', createdAt: T0 });
-      const versions = await stores[1]!.db.many<{ version: number }>('SELECT version FROM schema_migrations ORDER BY version');
+      await stores[0].orgs.create({ id: 'org_a', name: 'a', tier: 'free', createdAt: T0 });
+      const versions = await stores[1].db.many<{ version: number }>('SELECT version FROM schema_migrations ORDER BY version');
       expect(versions.map((v) => v.version)).toEqual(PG_MIGRATIONS.map((m) => m.version));
       await Promise.all(stores.map((s) => s.close()));
       const again = await openPgStore(db.url);

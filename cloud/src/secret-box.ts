@@ -1,5 +1,5 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 export const SECRET_KEY_FILE = 'secret.key';
@@ -43,6 +43,8 @@ export function loadSecretBox(dataDir: string, givenBase64?: string): SecretBox 
   if (dataDir === ':memory:') return SecretBox.random();
   const file = join(dataDir, SECRET_KEY_FILE);
   if (!existsSync(file)) {
+    // With PostgreSQL nothing else creates the data directory (it keeps this key and admin-key).
+    mkdirSync(dataDir, { recursive: true, mode: 0o700 });
     try {
       writeFileSync(file, randomBytes(32).toString('base64'), { mode: 0o600, flag: 'wx' });
     } catch (err) {

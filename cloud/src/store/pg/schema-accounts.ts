@@ -68,6 +68,12 @@ export const ACCOUNTS_SCHEMA = `
     PRIMARY KEY (org_id, key)
   );
   CREATE INDEX idempotency_keys_expiry ON idempotency_keys (expires_at);
+  -- Request-rate windows shared by the replicas (per key, organization, client address).
+  CREATE TABLE rate_counters (
+    key TEXT PRIMARY KEY,
+    window_start BIGINT NOT NULL,
+    count BIGINT NOT NULL
+  );
   CREATE TABLE meters (
     org_id TEXT NOT NULL,
     meter TEXT NOT NULL,

@@ -1,9 +1,9 @@
 import type { SyncStore } from '../sync-types.js';
-import type { ApiKeyStore, DatasetStore, EpisodeStore, GaugeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store, WebhookStore } from '../types.js';
+import type { ApiKeyStore, DatasetStore, EpisodeStore, GaugeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, SharedCounterStore, Store, WebhookStore } from '../types.js';
 import { PgApiKeys, PgOrgs } from './accounts.js';
 import { PgDb } from './db.js';
 import { migratePg } from './migrations.js';
-import { PgIdempotency, PgMeters } from './requests.js';
+import { PgCounters, PgIdempotency, PgMeters } from './requests.js';
 import { PgRobots } from './robots.js';
 import { unfinished } from './unfinished.js';
 
@@ -23,8 +23,10 @@ export class PgStore implements Store {
   readonly webhooks: WebhookStore;
   readonly sync: SyncStore;
   readonly gauges: GaugeStore;
+  readonly sharedCounters: SharedCounterStore;
 
   constructor(readonly db: PgDb) {
+    this.sharedCounters = new PgCounters(db);
     this.orgs = new PgOrgs(db);
     this.apiKeys = new PgApiKeys(db);
     this.idempotency = new PgIdempotency(db);

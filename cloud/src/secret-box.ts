@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHmac, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -16,6 +16,11 @@ export class SecretBox {
 
   static random(): SecretBox {
     return new SecretBox(randomBytes(32));
+  }
+
+  /** Names the key without revealing it: an HMAC of a fixed label (hex, 32 characters). */
+  fingerprint(): string {
+    return createHmac('sha256', this.key).update('fleet secret key fingerprint v1').digest('hex').slice(0, 32);
   }
 
   seal(plain: string): string {

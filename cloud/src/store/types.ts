@@ -24,6 +24,12 @@ export interface Store {
    * process serves the database and counts in its own memory.
    */
   readonly sharedCounters?: SharedCounterStore;
+  /**
+   * Records the fingerprint of the key that seals stored secrets on first use; afterwards says
+   * whether `fingerprint` is the recorded one (`different`: this process has another key than
+   * the one the stored secrets were sealed with).
+   */
+  checkSecretKey(fingerprint: string): Promise<'recorded' | 'same' | 'different'>;
   /** Cheap liveness probe for /readyz. */
   ping(): Promise<void>;
   close(): Promise<void>;

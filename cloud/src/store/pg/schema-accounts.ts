@@ -4,6 +4,11 @@
  * the API wrote (read back byte for byte).
  */
 export const ACCOUNTS_SCHEMA = `
+  -- Installation settings, e.g. the fingerprint of the key that seals stored secrets.
+  CREATE TABLE cloud_settings (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+  );
   CREATE TABLE orgs (
     id TEXT PRIMARY KEY,
     name TEXT NOT NULL,

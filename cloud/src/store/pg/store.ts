@@ -39,6 +39,14 @@ export class PgStore implements Store {
     this.gauges = unfinished('gauges');
   }
 
+  async checkSecretKey(fingerprint: string): Promise<'recorded' | 'same' | 'different'> {
+    // The first replica's insert wins; every other one compares with what it wrote.
+    const inserted = await this.db.query("INSERT INTO cloud_settings (name, value) VALUES ('secret_key_fingerprint', $1) ON CONFLICT (name) DO NOTHING", [fingerprint]);
+    if (inserted.rowCount) return 'recorded';
+    const row = await this.db.one<{ value: string }>("SELECT value FROM cloud_settings WHERE name = 'secret_key_fingerprint'");
+    return row?.value === fingerprint ? 'same' : 'different';
+  }
+
   async ping(): Promise<void> {
     await this.db.query('SELECT 1');
   }

@@ -402,4 +402,15 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       CREATE TRIGGER org_limits_delete_auth_revision AFTER DELETE ON org_limits BEGIN UPDATE auth_revision SET revision = revision + 1 WHERE id = 1; END;
     `,
   },
+  {
+    version: 11,
+    name: 'webhook claims with a lease',
+    sql: `
+      -- The claim on a subscription's queue head: the token of the process attempting it and
+      -- when that lease runs out (NULL: nobody). Only the holder records, so each queue stays in
+      -- order across processes; a holder that dies is taken over once its lease has run out.
+      ALTER TABLE webhook_subscriptions ADD COLUMN claim_token TEXT;
+      ALTER TABLE webhook_subscriptions ADD COLUMN claimed_until INTEGER;
+    `,
+  },
 ];

@@ -1,8 +1,10 @@
 import type { SyncStore } from '../sync-types.js';
 import type { ApiKeyStore, DatasetStore, EpisodeStore, GaugeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store, WebhookStore } from '../types.js';
 import { PgDb } from './db.js';
+import { PgGauges } from './gauges.js';
 import { migratePg } from './migrations.js';
 import { unfinished } from './unfinished.js';
+import { PgWebhooks } from './webhooks.js';
 
 /**
  * The store on PostgreSQL: the same interface as the SQLite store, for several cloud replicas
@@ -29,9 +31,9 @@ export class PgStore implements Store {
     this.robots = unfinished('robots');
     this.episodes = unfinished('episodes');
     this.datasets = unfinished('datasets');
-    this.webhooks = unfinished('webhooks');
+    this.webhooks = new PgWebhooks(db);
     this.sync = unfinished('sync');
-    this.gauges = unfinished('gauges');
+    this.gauges = new PgGauges(db);
   }
 
   async ping(): Promise<void> {

@@ -20,18 +20,12 @@ describeStore('webhook store', (open, engine) => {
     store = await open();
     other = engine === 'postgres' ? await openTwin(store) : store;
     if (other !== store) opened.push(other);
-    for (const id of ['org_a', 'org_b']) await createOrg(id);
+    for (const id of ['org_a', 'org_b']) await store.orgs.create({ id, name: id, tier: 'enterprise', createdAt: T0 });
   });
   afterEach(async () => {
     for (const s of opened.splice(0)) await s.close();
     await store.close();
   });
-
-  // TEMPORARY until organizations land on PostgreSQL (main): remove with the merge.
-  async function createOrg(id: string): Promise<void> {
-    if (engine === 'sqlite') return store.orgs.create({ id, name: id, tier: 'enterprise', createdAt: T0 });
-    await (store as unknown as { db: { query(t: string, p: unknown[]): Promise<unknown> } }).db.query("INSERT INTO orgs (id, name, tier, created_at) VALUES ($1, $1, 'enterprise', $2)", [id, T0]);
-  }
 
   let n = 0;
   async function subscription(orgId = 'org_a', events = ['episode.finalized']): Promise<string> {

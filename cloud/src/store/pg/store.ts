@@ -6,6 +6,7 @@ import { PgGauges } from './gauges.js';
 import { migratePg } from './migrations.js';
 import { PgIdempotency, PgMeters } from './requests.js';
 import { PgRobots } from './robots.js';
+import { PgSync } from './sync.js';
 import { unfinished } from './unfinished.js';
 import { PgWebhooks } from './webhooks.js';
 
@@ -35,7 +36,7 @@ export class PgStore implements Store {
     this.episodes = unfinished('episodes');
     this.datasets = unfinished('datasets');
     this.webhooks = new PgWebhooks(db);
-    this.sync = unfinished('sync');
+    this.sync = new PgSync(db);
     this.gauges = new PgGauges(db);
   }
 

@@ -6,6 +6,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { finalizedEvent, prunedEvent } from '../../events.js';
+import { testReport } from '../../test-support.js';
 import { openTestStore, openTwin, postgresAvailable } from '../test-store.js';
 import type { PgDb } from './db.js';
 import { appendEvents } from './events.js';
@@ -68,6 +69,47 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
     for (const s of subs) {
       const want = events.filter((e) => e.org_id === s.org && s.events.includes(e.type)).map((e) => `evt_${e.id}`);
       const got = await a.db.many<{ event_id: string }>('SELECT event_id FROM webhook_deliveries WHERE subscription_id = $1 ORDER BY id', [s.id]);
+      expect(got.map((g) => g.event_id)).toEqual(want);
+    }
+  });
+
+  it('events appended by store writes on both replicas (replica reports, prunes) reach each subscription once, in id order', async (ctx) => {
+    if (!(await a.episodes.get('org_none', 'ep_none').then(() => true, () => false))) ctx.skip(); // episodes not on PostgreSQL yet
+    const reports = Array.from({ length: 40 }, () => testReport());
+    await a.episodes.ingest(reports.map((report) => ({ orgId: 'org_a', robotId: 'rbt_1', report, reportedAt: T0 })));
+    await a.sync.createDestination({ id: 'dst_1', orgId: 'org_a', type: 'external', url: 'https://grants.test/x', secretSealed: 's', retention: 'keep', createdAt: T0 });
+    const events = ['episode.synced', 'episode.verified', 'episode.pruned'];
+    expect(await a.webhooks.create({ id: 'whk_s', orgId: 'org_a', url: 'https://hooks.test/x', events, secretSealed: 's', createdAt: T0 }, 10)).toBe('ok');
+    expect(await b.webhooks.create({ id: 'whk_p', orgId: 'org_a', url: 'https://hooks.test/y', events: ['episode.pruned'], secretSealed: 's', createdAt: T0 }, 10)).toBe('ok');
+
+    let writing = true;
+    const fanning = async (s: PgStore) => {
+      while (writing) {
+        await s.webhooks.fanOut(T0);
+        await sleep(Math.random() * 2);
+      }
+    };
+    const write = async (s: PgStore, part: number) => {
+      for (const [i, r] of reports.entries()) {
+        if (i % 2 !== part) continue;
+        const rep = { episode_id: r.id, destination_id: 'dst_1', grant_id: 'gr_1', error: null, object_key: 'k', at: 1 };
+        await s.sync.applyReplicaReport('rbt_1', { ...rep, state: 'synced' }, T0);
+        await s.sync.markPruned('rbt_1', r.id, T0, T0);
+        await s.sync.applyReplicaReport('rbt_1', { ...rep, state: 'verified', at: 2 }, T0);
+      }
+    };
+    const fanners = Promise.all([fanning(a), fanning(b)]);
+    await Promise.all([write(a, 0), write(b, 1), write(a, 1), write(b, 0)]);
+    writing = false;
+    await fanners;
+    await b.webhooks.fanOut(T0);
+
+    const log = await a.db.many<{ id: number; type: string }>(`SELECT id, type FROM events WHERE type != 'episode.finalized' ORDER BY id`);
+    // Each report and prune applied once, whichever replica won.
+    expect(log).toHaveLength(3 * reports.length);
+    for (const [sub, types] of [['whk_s', events], ['whk_p', ['episode.pruned']]] as const) {
+      const want = log.filter((e) => (types as readonly string[]).includes(e.type)).map((e) => `evt_${e.id}`);
+      const got = await a.db.many<{ event_id: string }>('SELECT event_id FROM webhook_deliveries WHERE subscription_id = $1 ORDER BY id', [sub]);
       expect(got.map((g) => g.event_id)).toEqual(want);
     }
   });

@@ -10,7 +10,7 @@ import { EgressClient } from '../egress/client.js';
 import { createTestPki, startHttpsReceiver, type KeyPair, type ReceivedRequest, type ReceiverContext, type TestPki, type TestReceiver } from '../egress/test-https.js';
 import { SecretBox } from '../secret-box.js';
 import { errorCode, startTestCloud, testReport, type TestCloud, type TestTenant } from '../test-support.js';
-import { DeliveryWorker, RECEIVER_TIMEOUT_MS, RETRY_SCHEDULE_MS } from './delivery.js';
+import { DeliveryWorker, leaseFor, RECEIVER_TIMEOUT_MS, RETRY_SCHEDULE_MS } from './delivery.js';
 
 type Behaviour = (req: ReceivedRequest, res: ServerResponse, ctx: ReceiverContext) => void;
 const ok: Behaviour = (_req, res) => res.writeHead(200).end('ok');
@@ -668,6 +668,47 @@ describe('the test event', () => {
     advance(MINUTE);
     await tick();
     expect(eventIds()).toEqual([loggedEventIds()[0], loggedEventIds()[0], event_id]);
+  });
+});
+
+describe('claims across processes', () => {
+  it('two workers on one database attempt each head once, in order per subscription', async () => {
+    const subs = [await subscribe(), await subscribe()];
+    await ingest(5);
+    const second = new DeliveryWorker({ store: env.t.store, secrets: env.secrets, egress: env.egress, clock: env.t.clock, logger: env.t.app.log, concurrency: 1 });
+    try {
+      await Promise.all([tick(), second.tick(), tick(), second.tick()]);
+    } finally {
+      await second.stop();
+    }
+    const perSub = (secret: string) =>
+      env.rx.requests.filter((q) => verifySignature({ body: q.body, header: String(q.headers['x-service-signature']), secrets: [secret], nowS: env.t.clock.now() / 1000 }).ok).map((q) => String(q.headers['x-service-event-id']));
+    for (const sub of subs) expect(perSub(sub.secret)).toEqual(loggedEventIds());
+    expect(env.rx.requests).toHaveLength(10);
+  });
+
+  it('a process killed mid-attempt holds its head until the lease runs out; then another takes over, and the late outcome decides nothing', async () => {
+    const sub = await subscribe();
+    await ingest(2);
+    const [e1, e2] = loggedEventIds();
+    const lease = leaseFor(RECEIVER_TIMEOUT_MS);
+    // The dead process's claim, taken on the shared clock just before it died.
+    await env.t.store.webhooks.fanOut(env.t.clock.now());
+    const [held] = await env.t.store.webhooks.claimDue(env.t.clock.now(), 10, lease);
+    expect(held?.eventId).toBe(e1);
+    expect(await tick()).toBe(0);
+    advance(lease - 1);
+    expect(await tick()).toBe(0);
+    expect(env.rx.requests).toHaveLength(0);
+    advance(1);
+    expect(await tick()).toBe(2);
+    expect(eventIds()).toEqual([e1, e2]);
+    // Its outcome arrives after all (it was only partitioned): logged, but the queue stays done.
+    await env.t.store.webhooks.record(held!.id, { kind: 'retry', status: 503, error: 'HTTP 503', at: env.t.clock.now(), nextAttemptAt: env.t.clock.now() + MINUTE }, held!.claim);
+    expect((await listed(sub.id)).pending_deliveries).toBe(0);
+    advance(DAY);
+    expect(await tick()).toBe(0);
+    expect((await attemptLog(sub.id)).map((a) => a.outcome)).toEqual(['retry', 'delivered', 'delivered']);
   });
 });
 

@@ -3,7 +3,7 @@ import { DAY, HOUR, ManualClock, WebhookPayloadSchema, type EpisodeReport, type 
 import { SyncRouter } from '../sync/router.js';
 import { testReport } from '../test-support.js';
 import type { RouteRow } from './sync-types.js';
-import { describeStore, sqliteDb, type TestStore } from './test-store.js';
+import { describeStore, openTwin, sqliteDb, type TestStore } from './test-store.js';
 import type { Store } from './types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
@@ -456,5 +456,46 @@ describeStore('SyncStore', (open, engine) => {
       // pruned_at is not part of any read (SQLite's table, as an example of both).
       if (engine === 'sqlite') expect(sqliteDb(store).prepare('SELECT pruned_at FROM episodes WHERE id = ?').pluck().get(ep!.id)).toBe(T0 + 72 * HOUR);
     });
+  });
+});
+
+/** Writes two replicas make at once on one database (SQLite: one store, its writes in turn). */
+describeStore('SyncStore, two replicas at once', (open, engine) => {
+  let store: TestStore;
+  let other: Store;
+
+  beforeEach(async () => {
+    store = await open();
+    other = engine === 'postgres' ? await openTwin(store) : store;
+    await store.orgs.create({ id: ORG, name: ORG, tier: 'enterprise', createdAt: T0 });
+    await store.sync.createDestination({ id: 'dst_1', orgId: ORG, type: 'external', url: 'https://grants.example.com/1', secretSealed: 's', retention: 'keep', createdAt: T0 });
+  });
+  afterEach(async () => {
+    if (other !== store) await other.close();
+    await store.close();
+  });
+
+  it('a grant id is claimed by exactly one of many claims at once', async () => {
+    const claims = await Promise.all(Array.from({ length: 12 }, (_, i) => (i % 2 ? other : store).sync.claimGrantId('dst_1', 'gr_same', T0 + i)));
+    expect(claims.filter(Boolean)).toHaveLength(1);
+  });
+
+  it('rules created at once get positions 1..n', async () => {
+    await Promise.all(
+      Array.from({ length: 10 }, (_, i) => (i % 2 ? other : store).sync.createRule({ id: `r${i}`, orgId: ORG, destinationId: 'dst_1', match: {}, createdAt: T0 })),
+    );
+    expect((await store.sync.listRules(ORG)).map((r) => r.position)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+  });
+
+  it('the same routes written by both at once are written once, each told to exactly one writer', async (ctx) => {
+    if (!(await hasEpisodes(store))) ctx.skip();
+    const reports = Array.from({ length: 20 }, () => testReport());
+    await store.episodes.ingest(reports.map((report) => ({ orgId: ORG, robotId: ROBOT, report, reportedAt: T0 })));
+    const routes = await Promise.all(
+      reports.map(async (r) => ({ orgId: ORG, robotId: ROBOT, episodeId: r.id, episodeSeq: (await store.episodes.get(ORG, r.id))!.seq, destinationId: 'dst_1', decidedAt: T0 })),
+    );
+    const written = await Promise.all([store.sync.addRoutes(routes), other.sync.addRoutes(routes), store.sync.addRoutes(routes.slice(5)), other.sync.addRoutes(routes.slice(0, 7))]);
+    expect(written.flat().map((r) => r.episodeId).sort()).toEqual(reports.map((r) => r.id).sort());
+    expect((await store.sync.pendingAssignments(ROBOT)).map((r) => r.episodeId)).toEqual(reports.map((r) => r.id));
   });
 });

@@ -404,6 +404,17 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
   },
   {
     version: 11,
+    name: 'webhook claims with a lease',
+    sql: `
+      -- The claim on a subscription's queue head: the token of the process attempting it and
+      -- when that lease runs out (NULL: nobody). Only the holder records, so each queue stays in
+      -- order across processes; a holder that dies is taken over once its lease has run out.
+      ALTER TABLE webhook_subscriptions ADD COLUMN claim_token TEXT;
+      ALTER TABLE webhook_subscriptions ADD COLUMN claimed_until INTEGER;
+    `,
+  },
+  {
+    version: 12,
     name: 'cloud settings: the fingerprint of the key that seals stored secrets',
     sql: `
       -- One row per setting of the installation. 'secret_key_fingerprint' (an HMAC of a fixed

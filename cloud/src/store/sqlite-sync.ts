@@ -16,7 +16,7 @@ import type {
 } from './sync-types.js';
 import type { ReplicaRow } from './types.js';
 
-interface DestinationDbRow {
+export interface DestinationDbRow {
   id: string;
   org_id: string;
   type: 'external';
@@ -28,7 +28,7 @@ interface DestinationDbRow {
   last_forward_at: number | null;
 }
 
-interface RuleDbRow {
+export interface RuleDbRow {
   id: string;
   org_id: string;
   destination_id: string;
@@ -37,7 +37,7 @@ interface RuleDbRow {
   created_at: number;
 }
 
-interface RouteDbRow {
+export interface RouteDbRow {
   episode_seq: number;
   episode_id: string;
   destination_id: string;
@@ -46,7 +46,7 @@ interface RouteDbRow {
   decided_at: number;
 }
 
-interface ReplicaDbRow {
+export interface ReplicaDbRow {
   state: ReplicaRow['state'];
   grant_id: string;
   error: string | null;
@@ -54,7 +54,7 @@ interface ReplicaDbRow {
   reported_at: number | null;
 }
 
-interface EpisodeRefDbRow {
+export interface EpisodeRefDbRow {
   seq: number;
   org_id: string;
   robot_id: string;
@@ -62,7 +62,7 @@ interface EpisodeRefDbRow {
   episode_seq: number;
 }
 
-function destinationFromDb(r: DestinationDbRow): DestinationRow {
+export function destinationFromDb(r: DestinationDbRow): DestinationRow {
   return {
     id: r.id,
     orgId: r.org_id,
@@ -75,7 +75,7 @@ function destinationFromDb(r: DestinationDbRow): DestinationRow {
   };
 }
 
-function ruleFromDb(r: RuleDbRow): RoutingRuleRow {
+export function ruleFromDb(r: RuleDbRow): RoutingRuleRow {
   return {
     id: r.id,
     orgId: r.org_id,
@@ -86,15 +86,15 @@ function ruleFromDb(r: RuleDbRow): RoutingRuleRow {
   };
 }
 
-function routeFromDb(r: RouteDbRow): RouteRow {
+export function routeFromDb(r: RouteDbRow): RouteRow {
   return { orgId: r.org_id, robotId: r.robot_id, episodeId: r.episode_id, episodeSeq: r.episode_seq, destinationId: r.destination_id, decidedAt: r.decided_at };
 }
 
 /** Forwards older than this are pruned; the health counts look back 24 h. */
-const FORWARD_KEEP_MS = DAY + HOUR;
-const UNVERIFIED_ALERT_MS = 72 * HOUR;
+export const FORWARD_KEEP_MS = DAY + HOUR;
+export const UNVERIFIED_ALERT_MS = 72 * HOUR;
 
-const ROUTE_COLUMNS = 'r.episode_seq, e.id AS episode_id, r.destination_id, r.org_id, r.robot_id, r.decided_at';
+export const ROUTE_COLUMNS = 'r.episode_seq, e.id AS episode_id, r.destination_id, r.org_id, r.robot_id, r.decided_at';
 
 export class SqliteSync implements SyncStore {
   private readonly appendEvent;

@@ -1,7 +1,8 @@
+import { randomBytes } from 'node:crypto';
 import type { Db } from './sqlite-db.js';
-import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type DeliveryAttemptRow, type DeliveryOutcome, type DeliveryRow, type WebhookRow, type WebhookStore } from './types.js';
+import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type ClaimedDelivery, type DeliveryAttemptRow, type DeliveryOutcome, type DeliveryRow, type WebhookRow, type WebhookStore } from './types.js';
 
-interface SubDbRow {
+export interface SubDbRow {
   id: string;
   org_id: string;
   url: string;
@@ -15,10 +16,12 @@ interface SubDbRow {
   last_delivered_at: number | null;
   last_delivery_error: string | null;
   created_at: number;
+  claim_token: string | null;
+  claimed_until: number | null;
   pending: number;
 }
 
-interface DeliveryDbRow {
+export interface DeliveryDbRow {
   id: number;
   subscription_id: string;
   event_id: string;
@@ -33,7 +36,7 @@ interface DeliveryDbRow {
   created_at: number;
 }
 
-interface AttemptDbRow {
+export interface AttemptDbRow {
   id: number;
   subscription_id: string;
   delivery_id: number;
@@ -47,7 +50,7 @@ interface AttemptDbRow {
   at: number;
 }
 
-function attemptFromDb(r: AttemptDbRow): DeliveryAttemptRow {
+export function attemptFromDb(r: AttemptDbRow): DeliveryAttemptRow {
   return {
     id: r.id,
     subscriptionId: r.subscription_id,
@@ -63,7 +66,7 @@ function attemptFromDb(r: AttemptDbRow): DeliveryAttemptRow {
   };
 }
 
-function subFromDb(r: SubDbRow): WebhookRow {
+export function subFromDb(r: SubDbRow): WebhookRow {
   return {
     id: r.id,
     orgId: r.org_id,
@@ -81,7 +84,7 @@ function subFromDb(r: SubDbRow): WebhookRow {
   };
 }
 
-function deliveryFromDb(r: DeliveryDbRow): DeliveryRow {
+export function deliveryFromDb(r: DeliveryDbRow): DeliveryRow {
   return {
     id: r.id,
     subscriptionId: r.subscription_id,
@@ -96,6 +99,11 @@ function deliveryFromDb(r: DeliveryDbRow): DeliveryRow {
     deadLetteredAt: r.dead_lettered_at,
     createdAt: r.created_at,
   };
+}
+
+/** A claim's token: who holds a subscription's lease (unguessable only so that it never repeats). */
+export function newClaimToken(): string {
+  return randomBytes(12).toString('base64url');
 }
 
 const SUB_COLUMNS = `s.*, (SELECT COUNT(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.state = 'pending') AS pending`;
@@ -113,6 +121,9 @@ export class SqliteWebhooks implements WebhookStore {
   private readonly target;
   private readonly heads;
   private readonly headOf;
+  private readonly claim;
+  private readonly releaseClaim;
+  private readonly claimOf;
   private readonly deliveryById;
   private readonly markDelivered;
   private readonly markRetry;
@@ -129,7 +140,7 @@ export class SqliteWebhooks implements WebhookStore {
    */
   private fannedOutTo: number | null = null;
   /** Outcomes waiting for the next shared commit (see record). */
-  private toRecord: { deliveryId: number; o: DeliveryOutcome; resolve: () => void; reject: (err: unknown) => void }[] = [];
+  private toRecord: { deliveryId: number; o: DeliveryOutcome; claim: string | undefined; resolve: () => void; reject: (err: unknown) => void }[] = [];
 
   constructor(private readonly db: Db) {
     this.byId = db.prepare<[string, string], SubDbRow>(`SELECT ${SUB_COLUMNS} FROM webhook_subscriptions s WHERE s.org_id = ? AND s.id = ?`);
@@ -146,15 +157,19 @@ export class SqliteWebhooks implements WebhookStore {
     );
     this.byIdAny = db.prepare<[string], SubDbRow>(`SELECT ${SUB_COLUMNS} FROM webhook_subscriptions s WHERE s.id = ?`);
     this.target = db.prepare<[string], SubDbRow>(`SELECT s.*, 0 AS pending FROM webhook_subscriptions s WHERE s.id = ?`);
-    this.heads = db.prepare<[number, number], DeliveryDbRow>(
+    this.heads = db.prepare<[number, number, number], DeliveryDbRow>(
       `SELECT d.* FROM webhook_subscriptions s
        JOIN webhook_deliveries d ON d.id = (SELECT MIN(id) FROM webhook_deliveries q WHERE q.subscription_id = s.id AND q.state = 'pending')
-       WHERE s.status = 'active' AND d.next_attempt_at <= ? ORDER BY d.next_attempt_at LIMIT ?`,
+       WHERE s.status = 'active' AND d.next_attempt_at <= ? AND (s.claimed_until IS NULL OR s.claimed_until <= ?)
+       ORDER BY d.next_attempt_at LIMIT ?`,
     );
-    this.headOf = db.prepare<[string], DeliveryDbRow>(
-      `SELECT d.* FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription_id
+    this.headOf = db.prepare<[string], DeliveryDbRow & { claimed_until: number | null }>(
+      `SELECT d.*, s.claimed_until FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription_id
        WHERE d.subscription_id = ? AND d.state = 'pending' AND s.status = 'active' ORDER BY d.id LIMIT 1`,
     );
+    this.claim = db.prepare('UPDATE webhook_subscriptions SET claim_token = ?, claimed_until = ? WHERE id = ?');
+    this.releaseClaim = db.prepare('UPDATE webhook_subscriptions SET claim_token = NULL, claimed_until = NULL WHERE id = ? AND claim_token = ?');
+    this.claimOf = db.prepare<[string], { claim_token: string | null }>('SELECT claim_token FROM webhook_subscriptions WHERE id = ?');
     this.deliveryById = db.prepare<[number], DeliveryDbRow>('SELECT * FROM webhook_deliveries WHERE id = ?');
     this.markDelivered = db.prepare(`UPDATE webhook_deliveries SET state = 'delivered', attempts = attempts + 1, last_status = ?, last_error = NULL WHERE id = ?`);
     this.markRetry = db.prepare('UPDATE webhook_deliveries SET attempts = attempts + 1, last_status = ?, last_error = ?, next_attempt_at = ? WHERE id = ?');
@@ -283,16 +298,33 @@ export class SqliteWebhooks implements WebhookStore {
     return Number(this.insertDelivery.run(subscriptionId, d.eventId, d.eventType, d.payload, now, now).lastInsertRowid);
   }
 
-  async dueHeads(now: number, limit: number, busy?: ReadonlySet<string>): Promise<DeliveryRow[]> {
-    const skip = busy?.size ?? 0;
-    const rows = this.heads.all(now, limit + skip);
-    const free = skip === 0 ? rows : rows.filter((r) => !busy!.has(r.subscription_id));
-    return free.slice(0, limit).map(deliveryFromDb);
+  async claimDue(now: number, limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {
+    if (limit <= 0) return [];
+    const token = newClaimToken();
+    return this.db
+      .transaction(() =>
+        this.heads.all(now, now, limit).map((r) => {
+          this.claim.run(token, now + leaseMs, r.subscription_id);
+          return { ...deliveryFromDb(r), claim: token };
+        }),
+      )
+      .immediate();
   }
 
-  async dueHead(subscriptionId: string, now: number): Promise<DeliveryRow | undefined> {
-    const r = this.headOf.get(subscriptionId);
-    return r && r.next_attempt_at <= now ? deliveryFromDb(r) : undefined;
+  async dueHead(subscriptionId: string, now: number, leaseMs: number): Promise<ClaimedDelivery | undefined> {
+    return this.db
+      .transaction((): ClaimedDelivery | undefined => {
+        const r = this.headOf.get(subscriptionId);
+        if (!r || r.next_attempt_at > now || (r.claimed_until !== null && r.claimed_until > now)) return undefined;
+        const token = newClaimToken();
+        this.claim.run(token, now + leaseMs, subscriptionId);
+        return { ...deliveryFromDb(r), claim: token };
+      })
+      .immediate();
+  }
+
+  async release(subscriptionId: string, claim: string): Promise<void> {
+    this.releaseClaim.run(subscriptionId, claim);
   }
 
   async nextDueAt(): Promise<number | null> {
@@ -311,9 +343,9 @@ export class SqliteWebhooks implements WebhookStore {
    * share one transaction, committed on the next turn: one commit for several attempts. Each
    * caller's promise settles after that commit, so nothing goes on before its outcome is durable.
    */
-  async record(deliveryId: number, o: DeliveryOutcome): Promise<void> {
+  async record(deliveryId: number, o: DeliveryOutcome, claim?: string): Promise<void> {
     return new Promise<void>((resolve, reject) => {
-      this.toRecord.push({ deliveryId, o, resolve, reject });
+      this.toRecord.push({ deliveryId, o, claim, resolve, reject });
       if (this.toRecord.length === 1) setImmediate(() => this.flushRecords());
     });
   }
@@ -323,7 +355,7 @@ export class SqliteWebhooks implements WebhookStore {
     this.toRecord = [];
     try {
       this.db.transaction(() => {
-        for (const { deliveryId, o } of batch) this.recordOne(deliveryId, o);
+        for (const { deliveryId, o, claim } of batch) this.recordOne(deliveryId, o, claim);
       })();
     } catch (err) {
       for (const r of batch) r.reject(err);
@@ -332,10 +364,15 @@ export class SqliteWebhooks implements WebhookStore {
     for (const r of batch) r.resolve();
   }
 
-  private recordOne(deliveryId: number, o: DeliveryOutcome): void {
+  private recordOne(deliveryId: number, o: DeliveryOutcome, claim: string | undefined): void {
     const d = this.deliveryById.get(deliveryId);
     if (!d) return;
     this.logAttempt(d, o);
+    if (claim !== undefined) {
+      // A lease that ran out and was taken over: the attempt happened, the new holder decides.
+      if (this.claimOf.get(d.subscription_id)?.claim_token !== claim) return;
+      this.releaseClaim.run(d.subscription_id, claim);
+    }
     if (o.kind === 'delivered') {
       this.markDelivered.run(o.status, deliveryId);
       this.subDelivered.run(o.at, d.subscription_id);

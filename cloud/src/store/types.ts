@@ -389,6 +389,11 @@ export interface DeliveryRow {
   createdAt: number;
 }
 
+/** A queue head claimed for an attempt: `claim` is the token that records or releases it. */
+export interface ClaimedDelivery extends DeliveryRow {
+  claim: string;
+}
+
 /** `latencyMs`: how long the attempt took, for the attempt log (absent: not measured). */
 export type DeliveryOutcome =
   | { kind: 'delivered'; status: number; at: number; latencyMs?: number }
@@ -429,19 +434,32 @@ export interface WebhookStore {
   /** Appends one delivery to a subscription's queue (test events, redeliveries). */
   enqueue(subscriptionId: string, delivery: { eventId: string; eventType: string; payload: string }, now: number): Promise<number>;
   /**
-   * The head of each active subscription's queue that is due now, oldest due first, skipping the
-   * subscriptions in `busy` (their head is being attempted: the claim). With several replicas this
-   * becomes a claim with a lease (`FOR UPDATE SKIP LOCKED`); `busy` is this process's share of it.
+   * Claims up to `limit` active subscriptions whose queue head is due at `now` and that no live
+   * lease holds (oldest due first), leasing each until `now + leaseMs`, and returns their heads
+   * with the claim's token. Atomic across processes (PostgreSQL: FOR UPDATE SKIP LOCKED), so two
+   * replicas never hold one subscription: only the holder attempts its head, which keeps each
+   * queue in order. A holder that dies leaves a lease that runs out; the head is then claimed
+   * again (that one delivery at most twice).
    */
-  dueHeads(now: number, limit: number, busy?: ReadonlySet<string>): Promise<DeliveryRow[]>;
-  /** The head of one subscription's queue if the subscription is active and the head is due. */
-  dueHead(subscriptionId: string, now: number): Promise<DeliveryRow | undefined>;
+  claimDue(now: number, limit: number, leaseMs: number): Promise<ClaimedDelivery[]>;
+  /**
+   * The same claim for one subscription (a slot going on down the queue it just worked on): its
+   * head if the subscription is active, the head is due and no other holder's lease is live.
+   */
+  dueHead(subscriptionId: string, now: number, leaseMs: number): Promise<ClaimedDelivery | undefined>;
+  /** Gives up a claim without recording an attempt (the subscription went inactive, the worker stops). */
+  release(subscriptionId: string, claim: string): Promise<void>;
   /** What an attempt needs of its subscription (no queue counts); not scoped, like getById. */
   deliveryTarget(id: string): Promise<Pick<WebhookRow, 'id' | 'url' | 'status' | 'secretSealed' | 'previousSecretSealed' | 'previousSecretUntil'> | undefined>;
   /** Earliest next_attempt_at among active queue heads, for the scheduler. */
   nextDueAt(): Promise<number | null>;
-  /** Records an attempt's outcome on its delivery and in the attempt log, in one transaction. */
-  record(deliveryId: number, outcome: DeliveryOutcome): Promise<void>;
+  /**
+   * Records an attempt's outcome on its delivery and in the attempt log, in one transaction, and
+   * releases the subscription's lease. With `claim`, only while that claim still holds the
+   * subscription: a holder whose lease ran out and was taken over only logs its attempt (the new
+   * holder decides the delivery). Without `claim` (tests, tools) the outcome is applied as is.
+   */
+  record(deliveryId: number, outcome: DeliveryOutcome, claim?: string): Promise<void>;
   /** The attempt log, newest first, ids below `beforeId`; undefined for an unknown subscription. */
   attempts(orgId: string, subscriptionId: string, beforeId: number | null, limit: number): Promise<DeliveryAttemptRow[] | undefined>;
   deadLetters(orgId: string, subscriptionId: string): Promise<DeliveryRow[] | undefined>;

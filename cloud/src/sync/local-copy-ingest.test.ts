@@ -1,8 +1,9 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, expect, it } from 'vitest';
 import { pino } from 'pino';
 import { HOUR, ManualClock, type OutboxAck } from '@fleet/protocol';
 import { OutboxRouter } from '../robots/outbox-router.js';
-import { openSqliteStore, type SqliteStore } from '../store/sqlite.js';
+import { describeStore, type TestStore } from '../store/test-store.js';
+import type { Store } from '../store/types.js';
 import { testReport } from '../test-support.js';
 import { EpisodePrunedHandler, LocalMissingHandler } from './local-copy-ingest.js';
 
@@ -10,19 +11,33 @@ const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';
 const ROBOT = 'rbt_1';
 
-describe('episode.pruned and episode.local_missing outbox kinds', () => {
-  let store: SqliteStore;
+/**
+ * Whether the store's engine has the episode store yet (PostgreSQL is built part by part, the
+ * episodes on another branch): the PostgreSQL half of this suite is skipped until then.
+ */
+async function hasEpisodes(store: Store): Promise<boolean> {
+  return store.episodes.get('org_none', 'ep_none').then(
+    () => true,
+    () => false,
+  );
+}
+
+describeStore('episode.pruned and episode.local_missing outbox kinds', (open) => {
+  let store: TestStore;
   let clock: ManualClock;
   let acks: OutboxAck[];
   let woken: number;
   let router: OutboxRouter;
 
-  beforeEach(async () => {
-    store = openSqliteStore(':memory:');
+  beforeEach(async (ctx) => {
+    store = await open();
+    if (!(await hasEpisodes(store))) ctx.skip();
     clock = new ManualClock(T0);
     acks = [];
     woken = 0;
     await store.orgs.create({ id: ORG, name: ORG, tier: 'enterprise', createdAt: T0 });
+    // The log's events, read back through a subscription to them.
+    await store.webhooks.create({ id: 'whk_1', orgId: ORG, url: 'https://hooks.test/x', events: ['episode.pruned'], secretSealed: 's', createdAt: T0 }, 10);
     const logger = pino({ level: 'silent' });
     router = new OutboxRouter({
       logger,
@@ -40,7 +55,16 @@ describe('episode.pruned and episode.local_missing outbox kinds', () => {
   });
 
   const send = (msg: unknown, robotId = ROBOT) => router.submit(robotId, Buffer.from(JSON.stringify(msg)));
-  const events = (type: string) => store.db.prepare<[string], { payload: string }>('SELECT payload FROM events WHERE type = ? ORDER BY id').all(type).map((r) => JSON.parse(r.payload) as Record<string, unknown>);
+  /** The events of the log of `type`, oldest first: fanned out, then taken off the subscription's queue. */
+  async function events(type: string): Promise<Record<string, unknown>[]> {
+    await store.webhooks.fanOut(clock.now());
+    const out: Record<string, unknown>[] = [];
+    for (let d = await store.webhooks.dueHead('whk_1', clock.now(), 1000); d; d = await store.webhooks.dueHead('whk_1', clock.now(), 1000)) {
+      if (d.eventType === type) out.push(JSON.parse(d.payload) as Record<string, unknown>);
+      await store.webhooks.record(d.id, { kind: 'delivered', status: 200, at: clock.now() }, d.claim);
+    }
+    return out;
+  }
 
   async function indexed() {
     const report = testReport();
@@ -56,7 +80,7 @@ describe('episode.pruned and episode.local_missing outbox kinds', () => {
     // A robot whose store lost the acked row reports again under the same id.
     await send({ ...msg, body: { ...msg.body, pruned_at: T0 + 80 * HOUR } });
     expect(acks).toEqual([msg, msg, msg].map(() => ({ msg_id: msg.msg_id, ok: true })));
-    const pruned = events('episode.pruned');
+    const pruned = await events('episode.pruned');
     expect(pruned).toEqual([{ schema_version: 1, episode_id: ep.id, robot_id: ROBOT, recording_session_id: ep.recording_session_id, episode_seq: ep.episode_seq, state: 'pruned' }]);
     expect(woken).toBe(1);
   });
@@ -71,7 +95,7 @@ describe('episode.pruned and episode.local_missing outbox kinds', () => {
       { msg_id: 'pruned:x', ok: false, error: { code: 'conflict', message: expect.any(String) as string } },
       { msg_id: 'pruned:bad', ok: false, error: { code: 'validation_failed', message: expect.any(String) as string } },
     ]);
-    expect(events('episode.pruned')).toEqual([]);
+    expect(await events('episode.pruned')).toEqual([]);
   });
 
   it('episode.local_missing marks the episode once; sync health counts it in local_missing', async () => {

@@ -1,5 +1,5 @@
 /**
- * The delivery engine end to end, in process: the real routes (app.inject), the SQLite store,
+ * The delivery engine end to end, in process: the real routes (app.inject), the test store (SQLite, or PostgreSQL with FLEET_TEST_DATABASE=postgres),
  * a ManualClock walked through the retry schedule, and REAL HTTPS receivers on 127.0.0.1 reached
  * through the EgressClient (test CA, loopback allowed, an injected resolver for `hooks.test`).
  */
@@ -10,8 +10,7 @@ import { EgressClient } from '../egress/client.js';
 import { createTestPki, startHttpsReceiver, type KeyPair, type ReceivedRequest, type ReceiverContext, type TestPki, type TestReceiver } from '../egress/test-https.js';
 import { SecretBox } from '../secret-box.js';
 import { errorCode, startTestCloud, testReport, type TestCloud, type TestTenant } from '../test-support.js';
-import { DeliveryWorker, RECEIVER_TIMEOUT_MS, RETRY_SCHEDULE_MS } from './delivery.js';
-import { sqliteDb } from '../store/test-store.js';
+import { DeliveryWorker, leaseFor, RECEIVER_TIMEOUT_MS, RETRY_SCHEDULE_MS } from './delivery.js';
 
 type Behaviour = (req: ReceivedRequest, res: ServerResponse, ctx: ReceiverContext) => void;
 const ok: Behaviour = (_req, res) => res.writeHead(200).end('ok');
@@ -31,6 +30,8 @@ interface Env {
   behave: { fn: Behaviour };
   url: string;
   secrets: SecretBox;
+  /** The `evt_<n>` ids of the events logged so far, oldest first (see ingest). */
+  logged: string[];
 }
 
 let pki: TestPki;
@@ -55,7 +56,7 @@ beforeEach(async () => {
   const worker = new DeliveryWorker({ store: t.store, secrets, egress, clock: t.clock, logger: t.app.log });
   const behave = { fn: ok };
   const rx = await startHttpsReceiver(tls, (req, res, ctx) => behave.fn(req, res, ctx));
-  env = { t, tenant: await t.createTenant(), worker, egress, rx, dns, behave, url: `https://hooks.test:${rx.port}/hook`, secrets };
+  env = { t, tenant: await t.createTenant(), worker, egress, rx, dns, behave, url: `https://hooks.test:${rx.port}/hook`, secrets, logged: [] };
 });
 
 afterEach(async () => {
@@ -74,6 +75,9 @@ async function ingest(n = 1, orgId = env.tenant.org.id): Promise<EpisodeReport[]
   const reports = Array.from({ length: n }, () => report());
   const results = await env.t.store.episodes.ingest(reports.map((r) => ({ orgId, robotId: 'rbt_1', report: r, reportedAt: env.t.clock.now() })));
   expect(results).toEqual(reports.map(() => 'inserted'));
+  // Each new episode logs one event, and nothing else logs any here: in a fresh database the
+  // log's ids are 1, 2, 3, ... (both engines number from 1 and these appends never roll back).
+  for (let i = 0; i < n; i++) env.logged.push(evt(env.logged.length + 1));
   return reports;
 }
 
@@ -138,9 +142,16 @@ const tick = () => env.worker.tick();
 const advance = (ms: number) => env.t.clock.advance(ms);
 const evt = (n: number) => `evt_${n}`;
 
-/** The `evt_<n>` ids of the events table, oldest first. */
+/** The `evt_<n>` ids of the event log, oldest first. */
 function loggedEventIds(): string[] {
-  return (sqliteDb(env.t.store).prepare('SELECT id FROM events ORDER BY id').all() as { id: number }[]).map((r) => evt(r.id));
+  return [...env.logged];
+}
+
+/** The subscription's attempt log through the API, newest first. */
+async function attemptLog(id: string): Promise<Record<string, unknown>[]> {
+  const res = await env.t.app.inject({ method: 'GET', url: `/v1/webhooks/${id}/deliveries`, headers: env.tenant.auth });
+  expect(res.statusCode).toBe(200);
+  return res.json<{ deliveries: Record<string, unknown>[] }>().deliveries;
 }
 
 describe('delivery of episode.finalized', () => {
@@ -196,8 +207,9 @@ describe('delivery of episode.finalized', () => {
     expect(eventIds()).toEqual(loggedEventIds().slice(1));
     expect((await listed(finalized.id)).pending_deliveries).toBe(0);
     expect((await listed(synced.id)).pending_deliveries).toBe(0);
-    const rows = sqliteDb(env.t.store).prepare('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE subscription_id = ?').get(synced.id) as { n: number };
-    expect(rows.n).toBe(0);
+    // Nothing was ever queued for it: no attempt, nothing pending.
+    expect(await attemptLog(synced.id)).toEqual([]);
+    expect(await env.t.store.gauges.pendingDeliveries()).toBe(0);
   });
 
   it('delivers to every matching subscription of the organization, each in order', async () => {
@@ -553,8 +565,7 @@ describe('auto-disable and enable', () => {
     expect(row.pending_deliveries).toBe(1);
     // No attempt counted, nothing dead.
     expect(await deadLetters(sub.id)).toEqual([]);
-    const attempts = sqliteDb(env.t.store).prepare('SELECT attempts FROM webhook_deliveries WHERE subscription_id = ?').get(sub.id) as { attempts: number };
-    expect(attempts.attempts).toBe(0);
+    expect(await attemptLog(sub.id)).toEqual([]);
 
     // Events keep queueing while disabled; nothing is attempted.
     await ingest();
@@ -660,6 +671,47 @@ describe('the test event', () => {
   });
 });
 
+describe('claims across processes', () => {
+  it('two workers on one database attempt each head once, in order per subscription', async () => {
+    const subs = [await subscribe(), await subscribe()];
+    await ingest(5);
+    const second = new DeliveryWorker({ store: env.t.store, secrets: env.secrets, egress: env.egress, clock: env.t.clock, logger: env.t.app.log, concurrency: 1 });
+    try {
+      await Promise.all([tick(), second.tick(), tick(), second.tick()]);
+    } finally {
+      await second.stop();
+    }
+    const perSub = (secret: string) =>
+      env.rx.requests.filter((q) => verifySignature({ body: q.body, header: String(q.headers['x-service-signature']), secrets: [secret], nowS: env.t.clock.now() / 1000 }).ok).map((q) => String(q.headers['x-service-event-id']));
+    for (const sub of subs) expect(perSub(sub.secret)).toEqual(loggedEventIds());
+    expect(env.rx.requests).toHaveLength(10);
+  });
+
+  it('a process killed mid-attempt holds its head until the lease runs out; then another takes over, and the late outcome decides nothing', async () => {
+    const sub = await subscribe();
+    await ingest(2);
+    const [e1, e2] = loggedEventIds();
+    const lease = leaseFor(RECEIVER_TIMEOUT_MS);
+    // The dead process's claim, taken on the shared clock just before it died.
+    await env.t.store.webhooks.fanOut(env.t.clock.now());
+    const [held] = await env.t.store.webhooks.claimDue(env.t.clock.now(), 10, lease);
+    expect(held?.eventId).toBe(e1);
+    expect(await tick()).toBe(0);
+    advance(lease - 1);
+    expect(await tick()).toBe(0);
+    expect(env.rx.requests).toHaveLength(0);
+    advance(1);
+    expect(await tick()).toBe(2);
+    expect(eventIds()).toEqual([e1, e2]);
+    // Its outcome arrives after all (it was only partitioned): logged, but the queue stays done.
+    await env.t.store.webhooks.record(held!.id, { kind: 'retry', status: 503, error: 'HTTP 503', at: env.t.clock.now(), nextAttemptAt: env.t.clock.now() + MINUTE }, held!.claim);
+    expect((await listed(sub.id)).pending_deliveries).toBe(0);
+    advance(DAY);
+    expect(await tick()).toBe(0);
+    expect((await attemptLog(sub.id)).map((a) => a.outcome)).toEqual(['retry', 'delivered', 'delivered']);
+  });
+});
+
 describe('delete and isolation', () => {
   it('DELETE removes the subscription and its queue', async () => {
     const sub = await subscribe();
@@ -669,8 +721,7 @@ describe('delete and isolation', () => {
     expect((await listed(sub.id)).pending_deliveries).toBe(3);
     const res = await env.t.app.inject({ method: 'DELETE', url: `/v1/webhooks/${sub.id}`, headers: env.tenant.auth });
     expect(res.statusCode).toBe(204);
-    const left = sqliteDb(env.t.store).prepare('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE subscription_id = ?').get(sub.id) as { n: number };
-    expect(left.n).toBe(0);
+    expect(await env.t.store.gauges.pendingDeliveries()).toBe(0);
     advance(DAY);
     await ingest();
     await tick();

@@ -3,7 +3,7 @@ import { every, HOUR, nextRetryDelay, MINUTE, signPayload, SIGNATURE_HEADER, sys
 import { EgressError, type EgressClient } from '../egress/client.js';
 import type { CloudMetrics } from '../metrics.js';
 import type { SecretBox } from '../secret-box.js';
-import type { DeliveryOutcome, DeliveryRow, Store, WebhookRow } from '../store/index.js';
+import type { ClaimedDelivery, DeliveryOutcome, DeliveryRow, Store, WebhookRow } from '../store/index.js';
 
 /** Waits after the 1st … 6th failed attempt (spec, Delivery semantics 4): 7 attempts in all. */
 export const RETRY_SCHEDULE_MS: readonly number[] = [MINUTE, 5 * MINUTE, 30 * MINUTE, 2 * HOUR, 12 * HOUR, 24 * HOUR];
@@ -39,6 +39,16 @@ export interface DeliveryWorkerOptions {
   receiverTimeoutMs?: number;
   /** Counts each attempt's outcome. */
   metrics?: Pick<CloudMetrics, 'webhookDelivery'>;
+  /**
+   * How long a claim on a subscription holds without an outcome (default leaseFor(receiver
+   * timeout)): another process takes the head over after it, so it must outlast one attempt.
+   */
+  leaseMs?: number;
+}
+
+/** A lease that outlasts an attempt (the receiver's timeout) with room for a slow commit. */
+export function leaseFor(receiverTimeoutMs: number): number {
+  return 2 * receiverTimeoutMs + 30_000;
 }
 
 /** Consecutive attempts one slot makes on one subscription's queue before it lets others in. */
@@ -55,13 +65,17 @@ const OPENED_SECRETS_KEPT = 1024;
  * Up to `concurrency` subscriptions are worked on at once, each by one slot: a slot attempts its
  * subscription's head, records the outcome, then goes straight on to that queue's next due head
  * (up to RUN_LENGTH in a row), and when it is done the freed slot claims the oldest due head of a
- * subscription nobody works on. No slot waits for another; a subscription is in at most one slot
- * (its claim), which is what keeps its order. `notify()` (ingest, tests, redeliveries) wakes a
+ * subscription nobody works on. No slot waits for another. The claim is a lease in the database
+ * (WebhookStore.claimDue), taken for each attempt and released with its outcome, so a
+ * subscription is worked on by at most one slot of one process, which is what keeps its order
+ * across replicas; a process killed mid-attempt leaves a lease that runs out, and another takes
+ * the head over. `notify()` (ingest, tests, redeliveries) wakes a
  * pass at once; the poll is only the fallback for work that another process wrote.
  */
 export class DeliveryWorker {
   private readonly schedule: readonly number[];
   private readonly concurrency: number;
+  private readonly leaseMs: number;
   private stopPolling: (() => void) | null = null;
   private running: Promise<number> | null = null;
   /** Subscriptions being worked on, each by one slot (this process's claims). */
@@ -81,6 +95,7 @@ export class DeliveryWorker {
   constructor(private readonly opts: DeliveryWorkerOptions) {
     this.schedule = opts.schedule ?? RETRY_SCHEDULE_MS;
     this.concurrency = Math.max(1, opts.concurrency ?? 8);
+    this.leaseMs = opts.leaseMs ?? leaseFor(opts.receiverTimeoutMs ?? RECEIVER_TIMEOUT_MS);
   }
 
   start(): void {
@@ -133,12 +148,8 @@ export class DeliveryWorker {
     for (;;) {
       const free = this.stopping ? 0 : this.concurrency - this.slots.size;
       if (free > 0) {
-        const heads = await store.webhooks.dueHeads(clock.now(), free, new Set(this.slots.keys()));
-        for (const d of heads) {
-          // Claimed meanwhile by another pass (the claim is only ever taken synchronously).
-          if (this.slots.has(d.subscriptionId) || this.slots.size >= this.concurrency) continue;
-          this.run(d);
-        }
+        // The database's leases keep out every subscription a slot (here or elsewhere) holds.
+        for (const d of await store.webhooks.claimDue(clock.now(), free, this.leaseMs)) this.run(d);
       }
       if (this.failure) {
         const { err } = this.failure;
@@ -156,18 +167,25 @@ export class DeliveryWorker {
   }
 
   /** Takes `first`'s subscription into a slot and works down its queue. */
-  private run(first: DeliveryRow): void {
+  private run(first: ClaimedDelivery): void {
     const subscriptionId = first.subscriptionId;
     const slot = (async () => {
+      let d: ClaimedDelivery | undefined = first;
       try {
-        let d: DeliveryRow | undefined = first;
         for (let n = 0; d !== undefined && n < RUN_LENGTH && !this.stopping; n++) {
           this.attemptsMade++;
-          if (!(await this.attempt(d))) return;
-          d = await this.opts.store.webhooks.dueHead(subscriptionId, this.opts.clock.now());
+          const goOn = await this.attempt(d);
+          // Recorded or given up: either way the lease is released.
+          d = undefined;
+          if (!goOn) return;
+          d = await this.opts.store.webhooks.dueHead(subscriptionId, this.opts.clock.now(), this.leaseMs);
         }
+        // Stopping, or the run was long enough: let other slots (and processes) in.
+        if (d) await this.opts.store.webhooks.release(subscriptionId, d.claim);
       } catch (err) {
         this.failure ??= { err };
+        // Best effort: otherwise the head waits for its lease to run out.
+        if (d) await this.opts.store.webhooks.release(subscriptionId, d.claim).catch(() => undefined);
       } finally {
         this.slots.delete(subscriptionId);
         this.wakeUp();
@@ -187,10 +205,13 @@ export class DeliveryWorker {
   }
 
   /** Attempts `d` and records the outcome; false when its subscription cannot go on now. */
-  private async attempt(d: DeliveryRow): Promise<boolean> {
+  private async attempt(d: ClaimedDelivery): Promise<boolean> {
     const { store, clock, logger } = this.opts;
     const sub = await store.webhooks.deliveryTarget(d.subscriptionId);
-    if (!sub || sub.status !== 'active') return false;
+    if (!sub || sub.status !== 'active') {
+      await store.webhooks.release(d.subscriptionId, d.claim);
+      return false;
+    }
     const now = clock.now();
     let outcome: DeliveryOutcome;
     // The attempt log's latency: from sending to the answer or the failure, on the injected clock.
@@ -212,7 +233,7 @@ export class DeliveryWorker {
       if (err instanceof EgressError && err.failure === 'too_large' && err.details.status !== undefined) {
         // Only the status matters: a huge body is cut off, not held against the receiver.
         const cut = byStatus(err.details.status, clock.now());
-        await store.webhooks.record(d.id, cut);
+        await store.webhooks.record(d.id, cut, d.claim);
         this.opts.metrics?.webhookDelivery(cut.kind);
         return cut.kind !== 'retry';
       }
@@ -220,13 +241,14 @@ export class DeliveryWorker {
         // The URL cannot work as configured: disable, keep the queue, count no attempt.
         logger.warn({ subscription_id: sub.id, failure: err.failure }, 'webhook subscription auto-disabled');
         await store.webhooks.disable(sub.id, `${err.failure}: ${err.message}`.slice(0, 512));
+        await store.webhooks.release(sub.id, d.claim);
         this.opts.metrics?.webhookDelivery('disabled');
         return false;
       }
       const failure = err instanceof EgressError ? `${err.failure}: ${err.message}` : String(err);
       outcome = timed(this.retryOrDead(d, null, failure.slice(0, 512), clock.now()));
     }
-    await store.webhooks.record(d.id, outcome);
+    await store.webhooks.record(d.id, outcome, d.claim);
     this.opts.metrics?.webhookDelivery(outcome.kind);
     return outcome.kind !== 'retry';
   }

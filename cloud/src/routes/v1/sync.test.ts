@@ -2,7 +2,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DAY, HOUR, SyncHealthRowSchema, type CreatedDestination, type EpisodeReport, type RoutingRule } from '@fleet/protocol';
 import { bearer, errorCode, errorDetails, startTestCloud, testReport, type TestCloud, type TestTenant } from '../../test-support.js';
-import { sqliteDb } from '../../store/test-store.js';
 
 let t: TestCloud;
 let tenant: TestTenant;
@@ -35,7 +34,8 @@ async function ingest(reports: EpisodeReport[], orgId = tenant.org.id, robotId =
   await t.store.episodes.ingest(reports.map((report) => ({ orgId, robotId, report, reportedAt: t.clock.now() })));
 }
 
-const routes = () => sqliteDb(t.store).prepare('SELECT e.id AS episode, r.destination_id AS dest FROM routes r JOIN episodes e ON e.seq = r.episode_seq ORDER BY r.episode_seq').all();
+/** The robot's assignments (routes to live destinations, none verified here), in episode order. */
+const routes = async () => (await t.store.sync.pendingAssignments('rbt_1')).map((r) => ({ episode: r.episodeId, dest: r.destinationId }));
 
 describe('destinations', () => {
   it('shows the dsec_ secret once, seals it at rest, never lists it', async () => {
@@ -58,7 +58,7 @@ describe('destinations', () => {
     const { secret, ...listed } = created;
     expect(list.json()).toEqual({ destinations: [listed] });
     expect(list.payload).not.toContain(secret);
-    const stored = sqliteDb(t.store).prepare('SELECT secret_sealed FROM destinations').pluck().get() as string;
+    const stored = (await t.store.sync.getDestination(tenant.org.id, created.id))!.secretSealed;
     expect(stored).not.toContain(secret);
     expect((await createDestination()).retention).toBe('keep');
   });
@@ -180,26 +180,26 @@ describe('routing rules', () => {
     await ingest([a, b]);
     const d1 = (await createDestination()).id;
     await t.cloud.sync.idle();
-    expect(routes()).toEqual([{ episode: a.id, dest: d1 }, { episode: b.id, dest: d1 }]);
+    expect(await routes()).toEqual([{ episode: a.id, dest: d1 }, { episode: b.id, dest: d1 }]);
 
     const d2 = (await createDestination()).id;
     const [c, x] = [testReport({ task_id: 'place' }), testReport({ outcome: 'discarded' })];
     await ingest([c, x]);
     await t.cloud.sync.idle();
-    expect(routes()).toHaveLength(2);
+    expect(await routes()).toHaveLength(2);
 
     await createRule(d2, { task_id: ['place'] });
     await t.cloud.sync.idle();
-    expect(routes()).toEqual([{ episode: a.id, dest: d1 }, { episode: b.id, dest: d1 }, { episode: c.id, dest: d2 }]);
+    expect(await routes()).toEqual([{ episode: a.id, dest: d1 }, { episode: b.id, dest: d1 }, { episode: c.id, dest: d2 }]);
 
     // Revoking d2 drops its pending route; its rule stops matching, so c stays local.
     await call('DELETE', `/v1/destinations/${d2}`);
     await t.cloud.sync.idle();
-    expect(routes()).toEqual([{ episode: a.id, dest: d1 }, { episode: b.id, dest: d1 }]);
+    expect(await routes()).toEqual([{ episode: a.id, dest: d1 }, { episode: b.id, dest: d1 }]);
     // A rule for d1 takes it again.
     await createRule(d1, {});
     await t.cloud.sync.idle();
-    expect(routes()).toEqual([{ episode: a.id, dest: d1 }, { episode: b.id, dest: d1 }, { episode: c.id, dest: d1 }]);
+    expect(await routes()).toEqual([{ episode: a.id, dest: d1 }, { episode: b.id, dest: d1 }, { episode: c.id, dest: d1 }]);
   });
 });
 

@@ -2,10 +2,13 @@ import type { SyncStore } from '../sync-types.js';
 import type { ApiKeyStore, DatasetStore, EpisodeStore, GaugeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, SharedCounterStore, Store, WebhookStore } from '../types.js';
 import { PgApiKeys, PgOrgs } from './accounts.js';
 import { PgDb } from './db.js';
+import { PgGauges } from './gauges.js';
 import { migratePg } from './migrations.js';
 import { PgCounters, PgIdempotency, PgMeters } from './requests.js';
 import { PgRobots } from './robots.js';
+import { PgSync } from './sync.js';
 import { unfinished } from './unfinished.js';
+import { PgWebhooks } from './webhooks.js';
 
 /**
  * The store on PostgreSQL: the same interface as the SQLite store, for several cloud replicas
@@ -34,9 +37,9 @@ export class PgStore implements Store {
     this.robots = new PgRobots(db);
     this.episodes = unfinished('episodes');
     this.datasets = unfinished('datasets');
-    this.webhooks = unfinished('webhooks');
-    this.sync = unfinished('sync');
-    this.gauges = unfinished('gauges');
+    this.webhooks = new PgWebhooks(db);
+    this.sync = new PgSync(db);
+    this.gauges = new PgGauges(db);
   }
 
   async checkSecretKey(fingerprint: string): Promise<'recorded' | 'same' | 'different'> {

@@ -1,0 +1,268 @@
+import { attemptFromDb, deliveryFromDb, newClaimToken, subFromDb, type AttemptDbRow, type DeliveryDbRow, type SubDbRow } from '../sqlite-webhooks.js';
+import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type ClaimedDelivery, type DeliveryAttemptRow, type DeliveryOutcome, type DeliveryRow, type WebhookRow, type WebhookStore } from '../types.js';
+import { LOCKS, type PgDb, type Sql } from './db.js';
+
+const SUB_COLUMNS = `s.*, (SELECT COUNT(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.state = 'pending') AS pending`;
+/** Key space (first key of the two-key advisory lock) of the per-organization subscription limit. */
+const ORG_SUBSCRIPTIONS_LOCK = 7_315_101;
+/** Events fanned out per call at most: a long backlog is caught up over several passes. */
+const FAN_OUT_BATCH = 5000;
+
+/**
+ * Webhooks on PostgreSQL. Every cross-replica rule is a database one: the active-subscription
+ * limit under a per-organization lock, one fan-out at a time (LOCKS.fanOut) reading only event
+ * ids already committed in order (see events.ts), and claims on queue heads taken with
+ * FOR UPDATE SKIP LOCKED and held as a lease until the outcome is recorded.
+ */
+export class PgWebhooks implements WebhookStore {
+  constructor(private readonly db: PgDb) {}
+
+  private async lockOrg(sql: Sql, orgId: string): Promise<void> {
+    await sql.query('SELECT pg_advisory_xact_lock($1, hashtext($2))', [ORG_SUBSCRIPTIONS_LOCK, orgId]);
+  }
+
+  private async activeCount(sql: Sql, orgId: string): Promise<number> {
+    const r = await sql.query<{ n: number }>(`SELECT COUNT(*) AS n FROM webhook_subscriptions WHERE org_id = $1 AND status = 'active'`, [orgId]);
+    return r.rows[0]!.n;
+  }
+
+  async create(row: Parameters<WebhookStore['create']>[0], maxActive: number): Promise<'ok' | 'limit'> {
+    return this.db.tx(async (sql) => {
+      await this.lockOrg(sql, row.orgId);
+      if ((await this.activeCount(sql, row.orgId)) >= maxActive) return 'limit';
+      // A new subscription starts with the events that come after it, not the history.
+      await sql.query(
+        `INSERT INTO webhook_subscriptions (id, org_id, url, events, status, secret_sealed, event_cursor, created_at)
+         VALUES ($1, $2, $3, $4, 'active', $5, COALESCE((SELECT MAX(id) FROM events WHERE org_id = $2), 0), $6)`,
+        [row.id, row.orgId, row.url, JSON.stringify(row.events), row.secretSealed, row.createdAt],
+      );
+      return 'ok';
+    });
+  }
+
+  async get(orgId: string, id: string): Promise<WebhookRow | undefined> {
+    const r = await this.db.one<SubDbRow>(`SELECT ${SUB_COLUMNS} FROM webhook_subscriptions s WHERE s.org_id = $1 AND s.id = $2`, [orgId, id]);
+    return r && subFromDb(r);
+  }
+
+  async getById(id: string): Promise<WebhookRow | undefined> {
+    const r = await this.db.one<SubDbRow>(`SELECT ${SUB_COLUMNS} FROM webhook_subscriptions s WHERE s.id = $1`, [id]);
+    return r && subFromDb(r);
+  }
+
+  async deliveryTarget(id: string): Promise<Pick<WebhookRow, 'id' | 'url' | 'status' | 'secretSealed' | 'previousSecretSealed' | 'previousSecretUntil'> | undefined> {
+    const r = await this.db.one<SubDbRow>('SELECT * FROM webhook_subscriptions WHERE id = $1', [id]);
+    return r && { id: r.id, url: r.url, status: r.status, secretSealed: r.secret_sealed, previousSecretSealed: r.previous_secret_sealed, previousSecretUntil: r.previous_secret_until };
+  }
+
+  async list(orgId: string): Promise<WebhookRow[]> {
+    return (await this.db.many<SubDbRow>(`SELECT ${SUB_COLUMNS} FROM webhook_subscriptions s WHERE s.org_id = $1 ORDER BY s.created_at, s.id`, [orgId])).map(subFromDb);
+  }
+
+  async delete(orgId: string, id: string): Promise<boolean> {
+    return this.db.tx(async (sql) => {
+      const gone = ((await sql.query('DELETE FROM webhook_subscriptions WHERE org_id = $1 AND id = $2', [orgId, id])).rowCount ?? 0) > 0;
+      if (gone) {
+        await sql.query('DELETE FROM webhook_deliveries WHERE subscription_id = $1', [id]);
+        await sql.query('DELETE FROM webhook_attempts WHERE subscription_id = $1', [id]);
+      }
+      return gone;
+    });
+  }
+
+  async enable(orgId: string, id: string, maxActive: number): Promise<WebhookRow | 'limit' | undefined> {
+    const result = await this.db.tx(async (sql): Promise<'ok' | 'limit' | undefined> => {
+      await this.lockOrg(sql, orgId);
+      const r = (await sql.query<{ status: string }>('SELECT status FROM webhook_subscriptions WHERE org_id = $1 AND id = $2', [orgId, id])).rows[0];
+      if (!r) return undefined;
+      if (r.status === 'active') return 'ok';
+      if ((await this.activeCount(sql, orgId)) >= maxActive) return 'limit';
+      await sql.query(`UPDATE webhook_subscriptions SET status = 'active', disabled_reason = NULL WHERE id = $1`, [id]);
+      return 'ok';
+    });
+    return result === 'ok' ? this.get(orgId, id) : result;
+  }
+
+  async disable(id: string, reason: string): Promise<void> {
+    await this.db.query(`UPDATE webhook_subscriptions SET status = 'disabled', disabled_reason = $1 WHERE id = $2`, [reason, id]);
+  }
+
+  async rotateSecret(orgId: string, id: string, secretSealed: string, previousUntil: number): Promise<WebhookRow | undefined> {
+    const r = await this.db.query(
+      `UPDATE webhook_subscriptions SET previous_secret_sealed = secret_sealed, previous_secret_until = $1, secret_sealed = $2
+       WHERE org_id = $3 AND id = $4`,
+      [previousUntil, secretSealed, orgId, id],
+    );
+    return (r.rowCount ?? 0) > 0 ? this.get(orgId, id) : undefined;
+  }
+
+  /**
+   * One fan-out at a time across replicas (LOCKS.fanOut), so each queue gets its events in id
+   * order. The bound is read first: every id at or below the newest visible one has committed
+   * (events commit in id order, pg/events.ts), so moving a cursor up to it skips nothing.
+   */
+  async fanOut(now: number): Promise<number> {
+    return this.db.tx(async (sql) => {
+      await sql.query('SELECT pg_advisory_xact_lock($1)', [LOCKS.fanOut]);
+      const newest = (await sql.query<{ m: number | null }>('SELECT MAX(id) AS m FROM events')).rows[0]?.m ?? 0;
+      // The subscriptions behind, fixed now: one created meanwhile starts at its own cursor.
+      const subs = (await sql.query<{ id: string; c: number }>('SELECT id, event_cursor AS c FROM webhook_subscriptions WHERE event_cursor < $1', [newest])).rows;
+      if (subs.length === 0) return 0;
+      const lowest = Math.min(...subs.map((s) => s.c));
+      const top = Math.min(newest, lowest + FAN_OUT_BATCH);
+      const ids = subs.map((s) => s.id);
+      const inserted = await sql.query(
+        `INSERT INTO webhook_deliveries (subscription_id, event_id, event_type, payload, state, next_attempt_at, created_at)
+         SELECT s.id, 'evt_' || e.id, e.type, e.payload, 'pending', $1, $1
+         FROM webhook_subscriptions s JOIN events e ON e.org_id = s.org_id AND e.id > s.event_cursor AND e.id <= $2
+         WHERE s.id = ANY($3) AND s.events::jsonb ? e.type
+         ORDER BY s.id, e.id`,
+        [now, top, ids],
+      );
+      await sql.query('UPDATE webhook_subscriptions SET event_cursor = $1 WHERE id = ANY($2) AND event_cursor < $1', [top, ids]);
+      return inserted.rowCount ?? 0;
+    });
+  }
+
+  async enqueue(subscriptionId: string, d: { eventId: string; eventType: string; payload: string }, now: number): Promise<number> {
+    const r = await this.db.one<{ id: number }>(
+      `INSERT INTO webhook_deliveries (subscription_id, event_id, event_type, payload, state, next_attempt_at, created_at)
+       VALUES ($1, $2, $3, $4, 'pending', $5, $5) RETURNING id`,
+      [subscriptionId, d.eventId, d.eventType, d.payload, now],
+    );
+    return r!.id;
+  }
+
+  /**
+   * SKIP LOCKED passes over subscriptions another replica is claiming this instant; a claim
+   * committed before ours is seen on the re-checked row (its lease is live) and passed over too.
+   */
+  async claimDue(now: number, limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {
+    if (limit <= 0) return [];
+    const token = newClaimToken();
+    const rows = await this.db.many<DeliveryDbRow>(
+      `WITH due AS (
+         SELECT s.id, h.id AS delivery_id, h.next_attempt_at FROM webhook_subscriptions s
+         CROSS JOIN LATERAL (SELECT d.id, d.next_attempt_at FROM webhook_deliveries d
+                             WHERE d.subscription_id = s.id AND d.state = 'pending' ORDER BY d.id LIMIT 1) h
+         WHERE s.status = 'active' AND h.next_attempt_at <= $1 AND (s.claimed_until IS NULL OR s.claimed_until <= $1)
+         ORDER BY h.next_attempt_at LIMIT $2
+         FOR UPDATE OF s SKIP LOCKED
+       ), claimed AS (
+         UPDATE webhook_subscriptions s SET claim_token = $3, claimed_until = $4 FROM due WHERE s.id = due.id RETURNING due.delivery_id
+       )
+       SELECT d.* FROM webhook_deliveries d JOIN claimed c ON c.delivery_id = d.id ORDER BY d.next_attempt_at, d.id`,
+      [now, limit, token, now + leaseMs],
+    );
+    return rows.map((r) => ({ ...deliveryFromDb(r), claim: token }));
+  }
+
+  async dueHead(subscriptionId: string, now: number, leaseMs: number): Promise<ClaimedDelivery | undefined> {
+    const token = newClaimToken();
+    const r = await this.db.one<DeliveryDbRow>(
+      `WITH due AS (
+         SELECT s.id, h.id AS delivery_id FROM webhook_subscriptions s
+         CROSS JOIN LATERAL (SELECT d.id, d.next_attempt_at FROM webhook_deliveries d
+                             WHERE d.subscription_id = s.id AND d.state = 'pending' ORDER BY d.id LIMIT 1) h
+         WHERE s.id = $1 AND s.status = 'active' AND h.next_attempt_at <= $2 AND (s.claimed_until IS NULL OR s.claimed_until <= $2)
+         FOR UPDATE OF s SKIP LOCKED
+       ), claimed AS (
+         UPDATE webhook_subscriptions s SET claim_token = $3, claimed_until = $4 FROM due WHERE s.id = due.id RETURNING due.delivery_id
+       )
+       SELECT d.* FROM webhook_deliveries d JOIN claimed c ON c.delivery_id = d.id`,
+      [subscriptionId, now, token, now + leaseMs],
+    );
+    return r && { ...deliveryFromDb(r), claim: token };
+  }
+
+  async release(subscriptionId: string, claim: string): Promise<void> {
+    await this.db.query('UPDATE webhook_subscriptions SET claim_token = NULL, claimed_until = NULL WHERE id = $1 AND claim_token = $2', [subscriptionId, claim]);
+  }
+
+  async nextDueAt(): Promise<number | null> {
+    const r = await this.db.one<{ t: number | null }>(
+      `SELECT MIN(h.next_attempt_at) AS t FROM webhook_subscriptions s
+       CROSS JOIN LATERAL (SELECT d.next_attempt_at FROM webhook_deliveries d
+                           WHERE d.subscription_id = s.id AND d.state = 'pending' ORDER BY d.id LIMIT 1) h
+       WHERE s.status = 'active'`,
+    );
+    return r?.t ?? null;
+  }
+
+  async record(deliveryId: number, o: DeliveryOutcome, claim?: string): Promise<void> {
+    await this.db.tx(async (sql) => {
+      const d = (await sql.query<DeliveryDbRow>('SELECT * FROM webhook_deliveries WHERE id = $1', [deliveryId])).rows[0];
+      if (!d) return;
+      const status = o.status;
+      const error = o.kind === 'delivered' ? null : o.error;
+      const latency = o.latencyMs === undefined ? null : Math.max(0, Math.round(o.latencyMs));
+      await sql.query(
+        `INSERT INTO webhook_attempts (subscription_id, delivery_id, event_id, event_type, attempt, status_code, error, latency_ms, outcome, at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+        [d.subscription_id, d.id, d.event_id, d.event_type, d.attempts + 1, status, error, latency, o.kind, o.at],
+      );
+      // The newest ATTEMPTS_KEPT_PER_SUBSCRIPTION stay (ids grow).
+      await sql.query(
+        `DELETE FROM webhook_attempts WHERE subscription_id = $1 AND id <= (
+           SELECT id FROM webhook_attempts WHERE subscription_id = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)`,
+        [d.subscription_id, ATTEMPTS_KEPT_PER_SUBSCRIPTION],
+      );
+      if (claim !== undefined) {
+        // Releasing is also the check that the claim still holds: a holder whose lease ran out
+        // and was taken over only logs its attempt, the new holder decides the delivery.
+        const held = await sql.query('UPDATE webhook_subscriptions SET claim_token = NULL, claimed_until = NULL WHERE id = $1 AND claim_token = $2', [d.subscription_id, claim]);
+        if ((held.rowCount ?? 0) === 0) return;
+      }
+      if (o.kind === 'delivered') {
+        await sql.query(`UPDATE webhook_deliveries SET state = 'delivered', attempts = attempts + 1, last_status = $1, last_error = NULL WHERE id = $2`, [o.status, deliveryId]);
+        await sql.query('UPDATE webhook_subscriptions SET last_delivered_at = $1, last_delivery_error = NULL WHERE id = $2', [o.at, d.subscription_id]);
+      } else if (o.kind === 'retry') {
+        await sql.query('UPDATE webhook_deliveries SET attempts = attempts + 1, last_status = $1, last_error = $2, next_attempt_at = $3 WHERE id = $4', [o.status, o.error, o.nextAttemptAt, deliveryId]);
+        await sql.query('UPDATE webhook_subscriptions SET last_delivery_error = $1 WHERE id = $2', [o.error, d.subscription_id]);
+      } else {
+        await sql.query(`UPDATE webhook_deliveries SET state = 'dead', attempts = attempts + 1, last_status = $1, last_error = $2, dead_lettered_at = $3 WHERE id = $4`, [o.status, o.error, o.at, deliveryId]);
+        await sql.query('UPDATE webhook_subscriptions SET last_delivery_error = $1 WHERE id = $2', [o.error, d.subscription_id]);
+      }
+    });
+  }
+
+  private async exists(orgId: string, subscriptionId: string): Promise<boolean> {
+    return (await this.db.one('SELECT 1 FROM webhook_subscriptions WHERE org_id = $1 AND id = $2', [orgId, subscriptionId])) !== undefined;
+  }
+
+  async attempts(orgId: string, subscriptionId: string, beforeId: number | null, limit: number): Promise<DeliveryAttemptRow[] | undefined> {
+    if (!(await this.exists(orgId, subscriptionId))) return undefined;
+    const rows = await this.db.many<AttemptDbRow>('SELECT * FROM webhook_attempts WHERE subscription_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3', [
+      subscriptionId,
+      beforeId ?? Number.MAX_SAFE_INTEGER,
+      limit,
+    ]);
+    return rows.map(attemptFromDb);
+  }
+
+  async deadLetters(orgId: string, subscriptionId: string): Promise<DeliveryRow[] | undefined> {
+    if (!(await this.exists(orgId, subscriptionId))) return undefined;
+    return (await this.db.many<DeliveryDbRow>(`SELECT * FROM webhook_deliveries WHERE subscription_id = $1 AND state = 'dead' ORDER BY id`, [subscriptionId])).map(deliveryFromDb);
+  }
+
+  async redeliver(orgId: string, subscriptionId: string, deliveryId: number, now: number): Promise<DeliveryRow | undefined> {
+    const row = await this.db.tx(async (sql) => {
+      const moved = await sql.query<DeliveryDbRow>(
+        `UPDATE webhook_deliveries d SET state = 'redelivered' FROM webhook_subscriptions s
+         WHERE d.id = $1 AND d.subscription_id = $2 AND d.state = 'dead' AND s.id = d.subscription_id AND s.org_id = $3
+         RETURNING d.*`,
+        [deliveryId, subscriptionId, orgId],
+      );
+      const d = moved.rows[0];
+      if (!d) return undefined;
+      return (
+        await sql.query<DeliveryDbRow>(
+          `INSERT INTO webhook_deliveries (subscription_id, event_id, event_type, payload, state, next_attempt_at, created_at)
+           VALUES ($1, $2, $3, $4, 'pending', $5, $5) RETURNING *`,
+          [subscriptionId, d.event_id, d.event_type, d.payload, now],
+        )
+      ).rows[0];
+    });
+    return row && deliveryFromDb(row);
+  }
+}

@@ -1,6 +1,8 @@
 import type { SyncStore } from '../sync-types.js';
 import type { ApiKeyStore, DatasetStore, EpisodeStore, GaugeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store, WebhookStore } from '../types.js';
 import { PgDb } from './db.js';
+import { PgDatasets } from './datasets.js';
+import { PgEpisodes } from './episodes.js';
 import { migratePg } from './migrations.js';
 import { unfinished } from './unfinished.js';
 
@@ -27,8 +29,9 @@ export class PgStore implements Store {
     this.idempotency = unfinished('idempotency');
     this.meters = unfinished('meters');
     this.robots = unfinished('robots');
-    this.episodes = unfinished('episodes');
-    this.datasets = unfinished('datasets');
+    const episodes = new PgEpisodes(db);
+    this.episodes = episodes;
+    this.datasets = new PgDatasets(db, episodes);
     this.webhooks = unfinished('webhooks');
     this.sync = unfinished('sync');
     this.gauges = unfinished('gauges');

@@ -15,7 +15,7 @@ const MAX_INDEXED_ATTR_KEY = 256;
  * go through it too, so equality means what it means on SQLite.
  */
 export function attrText(s: string): string {
-  return s.includes('\\') || s.includes('\u0000') ? s.replace(/\\/g, '\\\\').replace(/\u0000/g, '\\0') : s;
+  return s.includes('\\') || s.includes('\u0000') ? s.replaceAll('\\', '\\\\').replaceAll('\u0000', '\\0') : s;
 }
 
 export interface PgEpisodeDbRow {

@@ -2,6 +2,11 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
+const workspacePatterns = [
+  { group: ['@fleet/*/src', '@fleet/*/src/*', '@fleet/*/dist/*'], message: "Import another workspace by its package name, not its internals." },
+  { group: ['**/cloud/src/*', '**/agent/src/*', '**/simulator/src/*', '**/packages/*/src/*'], message: "Import another workspace by its package name, not its src/ internals." },
+];
+
 export default tseslint.config(
   { ignores: ['**/dist/**', '**/node_modules/**', 'data/**', 'coverage/**', '.tmp/**'] },
   js.configs.recommended,
@@ -16,13 +21,23 @@ export default tseslint.config(
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       '@typescript-eslint/require-await': 'off',
       '@typescript-eslint/no-non-null-assertion': 'off',
+      'no-restricted-imports': ['error', { patterns: workspacePatterns }],
+    },
+  },
+  {
+    // The cloud reaches its database only through the store interface: the database drivers stay
+    // inside cloud/src/store, so that every part runs unchanged on SQLite and on PostgreSQL.
+    files: ['cloud/src/**/*.ts'],
+    ignores: ['cloud/src/store/**'],
+    rules: {
       'no-restricted-imports': [
         'error',
         {
-          patterns: [
-            { group: ['@fleet/*/src', '@fleet/*/src/*', '@fleet/*/dist/*'], message: "Import another workspace by its package name, not its internals." },
-            { group: ['**/cloud/src/*', '**/agent/src/*', '**/simulator/src/*', '**/packages/*/src/*'], message: "Import another workspace by its package name, not its src/ internals." },
+          paths: [
+            { name: 'better-sqlite3', message: 'Only cloud/src/store talks to the database; use the Store interface.' },
+            { name: 'pg', message: 'Only cloud/src/store talks to the database; use the Store interface.' },
           ],
+          patterns: [...workspacePatterns, { group: ['**/store/sqlite*', '**/store/pg/*'], message: 'Use the Store interface (store/index.js), not an engine module.' }],
         },
       ],
     },

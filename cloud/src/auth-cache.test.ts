@@ -2,10 +2,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
+import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualScheduler, type ManualClock } from '@fleet/protocol';
 import { Authenticator, LastUsedTracker } from './auth.js';
-import { DATABASE_FILE, openSqliteStore, type SqliteStore, type Store } from './store/index.js';
+import { DATABASE_FILE, type Store } from './store/index.js';
+import { openTwin } from './store/test-store.js';
 import { bearer, errorCode, errorDetails, startTestCloud, type TestCloud, type TestTenant } from './test-support.js';
 
 // The authenticator caches keys and organizations; these tests change them the way the admin
@@ -16,13 +18,13 @@ let dir: string;
 let t: TestCloud;
 let tenant: TestTenant;
 /** Another process's view of the same database, as `fleet-cloud apikeys revoke` / `orgs set-limit` open it. */
-let other: SqliteStore;
+let other: Store;
 
 beforeEach(async () => {
   dir = mkdtempSync(join(tmpdir(), 'fleet-auth-cache-'));
   t = await startTestCloud({ dataDir: dir });
   tenant = await t.createTenant();
-  other = openSqliteStore(dir, { create: false });
+  other = await openTwin(t.store);
 });
 afterEach(async () => {
   await other.close();
@@ -32,8 +34,19 @@ afterEach(async () => {
 
 const listKeys = (auth = tenant.auth) => t.app.inject({ method: 'GET', url: '/v1/api-keys', headers: auth });
 
-/** Raw SQL on a third connection: no store code at all, as any writer of the file could do. */
-function rawSql(sql: string, ...params: unknown[]): void {
+/** Raw SQL on a third connection: no store code at all, as any writer of the database could do. */
+async function rawSql(sql: string, ...params: unknown[]): Promise<void> {
+  if (t.store.engine === 'postgres') {
+    const c = new pg.Client({ connectionString: t.store.url });
+    await c.connect();
+    try {
+      let n = 0;
+      await c.query(sql.replace(/\?/g, () => `$${++n}`), params);
+    } finally {
+      await c.end();
+    }
+    return;
+  }
   const db = new Database(join(dir, DATABASE_FILE));
   try {
     db.prepare(sql).run(...params);
@@ -60,13 +73,13 @@ describe('the auth cache follows changes made by other connections', () => {
 
   it('a key revoked with plain SQL is refused on the next request', async () => {
     expect((await listKeys()).statusCode).toBe(200);
-    rawSql('UPDATE api_keys SET revoked_at = ? WHERE org_id = ?', t.clock.now(), tenant.org.id);
+    await rawSql('UPDATE api_keys SET revoked_at = ? WHERE org_id = ?', t.clock.now(), tenant.org.id);
     expect((await listKeys()).statusCode).toBe(401);
   });
 
   it('a scope change is applied on the next request', async () => {
     expect((await listKeys()).statusCode).toBe(200);
-    rawSql(`UPDATE api_keys SET scopes = '["robots:read"]' WHERE org_id = ?`, tenant.org.id);
+    await rawSql(`UPDATE api_keys SET scopes = '["robots:read"]' WHERE org_id = ?`, tenant.org.id);
     const res = await listKeys();
     expect(res.statusCode).toBe(403);
     expect(errorCode(res)).toBe('insufficient_scope');
@@ -123,8 +136,8 @@ describe('auth revision', () => {
       () => other.orgs.setLimit(tenant.org.id, 'robots', 4),
       () => other.orgs.setLimit(tenant.org.id, 'robots', null),
       () => other.orgs.create({ id: 'org_other', name: 'o', tier: 'free', createdAt: 0 }),
-      async () => rawSql('UPDATE api_keys SET expires_at = 1 WHERE id = ?', key.id),
-      async () => rawSql('DELETE FROM api_keys WHERE id = ?', key.id),
+      () => rawSql('UPDATE api_keys SET expires_at = 1 WHERE id = ?', key.id),
+      () => rawSql('DELETE FROM api_keys WHERE id = ?', key.id),
     ];
     let last = before;
     for (const step of steps) {

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { DAY, HOUR } from '@fleet/protocol';
 import { startTestCloud, type TestCloud, type TestTenant } from './test-support.js';
-import { sqliteDb } from './store/test-store.js';
+import { countRows } from './store/test-store.js';
 
 /** The app's background work runs on the injected scheduler: tests move time, never sleep. */
 
@@ -29,12 +29,12 @@ it('writes api-key last use when the flush interval passes on the scheduler, not
 it('purges expired Idempotency-Key entries hourly on the scheduler', async () => {
   const res = await t.app.inject({ method: 'POST', url: '/v1/api-keys', headers: { ...tenant.auth, 'idempotency-key': 'k1' }, payload: { name: 'k', scopes: ['admin'] } });
   expect(res.statusCode).toBe(201);
-  const entries = () => (sqliteDb(t.store).prepare('SELECT count(*) AS n FROM idempotency_keys').get() as { n: number }).n;
-  expect(entries()).toBe(1);
+  const entries = () => countRows(t.store, 'idempotency_keys');
+  expect(await entries()).toBe(1);
   // Still inside the 24 h window at the first hourly purges; gone after the purge past it.
   t.scheduler.advance(23 * HOUR);
   await new Promise((r) => setImmediate(r));
-  expect(entries()).toBe(1);
+  expect(await entries()).toBe(1);
   t.scheduler.advance(DAY + HOUR - 23 * HOUR);
   await expect.poll(entries).toBe(0);
 });

@@ -20,7 +20,7 @@ import { newId } from './ids.js';
 import { ApiError } from './errors.js';
 import { createLogger } from './logger.js';
 import { loadSecretBox } from './secret-box.js';
-import { MissingDatabaseError, MissingPgSchemaError, openSqliteStore, openStore, type Store } from './store/index.js';
+import { MissingDatabaseError, MissingPgSchemaError, openStore, type Store } from './store/index.js';
 import { ListenError, startCloud } from './server.js';
 import { createDestination, createRoutingRule, toDestination, toRoutingRule } from './sync/manage.js';
 import { SyncRouter } from './sync/router.js';
@@ -414,7 +414,7 @@ program
   .description('Print (or write) the OpenAPI 3.1 document the code generates.')
   .option('--out <file>', 'write to this file instead of stdout')
   .action(async (opts: { out?: string }) => {
-    const store = openSqliteStore(':memory:');
+    const store = await openStore({ dataDir: ':memory:' });
     const app = await buildApp(parseCloudConfig({}), { store });
     const text = `${JSON.stringify(app.app.swagger(), null, 2)}\n`;
     await app.close();

@@ -1,6 +1,6 @@
 import { iso, safeJsonStringify, type Episode, type EpisodeWithLocations, type Replica } from '@fleet/protocol';
 import type { EpisodeRow, ReplicaRow } from '../store/index.js';
-import type { EpisodeLineBatch, EpisodeLineRow } from '../store/sqlite-episodes.js';
+import type { EpisodeLineBatch, EpisodeLineRow } from '../store/index.js';
 
 function toReplica(r: ReplicaRow): Replica {
   return {

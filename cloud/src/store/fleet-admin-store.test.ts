@@ -2,17 +2,18 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '@fleet/protocol';
 import { hashSecret } from '../ids.js';
 import { createEnrollmentToken, enrollRobot } from '../robots/enrollment.js';
-import { openSqliteStore, type SqliteStore } from './index.js';
+import { describeStore, sqliteDb, type TestStore } from './test-store.js';
 import { ATTEMPTS_KEPT_PER_SUBSCRIPTION } from './types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 
-let store: SqliteStore;
+describeStore('fleet administration in the store', (open, engine) => {
+let store: TestStore;
 let clock: ManualClock;
 
 beforeEach(async () => {
   clock = new ManualClock(T0);
-  store = openSqliteStore(':memory:');
+  store = await open();
   for (const id of ['org_a', 'org_b']) await store.orgs.create({ id, name: id, tier: 'enterprise', createdAt: T0 });
 });
 afterEach(async () => {
@@ -157,6 +158,7 @@ describe('webhook attempt log', () => {
     // Another subscription's log is not trimmed by this one's.
     expect(await store.webhooks.attempts('org_a', other, null, 10)).toHaveLength(1);
     await store.webhooks.delete('org_a', sub);
-    expect(store.db.prepare('SELECT COUNT(*) AS n FROM webhook_attempts WHERE subscription_id = ?').get(sub)).toEqual({ n: 0 });
+    if (engine === 'sqlite') expect(sqliteDb(store).prepare('SELECT COUNT(*) AS n FROM webhook_attempts WHERE subscription_id = ?').get(sub)).toEqual({ n: 0 });
   });
+});
 });

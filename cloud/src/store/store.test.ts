@@ -5,6 +5,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DAY, HOUR } from '@fleet/protocol';
 import { MIGRATIONS } from './migrations.js';
 import { openSqliteStore } from './sqlite.js';
+import { openPgStore } from './pg/store.js';
+import { PG_MIGRATIONS } from './pg/migrations.js';
+import { createTestDatabase, openTestStore, postgresAvailable } from './test-store.js';
 import type { ApiKeyRow, Store, StoredResponse } from './types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
@@ -325,6 +328,46 @@ describeStore('sqlite in memory', async () => {
 describeStore('sqlite on disk', async () => {
   const store = openSqliteStore(tempDir());
   return { store, dispose: () => store.close() };
+});
+
+(postgresAvailable() ? describeStore : describe.skip)('postgres', async () => {
+  const store = await openTestStore('postgres');
+  return { store, dispose: () => store.close() };
+});
+
+(postgresAvailable() ? describe : describe.skip)('postgres migrations', () => {
+  it('are applied once when several replicas start together, and again finds nothing to do', async () => {
+    const db = await createTestDatabase();
+    try {
+      const stores = await Promise.all([openPgStore(db.url), openPgStore(db.url), openPgStore(db.url)]);
+      await stores[0].orgs.create({ id: 'org_a', name: 'a', tier: 'free', createdAt: T0 });
+      const versions = await stores[1].db.many<{ version: number }>('SELECT version FROM schema_migrations ORDER BY version');
+      expect(versions.map((v) => v.version)).toEqual(PG_MIGRATIONS.map((m) => m.version));
+      await Promise.all(stores.map((s) => s.close()));
+      const again = await openPgStore(db.url);
+      expect((await again.orgs.list()).map((o) => o.id)).toEqual(['org_a']);
+      await again.close();
+    } finally {
+      await db.drop();
+    }
+  });
+
+  it('refuses a database without the schema when asked not to create one', async () => {
+    const db = await createTestDatabase();
+    try {
+      // The template already holds the schema: drop it to get an empty database.
+      const s = await openPgStore(db.url);
+      await s.db.query('DROP SCHEMA public CASCADE; CREATE SCHEMA public');
+      await s.close();
+      await expect(openPgStore(db.url, { create: false })).rejects.toThrow(/no fleet schema/);
+    } finally {
+      await db.drop();
+    }
+  });
+
+  it('numbers migrations 1, 2, 3, ... without gaps', () => {
+    expect(PG_MIGRATIONS.map((m) => m.version)).toEqual(PG_MIGRATIONS.map((_m, i) => i + 1));
+  });
 });
 
 describe('sqlite migrations', () => {

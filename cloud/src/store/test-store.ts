@@ -101,3 +101,31 @@ export function sqliteDb(store: Store): SqliteStore['db'] {
   }
   return (store as SqliteStore).db;
 }
+
+/**
+ * Every row of every table, as JSON text per table: for checks that something (a secret, a
+ * plaintext key) is stored nowhere, whatever the engine.
+ */
+export async function dumpTables(store: Store): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  const t = store as TestStore;
+  if (t.engine === 'postgres') {
+    const pgStore = t as PgStore;
+    const tables = await pgStore.db.many<{ name: string }>("SELECT tablename AS name FROM pg_tables WHERE schemaname = 'public'");
+    for (const { name } of tables) out[name] = JSON.stringify(await pgStore.db.many(`SELECT * FROM "${name}"`));
+    return out;
+  }
+  const db = sqliteDb(store);
+  for (const name of db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").pluck().all() as string[]) {
+    out[name] = JSON.stringify(db.prepare(`SELECT * FROM "${name}"`).all());
+  }
+  return out;
+}
+
+/** How many rows `table` holds, whatever the engine (for checks that a purge or a delete happened). */
+export async function countRows(store: Store, table: string): Promise<number> {
+  if (!/^[a-z_]+$/.test(table)) throw new Error(`not a table name: ${table}`);
+  const t = store as TestStore;
+  if (t.engine === 'postgres') return (await (t as PgStore).db.one<{ n: number }>(`SELECT COUNT(*) AS n FROM ${table}`))!.n;
+  return sqliteDb(store).prepare(`SELECT COUNT(*) FROM ${table}`).pluck().get() as number;
+}

@@ -7,7 +7,7 @@ import { ApiError, jsonPointer, notFound, type ValidationIssue } from '../../err
 import { principalOf } from '../../http/policy.js';
 import { newId } from '../../ids.js';
 import type { DatasetRow, EpisodeFilter } from '../../store/index.js';
-import { isMemberLineSource } from '../../store/sqlite-datasets.js';
+import { isMemberLineSource } from '../../store/index.js';
 import { decodeCursor, encodeCursor } from '../cursor.js';
 import { NDJSON, sendNdjson } from '../ndjson.js';
 import type { V1Plugin } from './types.js';

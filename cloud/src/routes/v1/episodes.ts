@@ -15,7 +15,7 @@ import { episodeLines, toEpisode, toEpisodeWithLocations } from '../../episodes/
 import { notFound, validationError } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
 import type { EpisodeFilter, Store } from '../../store/index.js';
-import { isEpisodeLineSource } from '../../store/sqlite-episodes.js';
+import { isEpisodeLineSource } from '../../store/index.js';
 import { decodeCursor, encodeCursor } from '../cursor.js';
 import { NDJSON, sendNdjson } from '../ndjson.js';
 import { queryInt } from '../query.js';

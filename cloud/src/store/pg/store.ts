@@ -1,9 +1,12 @@
 import type { SyncStore } from '../sync-types.js';
 import type { ApiKeyStore, DatasetStore, EpisodeStore, GaugeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store, WebhookStore } from '../types.js';
+import { PgApiKeys, PgOrgs } from './accounts.js';
 import { PgDb } from './db.js';
 import { PgDatasets } from './datasets.js';
 import { PgEpisodes } from './episodes.js';
 import { migratePg } from './migrations.js';
+import { PgIdempotency, PgMeters } from './requests.js';
+import { PgRobots } from './robots.js';
 import { unfinished } from './unfinished.js';
 
 /**
@@ -24,11 +27,11 @@ export class PgStore implements Store {
   readonly gauges: GaugeStore;
 
   constructor(readonly db: PgDb) {
-    this.orgs = unfinished('orgs');
-    this.apiKeys = unfinished('apiKeys');
-    this.idempotency = unfinished('idempotency');
-    this.meters = unfinished('meters');
-    this.robots = unfinished('robots');
+    this.orgs = new PgOrgs(db);
+    this.apiKeys = new PgApiKeys(db);
+    this.idempotency = new PgIdempotency(db);
+    this.meters = new PgMeters(db);
+    this.robots = new PgRobots(db);
     const episodes = new PgEpisodes(db);
     this.episodes = episodes;
     this.datasets = new PgDatasets(db, episodes);

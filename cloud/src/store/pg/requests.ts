@@ -1,0 +1,85 @@
+import type { IdempotencyBegin, IdempotencyStore, MeterStore, StoredResponse, UsageRow } from '../types.js';
+import type { PgDb } from './db.js';
+
+interface IdemDbRow {
+  fingerprint: string;
+  state: 'in_flight' | 'completed';
+  status: number | null;
+  content_type: string | null;
+  body: string | null;
+  lease_until: number | null;
+  expires_at: number | null;
+}
+
+export class PgIdempotency implements IdempotencyStore {
+  constructor(private readonly db: PgDb) {}
+
+  async begin(args: { orgId: string; key: string; fingerprint: string; now: number; leaseMs: number }): Promise<IdempotencyBegin> {
+    const { orgId, key, fingerprint, now, leaseMs } = args;
+    // Concurrent requests with one key, on any replica: the first INSERT wins; the others wait on
+    // its row lock (FOR UPDATE) and then see its claim or its response.
+    return this.db.tx(async (sql): Promise<IdempotencyBegin> => {
+      const inserted = await sql.query(
+        `INSERT INTO idempotency_keys (org_id, key, fingerprint, state, lease_until, created_at)
+         VALUES ($1, $2, $3, 'in_flight', $4, $5) ON CONFLICT (org_id, key) DO NOTHING`,
+        [orgId, key, fingerprint, now + leaseMs, now],
+      );
+      if (inserted.rowCount) return { kind: 'started' };
+      const row = (await sql.query<IdemDbRow>('SELECT * FROM idempotency_keys WHERE org_id = $1 AND key = $2 FOR UPDATE', [orgId, key])).rows[0];
+      const live =
+        row &&
+        ((row.state === 'completed' && (row.expires_at ?? 0) > now) || (row.state === 'in_flight' && (row.lease_until ?? 0) > now));
+      if (row && live) {
+        if (row.fingerprint !== fingerprint) return { kind: 'mismatch' };
+        if (row.state === 'in_flight') return { kind: 'in_flight' };
+        return { kind: 'replay', response: { status: row.status ?? 200, contentType: row.content_type, body: row.body ?? '' } };
+      }
+      // Expired (a completed entry past its time, or the lease of a process that died): take it over.
+      await sql.query(
+        `INSERT INTO idempotency_keys (org_id, key, fingerprint, state, lease_until, created_at)
+         VALUES ($1, $2, $3, 'in_flight', $4, $5)
+         ON CONFLICT (org_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, state = 'in_flight',
+           status = NULL, content_type = NULL, body = NULL, lease_until = excluded.lease_until,
+           expires_at = NULL, created_at = excluded.created_at`,
+        [orgId, key, fingerprint, now + leaseMs, now],
+      );
+      return { kind: 'started' };
+    });
+  }
+
+  async complete(args: { orgId: string; key: string; response: StoredResponse; now: number; ttlMs: number }): Promise<void> {
+    const { orgId, key, response, now, ttlMs } = args;
+    await this.db.query(
+      `UPDATE idempotency_keys SET state = 'completed', status = $1, content_type = $2, body = $3, lease_until = NULL, expires_at = $4
+       WHERE org_id = $5 AND key = $6`,
+      [response.status, response.contentType, response.body, now + ttlMs, orgId, key],
+    );
+  }
+
+  async release(orgId: string, key: string): Promise<void> {
+    await this.db.query(`DELETE FROM idempotency_keys WHERE org_id = $1 AND key = $2 AND state = 'in_flight'`, [orgId, key]);
+  }
+
+  async purgeExpired(now: number): Promise<number> {
+    const r = await this.db.query(
+      `DELETE FROM idempotency_keys WHERE (state = 'completed' AND expires_at <= $1) OR (state = 'in_flight' AND lease_until <= $1)`,
+      [now],
+    );
+    return r.rowCount ?? 0;
+  }
+}
+
+export class PgMeters implements MeterStore {
+  constructor(private readonly db: PgDb) {}
+
+  async increment(orgId: string, meter: string, day: string, by = 1): Promise<void> {
+    await this.db.query(
+      'INSERT INTO meters (org_id, meter, day, count) VALUES ($1, $2, $3, $4) ON CONFLICT (org_id, day, meter) DO UPDATE SET count = meters.count + excluded.count',
+      [orgId, meter, day, by],
+    );
+  }
+
+  async list(orgId: string, fromDay: string, toDay: string): Promise<UsageRow[]> {
+    return this.db.many<UsageRow>('SELECT meter, day, count FROM meters WHERE org_id = $1 AND day >= $2 AND day <= $3 ORDER BY day, meter', [orgId, fromDay, toDay]);
+  }
+}

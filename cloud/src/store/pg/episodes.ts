@@ -210,9 +210,13 @@ export function buildPgListQuery(
     ...Object.entries(f.metadata).map(([k, v]) => ['m', k, v] as const),
     ...Object.entries(f.annotation).map(([k, v]) => ['a', k, v] as const),
   ];
+  // The seq bounds are repeated on the attribute rows: when the planner merge-joins an attribute's
+  // range with another index on seq, that range then starts at the cursor instead of at seq 0
+  // (a page deep into 200k episodes read 47k attribute entries without it: 12.5 ms -> 1.5 ms).
+  const attrBounds = `x.seq > $2${maxSeq === undefined ? '' : ' AND x.seq <= $3'}`;
   for (const [layer, key, value] of attrs) {
     where.push(
-      `EXISTS (SELECT 1 FROM episode_attrs x WHERE x.org_id = $1 AND x.layer = '${layer}' AND x.key = ${p(attrText(key))} AND x.value = ${p(attrText(value))} AND x.seq = e.seq)`,
+      `EXISTS (SELECT 1 FROM episode_attrs x WHERE x.org_id = $1 AND x.layer = '${layer}' AND x.key = ${p(attrText(key))} AND x.value = ${p(attrText(value))} AND ${attrBounds} AND x.seq = e.seq)`,
     );
   }
   if (f.excludeEval) where.push('e.eval_id IS NULL');

@@ -63,6 +63,22 @@ const item = (over: Parameters<typeof testReport>[0] = {}, orgId = ORG): IngestI
     expect(new Set(seen)).toEqual(written);
   });
 
+  it('two replicas ingesting the same reports at once insert each once; the other sees a duplicate', async () => {
+    const twin = await openTwin(store);
+    twins.push(twin);
+    const items = Array.from({ length: 30 }, () => item());
+    const rounds = await Promise.all(
+      Array.from({ length: 6 }, (_, i) => (i % 2 ? twin : store).episodes.ingest(i % 3 === 0 ? items : [...items].reverse())),
+    );
+    for (const [k, it] of items.entries()) {
+      const results = rounds.map((r, i) => r[i % 3 === 0 ? k : items.length - 1 - k]);
+      expect(results.filter((x) => x === 'inserted'), it.report.id).toHaveLength(1);
+      expect(results.filter((x) => x === 'duplicate')).toHaveLength(5);
+    }
+    expect(await store.episodes.count(ORG)).toBe(30);
+    expect((await store.db.one<{ n: number }>("SELECT COUNT(*) AS n FROM events WHERE type = 'episode.finalized'"))!.n).toBe(30);
+  });
+
   it('appends one episode.finalized event per inserted episode, in the ingest transaction', async () => {
     const first = item({ recording_session_id: 'rs_9', episode_seq: 4 });
     expect(await store.episodes.ingest([first, first, item()])).toEqual(['inserted', 'duplicate', 'inserted']);

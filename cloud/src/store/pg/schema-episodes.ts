@@ -52,7 +52,8 @@ const TABLES = `
   CREATE INDEX episodes_policy ON episodes (org_id, policy_version_id, seq);
   CREATE INDEX episodes_eval ON episodes (org_id, eval_id, seq);
   CREATE INDEX episodes_outcome ON episodes (org_id, outcome, seq);
-  CREATE INDEX episodes_started ON episodes (org_id, started_at);
+  -- With seq: a time range's seqs are read from the index alone (the bounds of a list's seq walk).
+  CREATE INDEX episodes_started ON episodes (org_id, started_at, seq);
   -- One row per top-level key of the metadata (layer 'm') and annotations (layer 'a') with the
   -- value's string form: the index behind metadata.<key> and annotation.<key>. Its key ends in
   -- seq, so one (key, value) is read in seq order (a page is a range scan that stops early, and

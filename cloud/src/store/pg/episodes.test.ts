@@ -79,6 +79,28 @@ const item = (over: Parameters<typeof testReport>[0] = {}, orgId = ORG): IngestI
     expect((await store.db.one<{ n: number }>("SELECT COUNT(*) AS n FROM events WHERE type = 'episode.finalized'"))!.n).toBe(30);
   });
 
+  it('annotation patches and outcome changes from two replicas at once are never lost', async () => {
+    const twin = await openTwin(store);
+    twins.push(twin);
+    const it0 = item();
+    await store.episodes.ingest([it0]);
+    const id = it0.report.id;
+    await Promise.all(
+      Array.from({ length: 20 }, (_, i) => {
+        const s = i % 2 ? twin : store;
+        return i % 4 < 2
+          ? s.episodes.patchAnnotations(ORG, id, { [`k${i}`]: i })
+          : s.episodes.setOutcome(ORG, id, { outcome: 'failure', reason: `r${i}`, actor: 'key_1', at: T0 + i });
+      }),
+    );
+    const row = (await store.episodes.get(ORG, id))!;
+    expect(Object.keys(row.annotations).sort()).toEqual(['k0', 'k1', 'k12', 'k13', 'k16', 'k17', 'k4', 'k5', 'k8', 'k9']);
+    for (const k of Object.keys(row.annotations)) {
+      expect((await store.episodes.list(ORG, { ...all, annotation: { [k]: k.slice(1) } }, 0, 10)).map((r) => r.id)).toEqual([id]);
+    }
+    expect(await store.episodes.outcomeHistory(ORG, id)).toHaveLength(10);
+  });
+
   it('appends one episode.finalized event per inserted episode, in the ingest transaction', async () => {
     const first = item({ recording_session_id: 'rs_9', episode_seq: 4 });
     expect(await store.episodes.ingest([first, first, item()])).toEqual(['inserted', 'duplicate', 'inserted']);

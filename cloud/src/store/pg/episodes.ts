@@ -374,9 +374,10 @@ export class PgEpisodes implements EpisodeStore {
 
   async patchAnnotations(orgId: string, id: string, patch: Record<string, unknown>): Promise<EpisodeRow | undefined> {
     const row = await this.db.tx(async (sql) => {
-      // FOR UPDATE: two patches of one episode apply one after the other, each on the other's result.
+      // Row lock (NO KEY: foreign-key checks of outcome changes and replicas are not blocked): two
+      // patches of one episode apply one after the other, each on the other's result.
       const row = (
-        await sql.query<PgEpisodeDbRow>(`SELECT ${EPISODE_ROW_SELECT} FROM episodes e WHERE e.org_id = $1 AND e.id = $2 FOR UPDATE`, [orgId, id])
+        await sql.query<PgEpisodeDbRow>(`SELECT ${EPISODE_ROW_SELECT} FROM episodes e WHERE e.org_id = $1 AND e.id = $2 FOR NO KEY UPDATE`, [orgId, id])
       ).rows[0];
       if (!row) return undefined;
       const before = JSON.parse(row.annotations) as Record<string, unknown>;
@@ -405,7 +406,7 @@ export class PgEpisodes implements EpisodeStore {
   ): Promise<EpisodeRow | undefined> {
     return this.db.tx(async (sql) => {
       const row = (
-        await sql.query<PgEpisodeDbRow>(`SELECT ${EPISODE_ROW_SELECT} FROM episodes e WHERE e.org_id = $1 AND e.id = $2 FOR UPDATE`, [orgId, id])
+        await sql.query<PgEpisodeDbRow>(`SELECT ${EPISODE_ROW_SELECT} FROM episodes e WHERE e.org_id = $1 AND e.id = $2 FOR NO KEY UPDATE`, [orgId, id])
       ).rows[0];
       if (!row) return undefined;
       await sql.query('INSERT INTO outcome_changes (episode_seq, at, actor, from_outcome, to_outcome, reason) VALUES ($1, $2, $3, $4, $5, $6)', [

@@ -109,7 +109,8 @@ const TABLES = `
  * STOPGAP until the sync domain's schema (schema-sync.ts, another branch) is merged: the sync
  * table the episode store reads (an episode row carries its replicas; sync_state filters on
  * them), with the SQLite columns. The merge deletes this constant and its use in EPISODES_SCHEMA
- * below: schema-sync.ts creates the table (a plain CREATE TABLE there fails while this exists).
+ * below: schema-sync.ts creates the table (IF NOT EXISTS there too, so a merge that keeps this
+ * still works, with this definition winning since the episodes schema runs first).
  */
 const SYNC_TABLES_UNTIL_MERGE = `
   CREATE TABLE IF NOT EXISTS replicas (

@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'no
 import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
-import { makeTempDir, parseAddressLine, runCloudCli, startCloud } from './support/cloud.js';
+import { databaseEnv, makeTempDir, parseAddressLine, runCloudCli, startCloud } from './support/cloud.js';
 
 const KEY_LINE = /^ak_[A-Za-z0-9_-]{16,128}$/;
 
@@ -60,6 +60,27 @@ describe('first start on an empty data directory', () => {
     // The first key still works and is still the only one.
     const list = await second.client(firstKey).apiKeys.list();
     expect(list.api_keys.map((k) => k.name)).toEqual(['bootstrap admin']);
+  });
+
+  test('a start with another secret key than the stored secrets were sealed with is refused, and says so', async () => {
+    await using dir = await makeTempDir();
+    const dataDir = join(dir.path, 'data');
+    {
+      await using first = await startCloud({ dataDir });
+      expect(first.adminKey).toMatch(KEY_LINE);
+    }
+    const otherKey = Buffer.alloc(32, 7).toString('base64');
+    const res = await runCloudCli(['serve', '--data-dir', dataDir, '--http-port', '0', '--mqtt-port', '0'], {
+      env: { ...(await databaseEnv(dataDir)), FLEET_SECRET_KEY: otherKey },
+      timeoutMs: 20_000,
+    });
+    expect(res.code).toBe(1);
+    expect(res.stderr).toMatch(/secret key \(fingerprint [0-9a-f]{32}\) is not the one this database's stored secrets were sealed with/);
+    expect(res.stderr).not.toContain(otherKey);
+    expect(res.stdout).not.toMatch(/"http"/);
+    // The right key still starts it.
+    await using again = await startCloud({ dataDir });
+    expect(parseAddressLine(again.stdoutLines.at(-1)!)).not.toBeNull();
   });
 
   test('a stale admin-key file from an earlier installation is replaced with mode 0600', async () => {

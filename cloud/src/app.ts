@@ -121,7 +121,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     idempotencyLeaseMs: config.idempotencyLeaseMs,
   });
   decorateOpenApi(fastify);
-  await installRateLimits(fastify, { unauthenticatedPerMinutePerIp: config.ipRequestsPerMinute });
+  await installRateLimits(fastify, { unauthenticatedPerMinutePerIp: config.ipRequestsPerMinute, ...(store.sharedCounters ? { shared: store.sharedCounters } : {}) });
 
   await fastify.register(fastifySwagger, {
     openapi: {
@@ -192,6 +192,8 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   // Completed Idempotency-Key entries older than 24 h and dead claims are dropped hourly.
   const stopPurge = every(scheduler, HOUR, () => {
     store.idempotency.purgeExpired(clock.now()).catch((err: unknown) => fastify.log.error({ err }, 'idempotency purge failed'));
+    // Rate windows are one minute; an hour-old counter is long over.
+    store.sharedCounters?.purge(clock.now() - HOUR).catch((err: unknown) => fastify.log.error({ err }, 'rate counter purge failed'));
   });
   return {
     app: fastify,

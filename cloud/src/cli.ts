@@ -21,7 +21,7 @@ import { ApiError } from './errors.js';
 import { createLogger } from './logger.js';
 import { loadSecretBox } from './secret-box.js';
 import { MissingDatabaseError, MissingPgSchemaError, openStore, type Store } from './store/index.js';
-import { ListenError, startCloud } from './server.js';
+import { ListenError, SecretKeyMismatchError, startCloud } from './server.js';
 import { createDestination, createRoutingRule, toDestination, toRoutingRule } from './sync/manage.js';
 import { SyncRouter } from './sync/router.js';
 
@@ -120,7 +120,7 @@ program
       cloud = await startCloud(config, { logger });
     } catch (err) {
       // A taken port is an operator's mistake, not a crash: one line, no stack.
-      if (err instanceof ListenError) fail(err.message);
+      if (err instanceof ListenError || err instanceof SecretKeyMismatchError) fail(err.message);
       throw err;
     }
     if (cloud.bootstrapped) {

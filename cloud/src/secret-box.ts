@@ -1,5 +1,5 @@
-import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { createCipheriv, createDecipheriv, createHmac, randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 export const SECRET_KEY_FILE = 'secret.key';
@@ -16,6 +16,11 @@ export class SecretBox {
 
   static random(): SecretBox {
     return new SecretBox(randomBytes(32));
+  }
+
+  /** Names the key without revealing it: an HMAC of a fixed label (hex, 32 characters). */
+  fingerprint(): string {
+    return createHmac('sha256', this.key).update('fleet secret key fingerprint v1').digest('hex').slice(0, 32);
   }
 
   seal(plain: string): string {
@@ -43,6 +48,8 @@ export function loadSecretBox(dataDir: string, givenBase64?: string): SecretBox 
   if (dataDir === ':memory:') return SecretBox.random();
   const file = join(dataDir, SECRET_KEY_FILE);
   if (!existsSync(file)) {
+    // With PostgreSQL nothing else creates the data directory (it keeps this key and admin-key).
+    mkdirSync(dataDir, { recursive: true, mode: 0o700 });
     try {
       writeFileSync(file, randomBytes(32).toString('base64'), { mode: 0o600, flag: 'wx' });
     } catch (err) {

@@ -48,6 +48,16 @@ export interface RunningCloud {
   close(): Promise<void>;
 }
 
+/** The process's secret key is not the one the database's sealed secrets were sealed with. */
+export class SecretKeyMismatchError extends Error {
+  constructor(readonly fingerprint: string) {
+    super(
+      `the secret key (fingerprint ${fingerprint}) is not the one this database's stored secrets were sealed with; give every replica the same FLEET_SECRET_KEY (or the data directory's secret.key it was first started with)`,
+    );
+    this.name = 'SecretKeyMismatchError';
+  }
+}
+
 /** A port `serve` could not bind (taken, or not allowed); says which listener and where. */
 export class ListenError extends Error {
   constructor(
@@ -96,6 +106,9 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
       return { value: s, close: () => s.close() };
     });
     const secrets = loadSecretBox(config.dataDir, config.secretKey);
+    // Replicas (or a restart with another FLEET_SECRET_KEY) must use the key the stored secrets
+    // were sealed with; a different one could open none of them, so refuse to start.
+    if ((await store.checkSecretKey(secrets.fingerprint())) === 'different') throw new SecretKeyMismatchError(secrets.fingerprint());
     const metrics = metricsFor(config, store.gauges);
 
     // The MQTT broker: embedded (with robot credentials, topic ACL and a per-robot throttle), or external.

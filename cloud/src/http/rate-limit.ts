@@ -4,8 +4,11 @@ import { MINUTE } from '@fleet/protocol';
 import { entitlementsOfRow } from '../entitlements.js';
 import { ApiError } from '../errors.js';
 import { prependHook } from './route-hooks.js';
+import type { SharedCounterStore } from '../store/index.js';
 
 export interface RateLimitOptions {
+  /** Counters shared by every replica (PostgreSQL); without it each process counts in memory. */
+  shared?: SharedCounterStore;
   /** Requests per minute per client address on /v1 routes that take no API key (enrollment). */
   unauthenticatedPerMinutePerIp: number;
   /** How many counters (keys, organizations, addresses) are kept; the least recent go first. */
@@ -25,10 +28,33 @@ function limitOf(req: FastifyRequest, name: string): number {
   return value === undefined ? Number.MAX_SAFE_INTEGER : value;
 }
 
+type RateStoreCallback = (err: Error | null, res?: { current: number; ttl: number }) => void;
+
 /**
- * Request rate limits, fixed one-minute windows counted in this process's memory
- * (@fastify/rate-limit's LRU store; several replicas would each count their own share unless a
- * shared `store` is configured):
+ * A @fastify/rate-limit store on the shared counters: every replica counts into the same fixed
+ * window (one upsert per check). The plugin constructs it and asks each route for a child; they
+ * all share one table, the keys carry their kind (`key:`, `org:`, `ip:`).
+ */
+function sharedRateStore(counters: SharedCounterStore) {
+  return class SharedRateStore {
+    incr(key: string, cb: RateStoreCallback, timeWindow: number): void {
+      const now = Date.now();
+      counters.hit(key, now, timeWindow).then(
+        (r) => cb(null, { current: r.count, ttl: Math.max(0, r.windowStart + timeWindow - now) }),
+        (err: unknown) => cb(err instanceof Error ? err : new Error(String(err))),
+      );
+    }
+
+    child(): this {
+      return this;
+    }
+  };
+}
+
+/**
+ * Request rate limits in fixed one-minute windows, counted in this process's memory
+ * (@fastify/rate-limit's LRU store) or, with several replicas on PostgreSQL, in the shared
+ * counters so that the limits hold across replicas:
  *
  * - per API key and per organization on every /v1 route that takes a key, with the limits from
  *   the organization's entitlements (`requests_per_minute_per_key`, `…_per_org`, overridable
@@ -40,10 +66,17 @@ function limitOf(req: FastifyRequest, name: string): number {
  * Retry-After, in the API's error body.
  */
 export async function installRateLimits(app: FastifyInstance, opts: RateLimitOptions): Promise<void> {
-  await app.register(fastifyRateLimit, { global: false, timeWindow: MINUTE, cache: opts.cacheSize ?? 10_000 });
+  await app.register(fastifyRateLimit, {
+    global: false,
+    timeWindow: MINUTE,
+    cache: opts.cacheSize ?? 10_000,
+    // A shared counter that cannot be reached does not turn every request into a 500: the request
+    // goes on (and meets the same database, which answers for itself).
+    ...(opts.shared ? { store: sharedRateStore(opts.shared), skipOnError: true } : {}),
+  });
   const perKey: Check = app.createRateLimit({ keyGenerator: (req) => `key:${req.principal!.key.id}`, max: (req) => limitOf(req, KEY_LIMIT) });
   const perOrg: Check = app.createRateLimit({ keyGenerator: (req) => `org:${req.principal!.org.id}`, max: (req) => limitOf(req, ORG_LIMIT) });
-  const perIp: Check = app.createRateLimit({ max: opts.unauthenticatedPerMinutePerIp });
+  const perIp: Check = app.createRateLimit({ keyGenerator: (req) => `ip:${req.ip}`, max: opts.unauthenticatedPerMinutePerIp });
 
   const enforce = async (check: Check, req: FastifyRequest, limit: string): Promise<void> => {
     const r = await check(req);

@@ -402,4 +402,17 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       CREATE TRIGGER org_limits_delete_auth_revision AFTER DELETE ON org_limits BEGIN UPDATE auth_revision SET revision = revision + 1 WHERE id = 1; END;
     `,
   },
+  {
+    version: 11,
+    name: 'cloud settings: the fingerprint of the key that seals stored secrets',
+    sql: `
+      -- One row per setting of the installation. 'secret_key_fingerprint' (an HMAC of a fixed
+      -- label under the sealing key, never the key) lets a process started with another key
+      -- refuse to serve instead of failing to open every sealed secret.
+      CREATE TABLE cloud_settings (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+      ) STRICT;
+    `,
+  },
 ];

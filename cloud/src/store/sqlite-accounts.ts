@@ -1,4 +1,5 @@
-import type { Feature, Scope } from '@fleet/protocol';
+import type { Feature } from '@fleet/protocol';
+import { apiKeyFromDb, type ApiKeyDbRow } from './rows.js';
 import type { Db } from './sqlite-db.js';
 import type { ApiKeyRow, ApiKeyStore, OrgRow, OrgStore } from './types.js';
 
@@ -82,34 +83,6 @@ export class SqliteOrgs implements OrgStore {
     for (const l of this.limits.all(row.id)) limitOverrides[l.name] = l.value;
     return { id: row.id, name: row.name, tier: row.tier, createdAt: row.created_at, featureOverrides, limitOverrides };
   }
-}
-
-interface ApiKeyDbRow {
-  id: string;
-  org_id: string;
-  name: string;
-  scopes: string;
-  key_hash: string;
-  created_by: string;
-  created_at: number;
-  expires_at: number | null;
-  revoked_at: number | null;
-  last_used_at: number | null;
-}
-
-function apiKeyFromDb(r: ApiKeyDbRow): ApiKeyRow {
-  return {
-    id: r.id,
-    orgId: r.org_id,
-    name: r.name,
-    scopes: JSON.parse(r.scopes) as Scope[],
-    keyHash: r.key_hash,
-    createdBy: r.created_by,
-    createdAt: r.created_at,
-    expiresAt: r.expires_at,
-    revokedAt: r.revoked_at,
-    lastUsedAt: r.last_used_at,
-  };
 }
 
 export class SqliteApiKeys implements ApiKeyStore {

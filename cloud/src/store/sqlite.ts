@@ -93,6 +93,17 @@ export class SqliteStore implements Store {
     this.gauges = new SqliteGauges(db);
   }
 
+  async checkSecretKey(fingerprint: string): Promise<'recorded' | 'same' | 'different'> {
+    return this.db
+      .transaction((): 'recorded' | 'same' | 'different' => {
+        const row = this.db.prepare<[], { value: string }>("SELECT value FROM cloud_settings WHERE name = 'secret_key_fingerprint'").get();
+        if (row) return row.value === fingerprint ? 'same' : 'different';
+        this.db.prepare("INSERT INTO cloud_settings (name, value) VALUES ('secret_key_fingerprint', ?)").run(fingerprint);
+        return 'recorded';
+      })
+      .immediate();
+  }
+
   async ping(): Promise<void> {
     this.db.prepare('SELECT 1').get();
   }

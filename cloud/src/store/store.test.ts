@@ -306,6 +306,15 @@ function describeStore(name: string, open: () => Promise<{ store: Store; dispose
         expect(await store.meters.list('org_a', '2026-01-31', '2026-01-01')).toEqual([]);
       });
     });
+
+    describe('secret key fingerprint', () => {
+      it('records the first one, then tells the same from a different one', async () => {
+        expect(await store.checkSecretKey('fp-a')).toBe('recorded');
+        expect(await store.checkSecretKey('fp-a')).toBe('same');
+        expect(await store.checkSecretKey('fp-b')).toBe('different');
+        expect(await store.checkSecretKey('fp-a')).toBe('same');
+      });
+    });
   });
 }
 

@@ -19,9 +19,31 @@ export interface Store {
   readonly sync: SyncStore;
   /** Whole-service counts read when /metrics is scraped. */
   readonly gauges: GaugeStore;
+  /**
+   * Request-rate counters that every replica shares (PostgreSQL). Absent on SQLite, where one
+   * process serves the database and counts in its own memory.
+   */
+  readonly sharedCounters?: SharedCounterStore;
+  /**
+   * Records the fingerprint of the key that seals stored secrets on first use; afterwards says
+   * whether `fingerprint` is the recorded one (`different`: this process has another key than
+   * the one the stored secrets were sealed with).
+   */
+  checkSecretKey(fingerprint: string): Promise<'recorded' | 'same' | 'different'>;
   /** Cheap liveness probe for /readyz. */
   ping(): Promise<void>;
   close(): Promise<void>;
+}
+
+/** Fixed-window counters keyed by a string (per key, per organization, per client address). */
+export interface SharedCounterStore {
+  /**
+   * Counts one hit on `key`: a window starts at the first hit and lasts `windowMs`; a hit after
+   * it starts the next window at 1. Returns the count in the current window and its start.
+   */
+  hit(key: string, now: number, windowMs: number): Promise<{ count: number; windowStart: number }>;
+  /** Drops counters whose window started before `before`. */
+  purge(before: number): Promise<number>;
 }
 
 export interface OrgRow {

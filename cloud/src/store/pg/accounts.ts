@@ -1,4 +1,5 @@
-import type { Feature, Scope } from '@fleet/protocol';
+import type { Feature } from '@fleet/protocol';
+import { apiKeyFromDb, type ApiKeyDbRow } from '../rows.js';
 import type { ApiKeyRow, ApiKeyStore, OrgRow, OrgStore } from '../types.js';
 import type { PgDb } from './db.js';
 
@@ -84,34 +85,6 @@ export class PgOrgs implements OrgStore {
       return true;
     });
   }
-}
-
-interface ApiKeyDbRow {
-  id: string;
-  org_id: string;
-  name: string;
-  scopes: string;
-  key_hash: string;
-  created_by: string;
-  created_at: number;
-  expires_at: number | null;
-  revoked_at: number | null;
-  last_used_at: number | null;
-}
-
-function apiKeyFromDb(r: ApiKeyDbRow): ApiKeyRow {
-  return {
-    id: r.id,
-    orgId: r.org_id,
-    name: r.name,
-    scopes: JSON.parse(r.scopes) as Scope[],
-    keyHash: r.key_hash,
-    createdBy: r.created_by,
-    createdAt: r.created_at,
-    expiresAt: r.expires_at,
-    revokedAt: r.revoked_at,
-    lastUsedAt: r.last_used_at,
-  };
 }
 
 export class PgApiKeys implements ApiKeyStore {

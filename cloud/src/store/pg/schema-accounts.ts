@@ -4,6 +4,11 @@
  * the API wrote (read back byte for byte).
  */
 export const ACCOUNTS_SCHEMA = `
+  -- Installation settings, e.g. the fingerprint of the key that seals stored secrets.
+  CREATE TABLE cloud_settings (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+  );
   CREATE TABLE orgs (
     id TEXT PRIMARY KEY,
     name TEXT NOT NULL,
@@ -68,6 +73,12 @@ export const ACCOUNTS_SCHEMA = `
     PRIMARY KEY (org_id, key)
   );
   CREATE INDEX idempotency_keys_expiry ON idempotency_keys (expires_at);
+  -- Request-rate windows shared by the replicas (per key, organization, client address).
+  CREATE TABLE rate_counters (
+    key TEXT PRIMARY KEY,
+    window_start BIGINT NOT NULL,
+    count BIGINT NOT NULL
+  );
   CREATE TABLE meters (
     org_id TEXT NOT NULL,
     meter TEXT NOT NULL,

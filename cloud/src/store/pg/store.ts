@@ -1,11 +1,11 @@
 import type { SyncStore } from '../sync-types.js';
-import type { ApiKeyStore, DatasetStore, EpisodeStore, GaugeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store, WebhookStore } from '../types.js';
+import type { ApiKeyStore, DatasetStore, EpisodeStore, GaugeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, SharedCounterStore, Store, WebhookStore } from '../types.js';
 import { PgApiKeys, PgOrgs } from './accounts.js';
 import { PgDb } from './db.js';
 import { PgDatasets } from './datasets.js';
 import { PgEpisodes } from './episodes.js';
 import { migratePg } from './migrations.js';
-import { PgIdempotency, PgMeters } from './requests.js';
+import { PgCounters, PgIdempotency, PgMeters } from './requests.js';
 import { PgRobots } from './robots.js';
 import { unfinished } from './unfinished.js';
 
@@ -25,8 +25,10 @@ export class PgStore implements Store {
   readonly webhooks: WebhookStore;
   readonly sync: SyncStore;
   readonly gauges: GaugeStore;
+  readonly sharedCounters: SharedCounterStore;
 
   constructor(readonly db: PgDb) {
+    this.sharedCounters = new PgCounters(db);
     this.orgs = new PgOrgs(db);
     this.apiKeys = new PgApiKeys(db);
     this.idempotency = new PgIdempotency(db);
@@ -38,6 +40,14 @@ export class PgStore implements Store {
     this.webhooks = unfinished('webhooks');
     this.sync = unfinished('sync');
     this.gauges = unfinished('gauges');
+  }
+
+  async checkSecretKey(fingerprint: string): Promise<'recorded' | 'same' | 'different'> {
+    // The first replica's insert wins; every other one compares with what it wrote.
+    const inserted = await this.db.query("INSERT INTO cloud_settings (name, value) VALUES ('secret_key_fingerprint', $1) ON CONFLICT (name) DO NOTHING", [fingerprint]);
+    if (inserted.rowCount) return 'recorded';
+    const row = await this.db.one<{ value: string }>("SELECT value FROM cloud_settings WHERE name = 'secret_key_fingerprint'");
+    return row?.value === fingerprint ? 'same' : 'different';
   }
 
   async ping(): Promise<void> {

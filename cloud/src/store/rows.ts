@@ -1,0 +1,105 @@
+import type { RecordingState, Scope } from '@fleet/protocol';
+import type { ApiKeyRow, EnrollmentTokenRow, RobotRow } from './types.js';
+
+// Rows as both engines return them (snake_case columns) and their domain form.
+
+export interface ApiKeyDbRow {
+  id: string;
+  org_id: string;
+  name: string;
+  scopes: string;
+  key_hash: string;
+  created_by: string;
+  created_at: number;
+  expires_at: number | null;
+  revoked_at: number | null;
+  last_used_at: number | null;
+}
+
+export function apiKeyFromDb(r: ApiKeyDbRow): ApiKeyRow {
+  return {
+    id: r.id,
+    orgId: r.org_id,
+    name: r.name,
+    scopes: JSON.parse(r.scopes) as Scope[],
+    keyHash: r.key_hash,
+    createdBy: r.created_by,
+    createdAt: r.created_at,
+    expiresAt: r.expires_at,
+    revokedAt: r.revoked_at,
+    lastUsedAt: r.last_used_at,
+  };
+}
+
+export interface TokenDbRow {
+  id: string;
+  org_id: string;
+  token_hash: string;
+  name_prefix: string | null;
+  max_uses: number;
+  uses: number;
+  expires_at: number;
+  created_by: string;
+  created_at: number;
+  token_prefix: string | null;
+  revoked_at: number | null;
+}
+
+export interface RobotDbRow {
+  id: string;
+  org_id: string;
+  name: string;
+  platform: string | null;
+  runtime_version: string | null;
+  capabilities: string;
+  mqtt_password_hash: string;
+  enrollment_token_id: string;
+  /** 0/1 in SQLite, a boolean in PostgreSQL. */
+  connected: boolean | number;
+  recording_state: string | null;
+  last_seen_at: number | null;
+  created_at: number;
+  deenrolled_at: number | null;
+  rotation_requested_at: number | null;
+  pending_password_hash: string | null;
+  pending_secret_sealed: string | null;
+  rotated_at: number | null;
+}
+
+export function robotFromDb(r: RobotDbRow): RobotRow {
+  return {
+    id: r.id,
+    orgId: r.org_id,
+    name: r.name,
+    platform: r.platform,
+    runtimeVersion: r.runtime_version,
+    capabilities: JSON.parse(r.capabilities) as string[],
+    mqttPasswordHash: r.mqtt_password_hash,
+    enrollmentTokenId: r.enrollment_token_id,
+    connected: r.connected === true || r.connected === 1,
+    recordingState: r.recording_state as RecordingState | null,
+    lastSeenAt: r.last_seen_at,
+    createdAt: r.created_at,
+    deenrolledAt: r.deenrolled_at,
+    rotationRequestedAt: r.rotation_requested_at,
+    pendingPasswordHash: r.pending_password_hash,
+    pendingSecretSealed: r.pending_secret_sealed,
+    rotatedAt: r.rotated_at,
+  };
+}
+
+export function tokenFromDb(t: TokenDbRow): EnrollmentTokenRow {
+  return {
+    id: t.id,
+    orgId: t.org_id,
+    tokenHash: t.token_hash,
+    namePrefix: t.name_prefix,
+    maxUses: t.max_uses,
+    uses: t.uses,
+    expiresAt: t.expires_at,
+    createdBy: t.created_by,
+    createdAt: t.created_at,
+    tokenPrefix: t.token_prefix,
+    revokedAt: t.revoked_at,
+  };
+}

@@ -2,21 +2,28 @@ import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { safeJsonStringify } from '@fleet/protocol';
 import { testReport } from '../test-support.js';
-import { openSqliteStore, type SqliteStore } from '../store/sqlite.js';
-import type { SqliteEpisodes } from '../store/sqlite-episodes.js';
+import { isEpisodeLineSource, type EpisodeFilter, type EpisodeLineBatch } from '../store/index.js';
+import { openTestStore, type TestStore } from '../store/test-store.js';
 import { episodeLines, toEpisodeWithLocations } from './present.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';
-let store: SqliteStore;
+let store: TestStore;
 
 beforeEach(async () => {
-  store = openSqliteStore(':memory:');
+  store = await openTestStore();
   await store.orgs.create({ id: ORG, name: 'a', tier: 'enterprise', createdAt: T0 });
 });
 afterEach(async () => {
   await store.close();
 });
+
+/** The export's line rows (every engine offers them). */
+function lines(filter: EpisodeFilter, afterSeq: number, limit: number): Promise<EpisodeLineBatch> {
+  const source = store.episodes;
+  if (!isEpisodeLineSource(source)) throw new Error('this store has no line rows');
+  return source.list(ORG, filter, afterSeq, limit, undefined, 'lines');
+}
 
 describe('episodeLines', () => {
   it('is byte for byte the JSON of toEpisodeWithLocations, one line per row', async () => {
@@ -24,7 +31,7 @@ describe('episodeLines', () => {
       testReport(),
       testReport({
         session_name: 'séance "1"\n\u2028',
-        task_id: 't\u0000', task_name: 'T', subtask_id: 's', operator_id: 'o', operator_name: '😀',
+        task_id: 't\u0001', task_name: 'T', subtask_id: 's', operator_id: 'o', operator_name: '😀',
         control_mode: 'teleop', policy_version_id: 'p', eval_id: 'e', outcome: 'failure',
         started_at: '2026-03-04T05:06:07.089+02:00', ended_at: '2026-03-04T05:07:00Z', duration_s: 52.911, message_count: 0,
         bag_size_bytes: 9007199254740991, bag_uri: 's3://b/k',
@@ -36,14 +43,17 @@ describe('episodeLines', () => {
     await store.episodes.ingest(reports.map((r) => ({ orgId: ORG, robotId: 'rbt_1', report: r, reportedAt: T0 + 17 })));
     await store.episodes.patchAnnotations(ORG, reports[1]!.id, { label: 'ok', score: 0.5 });
     const seq = (await store.episodes.get(ORG, reports[1]!.id))!.seq;
-    const db = store.db;
-    db.prepare(
-      "INSERT INTO replicas (episode_seq, destination_id, state, grant_id, error, object_key, updated_at) VALUES (?, 'dst_b', 'verified', 'g1', NULL, 'k/1', ?), (?, 'dst_a', 'syncing', 'g2', 'slow', NULL, ?)",
-    ).run(seq, T0 + 1, seq, T0 + 2);
+    expect(seq).toEqual(expect.any(Number));
+    for (const id of ['dst_a', 'dst_b']) {
+      await store.sync.createDestination({ id, orgId: ORG, type: 'external', url: 'https://grants.example.com', secretSealed: 'x', retention: 'keep', createdAt: T0 });
+    }
+    const replica = { episode_id: reports[1]!.id, note: null, at: T0 };
+    await store.sync.applyReplicaReport('rbt_1', { ...replica, destination_id: 'dst_b', state: 'verified', grant_id: 'g1', error: null, object_key: 'k/1' }, T0 + 1);
+    await store.sync.applyReplicaReport('rbt_1', { ...replica, destination_id: 'dst_a', state: 'syncing', grant_id: 'g2', error: 'slow', object_key: null }, T0 + 2);
     const filter = { eq: {}, metadata: {}, annotation: {} };
     const rows = await store.episodes.list(ORG, filter, 0, 10);
     const want = rows.map((r) => `${safeJsonStringify(toEpisodeWithLocations(r))}\n`).join('');
-    const batch = await (store.episodes as SqliteEpisodes).list(ORG, filter, 0, 10, undefined, 'lines');
+    const batch = await lines(filter, 0, 10);
     expect(episodeLines(batch)).toBe(want);
     expect(want).toContain('"locations":[{"destination_id":"dst_a"');
   });
@@ -59,7 +69,7 @@ describe('episodeLines with stored metadata and annotations passed through', () 
         await store.episodes.patchAnnotations(ORG, report.id, annotations);
         const row = (await store.episodes.get(ORG, report.id))!;
         const filter = { eq: {}, metadata: {}, annotation: {} };
-        const batch = await (store.episodes as SqliteEpisodes).list(ORG, filter, row.seq - 1, 1, undefined, 'lines');
+        const batch = await lines(filter, row.seq - 1, 1);
         expect(episodeLines(batch)).toBe(`${safeJsonStringify(toEpisodeWithLocations(row))}\n`);
       }),
       { numRuns: 200 },
@@ -78,6 +88,6 @@ describe('export timestamps', () => {
     const filter = { eq: {}, metadata: {}, annotation: {} };
     const rows = await store.episodes.list(ORG, filter, 0, 5000);
     const want = rows.map((r) => `${safeJsonStringify(toEpisodeWithLocations(r))}\n`).join('');
-    expect(episodeLines(await (store.episodes as SqliteEpisodes).list(ORG, filter, 0, 5000, undefined, 'lines'))).toBe(want);
+    expect(episodeLines(await lines(filter, 0, 5000))).toBe(want);
   });
 });

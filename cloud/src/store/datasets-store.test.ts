@@ -1,25 +1,25 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { EpisodeReport } from '@fleet/protocol';
 import { snapshotFilter } from '../routes/v1/datasets.js';
 import { testReport } from '../test-support.js';
-import { openSqliteStore, type SqliteStore } from './sqlite.js';
-import type { DatasetRow, EpisodeFilter, IngestItem } from './types.js';
+import { describeStore, openTestStore, openTwin, postgresAvailable, type TestEngine, type TestStore } from './test-store.js';
+import type { DatasetRow, EpisodeFilter, IngestItem, Store } from './types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';
 const OTHER_ORG = 'org_b';
 const ROBOT = 'rbt_1';
 
-let store: SqliteStore;
+let store: TestStore;
 
-beforeEach(async () => {
-  store = openSqliteStore(':memory:');
-  await store.orgs.create({ id: ORG, name: 'a', tier: 'enterprise', createdAt: T0 });
-  await store.orgs.create({ id: OTHER_ORG, name: 'b', tier: 'enterprise', createdAt: T0 });
-});
-afterEach(async () => {
-  await store.close();
-});
+async function withOrgs(s: TestStore): Promise<TestStore> {
+  await s.orgs.create({ id: ORG, name: 'a', tier: 'enterprise', createdAt: T0 });
+  await s.orgs.create({ id: OTHER_ORG, name: 'b', tier: 'enterprise', createdAt: T0 });
+  return s;
+}
 
 const report = testReport;
 
@@ -52,7 +52,14 @@ async function allMembers(id: string, pageSize = 1000): Promise<string[]> {
   }
 }
 
-describe('SqliteDatasets', () => {
+describeStore('dataset store', (open) => {
+  beforeEach(async () => {
+    store = await withOrgs(await open());
+  });
+  afterEach(async () => {
+    await store.close();
+  });
+
   it('creates, gets (per organization) and lists in id order with a keyset cursor', async () => {
     const ids = [await createDataset(ORG, { task_id: 't' }), await createDataset(ORG), await createDataset(ORG)];
     const theirs = await createDataset(OTHER_ORG);
@@ -153,6 +160,40 @@ describe('SqliteDatasets', () => {
       const id = await createDataset(ORG);
       await snap(ORG, id, filter);
       expect(await allMembers(id), JSON.stringify(filter)).toEqual(want);
+    }
+  });
+});
+
+const engines: TestEngine[] = postgresAvailable() ? ['sqlite', 'postgres'] : ['sqlite'];
+
+describe.each(engines)('dataset snapshot across processes [%s]', (engine) => {
+  let dir: string;
+  let twin: Store;
+
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'fleet-datasets-'));
+    store = await withOrgs(await openTestStore(engine, { dataDir: dir }));
+    twin = await openTwin(store);
+  });
+  afterEach(async () => {
+    await twin.close();
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('two replicas snapshotting one dataset at once make one snapshot; the other gets `already`', async () => {
+    const ids = await ingest(ORG, ...Array.from({ length: 40 }, () => report()));
+    for (let round = 0; round < 5; round++) {
+      const id = await createDataset(ORG);
+      const results = await Promise.all([
+        store.datasets.snapshot(ORG, id, snapshotFilter({}), T0 + 1),
+        twin.datasets.snapshot(ORG, id, snapshotFilter({}), T0 + 2),
+      ]);
+      const made = results.filter((r): r is DatasetRow => r !== null && r !== 'already');
+      expect(made).toHaveLength(1);
+      expect(results.filter((r) => r === 'already')).toHaveLength(1);
+      expect(await store.datasets.get(ORG, id)).toMatchObject({ snapshotAt: made[0]!.snapshotAt, episodeCount: 40 });
+      expect(await allMembers(id, 7)).toEqual(ids);
     }
   });
 });

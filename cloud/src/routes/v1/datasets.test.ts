@@ -1,10 +1,9 @@
 import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { iso, type Dataset, type Episode, type EpisodeReport, type EpisodeWithLocations, type Scope, type Usage } from '@fleet/protocol';
+import { iso, type Dataset, type Episode, type EpisodeReport, type EpisodeWithLocations, type ReplicaState, type Scope, type Usage } from '@fleet/protocol';
 import { encodeCursor } from '../cursor.js';
 import { bearer, dayOf, errorCode, errorDetails, startTestCloud, testReport, type TestCloud, type TestTenant } from '../../test-support.js';
 import type { IngestItem } from '../../store/index.js';
-import { sqliteDb } from '../../store/test-store.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ROBOT = 'rbt_one';
@@ -30,11 +29,14 @@ async function ingest(reports: EpisodeReport[], opts: { orgId?: string } = {}): 
   return reports;
 }
 
-function addReplica(episodeId: string, destinationId: string, state: string, objectKey: string | null = `obj/${episodeId}`): void {
-  const seq = (sqliteDb(t.store).prepare('SELECT seq FROM episodes WHERE id = ?').get(episodeId) as { seq: number }).seq;
-  sqliteDb(t.store)
-    .prepare('INSERT INTO replicas (episode_seq, destination_id, state, grant_id, error, object_key, updated_at) VALUES (?, ?, ?, ?, NULL, ?, ?)')
-    .run(seq, destinationId, state, `grt_${destinationId}`, objectKey, T0 + 60_000);
+/** A replica as the robot reports it (through the sync store, so on either engine), received at T0 + 60 s. */
+async function addReplica(episodeId: string, destinationId: string, state: ReplicaState, objectKey: string | null = `obj/${episodeId}`): Promise<void> {
+  const ep = (await t.store.episodes.get(tenant.org.id, episodeId))!;
+  if (!(await t.store.sync.getDestination(ep.orgId, destinationId))) {
+    await t.store.sync.createDestination({ id: destinationId, orgId: ep.orgId, type: 'external', url: 'https://grants.example.com', secretSealed: 'x', retention: 'keep', createdAt: T0 });
+  }
+  const report = { episode_id: episodeId, destination_id: destinationId, grant_id: `grt_${destinationId}`, state, error: null, object_key: objectKey, at: T0 };
+  expect(await t.store.sync.applyReplicaReport(ep.robotId, report, T0 + 60_000)).toBe('applied');
 }
 
 function get(url: string, auth: Auth = tenant.auth): Promise<LightMyRequestResponse> {
@@ -472,8 +474,8 @@ describe('GET /v1/datasets/{id}/manifest', () => {
       { path: 'video/cam0.mp4', size_bytes: 50, sha256: 'f'.repeat(64) },
     ];
     const [a, b] = await ingest([report({ manifest: { files, total_bytes: 150 }, metadata: { site: 'lab' } }), report()]);
-    addReplica(a!.id, 'dst_1', 'verified');
-    addReplica(a!.id, 'dst_2', 'granted', null);
+    await addReplica(a!.id, 'dst_1', 'verified');
+    await addReplica(a!.id, 'dst_2', 'granted', null);
     const ds = await createDataset({ from: iso(T0) }, { name: 'manifest test' });
     const snap = await snapshot(ds.id);
     expect(snap.episode_count).toBe(2);

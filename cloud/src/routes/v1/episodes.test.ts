@@ -1,9 +1,8 @@
 import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { iso, type Episode, type EpisodeReport, type EpisodeWithLocations, type Scope, type Usage } from '@fleet/protocol';
+import { iso, type Episode, type EpisodeReport, type EpisodeWithLocations, type ReplicaState, type Scope, type Usage } from '@fleet/protocol';
 import { bearer, dayOf, errorCode, errorDetails, startTestCloud, testReport, type TestCloud, type TestTenant } from '../../test-support.js';
 import type { IngestItem } from '../../store/index.js';
-import { sqliteDb } from '../../store/test-store.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ROBOT = 'rbt_one';
@@ -93,11 +92,14 @@ async function usage(): Promise<Map<string, number>> {
   return new Map(res.json<Usage>().usage.filter((u) => u.day === today).map((u) => [u.meter, u.count]));
 }
 
-function addReplica(episodeId: string, destinationId: string, state: string, objectKey: string | null = `obj/${episodeId}`): void {
-  const seq = (sqliteDb(t.store).prepare('SELECT seq FROM episodes WHERE id = ?').get(episodeId) as { seq: number }).seq;
-  sqliteDb(t.store)
-    .prepare('INSERT INTO replicas (episode_seq, destination_id, state, grant_id, error, object_key, updated_at) VALUES (?, ?, ?, ?, NULL, ?, ?)')
-    .run(seq, destinationId, state, `grt_${destinationId}`, objectKey, T0 + 60_000);
+/** A replica as the robot reports it (through the sync store, so on either engine), received at T0 + 60 s. */
+async function addReplica(episodeId: string, destinationId: string, state: ReplicaState, objectKey: string | null = `obj/${episodeId}`): Promise<void> {
+  const ep = (await t.store.episodes.get(tenant.org.id, episodeId))!;
+  if (!(await t.store.sync.getDestination(ep.orgId, destinationId))) {
+    await t.store.sync.createDestination({ id: destinationId, orgId: ep.orgId, type: 'external', url: 'https://grants.example.com', secretSealed: 'x', retention: 'keep', createdAt: T0 });
+  }
+  const report = { episode_id: episodeId, destination_id: destinationId, grant_id: `grt_${destinationId}`, state, error: null, object_key: objectKey, at: T0 };
+  expect(await t.store.sync.applyReplicaReport(ep.robotId, report, T0 + 60_000)).toBe('applied');
 }
 
 const q = (params: Record<string, string>): string => `?${new URLSearchParams(params).toString()}`;
@@ -179,8 +181,8 @@ describe('GET /v1/episodes', () => {
 
   it('shows replicas with the spec fields', async () => {
     const [a] = await ingest([report()]);
-    addReplica(a!.id, 'dst_1', 'verified');
-    addReplica(a!.id, 'dst_2', 'syncing', null);
+    await addReplica(a!.id, 'dst_1', 'verified');
+    await addReplica(a!.id, 'dst_2', 'syncing', null);
     const e = (await list('')).episodes[0]!;
     expect(e.replicas).toEqual([
       { destination_id: 'dst_1', state: 'verified', grant_id: 'grt_dst_1', error: null, updated_at: iso(T0 + 60_000), object_key: `obj/${a!.id}` },
@@ -369,8 +371,8 @@ describe('GET /v1/episodes', () => {
       expect(await listIds('?sync_state=unverified')).toEqual([a!.id, b!.id, c!.id]);
       expect(await listIds('?sync_state=synced')).toEqual([]);
       expect(await listIds('?sync_state=verified')).toEqual([]);
-      addReplica(a!.id, 'dst_1', 'verified');
-      addReplica(b!.id, 'dst_2', 'synced');
+      await addReplica(a!.id, 'dst_1', 'verified');
+      await addReplica(b!.id, 'dst_2', 'synced');
       expect(await listIds('?sync_state=verified')).toEqual([a!.id]);
       expect(await listIds('?sync_state=synced')).toEqual([a!.id, b!.id]);
       expect(await listIds('?sync_state=unverified')).toEqual([b!.id, c!.id]);
@@ -596,8 +598,8 @@ describe('GET /v1/episodes/export', () => {
       { path: 'video/cam0.mp4', size_bytes: 50, sha256: 'f'.repeat(64) },
     ];
     const [a, b] = await ingest([report({ manifest: { files, total_bytes: 150 }, metadata: { site: 'lab' } }), report()]);
-    addReplica(a!.id, 'dst_1', 'verified');
-    addReplica(a!.id, 'dst_2', 'granted', null);
+    await addReplica(a!.id, 'dst_1', 'verified');
+    await addReplica(a!.id, 'dst_2', 'granted', null);
     const res = await get('/v1/episodes/export');
     expect(res.statusCode, res.payload).toBe(200);
     expect(res.headers['content-type']).toMatch(/^application\/x-ndjson/);

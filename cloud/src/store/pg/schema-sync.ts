@@ -1,13 +1,11 @@
 /**
  * Cloud sync: destinations, routing rules, routes (one per episode), replicas, grant forwards,
- * grant ids and robot pressure, with the SQLite columns (migrations 3 and 6). `replicas` is
- * created IF NOT EXISTS: the episodes schema may carry the same table until both are merged.
- * episode_seq has no foreign key to episodes: episodes are never deleted, and this schema must not
- * depend on the order the two domains' schemas are joined in.
+ * grant ids and robot pressure, with the SQLite columns (migrations 3 and 6). Created after the
+ * episodes schema: replicas reference episodes(seq).
  */
 export const SYNC_SCHEMA = `
-  CREATE TABLE IF NOT EXISTS replicas (
-    episode_seq BIGINT NOT NULL,
+  CREATE TABLE replicas (
+    episode_seq BIGINT NOT NULL REFERENCES episodes(seq),
     destination_id TEXT NOT NULL,
     state TEXT NOT NULL CHECK (state IN ('granted', 'syncing', 'synced', 'verified')),
     grant_id TEXT NOT NULL,
@@ -18,7 +16,7 @@ export const SYNC_SCHEMA = `
     reported_at BIGINT,
     PRIMARY KEY (episode_seq, destination_id)
   );
-  CREATE INDEX IF NOT EXISTS replicas_by_destination ON replicas (destination_id, state, episode_seq);
+  CREATE INDEX replicas_by_destination ON replicas (destination_id, state, episode_seq);
   CREATE TABLE destinations (
     id TEXT PRIMARY KEY,
     org_id TEXT NOT NULL REFERENCES orgs(id),

@@ -2,12 +2,13 @@ import type { SyncStore } from '../sync-types.js';
 import type { ApiKeyStore, DatasetStore, EpisodeStore, GaugeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, SharedCounterStore, Store, WebhookStore } from '../types.js';
 import { PgApiKeys, PgOrgs } from './accounts.js';
 import { PgDb } from './db.js';
+import { PgDatasets } from './datasets.js';
+import { PgEpisodes } from './episodes.js';
 import { PgGauges } from './gauges.js';
 import { migratePg } from './migrations.js';
 import { PgCounters, PgIdempotency, PgMeters } from './requests.js';
 import { PgRobots } from './robots.js';
 import { PgSync } from './sync.js';
-import { unfinished } from './unfinished.js';
 import { PgWebhooks } from './webhooks.js';
 
 /**
@@ -35,8 +36,9 @@ export class PgStore implements Store {
     this.idempotency = new PgIdempotency(db);
     this.meters = new PgMeters(db);
     this.robots = new PgRobots(db);
-    this.episodes = unfinished('episodes');
-    this.datasets = unfinished('datasets');
+    const episodes = new PgEpisodes(db);
+    this.episodes = episodes;
+    this.datasets = new PgDatasets(db, episodes);
     this.webhooks = new PgWebhooks(db);
     this.sync = new PgSync(db);
     this.gauges = new PgGauges(db);

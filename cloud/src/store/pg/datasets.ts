@@ -1,0 +1,101 @@
+import type { EpisodeLineBatch } from '../sqlite-episodes.js';
+import type { DatasetRow, DatasetStore, EpisodeFilter, EpisodeRow } from '../types.js';
+import type { PgDb } from './db.js';
+import { buildPgListQuery, EPISODE_LINE_SELECT, EPISODE_ROW_SELECT, type PgEpisodeDbRow, type PgEpisodes } from './episodes.js';
+
+interface DatasetDbRow {
+  id: string;
+  org_id: string;
+  name: string;
+  description: string | null;
+  filter: string;
+  snapshot_at: number | null;
+  episode_count: number | null;
+  created_by: string;
+  created_at: number;
+}
+
+const DATASET_COLUMNS = 'id, org_id, name, description, filter, snapshot_at, episode_count, created_by, created_at';
+
+function fromDb(r: DatasetDbRow): DatasetRow {
+  return {
+    id: r.id,
+    orgId: r.org_id,
+    name: r.name,
+    description: r.description,
+    filter: JSON.parse(r.filter) as Record<string, string>,
+    snapshotAt: r.snapshot_at,
+    episodeCount: r.episode_count,
+    createdBy: r.created_by,
+    createdAt: r.created_at,
+  };
+}
+
+const MEMBERS_FROM = `FROM dataset_members m JOIN episodes e ON e.seq = m.episode_seq
+  WHERE m.dataset_id = $1 AND m.position > $2 ORDER BY m.position LIMIT $3`;
+
+export class PgDatasets implements DatasetStore {
+  constructor(
+    private readonly db: PgDb,
+    private readonly episodes: PgEpisodes,
+  ) {}
+
+  async create(row: Omit<DatasetRow, 'snapshotAt' | 'episodeCount'>): Promise<void> {
+    await this.db.query('INSERT INTO datasets (id, org_id, name, description, filter, created_by, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)', [
+      row.id,
+      row.orgId,
+      row.name,
+      row.description,
+      JSON.stringify(row.filter),
+      row.createdBy,
+      row.createdAt,
+    ]);
+  }
+
+  async get(orgId: string, id: string): Promise<DatasetRow | undefined> {
+    const r = await this.db.one<DatasetDbRow>(`SELECT ${DATASET_COLUMNS} FROM datasets WHERE org_id = $1 AND id = $2`, [orgId, id]);
+    return r && fromDb(r);
+  }
+
+  async list(orgId: string, after: string | null, limit: number): Promise<DatasetRow[]> {
+    const rows = await this.db.many<DatasetDbRow>(
+      `SELECT ${DATASET_COLUMNS} FROM datasets WHERE org_id = $1 AND id > $2 ORDER BY id LIMIT $3`,
+      [orgId, after ?? '', limit],
+    );
+    return rows.map(fromDb);
+  }
+
+  /**
+   * One transaction: the dataset row is locked (FOR UPDATE), then the members are written by one
+   * INSERT ... SELECT, which reads the episodes as of one instant (MVCC: ingest, annotation and
+   * sync writers are never blocked by it), numbered in seq order, and the count is pinned. A
+   * second snapshot of the same dataset (another replica) waits on the row lock; READ COMMITTED
+   * then re-reads the row as committed, finds snapshot_at set and answers 'already'.
+   */
+  async snapshot(orgId: string, id: string, filter: EpisodeFilter, at: number): Promise<DatasetRow | 'already' | null> {
+    return this.db.tx(async (sql) => {
+      const ds = (await sql.query<DatasetDbRow>(`SELECT ${DATASET_COLUMNS} FROM datasets WHERE org_id = $1 AND id = $2 FOR UPDATE`, [orgId, id])).rows[0];
+      if (!ds) return null;
+      if (ds.snapshot_at !== null) return 'already';
+      const { sql: members, params } = buildPgListQuery(orgId, filter, 0, -1, 'e.seq');
+      const n = params.length;
+      const inserted = await sql.query(
+        `INSERT INTO dataset_members (dataset_id, position, episode_seq)
+         SELECT $${n + 1}, ROW_NUMBER() OVER (ORDER BY q.seq), q.seq FROM (${members}) q`,
+        [...params, id],
+      );
+      const count = inserted.rowCount ?? 0;
+      await sql.query('UPDATE datasets SET snapshot_at = $1, episode_count = $2 WHERE id = $3', [at, count, id]);
+      return fromDb({ ...ds, snapshot_at: at, episode_count: count });
+    });
+  }
+
+  /** What `members` returns, as line rows for the manifest (see EpisodeLineSource). */
+  async memberLineRows(datasetId: string, afterPos: number, limit: number): Promise<EpisodeLineBatch> {
+    return this.episodes.lineBatch(this.db, await this.episodes.lineRows(`SELECT ${EPISODE_LINE_SELECT} ${MEMBERS_FROM}`, [datasetId, afterPos, limit]));
+  }
+
+  async members(datasetId: string, afterPos: number, limit: number): Promise<EpisodeRow[]> {
+    return this.episodes.hydrate(this.db, await this.db.many<PgEpisodeDbRow>(`SELECT ${EPISODE_ROW_SELECT} ${MEMBERS_FROM}`, [datasetId, afterPos, limit]));
+  }
+}

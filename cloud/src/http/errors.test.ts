@@ -224,3 +224,14 @@ describe('GET /v1/usage', () => {
     expect(res.json()).toEqual({ usage: [{ meter: 'x', day: '2026-01-01', count: 3 }] });
   });
 });
+
+describe('NUL characters in the URL', () => {
+  it('are 400 validation_failed in a path or a query, before any lookup, on every engine', async () => {
+    for (const url of ['/v1/api-keys/%00', '/v1/api-keys/ak%00x', '/v1/webhooks/%00/test', '/v1/episodes?robot_id=%00', '/v1/episodes?metadata.site=a%00b']) {
+      const method = url.includes('/test') ? 'POST' : url.startsWith('/v1/api-keys') ? 'DELETE' : 'GET';
+      const res = await t.app.inject({ method, url, headers: tenant.auth });
+      expectError(res, 400, 'validation_failed');
+      expect((JSON.parse(res.payload) as { error: { details: { issues: { code: string }[] } } }).error.details.issues[0]!.code).toBe('nul_character');
+    }
+  });
+});

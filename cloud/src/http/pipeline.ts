@@ -151,6 +151,13 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
 
   app.addHook('onRequest', async (request, reply) => {
     void reply.header('X-Request-Id', request.id);
+    // No stored text holds a NUL character (PostgreSQL text cannot), so no id or filter value
+    // with one can name anything: refused before any lookup, the same on every engine.
+    const nul = request.url.indexOf('%00');
+    if (nul >= 0) {
+      const q = request.url.indexOf('?');
+      throw validationError(q >= 0 && nul > q ? 'querystring' : 'params', '', 'NUL characters (%00) are not allowed in the URL', 'nul_character');
+    }
     const policy = request.routeOptions.config.policy;
     if (!policy || policy.auth !== 'key') return;
     const principal = await authenticator.authenticate(request.headers.authorization);

@@ -26,11 +26,16 @@ interface Pending {
 /** Largest MQTT payload the cloud parses from a robot; larger ones are dropped and logged. */
 const MAX_ROBOT_PAYLOAD = 256 * 1024;
 
+/** Where the presence snapshot of a starting replica ends (see `presenceSnapshot`). */
+const SNAPSHOT_TOPIC = 'fleet/v1/cloud/snapshot';
+
 /**
  * The cloud's MQTT client: keeps robot presence from the retained status topics and sends
  * commands, waiting for the reply with the same `cmd_id`. Several cloud replicas can each run
  * one; a reply reaches the replica that waits for it because every replica subscribes to all
- * replies and ignores ids it does not wait for.
+ * replies and ignores ids it does not wait for. With `shareGroup` (an external broker shared by
+ * replicas) statuses, outbox messages and sync requests come through MQTT shared subscriptions,
+ * so each is handled by one replica.
  */
 export class RobotLink {
   private client: MqttClient | null = null;
@@ -51,6 +56,13 @@ export class RobotLink {
       clock: Clock;
       logger: FastifyBaseLogger;
       commandTimeoutMs: number;
+      /**
+       * Subscribe to statuses, outboxes and sync requests as `$share/<group>/…` (an external
+       * broker with several replicas); unset on the embedded broker (aedes has no shared subscriptions).
+       */
+      shareGroup?: string;
+      /** How long a starting replica waits for the retained statuses (presence snapshot). */
+      snapshotTimeoutMs?: number;
     },
   ) {}
 
@@ -70,7 +82,57 @@ export class RobotLink {
       this.onMessage(topic, payload).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'robot message handling failed'));
     });
     client.on('error', (err) => this.opts.logger.warn({ err }, 'mqtt client error'));
-    await client.subscribeAsync([topics.allStatus, topics.allCommandReplies, topics.allOutbox, topics.allSyncRequests], { qos: 1 });
+    const share = this.opts.shareGroup;
+    const shared = (filter: string) => (share ? `$share/${share}/${filter}` : filter);
+    // Replies stay a plain subscription: the one replica that waits for a reply must get it, and
+    // every replica ignores the ids it does not wait for.
+    await client.subscribeAsync([shared(topics.allStatus), topics.allCommandReplies, shared(topics.allOutbox), shared(topics.allSyncRequests)], { qos: 1 });
+    if (share) await this.presenceSnapshot();
+  }
+
+  /**
+   * A broker hands retained messages to a new plain subscription only, never to a shared one: a
+   * replica that (re)starts reads the retained statuses once on a connection of its own, so
+   * robots that changed while no replica ran are seen. Only messages flagged retained count
+   * (live ones are the shared subscription's); a marker published after the subscription
+   * arrives after them (one client's messages keep their order), which ends the snapshot.
+   */
+  private async presenceSnapshot(): Promise<void> {
+    const id = randomBytes(8).toString('hex');
+    const marker = `${SNAPSHOT_TOPIC}/${id}`;
+    const client = await mqtt.connectAsync(this.opts.url, {
+      protocolVersion: 4,
+      clientId: `cloud_snapshot_${id}`,
+      clean: true,
+      reconnectPeriod: 0,
+      ...(this.opts.username ? { username: this.opts.username } : {}),
+      ...(this.opts.password ? { password: this.opts.password } : {}),
+    });
+    let statuses = 0;
+    try {
+      const done = new Promise<void>((resolve) => {
+        const timer = setTimeout(() => {
+          this.opts.logger.warn({ statuses }, 'presence snapshot: the marker did not come back; going on with what arrived');
+          resolve();
+        }, this.opts.snapshotTimeoutMs ?? 10_000);
+        client.on('message', (topic, payload, packet) => {
+          if (topic === marker) {
+            clearTimeout(timer);
+            resolve();
+            return;
+          }
+          if (!packet.retain) return;
+          statuses++;
+          this.onMessage(topic, payload).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'retained robot status handling failed'));
+        });
+      });
+      await client.subscribeAsync([topics.allStatus, marker], { qos: 1 });
+      await client.publishAsync(marker, '', { qos: 1 });
+      await done;
+      this.opts.logger.info({ statuses }, 'presence snapshot read');
+    } finally {
+      await client.endAsync();
+    }
   }
 
   get connected(): boolean {

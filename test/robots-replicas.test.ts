@@ -12,9 +12,11 @@ import {
   getRobot,
   readStoredCredentials,
   sendCommand,
+  spawnAgent,
   startAgentProcess,
   type AgentProcess,
   type StoredCredentials,
+  waitForRobot,
 } from './support/robots.js';
 import { waitFor } from './support/wait.js';
 
@@ -196,6 +198,38 @@ describe.skipIf(!available.ok)('cloud replicas behind mosquitto', () => {
         timeoutMs: 60_000,
         description: `a command through ${cloud.http} after the broker restart`,
       });
+    }
+  });
+});
+
+describe.skipIf(!available.ok)('presence when no replica ran', () => {
+  test('a starting replica reads the retained statuses: a robot that left or came while no replica ran shows as it is', { timeout: 180_000 }, async () => {
+    await using mosq = await startMosquitto();
+    await using set = await startReplicas({ broker: mosq, count: 1 });
+    const first = set.clouds[0]!;
+    const robot = await startAgentProcess(first);
+    try {
+      // Every replica stops; then the robot goes away (its status, retained, says offline).
+      await first.kill('SIGTERM');
+      await robot.kill('SIGTERM');
+      const second = await set.add();
+      // A shared subscription gets no retained message; without the snapshot the store would
+      // keep the robot connected for good.
+      await waitForRobot(second, robot.robotId, (r) => !r.connected, { description: 'disconnected' });
+
+      // The same the other way round: the robot comes back while no replica runs.
+      await second.kill('SIGTERM');
+      const again = await spawnAgent(robot.dataDir);
+      try {
+        await again.waitForStdout((l) => l.includes('"state":"connected"'), { description: 'the agent connected' });
+        const third = await set.add();
+        await waitForRobot(third, robot.robotId, (r) => r.connected, { description: 'connected' });
+        expect((await sendCommand(third, robot.robotId, 'stack/status')).status).toBe(200);
+      } finally {
+        await again.kill('SIGTERM');
+      }
+    } finally {
+      await robot[Symbol.asyncDispose]();
     }
   });
 });

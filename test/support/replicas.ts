@@ -19,6 +19,8 @@ export interface ReplicaSetOptions {
 export interface ReplicaSet extends AsyncDisposable {
   readonly clouds: readonly CloudProcess[];
   readonly dataDir: string;
+  /** Starts one more replica on the same store and broker (e.g. after stopping one); it joins `clouds`. */
+  add(): Promise<CloudProcess>;
 }
 
 /**
@@ -37,21 +39,22 @@ export async function startReplicas(opts: ReplicaSetOptions): Promise<ReplicaSet
       await dir[Symbol.asyncDispose]();
     }
   };
+  const add = async () => {
+    const cloud = await startCloud({
+      dataDir,
+      args: ['--mqtt-url', opts.broker.url, '--mqtt-account-file', opts.broker.accountFile, '--metrics-listen', '127.0.0.1:0', ...(opts.args ?? [])],
+      ...(opts.storeEnv ? { env: opts.storeEnv } : {}),
+    });
+    clouds.push(cloud);
+    return cloud;
+  };
   try {
-    for (let i = 0; i < (opts.count ?? 2); i++) {
-      clouds.push(
-        await startCloud({
-          dataDir,
-          args: ['--mqtt-url', opts.broker.url, '--mqtt-account-file', opts.broker.accountFile, '--metrics-listen', '127.0.0.1:0', ...(opts.args ?? [])],
-          ...(opts.storeEnv ? { env: opts.storeEnv } : {}),
-        }),
-      );
-    }
+    for (let i = 0; i < (opts.count ?? 2); i++) await add();
   } catch (err) {
     await dispose();
     throw err;
   }
-  return { clouds, dataDir, [Symbol.asyncDispose]: dispose };
+  return { clouds, dataDir, add, [Symbol.asyncDispose]: dispose };
 }
 
 /** The replica's `/metrics` text (its `--metrics-listen` URL from the address line). */

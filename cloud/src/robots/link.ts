@@ -78,7 +78,11 @@ export class RobotLink {
     this.client = client;
     disableNagle(client.stream);
     client.on('connect', () => disableNagle(client.stream));
-    client.on('message', (topic, payload) => {
+    client.on('message', (topic, payload, packet) => {
+      // Behind a shared broker retained statuses are read once, by the start-up snapshot. mosquitto
+      // 2.0.11 also hands them to a new shared subscription (the MQTT 5 rule and later brokers do
+      // not); relying on that would make presence after a restart depend on the broker version.
+      if (this.opts.shareGroup && packet.retain) return;
       this.onMessage(topic, payload).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'robot message handling failed'));
     });
     client.on('error', (err) => this.opts.logger.warn({ err }, 'mqtt client error'));
@@ -87,7 +91,14 @@ export class RobotLink {
     // Replies stay a plain subscription: the one replica that waits for a reply must get it, and
     // every replica ignores the ids it does not wait for.
     await client.subscribeAsync([shared(topics.allStatus), topics.allCommandReplies, shared(topics.allOutbox), shared(topics.allSyncRequests)], { qos: 1 });
-    if (share) await this.presenceSnapshot();
+    if (share) {
+      await this.presenceSnapshot();
+      // After a lost connection (a broker restart) statuses published meanwhile, and those sent
+      // before the subscriptions were renewed, are only in the retained messages: read them again.
+      client.on('connect', () => {
+        this.presenceSnapshot().catch((err: unknown) => this.opts.logger.warn({ err }, 'presence snapshot after a reconnect failed'));
+      });
+    }
   }
 
   /**

@@ -129,11 +129,12 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
     });
 
     // Robot accounts on the external broker (mosquitto's dynamic security plugin).
-    const accounts = !config.mqttAccountFile ? null : await life.add('broker accounts', async () => {
+    const dynsec = !config.mqttAccountFile ? null : await life.add('broker accounts', async () => {
       const control = new DynsecControl({ url: linkUrl, username: linkAuth.username!, password: linkAuth.password!, logger, timeoutMs: config.commandTimeoutMs });
       await control.start();
-      return { value: new DynsecRobotAccounts(control), close: () => control.stop() };
+      return { value: { control, accounts: new DynsecRobotAccounts(control) }, close: () => control.stop() };
     });
+    const accounts = dynsec?.accounts ?? null;
 
     const egress = await life.add('egress', async () => {
       const e = new EgressClient({
@@ -233,6 +234,8 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         readiness: async () => {
           if (broker?.aedes.closed) throw new Error('MQTT broker closed');
           if (!link.connected) throw new Error('no connection to the MQTT broker');
+          // Enrollment, rotation and de-enrollment need the broker's account API.
+          if (dynsec && !dynsec.control.connected) throw new Error('no connection to the broker\'s dynamic security API');
         },
       });
       try {

@@ -61,6 +61,10 @@ export class DynsecControl {
     await client.subscribeAsync(RESPONSE_TOPIC, { qos: 1 });
   }
 
+  get connected(): boolean {
+    return this.client?.connected ?? false;
+  }
+
   async stop(): Promise<void> {
     for (const [, w] of this.waiting) {
       clearTimeout(w.timer);

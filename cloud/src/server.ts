@@ -82,6 +82,13 @@ interface BrokerPart {
   linkAuth: { username?: string; password?: string };
 }
 
+/** `--mqtt-account-file`: `{username, password}` as `fleet-cloud broker-config` wrote it. */
+function readBrokerAccount(file: string): { username: string; password: string } {
+  const parsed = BrokerAccountSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
+  if (!parsed.success) throw new Error(`${file} is not a broker account file (username, password): ${parsed.error.issues.map((i) => i.path.join('.')).join(', ')}`);
+  return parsed.data;
+}
+
 /** The shared-subscription group of the replicas behind one external broker. */
 const REPLICA_SHARE_GROUP = 'fleet-cloud';
 
@@ -107,7 +114,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
     const { broker, linkUrl, linkAuth } = await life.add<BrokerPart>('broker', async () => {
       if (config.mqttUrl) {
         // Other replicas may be serving: presence in the store stays as it is (no markAllDisconnected).
-        const linkAuth = config.mqttAccountFile ? BrokerAccountSchema.parse(JSON.parse(readFileSync(config.mqttAccountFile, 'utf8'))) : {};
+        const linkAuth = config.mqttAccountFile ? readBrokerAccount(config.mqttAccountFile) : {};
         return { value: { broker: null, linkUrl: config.mqttUrl, linkAuth }, close: async () => undefined };
       }
       // The cloud's own client authenticates with a secret that lives only in this process.

@@ -40,6 +40,8 @@ const SNAPSHOT_TOPIC = 'fleet/v1/cloud/snapshot';
 export class RobotLink {
   private client: MqttClient | null = null;
   private readonly pending = new Map<string, Pending>();
+  /** Presence snapshots in flight (awaited by `stop`, so none writes after the store closed). */
+  private readonly snapshots = new Set<Promise<void>>();
   /** Receives every robot outbox message (the outbox router). */
   onOutbox: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
   /** Told when a robot's status turns from offline to online (a pending credential rotation goes out). */
@@ -102,13 +104,20 @@ export class RobotLink {
   }
 
   /**
-   * A broker hands retained messages to a new plain subscription only, never to a shared one: a
-   * replica that (re)starts reads the retained statuses once on a connection of its own, so
-   * robots that changed while no replica ran are seen. Only messages flagged retained count
-   * (live ones are the shared subscription's); a marker published after the subscription
-   * arrives after them (one client's messages keep their order), which ends the snapshot.
+   * Under the MQTT 5 rule a new shared subscription gets no retained messages: a replica that
+   * (re)connects reads the retained statuses on a connection of its own with a plain
+   * subscription, so robots that changed while no replica (or not this one) was connected are
+   * seen. Only messages flagged retained count (live ones are the shared subscription's); a
+   * marker published after the subscription arrives after them (one client's messages keep their
+   * order), which ends the snapshot.
    */
-  private async presenceSnapshot(): Promise<void> {
+  private presenceSnapshot(): Promise<void> {
+    const run = this.readRetainedStatuses().finally(() => this.snapshots.delete(run));
+    this.snapshots.add(run);
+    return run;
+  }
+
+  private async readRetainedStatuses(): Promise<void> {
     const id = randomBytes(8).toString('hex');
     const marker = `${SNAPSHOT_TOPIC}/${id}`;
     const client = await mqtt.connectAsync(this.opts.url, {
@@ -155,6 +164,7 @@ export class RobotLink {
     this.pending.clear();
     await this.client?.endAsync();
     this.client = null;
+    await Promise.allSettled([...this.snapshots]);
   }
 
   /**

@@ -22,6 +22,7 @@ import { createLogger } from './logger.js';
 import { loadSecretBox } from './secret-box.js';
 import { MissingDatabaseError, MissingPgSchemaError, openStore, type Store } from './store/index.js';
 import { ListenError, SecretKeyMismatchError, startCloud } from './server.js';
+import { DEBIAN_DYNSEC_PLUGIN, writeBrokerConfig } from './mqtt/dynsec-config.js';
 import { createDestination, createRoutingRule, toDestination, toRoutingRule } from './sync/manage.js';
 import { SyncRouter } from './sync/router.js';
 
@@ -71,6 +72,7 @@ program
   .addOption(new Option('--http-port <port>', 'HTTP port (0: any free port)').env('FLEET_HTTP_PORT').default('8080'))
   .addOption(new Option('--mqtt-port <port>', 'embedded MQTT broker port (0: any free port)').env('FLEET_MQTT_PORT').default('1883'))
   .addOption(new Option('--mqtt-url <url>', 'use this external MQTT broker instead of the embedded one').env('FLEET_MQTT_URL'))
+  .addOption(new Option('--mqtt-account-file <file>', 'with --mqtt-url: the cloud\'s mosquitto account (written by broker-config); robot accounts and ACLs are kept on the broker').env('FLEET_MQTT_ACCOUNT_FILE'))
   .addOption(new Option('--mqtt-public-url <url>', 'broker address handed to enrolling robots (default: the one the cloud uses)').env('FLEET_MQTT_PUBLIC_URL'))
   .addOption(new Option('--command-timeout-ms <ms>', 'how long a robot command waits for its answer').env('FLEET_COMMAND_TIMEOUT_MS'))
   .addOption(new Option('--body-limit-bytes <n>', 'largest accepted request body').env('FLEET_BODY_LIMIT_BYTES'))
@@ -93,6 +95,7 @@ program
       mqttPort: opts.mqttPort,
       mqttUrl: opts.mqttUrl,
       mqttPublicUrl: opts.mqttPublicUrl,
+      mqttAccountFile: opts.mqttAccountFile,
       egressAllowLoopback: opts.egressAllowLoopback !== undefined && String(opts.egressAllowLoopback) !== 'false',
       egressCaFile: opts.egressCaFile,
       commandTimeoutMs: opts.commandTimeoutMs,
@@ -421,6 +424,25 @@ program
     await store.close();
     if (opts.out) writeFileSync(opts.out, text);
     else process.stdout.write(text);
+  });
+
+program
+  .command('broker-config')
+  .description(
+    'Write what mosquitto 2 needs to serve several cloud replicas: a mosquitto.conf fragment, the dynamic security plugin file (robot accounts are added to it by the cloud) and the cloud\'s broker account (0600, for serve --mqtt-account-file). Refuses to overwrite.',
+  )
+  .requiredOption('--out <dir>', 'directory for fleet-cloud.conf, dynamic-security.json and cloud-mqtt-account.json')
+  .option('--username <name>', 'the cloud replicas\' broker account', 'fleet-cloud')
+  .option('--plugin <path>', 'mosquitto_dynamic_security.so', DEBIAN_DYNSEC_PLUGIN)
+  .option('--dynsec-file <path>', 'where mosquitto keeps the plugin file (default: in --out)')
+  .action((opts: { out: string; username: string; plugin: string; dynsecFile?: string }) => {
+    try {
+      const files = writeBrokerConfig({ outDir: opts.out, username: opts.username, pluginPath: opts.plugin, ...(opts.dynsecFile ? { dynsecPath: opts.dynsecFile } : {}) });
+      printJson({ conf: files.conf, dynsec: files.dynsec, account: files.account });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'EEXIST') fail(`${(err as NodeJS.ErrnoException).path ?? 'a file'} exists: the broker's robot accounts live there; choose another --out`);
+      throw err;
+    }
   });
 
 program.addHelpText(

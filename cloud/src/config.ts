@@ -27,6 +27,11 @@ export const CloudConfigSchema = z.strictObject({
   mqttPort: port.default(1883),
   /** Use this external broker instead of the embedded one (mqtt:// or mqtts://). */
   mqttUrl: z.url({ protocol: /^mqtts?$/ }).optional(),
+  /**
+   * With mqttUrl: the cloud's broker account (`fleet-cloud broker-config` writes it). The cloud
+   * logs in with it and keeps robot accounts and ACLs in mosquitto's dynamic security plugin.
+   */
+  mqttAccountFile: z.string().min(1).optional(),
   /** The broker address given to enrolling robots when it differs from the one the cloud uses. */
   mqttPublicUrl: z.url({ protocol: /^mqtts?$/ }).optional(),
   /** How long a robot command waits for the robot's answer before 504 command_timeout. */
@@ -67,7 +72,8 @@ export const CloudConfigSchema = z.strictObject({
   metricsTokenFile: z.string().min(1).optional(),
   /** The token itself; only from FLEET_METRICS_TOKEN (a flag would show it in the process list). */
   metricsToken: z.string().min(16, 'must be at least 16 characters').optional(),
-}).refine((c) => !(c.metricsTokenFile && c.metricsToken), { message: 'give a metrics token file or FLEET_METRICS_TOKEN, not both', path: ['metricsToken'] });
+}).refine((c) => !c.mqttAccountFile || c.mqttUrl, { message: 'needs --mqtt-url (the account is for an external broker)', path: ['mqttAccountFile'] })
+  .refine((c) => !(c.metricsTokenFile && c.metricsToken), { message: 'give a metrics token file or FLEET_METRICS_TOKEN, not both', path: ['metricsToken'] });
 
 export type CloudConfig = Readonly<z.output<typeof CloudConfigSchema>>;
 export type CloudConfigInput = z.input<typeof CloudConfigSchema>;

@@ -11,6 +11,8 @@ import { parseListen, type CloudConfig } from './config.js';
 import { metricsFor, metricsToken, startMetricsListener } from './metrics.js';
 import { startEmbeddedBroker, type EmbeddedBroker } from './mqtt/broker.js';
 import { PublishThrottle } from './mqtt/throttle.js';
+import { DynsecControl, DynsecRobotAccounts } from './mqtt/dynsec.js';
+import { BrokerAccountSchema } from './mqtt/dynsec-config.js';
 import { loadSecretBox } from './secret-box.js';
 import { openStore } from './store/index.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './robots/broker-auth.js';
@@ -90,6 +92,16 @@ interface BrokerPart {
   linkAuth: { username?: string; password?: string };
 }
 
+/** `--mqtt-account-file`: `{username, password}` as `fleet-cloud broker-config` wrote it. */
+function readBrokerAccount(file: string): { username: string; password: string } {
+  const parsed = BrokerAccountSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
+  if (!parsed.success) throw new Error(`${file} is not a broker account file (username, password): ${parsed.error.issues.map((i) => i.path.join('.')).join(', ')}`);
+  return parsed.data;
+}
+
+/** The shared-subscription group of the replicas behind one external broker. */
+const REPLICA_SHARE_GROUP = 'fleet-cloud';
+
 /**
  * Everything `fleet-cloud serve` runs, in one process: one ordered list of parts, started in
  * order and closed in reverse (a failed start closes what had started). Both ports are bound
@@ -113,7 +125,11 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
 
     // The MQTT broker: embedded (with robot credentials, topic ACL and a per-robot throttle), or external.
     const { broker, linkUrl, linkAuth } = await life.add<BrokerPart>('broker', async () => {
-      if (config.mqttUrl) return { value: { broker: null, linkUrl: config.mqttUrl, linkAuth: {} }, close: async () => undefined };
+      if (config.mqttUrl) {
+        // Other replicas may be serving: presence in the store stays as it is (no markAllDisconnected).
+        const linkAuth = config.mqttAccountFile ? readBrokerAccount(config.mqttAccountFile) : {};
+        return { value: { broker: null, linkUrl: config.mqttUrl, linkAuth }, close: async () => undefined };
+      }
       // The cloud's own client authenticates with a secret that lives only in this process.
       const cloudPassword = randomBytes(32).toString('base64url');
       const throttle = new PublishThrottle<Client>({
@@ -131,6 +147,14 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         close: () => b.close(),
       };
     });
+
+    // Robot accounts on the external broker (mosquitto's dynamic security plugin).
+    const dynsec = !config.mqttAccountFile ? null : await life.add('broker accounts', async () => {
+      const control = new DynsecControl({ url: linkUrl, username: linkAuth.username!, password: linkAuth.password!, logger, timeoutMs: config.commandTimeoutMs });
+      await control.start();
+      return { value: { control, accounts: new DynsecRobotAccounts(control) }, close: () => control.stop() };
+    });
+    const accounts = dynsec?.accounts ?? null;
 
     const egress = await life.add('egress', async () => {
       const e = new EgressClient({
@@ -150,8 +174,16 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
     // (assignments pushed as routes are decided, grant requests relayed to grant providers).
     const relay = new GrantRelay({ store, egress, secrets, clock, logger, retryAfterS: config.grantRetryAfterS, metrics });
     const { link, router, rotator } = await life.add('robot link', async () => {
-      const l = new RobotLink({ url: linkUrl, ...linkAuth, store, clock, logger, commandTimeoutMs: config.commandTimeoutMs });
-      const rot = new CredentialRotator({ store, clock, secrets, link: l, sessions: broker, logger });
+      const l = new RobotLink({
+        url: linkUrl,
+        ...linkAuth,
+        store,
+        clock,
+        logger,
+        commandTimeoutMs: config.commandTimeoutMs,
+        ...(config.mqttUrl ? { shareGroup: REPLICA_SHARE_GROUP } : {}),
+      });
+      const rot = new CredentialRotator({ store, clock, secrets, link: l, sessions: broker, accounts, logger });
       l.onRobotOnline = (robotId) => rot.robotOnline(robotId);
       const syncService = new SyncService({ store, relay, publish: (robotId, msg) => l.publishSync(robotId, msg), logger });
       const r = new SyncRouter({
@@ -222,6 +254,8 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         readiness: async () => {
           if (broker?.aedes.closed) throw new Error('MQTT broker closed');
           if (!link.connected) throw new Error('no connection to the MQTT broker');
+          // Enrollment, rotation and de-enrollment need the broker's account API.
+          if (dynsec && !dynsec.control.connected) throw new Error('no connection to the broker\'s dynamic security API');
         },
       });
       try {

@@ -13,12 +13,27 @@ export interface BrokerSessions {
   disconnect(robotId: string): boolean;
 }
 
-/** What the /v1 routes need for de-enrollment and credential rotation. */
+/**
+ * Robot accounts on an external broker that keeps its own (mosquitto's dynamic security plugin,
+ * `mqtt/dynsec.ts`): the embedded broker asks the store instead and needs none of this.
+ */
+export interface RobotBrokerAccounts {
+  /** A robot was enrolled with this secret. */
+  enrolled(robotId: string, password: string): Promise<void>;
+  /** A rotation was acknowledged: only this secret works from now on, and the live connection is closed. */
+  rotated(robotId: string, password: string): Promise<void>;
+  /** De-enrolled: refused from now on, the live connection closed. */
+  revoked(robotId: string): Promise<void>;
+}
+
+/** What the /v1 routes need for enrollment, de-enrollment and credential rotation. */
 export interface FleetAdmin {
+  /** Tells the broker about a robot just enrolled with this secret (an external broker's account). */
+  enrolled?(robotId: string, password: string): Promise<void>;
   /** Delivers a requested rotation now if the robot is connected; says where it stands. */
   rotate(robotId: string): Promise<RotationState>;
   /** Drops the robot's live broker connection, so that its credentials are checked again at once. */
-  disconnect(robotId: string): void;
+  disconnect(robotId: string): void | Promise<void>;
 }
 
 export interface CredentialRotatorOptions {
@@ -29,6 +44,8 @@ export interface CredentialRotatorOptions {
   /** Sends `credentials.rotate` and waits for the robot's answer. */
   link: Pick<RobotLink, 'send'>;
   sessions: BrokerSessions | null;
+  /** With an external broker that keeps robot accounts (mosquitto's dynamic security). */
+  accounts?: RobotBrokerAccounts | null;
   logger: FastifyBaseLogger;
 }
 
@@ -56,7 +73,20 @@ export class CredentialRotator implements FleetAdmin {
     return run;
   }
 
-  disconnect(robotId: string): void {
+  async enrolled(robotId: string, password: string): Promise<void> {
+    await this.opts.accounts?.enrolled(robotId, password);
+  }
+
+  /** De-enrollment: an external broker's account is disabled (which closes the connection), the embedded broker's connection closed. */
+  async disconnect(robotId: string): Promise<void> {
+    if (this.opts.accounts) {
+      await this.opts.accounts.revoked(robotId);
+      return;
+    }
+    this.closeConnection(robotId);
+  }
+
+  private closeConnection(robotId: string): void {
     if (!this.opts.sessions) {
       this.opts.logger.warn({ robot_id: robotId }, 'no embedded broker: the external broker keeps the robot connected until it reconnects');
       return;
@@ -100,6 +130,18 @@ export class CredentialRotator implements FleetAdmin {
       logger.warn({ robot_id: robotId, err: { message: (err as Error).message } }, 'credential rotation not acknowledged; it stays pending');
     }
     if (!ok) return 'pending';
+    if (this.opts.accounts) {
+      // mosquitto keeps one password per client: the new one replaces the old only now that the
+      // robot has stored it, before the store says so (a failure here leaves the rotation
+      // pending with the old secret still working on the broker, and it is delivered again).
+      try {
+        await this.opts.accounts.rotated(robotId, password);
+      } catch (err) {
+        logger.error({ robot_id: robotId, err: { message: (err as Error).message } }, 'the broker did not take the new robot secret; the rotation stays pending');
+        return 'pending';
+      }
+      return (await store.robots.completeRotation(robotId, hash, clock.now())) ? 'completed' : 'pending';
+    }
     if (!(await store.robots.completeRotation(robotId, hash, clock.now()))) {
       // The robot may have reconnected with the new secret before its answer was read: the
       // broker's authentication completed the rotation then.
@@ -107,13 +149,14 @@ export class CredentialRotator implements FleetAdmin {
       return now && now.deenrolledAt === null && now.rotationRequestedAt === null && now.mqttPasswordHash === hash ? 'completed' : 'pending';
     }
     logger.info({ robot_id: robotId }, 'robot credentials rotated; closing its connection so that it reconnects with the new secret');
-    this.disconnect(robotId);
+    this.closeConnection(robotId);
     return 'completed';
   }
 }
 
 /** Without an MQTT link (tests of the HTTP layer): rotations stay pending, nothing is connected. */
 export const offlineFleetAdmin: FleetAdmin = {
+  enrolled: () => Promise.resolve(),
   rotate: () => Promise.resolve('pending'),
   disconnect: () => undefined,
 };

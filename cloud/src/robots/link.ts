@@ -26,15 +26,22 @@ interface Pending {
 /** Largest MQTT payload the cloud parses from a robot; larger ones are dropped and logged. */
 const MAX_ROBOT_PAYLOAD = 256 * 1024;
 
+/** Where the presence snapshot of a starting replica ends (see `presenceSnapshot`). */
+const SNAPSHOT_TOPIC = 'fleet/v1/cloud/snapshot';
+
 /**
  * The cloud's MQTT client: keeps robot presence from the retained status topics and sends
  * commands, waiting for the reply with the same `cmd_id`. Several cloud replicas can each run
  * one; a reply reaches the replica that waits for it because every replica subscribes to all
- * replies and ignores ids it does not wait for.
+ * replies and ignores ids it does not wait for. With `shareGroup` (an external broker shared by
+ * replicas) statuses, outbox messages and sync requests come through MQTT shared subscriptions,
+ * so each is handled by one replica.
  */
 export class RobotLink {
   private client: MqttClient | null = null;
   private readonly pending = new Map<string, Pending>();
+  /** Presence snapshots in flight (awaited by `stop`, so none writes after the store closed). */
+  private readonly snapshots = new Set<Promise<void>>();
   /** Receives every robot outbox message (the outbox router). */
   onOutbox: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
   /** Told when a robot's status turns from offline to online (a pending credential rotation goes out). */
@@ -51,6 +58,13 @@ export class RobotLink {
       clock: Clock;
       logger: FastifyBaseLogger;
       commandTimeoutMs: number;
+      /**
+       * Subscribe to statuses, outboxes and sync requests as `$share/<group>/…` (an external
+       * broker with several replicas); unset on the embedded broker (aedes has no shared subscriptions).
+       */
+      shareGroup?: string;
+      /** How long a starting replica waits for the retained statuses (presence snapshot). */
+      snapshotTimeoutMs?: number;
     },
   ) {}
 
@@ -66,11 +80,79 @@ export class RobotLink {
     this.client = client;
     disableNagle(client.stream);
     client.on('connect', () => disableNagle(client.stream));
-    client.on('message', (topic, payload) => {
+    client.on('message', (topic, payload, packet) => {
+      // Behind a shared broker retained statuses are read once, by the start-up snapshot. mosquitto
+      // 2.0.11 also hands them to a new shared subscription (the MQTT 5 rule and later brokers do
+      // not); relying on that would make presence after a restart depend on the broker version.
+      if (this.opts.shareGroup && packet.retain) return;
       this.onMessage(topic, payload).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'robot message handling failed'));
     });
     client.on('error', (err) => this.opts.logger.warn({ err }, 'mqtt client error'));
-    await client.subscribeAsync([topics.allStatus, topics.allCommandReplies, topics.allOutbox, topics.allSyncRequests], { qos: 1 });
+    const share = this.opts.shareGroup;
+    const shared = (filter: string) => (share ? `$share/${share}/${filter}` : filter);
+    // Replies stay a plain subscription: the one replica that waits for a reply must get it, and
+    // every replica ignores the ids it does not wait for.
+    await client.subscribeAsync([shared(topics.allStatus), topics.allCommandReplies, shared(topics.allOutbox), shared(topics.allSyncRequests)], { qos: 1 });
+    if (share) {
+      await this.presenceSnapshot();
+      // After a lost connection (a broker restart) statuses published meanwhile, and those sent
+      // before the subscriptions were renewed, are only in the retained messages: read them again.
+      client.on('connect', () => {
+        this.presenceSnapshot().catch((err: unknown) => this.opts.logger.warn({ err }, 'presence snapshot after a reconnect failed'));
+      });
+    }
+  }
+
+  /**
+   * Under the MQTT 5 rule a new shared subscription gets no retained messages: a replica that
+   * (re)connects reads the retained statuses on a connection of its own with a plain
+   * subscription, so robots that changed while no replica (or not this one) was connected are
+   * seen. Only messages flagged retained count (live ones are the shared subscription's); a
+   * marker published after the subscription arrives after them (one client's messages keep their
+   * order), which ends the snapshot.
+   */
+  private presenceSnapshot(): Promise<void> {
+    const run = this.readRetainedStatuses().finally(() => this.snapshots.delete(run));
+    this.snapshots.add(run);
+    return run;
+  }
+
+  private async readRetainedStatuses(): Promise<void> {
+    const id = randomBytes(8).toString('hex');
+    const marker = `${SNAPSHOT_TOPIC}/${id}`;
+    const client = await mqtt.connectAsync(this.opts.url, {
+      protocolVersion: 4,
+      clientId: `cloud_snapshot_${id}`,
+      clean: true,
+      reconnectPeriod: 0,
+      ...(this.opts.username ? { username: this.opts.username } : {}),
+      ...(this.opts.password ? { password: this.opts.password } : {}),
+    });
+    let statuses = 0;
+    try {
+      const done = new Promise<void>((resolve) => {
+        const timer = setTimeout(() => {
+          this.opts.logger.warn({ statuses }, 'presence snapshot: the marker did not come back; going on with what arrived');
+          resolve();
+        }, this.opts.snapshotTimeoutMs ?? 10_000);
+        client.on('message', (topic, payload, packet) => {
+          if (topic === marker) {
+            clearTimeout(timer);
+            resolve();
+            return;
+          }
+          if (!packet.retain) return;
+          statuses++;
+          this.onMessage(topic, payload).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'retained robot status handling failed'));
+        });
+      });
+      await client.subscribeAsync([topics.allStatus, marker], { qos: 1 });
+      await client.publishAsync(marker, '', { qos: 1 });
+      await done;
+      this.opts.logger.info({ statuses }, 'presence snapshot read');
+    } finally {
+      await client.endAsync();
+    }
   }
 
   get connected(): boolean {
@@ -82,6 +164,7 @@ export class RobotLink {
     this.pending.clear();
     await this.client?.endAsync();
     this.client = null;
+    await Promise.allSettled([...this.snapshots]);
   }
 
   /**

@@ -134,7 +134,19 @@ export const robotRoutes: V1Plugin = async (app, { store, clock, mqttPublicUrl, 
       body: EnrollBodySchema,
       response: { 201: EnrollResponseSchema },
     },
-    handler: async (request, reply) => reply.code(201).send(await enrollRobot(store, clock, request.body, mqttPublicUrl)),
+    handler: async (request, reply) => {
+      const enrolled = await enrollRobot(store, clock, request.body, mqttPublicUrl);
+      try {
+        await fleet.enrolled?.(enrolled.robot_id, enrolled.mqtt.password);
+      } catch (err) {
+        // The secret exists only in this answer: a robot the broker does not know could never
+        // connect, so it does not stay enrolled (nor count against the robots limit).
+        const robot = await store.robots.getById(enrolled.robot_id);
+        if (robot) await store.robots.deenroll(robot.orgId, robot.id, clock.now());
+        throw err;
+      }
+      return reply.code(201).send(enrolled);
+    },
   });
 
   app.route({
@@ -196,7 +208,8 @@ export const robotRoutes: V1Plugin = async (app, { store, clock, mqttPublicUrl, 
       const robot = await store.robots.deenroll(org.id, request.params.id, clock.now());
       if (!robot) throw notFound('robot');
       request.log.info({ robot_id: robot.id }, 'robot de-enrolled');
-      fleet.disconnect(robot.id);
+      // Again on a repeated DELETE: a broker that failed to disable the robot's account is told again.
+      await fleet.disconnect(robot.id);
       return reply.code(204).send(null);
     },
   });

@@ -24,6 +24,7 @@ const BENCHMARKS: Readonly<Record<string, () => Promise<BenchModule>>> = {
   webhooks: async () => (await import('./webhooks.js')).webhooks,
   upload: async () => (await import('./upload.js')).upload,
   fleet: async () => (await import('./fleet.js')).fleet,
+  scale: async () => (await import('./scale.js')).scale,
 };
 
 /**
@@ -38,6 +39,7 @@ const ALL_ARGS: Readonly<Record<string, readonly string[]>> = {
   webhooks: [],
   upload: ['--size-mib', '512'],
   fleet: ['--robots', '10000'],
+  scale: ['--duration', '10'],
 };
 
 const DEFAULT_OUT = fileURLToPath(new URL('./results/latest.json', import.meta.url));

@@ -1,0 +1,306 @@
+/**
+ * `npm run bench -- scale`: the same cloud on SQLite (one process, embedded broker) and on
+ * PostgreSQL with 1, 2 and 3 `serve` replicas behind one mosquitto, in one run, on the same
+ * machine. For each set-up:
+ * - ingest over MQTT: enrolled robots publish outbox reports (`in-flight` unacknowledged each)
+ *   and count each msg_id's ack once; reports/s, next to a raw batched insert of the same reports
+ *   into an empty table of the same engine;
+ * - list: closed-loop GET /v1/episodes pages with two equality filters, spread round-robin over
+ *   the replicas; requests/s and p50/p99, next to the one-replica figure of the same engine
+ *   (PostgreSQL x1 next to SQLite).
+ * Any failed request or missing ack fails the run. Nothing here asserts a duration. All parts
+ * share the machine's cores: replicas add processes, not hardware, so the figures show what
+ * replicas cost and whether the shared database serializes them, not a cluster's throughput.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import mqtt from 'mqtt';
+import pg from 'pg';
+import { topics, type EpisodeReport, type OutboxAck } from '@fleet/protocol';
+import { startCloud, type CloudProcess } from '../test/support/cloud.js';
+import { ensureMosquitto, startMosquitto, type MosquittoBroker } from '../test/support/mosquitto.js';
+import { ensurePostgresBinaries, startPostgres, type PgServer } from '../test/support/postgres.js';
+import { startReplicas } from '../test/support/replicas.js';
+import { parseBenchArgs, type BenchModule } from './lib/args.js';
+import { fmt, table } from './lib/measure.js';
+import { percentile } from './lib/proc.js';
+import { syntheticReport } from './lib/reports.js';
+import { BENCH_SERVE_ARGS } from './lib/limits.js';
+import { rawSqliteInsert } from './episodes.js';
+import { BenchFailure, row, type SummaryRow } from './lib/summary.js';
+
+function log(msg: string): void {
+  process.stderr.write(`bench scale: ${msg}\n`);
+}
+
+const UNLIMITED = '1000000000';
+
+interface SetUp {
+  label: string;
+  engine: 'sqlite' | 'postgres';
+  replicas: readonly CloudProcess[];
+  /** The environment an administration command needs to reach this set-up's store. */
+  storeEnv: Record<string, string>;
+  close(): Promise<void>;
+}
+
+/** The reports one run publishes: robot r's k-th report is index r * perRobot + k. */
+const report = (tag: string) => (i: number): EpisodeReport => syntheticReport(i, tag);
+
+async function liftLimits(cloud: CloudProcess, env: Record<string, string>): Promise<void> {
+  const listed = await cloud.cli(['orgs', 'list'], { env });
+  if (listed.code !== 0) throw new BenchFailure(`orgs list: ${listed.stderr}`);
+  for (const line of listed.stdout.trim().split('\n').filter(Boolean)) {
+    const { id } = JSON.parse(line) as { id: string };
+    for (const name of ['requests_per_minute_per_key', 'requests_per_minute_per_org']) {
+      const res = await cloud.cli(['orgs', 'set-limit', id, `${name}=${UNLIMITED}`], { env });
+      if (res.code !== 0) throw new BenchFailure(`orgs set-limit: ${res.stderr}`);
+    }
+  }
+}
+
+async function createDatabase(server: PgServer, name: string): Promise<string> {
+  const c = new pg.Client({ connectionString: server.url('postgres') });
+  await c.connect();
+  try {
+    await c.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await c.end();
+  }
+  return server.url(name);
+}
+
+/** A raw batched INSERT of the same reports into an empty PostgreSQL table (1,000 rows per statement). */
+async function rawPgInsert(url: string, n: number, make: (i: number) => EpisodeReport): Promise<number> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    await c.query('CREATE TABLE raw (id TEXT PRIMARY KEY, org_id TEXT NOT NULL, body TEXT NOT NULL)');
+    const t0 = performance.now();
+    for (let i = 0; i < n; i += 1000) {
+      const ids: string[] = [];
+      const bodies: string[] = [];
+      for (let j = i; j < Math.min(n, i + 1000); j++) {
+        const r = make(j);
+        ids.push(r.id);
+        bodies.push(JSON.stringify(r));
+      }
+      await c.query("INSERT INTO raw (id, org_id, body) SELECT id, 'org_bench', body FROM unnest($1::text[], $2::text[]) AS u(id, body)", [ids, bodies]);
+    }
+    return (n / (performance.now() - t0)) * 1000;
+  } finally {
+    await c.end();
+  }
+}
+
+/** Enrolls `robots` robots through replica 0 and connects each to the broker it was told. */
+async function enrollRobots(cloud: CloudProcess, robots: number): Promise<{ id: string; c: mqtt.MqttClient }[]> {
+  const tokenRes = await cloud.fetch('/v1/robots/enrollment-tokens', { method: 'POST', json: { max_uses: robots } });
+  if (tokenRes.status !== 201) throw new BenchFailure(`enrollment token: HTTP ${tokenRes.status} ${await tokenRes.text()}`);
+  const { token } = (await tokenRes.json()) as { token: string };
+  const clients: { id: string; c: mqtt.MqttClient }[] = [];
+  for (let r = 0; r < robots; r++) {
+    const res = await cloud.fetch('/v1/robots/enroll', { method: 'POST', key: null, json: { token } });
+    if (res.status !== 201) throw new BenchFailure(`enroll: HTTP ${res.status} ${await res.text()}`);
+    const e = (await res.json()) as { robot_id: string; mqtt: { url: string; password: string } };
+    const c = await mqtt.connectAsync(e.mqtt.url, { protocolVersion: 4, clientId: e.robot_id, username: e.robot_id, password: e.mqtt.password, reconnectPeriod: 0 });
+    await c.subscribeAsync(topics.outboxAck(e.robot_id), { qos: 1 });
+    clients.push({ id: e.robot_id, c });
+  }
+  return clients;
+}
+
+/** Every robot publishes `perRobot` reports, `inFlight` unacknowledged; resolves with reports/s. */
+async function ingest(clients: { id: string; c: mqtt.MqttClient }[], perRobot: number, inFlight: number, make: (i: number) => EpisodeReport, stallMs = 60_000): Promise<number> {
+  let acked = 0;
+  let lastProgress = performance.now();
+  const t0 = performance.now();
+  await Promise.all(
+    clients.map(({ id, c }, r) => {
+      return new Promise<void>((resolve, reject) => {
+        const seen = new Set<string>();
+        let sent = 0;
+        const stall = setInterval(() => {
+          if (performance.now() - lastProgress > stallMs) {
+            clearInterval(stall);
+            reject(new BenchFailure(`robot ${r}: no ack for ${stallMs / 1000} s (${seen.size} of ${perRobot} acked); the run is incomplete`));
+          }
+        }, 1000);
+        const send = () => {
+          const body = make(r * perRobot + sent++);
+          c.publishAsync(topics.outbox(id), JSON.stringify({ msg_id: `episode.report:${body.id}`, kind: 'episode.report', body }), { qos: 1 }).catch((err: unknown) => {
+            clearInterval(stall);
+            reject(new BenchFailure(`robot ${r}: publish failed: ${(err as Error).message}`));
+          });
+        };
+        c.on('message', (_t, payload) => {
+          const ack = JSON.parse(payload.toString()) as OutboxAck;
+          if (!ack.ok) {
+            clearInterval(stall);
+            reject(new BenchFailure(`robot ${r}: report refused: ${JSON.stringify(ack)}`));
+            return;
+          }
+          if (seen.has(ack.msg_id)) return;
+          seen.add(ack.msg_id);
+          acked++;
+          lastProgress = performance.now();
+          if (sent < perRobot) send();
+          if (seen.size === perRobot) {
+            clearInterval(stall);
+            resolve();
+          }
+        });
+        for (let k = 0; k < Math.min(inFlight, perRobot); k++) send();
+      });
+    }),
+  );
+  const ms = performance.now() - t0;
+  if (acked !== clients.length * perRobot) throw new BenchFailure(`ingest: ${acked} of ${clients.length * perRobot} reports acked`);
+  return (acked / ms) * 1000;
+}
+
+interface ListFigures {
+  rps: number;
+  p50: number;
+  p99: number;
+  requests: number;
+}
+
+/** `concurrency` workers GET filtered pages for `durationS`, worker w on replica w mod N. */
+async function listLoop(replicas: readonly CloudProcess[], key: string, robotIds: readonly string[], concurrency: number, durationS: number): Promise<ListFigures> {
+  const times: number[] = [];
+  const outcomes = ['success', 'failure', 'discarded'];
+  const deadline = performance.now() + durationS * 1000;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async (_x, w) => {
+      const base = replicas[w % replicas.length]!.http;
+      for (let n = 0; performance.now() < deadline; n++) {
+        const qs = new URLSearchParams({ limit: '50', robot_id: robotIds[(w + n) % robotIds.length]!, outcome: outcomes[n % 3]! });
+        const s = performance.now();
+        const res = await fetch(`${base}/v1/episodes?${qs.toString()}`, { headers: { authorization: `Bearer ${key}` } });
+        const text = await res.text();
+        if (!res.ok) throw new BenchFailure(`GET /v1/episodes?${qs.toString()}: HTTP ${res.status} ${text.slice(0, 200)}`);
+        times.push(performance.now() - s);
+      }
+    }),
+  );
+  const ms = performance.now() - t0;
+  times.sort((a, b) => a - b);
+  return { rps: (times.length / ms) * 1000, p50: percentile(times, 50), p99: percentile(times, 99), requests: times.length };
+}
+
+interface Result {
+  label: string;
+  engine: 'sqlite' | 'postgres';
+  replicas: number;
+  ingestRps: number;
+  list: ListFigures;
+}
+
+async function measureSetUp(setUp: SetUp, o: { robots: number; perRobot: number; inFlight: number; concurrency: number; durationS: number; tag: string }): Promise<Result> {
+  const first = setUp.replicas[0]!;
+  await liftLimits(first, setUp.storeEnv);
+  const clients = await enrollRobots(first, o.robots);
+  try {
+    log(`${setUp.label}: ingest ${o.robots} robots x ${o.perRobot} reports...`);
+    const ingestRps = await ingest(clients, o.perRobot, o.inFlight, report(o.tag));
+    log(`${setUp.label}: list pages for ${o.durationS} s over ${setUp.replicas.length} replica(s)...`);
+    const list = await listLoop(setUp.replicas, first.adminKey, clients.map((c) => c.id), o.concurrency, o.durationS);
+    return { label: setUp.label, engine: setUp.engine, replicas: setUp.replicas.length, ingestRps, list };
+  } finally {
+    await Promise.all(clients.map(({ c }) => c.endAsync().catch(() => undefined)));
+  }
+}
+
+function num(raw: unknown, name: string, min = 1): number {
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be a whole number >= ${min}, got ${String(raw)}`);
+  return n;
+}
+
+export const scale: BenchModule = {
+  description: 'ingest and list on SQLite (1 process) and on PostgreSQL with 1, 2 and 3 replicas behind mosquitto, in one run',
+  async run(argv) {
+    const args = parseBenchArgs(argv, {
+      robots: { type: 'string', default: '20' },
+      'per-robot': { type: 'string', default: '500' },
+      'in-flight': { type: 'string', default: '16' },
+      concurrency: { type: 'string', default: '8' },
+      'max-replicas': { type: 'string', default: '3' },
+    });
+    const o = {
+      robots: num(args.extra.robots, 'robots'),
+      perRobot: num(args.extra['per-robot'], 'per-robot'),
+      inFlight: num(args.extra['in-flight'], 'in-flight'),
+      concurrency: num(args.extra.concurrency, 'concurrency'),
+      durationS: args.duration,
+    };
+    const maxReplicas = num(args.extra['max-replicas'], 'max-replicas');
+    const n = o.robots * o.perRobot;
+    const binDir = ensurePostgresBinaries(log);
+    if (!binDir) throw new BenchFailure('PostgreSQL binaries are not available (run as root to install them, or install postgresql)');
+    const mosq = ensureMosquitto(log);
+    if (!mosq.ok) throw new BenchFailure(`mosquitto is not available: ${mosq.reason}`);
+    const dir = mkdtempSync(join(tmpdir(), 'fleet-bench-scale-'));
+    log(`PostgreSQL (fsync on, synchronous_commit off, like SQLite's WAL with synchronous=NORMAL) and mosquitto on loopback; node ${process.version}`);
+    const server = await startPostgres(binDir, { durable: true });
+    let broker: MosquittoBroker | null = null;
+    const results: Result[] = [];
+    let rawSqlite = 0;
+    let rawPg = 0;
+    try {
+      log(`baselines: raw batched inserts of the same ${n} reports into empty tables...`);
+      rawSqlite = rawSqliteInsert(join(dir, 'raw.sqlite'), n, report('raw'));
+      rawPg = await rawPgInsert(await createDatabase(server, 'fleet_raw'), n, report('raw'));
+
+      // SQLite: one process, its embedded broker (the default deployment).
+      {
+        const cloud = await startCloud({ logLevel: 'warn', args: BENCH_SERVE_ARGS });
+        try {
+          results.push(await measureSetUp({ label: 'sqlite x1 (embedded broker)', engine: 'sqlite', replicas: [cloud], storeEnv: {}, close: async () => undefined }, { ...o, tag: 's1' }));
+        } finally {
+          await cloud[Symbol.asyncDispose]();
+        }
+      }
+      broker = await startMosquitto();
+      for (let r = 1; r <= maxReplicas; r++) {
+        const storeEnv = { FLEET_DATABASE_URL: await createDatabase(server, `fleet_scale_${r}`) };
+        const set = await startReplicas({ broker, count: r, storeEnv, args: [...BENCH_SERVE_ARGS, '--log-level', 'warn'] });
+        try {
+          results.push(await measureSetUp({ label: `postgres x${r} (mosquitto)`, engine: 'postgres', replicas: set.clouds, storeEnv, close: async () => undefined }, { ...o, tag: `p${r}` }));
+        } finally {
+          await set[Symbol.asyncDispose]();
+        }
+      }
+    } finally {
+      await broker?.stop().catch(() => undefined);
+      await server.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+
+    const sqlite1 = results.find((r) => r.engine === 'sqlite')!;
+    const pg1 = results.find((r) => r.engine === 'postgres' && r.replicas === 1)!;
+    const rawOf = (r: Result) => (r.engine === 'sqlite' ? rawSqlite : rawPg);
+    const listBase = (r: Result) => (r === pg1 ? sqlite1 : r.engine === 'postgres' ? pg1 : null);
+    process.stdout.write(`\nscale: ${n} reports per set-up (${o.robots} robots x ${o.perRobot}, ${o.inFlight} in flight each); list ${o.concurrency} workers x ${o.durationS} s, 2 filters, 50 per page\n`);
+    process.stdout.write(
+      `${table(
+        ['set-up', 'ingest/s', 'raw insert/s (same engine)', 'ratio', 'list req/s', 'p50 ms', 'p99 ms', 'list vs'],
+        results.map((r) => {
+          const b = listBase(r);
+          return [r.label, fmt(r.ingestRps, 0), fmt(rawOf(r), 0), fmt(r.ingestRps / rawOf(r), 3), fmt(r.list.rps, 0), fmt(r.list.p50), fmt(r.list.p99), b ? `${fmt(r.list.rps / b.list.rps, 3)} of ${b.label}` : '–'];
+        }),
+      )}\n`,
+    );
+    const rows: SummaryRow[] = [];
+    for (const r of results) {
+      rows.push(row({ name: `scale ingest, ${r.label}`, figure: r.ingestRps, unit: 'reports/s', baseline: rawOf(r), baselineUnit: 'rows/s', baselineName: `raw batched insert, ${r.engine}`, note: `${n} reports over MQTT` }));
+      const b = listBase(r);
+      rows.push(row({ name: `scale list, ${r.label}`, figure: r.list.rps, unit: 'req/s', baseline: b ? b.list.rps : null, baselineUnit: b ? 'req/s' : null, ...(b ? { baselineName: b.label } : {}), note: `p50 ${fmt(r.list.p50)} ms, p99 ${fmt(r.list.p99)} ms` }));
+    }
+    return rows;
+  },
+};

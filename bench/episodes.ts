@@ -18,8 +18,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import Database from 'better-sqlite3';
-import mqtt from 'mqtt';
-import { systemClock, topics, type EpisodeReport, type OutboxAck } from '@fleet/protocol';
+import { systemClock, type EpisodeReport } from '@fleet/protocol';
 import { createApiKey } from '../cloud/src/api-keys.js';
 import { DATABASE_FILE, openSqliteStore } from '../cloud/src/store/index.js';
 import { startCloud } from '../test/support/cloud.js';
@@ -29,6 +28,7 @@ import { memoryMb, percentile, resetPeakRss } from './lib/proc.js';
 import { robotOf, syntheticReport } from './lib/reports.js';
 import { BENCH_SERVE_ARGS, liftRequestLimits } from './lib/limits.js';
 import { BenchFailure, row, type SummaryRow } from './lib/summary.js';
+import { enrollRobots, publishReports } from './lib/mqtt-ingest.js';
 
 const BATCH = 1000;
 const PAGE = 50;
@@ -98,68 +98,10 @@ const mqttReport = (perRobot: number) => (i: number) => syntheticReport(i, `m${M
 async function mqttIngest(robots: number, perRobot: number, inFlight: number, stallMs = 60_000): Promise<{ rps: number; acked: number; duplicates: number }> {
   await using cloud = await startCloud({ logLevel: 'warn', args: BENCH_SERVE_ARGS });
   await liftRequestLimits(cloud);
-  const tokenRes = await cloud.fetch('/v1/robots/enrollment-tokens', { method: 'POST', json: { max_uses: robots } });
-  if (tokenRes.status !== 201) throw new BenchFailure(`enrollment token: HTTP ${tokenRes.status} ${await tokenRes.text()}`);
-  const { token } = (await tokenRes.json()) as { token: string };
-  const clients: { id: string; c: mqtt.MqttClient }[] = [];
+  const clients = await enrollRobots(cloud, robots);
   const report = mqttReport(perRobot);
   try {
-    for (let r = 0; r < robots; r++) {
-      const res = await cloud.fetch('/v1/robots/enroll', { method: 'POST', key: null, json: { token } });
-      if (res.status !== 201) throw new BenchFailure(`enroll: HTTP ${res.status} ${await res.text()}`);
-      const e = (await res.json()) as { robot_id: string; mqtt: { url: string; password: string } };
-      const c = await mqtt.connectAsync(e.mqtt.url, { protocolVersion: 4, clientId: e.robot_id, username: e.robot_id, password: e.mqtt.password, reconnectPeriod: 0 });
-      await c.subscribeAsync(topics.outboxAck(e.robot_id), { qos: 1 });
-      clients.push({ id: e.robot_id, c });
-    }
-    let acked = 0;
-    let duplicates = 0;
-    let lastProgress = performance.now();
-    const t0 = performance.now();
-    await Promise.all(
-      clients.map(({ id, c }, r) => {
-        return new Promise<void>((resolve, reject) => {
-          const seen = new Set<string>();
-          let sent = 0;
-          const stall = setInterval(() => {
-            if (performance.now() - lastProgress > stallMs) {
-              clearInterval(stall);
-              reject(new BenchFailure(`robot ${r}: no ack for ${stallMs / 1000} s (${seen.size} of ${perRobot} acked); the run is incomplete`));
-            }
-          }, 1000);
-          const send = () => {
-            const body = report(r * perRobot + sent++);
-            c.publishAsync(topics.outbox(id), JSON.stringify({ msg_id: `episode.report:${body.id}`, kind: 'episode.report', body }), { qos: 1 }).catch((err: unknown) => {
-              clearInterval(stall);
-              reject(new BenchFailure(`robot ${r}: publish failed: ${(err as Error).message}`));
-            });
-          };
-          c.on('message', (_t, payload) => {
-            const ack = JSON.parse(payload.toString()) as OutboxAck;
-            if (!ack.ok) {
-              clearInterval(stall);
-              reject(new BenchFailure(`robot ${r}: report refused: ${JSON.stringify(ack)}`));
-              return;
-            }
-            if (seen.has(ack.msg_id)) {
-              duplicates++;
-              return;
-            }
-            seen.add(ack.msg_id);
-            acked++;
-            lastProgress = performance.now();
-            if (sent < perRobot) send();
-            if (seen.size === perRobot) {
-              clearInterval(stall);
-              resolve();
-            }
-          });
-          for (let k = 0; k < Math.min(inFlight, perRobot); k++) send();
-        });
-      }),
-    );
-    const ms = performance.now() - t0;
-    if (acked !== robots * perRobot) throw new BenchFailure(`MQTT ingest: ${acked} of ${robots * perRobot} reports acked`);
+    const { acked, duplicates, ms } = await publishReports(clients, perRobot, inFlight, report, stallMs);
     return { rps: rate(acked, ms), acked, duplicates };
   } finally {
     await Promise.all(clients.map(({ c }) => c.endAsync().catch(() => undefined)));

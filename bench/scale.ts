@@ -16,9 +16,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import mqtt from 'mqtt';
+import type mqtt from 'mqtt';
 import pg from 'pg';
-import { topics, type EpisodeReport, type OutboxAck } from '@fleet/protocol';
+import type { EpisodeReport } from '@fleet/protocol';
 import { startCloud, type CloudProcess } from '../test/support/cloud.js';
 import { ensureMosquitto, startMosquitto, type MosquittoBroker } from '../test/support/mosquitto.js';
 import { ensurePostgresBinaries, startPostgres, type PgServer } from '../test/support/postgres.js';
@@ -30,6 +30,7 @@ import { syntheticReport } from './lib/reports.js';
 import { BENCH_SERVE_ARGS } from './lib/limits.js';
 import { rawSqliteInsert } from './episodes.js';
 import { BenchFailure, row, type SummaryRow } from './lib/summary.js';
+import { enrollRobots, publishReports } from './lib/mqtt-ingest.js';
 
 function log(msg: string): void {
   process.stderr.write(`bench scale: ${msg}\n`);
@@ -95,69 +96,9 @@ async function rawPgInsert(url: string, n: number, make: (i: number) => EpisodeR
   }
 }
 
-/** Enrolls `robots` robots through replica 0 and connects each to the broker it was told. */
-async function enrollRobots(cloud: CloudProcess, robots: number): Promise<{ id: string; c: mqtt.MqttClient }[]> {
-  const tokenRes = await cloud.fetch('/v1/robots/enrollment-tokens', { method: 'POST', json: { max_uses: robots } });
-  if (tokenRes.status !== 201) throw new BenchFailure(`enrollment token: HTTP ${tokenRes.status} ${await tokenRes.text()}`);
-  const { token } = (await tokenRes.json()) as { token: string };
-  const clients: { id: string; c: mqtt.MqttClient }[] = [];
-  for (let r = 0; r < robots; r++) {
-    const res = await cloud.fetch('/v1/robots/enroll', { method: 'POST', key: null, json: { token } });
-    if (res.status !== 201) throw new BenchFailure(`enroll: HTTP ${res.status} ${await res.text()}`);
-    const e = (await res.json()) as { robot_id: string; mqtt: { url: string; password: string } };
-    const c = await mqtt.connectAsync(e.mqtt.url, { protocolVersion: 4, clientId: e.robot_id, username: e.robot_id, password: e.mqtt.password, reconnectPeriod: 0 });
-    await c.subscribeAsync(topics.outboxAck(e.robot_id), { qos: 1 });
-    clients.push({ id: e.robot_id, c });
-  }
-  return clients;
-}
-
 /** Every robot publishes `perRobot` reports, `inFlight` unacknowledged; resolves with reports/s. */
-async function ingest(clients: { id: string; c: mqtt.MqttClient }[], perRobot: number, inFlight: number, make: (i: number) => EpisodeReport, stallMs = 60_000): Promise<number> {
-  let acked = 0;
-  let lastProgress = performance.now();
-  const t0 = performance.now();
-  await Promise.all(
-    clients.map(({ id, c }, r) => {
-      return new Promise<void>((resolve, reject) => {
-        const seen = new Set<string>();
-        let sent = 0;
-        const stall = setInterval(() => {
-          if (performance.now() - lastProgress > stallMs) {
-            clearInterval(stall);
-            reject(new BenchFailure(`robot ${r}: no ack for ${stallMs / 1000} s (${seen.size} of ${perRobot} acked); the run is incomplete`));
-          }
-        }, 1000);
-        const send = () => {
-          const body = make(r * perRobot + sent++);
-          c.publishAsync(topics.outbox(id), JSON.stringify({ msg_id: `episode.report:${body.id}`, kind: 'episode.report', body }), { qos: 1 }).catch((err: unknown) => {
-            clearInterval(stall);
-            reject(new BenchFailure(`robot ${r}: publish failed: ${(err as Error).message}`));
-          });
-        };
-        c.on('message', (_t, payload) => {
-          const ack = JSON.parse(payload.toString()) as OutboxAck;
-          if (!ack.ok) {
-            clearInterval(stall);
-            reject(new BenchFailure(`robot ${r}: report refused: ${JSON.stringify(ack)}`));
-            return;
-          }
-          if (seen.has(ack.msg_id)) return;
-          seen.add(ack.msg_id);
-          acked++;
-          lastProgress = performance.now();
-          if (sent < perRobot) send();
-          if (seen.size === perRobot) {
-            clearInterval(stall);
-            resolve();
-          }
-        });
-        for (let k = 0; k < Math.min(inFlight, perRobot); k++) send();
-      });
-    }),
-  );
-  const ms = performance.now() - t0;
-  if (acked !== clients.length * perRobot) throw new BenchFailure(`ingest: ${acked} of ${clients.length * perRobot} reports acked`);
+async function ingest(clients: { id: string; c: mqtt.MqttClient }[], perRobot: number, inFlight: number, make: (i: number) => EpisodeReport): Promise<number> {
+  const { acked, ms } = await publishReports(clients, perRobot, inFlight, make);
   return (acked / ms) * 1000;
 }
 

@@ -1,5 +1,5 @@
-import type { RecordingState, Scope } from '@fleet/protocol';
-import type { ApiKeyRow, EnrollmentTokenRow, RobotRow } from './types.js';
+import type { EpisodeOutcome, EpisodeReport, RecordingState, Scope } from '@fleet/protocol';
+import type { ApiKeyRow, EnrollmentTokenRow, EpisodeRow, ReplicaRow, RobotRow } from './types.js';
 
 // Rows as both engines return them (snake_case columns) and their domain form.
 
@@ -101,5 +101,93 @@ export function tokenFromDb(t: TokenDbRow): EnrollmentTokenRow {
     createdAt: t.created_at,
     tokenPrefix: t.token_prefix,
     revokedAt: t.revoked_at,
+  };
+}
+
+/** The columns of an episode row, as both engines store them. */
+export interface EpisodeColumns {
+  seq: number;
+  id: string;
+  org_id: string;
+  robot_id: string;
+  recording_session_id: string;
+  episode_seq: number;
+  session_name: string | null;
+  task_id: string | null;
+  task_name: string | null;
+  subtask_id: string | null;
+  operator_id: string | null;
+  operator_name: string | null;
+  control_mode: string | null;
+  policy_version_id: string | null;
+  eval_id: string | null;
+  outcome: string;
+  recorded_outcome: string | null;
+  started_at: number;
+  ended_at: number | null;
+  duration_s: number | null;
+  message_count: number | null;
+  bag_size_bytes: number | null;
+  bag_uri: string | null;
+  metadata: string;
+  annotations: string;
+  segments: string;
+  manifest: string;
+  /** 0/1 in SQLite, a boolean in PostgreSQL. */
+  interrupted: number | boolean;
+  reported_at: number;
+}
+
+export interface ReplicaDbRow {
+  episode_seq: number;
+  destination_id: string;
+  state: ReplicaRow['state'];
+  grant_id: string;
+  error: string | null;
+  object_key: string | null;
+  updated_at: number;
+}
+
+export function replicaFromDb(r: ReplicaDbRow): ReplicaRow {
+  return { destinationId: r.destination_id, state: r.state, grantId: r.grant_id, error: r.error, objectKey: r.object_key, updatedAt: r.updated_at };
+}
+
+export function episodeFromDb(r: EpisodeColumns, replicas: ReplicaRow[]): EpisodeRow {
+  const interrupted = r.interrupted === true || r.interrupted === 1;
+  return {
+    seq: r.seq,
+    id: r.id,
+    orgId: r.org_id,
+    robotId: r.robot_id,
+    report: {
+      id: r.id,
+      recording_session_id: r.recording_session_id,
+      episode_seq: r.episode_seq,
+      session_name: r.session_name,
+      task_id: r.task_id,
+      task_name: r.task_name,
+      subtask_id: r.subtask_id,
+      operator_id: r.operator_id,
+      operator_name: r.operator_name,
+      control_mode: r.control_mode,
+      policy_version_id: r.policy_version_id,
+      eval_id: r.eval_id,
+      started_at: new Date(r.started_at).toISOString(),
+      ended_at: r.ended_at === null ? null : new Date(r.ended_at).toISOString(),
+      duration_s: r.duration_s,
+      message_count: r.message_count,
+      bag_size_bytes: r.bag_size_bytes,
+      bag_uri: r.bag_uri,
+      interrupted,
+    },
+    outcome: r.outcome as EpisodeOutcome,
+    recordedOutcome: r.recorded_outcome as EpisodeOutcome | null,
+    metadata: JSON.parse(r.metadata) as Record<string, unknown>,
+    annotations: JSON.parse(r.annotations) as Record<string, unknown>,
+    segments: JSON.parse(r.segments) as EpisodeReport['segments'],
+    manifest: JSON.parse(r.manifest) as EpisodeReport['manifest'],
+    interrupted,
+    reportedAt: r.reported_at,
+    replicas,
   };
 }

@@ -1,5 +1,5 @@
 import type { Statement } from 'better-sqlite3';
-import { safeJsonStringify, type EpisodeOutcome, type EpisodeReport } from '@fleet/protocol';
+import { safeJsonStringify, type EpisodeOutcome } from '@fleet/protocol';
 import { finalizedEvent } from '../events.js';
 import type { Db } from './sqlite-db.js';
 import { eventAppender } from './sqlite-events.js';
@@ -14,6 +14,7 @@ import type {
   ReplicaRow,
 } from './types.js';
 import { EPISODE_EQ_COLUMNS } from './types.js';
+import { episodeFromDb, replicaFromDb, type EpisodeColumns, type ReplicaDbRow } from './rows.js';
 
 /** Attribute values longer than this are kept in the episode but not indexed for filters. */
 export const MAX_INDEXED_ATTR_VALUE = 512;
@@ -24,50 +25,8 @@ export function attrString(value: unknown): string {
   return typeof value === 'string' ? value : safeJsonStringify(value);
 }
 
-export interface EpisodeDbRow {
-  seq: number;
-  id: string;
-  org_id: string;
-  robot_id: string;
-  recording_session_id: string;
-  episode_seq: number;
-  session_name: string | null;
-  task_id: string | null;
-  task_name: string | null;
-  subtask_id: string | null;
-  operator_id: string | null;
-  operator_name: string | null;
-  control_mode: string | null;
-  policy_version_id: string | null;
-  eval_id: string | null;
-  outcome: string;
-  recorded_outcome: string | null;
-  started_at: number;
-  ended_at: number | null;
-  duration_s: number | null;
-  message_count: number | null;
-  bag_size_bytes: number | null;
-  bag_uri: string | null;
-  metadata: string;
-  annotations: string;
-  segments: string;
-  manifest: string;
+export interface EpisodeDbRow extends EpisodeColumns {
   interrupted: number;
-  reported_at: number;
-}
-
-interface ReplicaDbRow {
-  episode_seq: number;
-  destination_id: string;
-  state: ReplicaRow['state'];
-  grant_id: string;
-  error: string | null;
-  object_key: string | null;
-  updated_at: number;
-}
-
-function replicaFromDb(r: ReplicaDbRow): ReplicaRow {
-  return { destinationId: r.destination_id, state: r.state, grantId: r.grant_id, error: r.error, objectKey: r.object_key, updatedAt: r.updated_at };
 }
 
 /**
@@ -102,45 +61,6 @@ export interface EpisodeLineSource {
 
 export function isEpisodeLineSource(store: object): store is EpisodeLineSource {
   return (store as Partial<EpisodeLineSource>).listsLines === true;
-}
-
-function fromDb(r: EpisodeDbRow, replicas: ReplicaRow[]): EpisodeRow {
-  return {
-    seq: r.seq,
-    id: r.id,
-    orgId: r.org_id,
-    robotId: r.robot_id,
-    report: {
-      id: r.id,
-      recording_session_id: r.recording_session_id,
-      episode_seq: r.episode_seq,
-      session_name: r.session_name,
-      task_id: r.task_id,
-      task_name: r.task_name,
-      subtask_id: r.subtask_id,
-      operator_id: r.operator_id,
-      operator_name: r.operator_name,
-      control_mode: r.control_mode,
-      policy_version_id: r.policy_version_id,
-      eval_id: r.eval_id,
-      started_at: new Date(r.started_at).toISOString(),
-      ended_at: r.ended_at === null ? null : new Date(r.ended_at).toISOString(),
-      duration_s: r.duration_s,
-      message_count: r.message_count,
-      bag_size_bytes: r.bag_size_bytes,
-      bag_uri: r.bag_uri,
-      interrupted: r.interrupted === 1,
-    },
-    outcome: r.outcome as EpisodeOutcome,
-    recordedOutcome: r.recorded_outcome as EpisodeOutcome | null,
-    metadata: JSON.parse(r.metadata) as Record<string, unknown>,
-    annotations: JSON.parse(r.annotations) as Record<string, unknown>,
-    segments: JSON.parse(r.segments) as EpisodeReport['segments'],
-    manifest: JSON.parse(r.manifest) as EpisodeReport['manifest'],
-    interrupted: r.interrupted === 1,
-    reportedAt: r.reported_at,
-    replicas,
-  };
 }
 
 export class SqliteEpisodes implements EpisodeStore {
@@ -317,7 +237,7 @@ export class SqliteEpisodes implements EpisodeStore {
       list.push(replicaFromDb(r));
       bySeq.set(r.episode_seq, list);
     }
-    return rows.map((r) => fromDb(r, bySeq.get(r.seq) ?? []));
+    return rows.map((r) => episodeFromDb(r, bySeq.get(r.seq) ?? []));
   }
 
   async patchAnnotations(orgId: string, id: string, patch: Record<string, unknown>): Promise<EpisodeRow | undefined> {

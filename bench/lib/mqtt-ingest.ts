@@ -1,0 +1,86 @@
+import { performance } from 'node:perf_hooks';
+import mqtt from 'mqtt';
+import type { CloudProcess } from '../../test/support/cloud.js';
+import { topics, type EpisodeReport, type OutboxAck } from '@fleet/protocol';
+import { BenchFailure } from './summary.js';
+
+/**
+ * Every robot publishes `perRobot` outbox reports (robot r's k-th is `make(r * perRobot + k)`),
+ * `inFlight` unacknowledged each, and counts each msg_id's ack once (QoS 1 may deliver an ack
+ * twice: `duplicates`). A refused report, a failed publish or no new ack for `stallMs` fails the
+ * run; so does any report left unacknowledged.
+ */
+export async function publishReports(
+  clients: readonly { id: string; c: mqtt.MqttClient }[],
+  perRobot: number,
+  inFlight: number,
+  make: (i: number) => EpisodeReport,
+  stallMs = 60_000,
+): Promise<{ acked: number; duplicates: number; ms: number }> {
+  let acked = 0;
+  let duplicates = 0;
+  let lastProgress = performance.now();
+  const t0 = performance.now();
+  await Promise.all(
+    clients.map(({ id, c }, r) => {
+      return new Promise<void>((resolve, reject) => {
+        const seen = new Set<string>();
+        let sent = 0;
+        const stall = setInterval(() => {
+          if (performance.now() - lastProgress > stallMs) {
+            clearInterval(stall);
+            reject(new BenchFailure(`robot ${r}: no ack for ${stallMs / 1000} s (${seen.size} of ${perRobot} acked); the run is incomplete`));
+          }
+        }, 1000);
+        const send = () => {
+          const body = make(r * perRobot + sent++);
+          c.publishAsync(topics.outbox(id), JSON.stringify({ msg_id: `episode.report:${body.id}`, kind: 'episode.report', body }), { qos: 1 }).catch((err: unknown) => {
+            clearInterval(stall);
+            reject(new BenchFailure(`robot ${r}: publish failed: ${(err as Error).message}`));
+          });
+        };
+        c.on('message', (_t, payload) => {
+          const ack = JSON.parse(payload.toString()) as OutboxAck;
+          if (!ack.ok) {
+            clearInterval(stall);
+            reject(new BenchFailure(`robot ${r}: report refused: ${JSON.stringify(ack)}`));
+            return;
+          }
+          if (seen.has(ack.msg_id)) {
+            duplicates++;
+            return;
+          }
+          seen.add(ack.msg_id);
+          acked++;
+          lastProgress = performance.now();
+          if (sent < perRobot) send();
+          if (seen.size === perRobot) {
+            clearInterval(stall);
+            resolve();
+          }
+        });
+        for (let k = 0; k < Math.min(inFlight, perRobot); k++) send();
+      });
+    }),
+  );
+  const ms = performance.now() - t0;
+  if (acked !== clients.length * perRobot) throw new BenchFailure(`MQTT ingest: ${acked} of ${clients.length * perRobot} reports acked`);
+  return { acked, duplicates, ms };
+}
+
+/** Enrolls `robots` robots through `cloud` and connects each to the broker it was told, subscribed to its acks. */
+export async function enrollRobots(cloud: CloudProcess, robots: number): Promise<{ id: string; c: mqtt.MqttClient }[]> {
+  const tokenRes = await cloud.fetch('/v1/robots/enrollment-tokens', { method: 'POST', json: { max_uses: robots } });
+  if (tokenRes.status !== 201) throw new BenchFailure(`enrollment token: HTTP ${tokenRes.status} ${await tokenRes.text()}`);
+  const { token } = (await tokenRes.json()) as { token: string };
+  const clients: { id: string; c: mqtt.MqttClient }[] = [];
+  for (let r = 0; r < robots; r++) {
+    const res = await cloud.fetch('/v1/robots/enroll', { method: 'POST', key: null, json: { token } });
+    if (res.status !== 201) throw new BenchFailure(`enroll: HTTP ${res.status} ${await res.text()}`);
+    const e = (await res.json()) as { robot_id: string; mqtt: { url: string; password: string } };
+    const c = await mqtt.connectAsync(e.mqtt.url, { protocolVersion: 4, clientId: e.robot_id, username: e.robot_id, password: e.mqtt.password, reconnectPeriod: 0 });
+    await c.subscribeAsync(topics.outboxAck(e.robot_id), { qos: 1 });
+    clients.push({ id: e.robot_id, c });
+  }
+  return clients;
+}

@@ -127,8 +127,8 @@ describe('configuration', () => {
     expect(http.port).not.toBe('8080');
     expect(mqtt.port).not.toBe('1883');
     expect(Number(http.port)).toBeGreaterThan(0);
-    // The data dir came from FLEET_DATA_DIR.
-    expect(existsSync(join(cloud.dataDir, 'cloud.sqlite'))).toBe(true);
+    // The data dir came from FLEET_DATA_DIR (it holds the secret key on every engine).
+    expect(existsSync(join(cloud.dataDir, 'secret.key'))).toBe(true);
     expect(existsSync(join(cloud.dataDir, 'admin-key'))).toBe(true);
     expect((await cloud.fetch('/v1/api-keys')).status).toBe(200);
   });

@@ -46,9 +46,15 @@ export interface DeliveryWorkerOptions {
   leaseMs?: number;
 }
 
-/** A lease that outlasts an attempt (the receiver's timeout) with room for a slow commit. */
+/**
+ * A lease that outlasts an attempt (one deadline bounds the whole request) with room for the
+ * outcome's commit. It is also how long a subscription waits after its process died mid-attempt
+ * (a kill -9, or a restart of the only process), so no longer than that. Should it run out anyway
+ * (a stalled process), the late outcome is refused (the claim token no longer holds) and the head
+ * is attempted again: one delivery twice, never out of order.
+ */
 export function leaseFor(receiverTimeoutMs: number): number {
-  return 2 * receiverTimeoutMs + 30_000;
+  return receiverTimeoutMs + 5_000;
 }
 
 /** Consecutive attempts one slot makes on one subscription's queue before it lets others in. */

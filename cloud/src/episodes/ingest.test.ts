@@ -148,6 +148,24 @@ describe('EpisodeIngestor', () => {
     expect(seen).toHaveLength(1);
   });
 
+  it("indexes a robot's reports in the order they came, however its first lookup is answered", async () => {
+    // The robot lookup of a fresh ingestor answers late, later calls sooner (as pooled database
+    // connections can): reports that came meanwhile must still queue in their order.
+    const getById = store.robots.getById.bind(store.robots);
+    let calls = 0;
+    const spy = vi.spyOn(store.robots, 'getById').mockImplementation(async (id) => {
+      const delay = 60 - 20 * calls++;
+      await new Promise((r) => setTimeout(r, Math.max(0, delay)));
+      return getById(id);
+    });
+    const sent = [report(), report(), report()];
+    // As the MQTT link hands them over: one after the other, nobody waiting for the previous one.
+    await Promise.all(sent.map((r) => router.submit(robotId, message(r).payload)));
+    await router.drain();
+    spy.mockRestore();
+    expect((await store.episodes.list(org.id, { eq: {}, metadata: {}, annotation: {} }, 0, 10)).map((e) => e.id)).toEqual(sent.map((r) => r.id));
+  });
+
   it('indexes a valid report and acks ok only once the row exists', async () => {
     const r = report();
     const msgId = await send(r);

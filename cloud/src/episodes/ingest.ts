@@ -34,6 +34,7 @@ export class EpisodeIngestor implements OutboxKindHandler {
   /** Acknowledgments of committed batches still being sent; the next batch does not wait for them. */
   private readonly acking = new Set<Promise<void>>();
   private readonly orgOf = new Map<string, string>();
+  private readonly orgLookups = new Map<string, Promise<string | undefined>>();
   private readonly maxBatch: number;
   /** Reports indexed since start (inserted, not duplicates). */
   indexed = 0;
@@ -131,12 +132,26 @@ export class EpisodeIngestor implements OutboxKindHandler {
     this.acking.add(acks);
   }
 
-  private async orgOfRobot(robotId: string): Promise<string | undefined> {
+  /**
+   * The robot's organization. Reports of a robot whose lookup is under way wait on that one
+   * lookup, so they join the queue in the order they arrived: with separate lookups (a database a
+   * round trip away answers them in any order) a robot's reports could be indexed out of order.
+   */
+  private orgOfRobot(robotId: string): string | Promise<string | undefined> {
     const known = this.orgOf.get(robotId);
     if (known) return known;
-    const robot = await this.opts.store.robots.getById(robotId);
-    if (robot) this.orgOf.set(robotId, robot.orgId);
-    return robot?.orgId;
+    let lookup = this.orgLookups.get(robotId);
+    if (!lookup) {
+      lookup = this.opts.store.robots
+        .getById(robotId)
+        .then((robot) => {
+          if (robot) this.orgOf.set(robotId, robot.orgId);
+          return robot?.orgId;
+        })
+        .finally(() => this.orgLookups.delete(robotId));
+      this.orgLookups.set(robotId, lookup);
+    }
+    return lookup;
   }
 }
 

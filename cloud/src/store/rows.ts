@@ -1,5 +1,5 @@
 import type { EpisodeOutcome, EpisodeReport, RecordingState, Scope } from '@fleet/protocol';
-import type { ApiKeyRow, EnrollmentTokenRow, EpisodeRow, ReplicaRow, RobotRow } from './types.js';
+import type { ApiKeyRow, DatasetRow, EnrollmentTokenRow, EpisodeRow, ReplicaRow, RobotRow } from './types.js';
 
 // Rows as both engines return them (snake_case columns) and their domain form.
 
@@ -189,5 +189,31 @@ export function episodeFromDb(r: EpisodeColumns, replicas: ReplicaRow[]): Episod
     interrupted,
     reportedAt: r.reported_at,
     replicas,
+  };
+}
+
+export interface DatasetDbRow {
+  id: string;
+  org_id: string;
+  name: string;
+  description: string | null;
+  filter: string;
+  snapshot_at: number | null;
+  episode_count: number | null;
+  created_by: string;
+  created_at: number;
+}
+
+export function datasetFromDb(r: DatasetDbRow): DatasetRow {
+  return {
+    id: r.id,
+    orgId: r.org_id,
+    name: r.name,
+    description: r.description,
+    filter: JSON.parse(r.filter) as Record<string, string>,
+    snapshotAt: r.snapshot_at,
+    episodeCount: r.episode_count,
+    createdBy: r.created_by,
+    createdAt: r.created_at,
   };
 }

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
+import { datasetFromDb, type DatasetDbRow } from './rows.js';
 import type { Db } from './sqlite-db.js';
 import { ListPlanner } from './sqlite-list-plan.js';
 import {
@@ -21,33 +22,11 @@ const WAIT_POLL_MS = 20;
 const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-interface DatasetDbRow {
-  id: string;
-  org_id: string;
-  name: string;
-  description: string | null;
-  filter: string;
-  snapshot_at: number | null;
-  episode_count: number | null;
-  created_by: string;
-  created_at: number;
+interface DatasetClaimDbRow extends DatasetDbRow {
   snapshot_claim?: string | null;
   snapshot_lease_until?: number | null;
 }
 
-function fromDb(r: DatasetDbRow): DatasetRow {
-  return {
-    id: r.id,
-    orgId: r.org_id,
-    name: r.name,
-    description: r.description,
-    filter: JSON.parse(r.filter) as Record<string, string>,
-    snapshotAt: r.snapshot_at,
-    episodeCount: r.episode_count,
-    createdBy: r.created_by,
-    createdAt: r.created_at,
-  };
-}
 
 export class SqliteDatasets implements DatasetStore {
   private readonly insert;
@@ -72,8 +51,8 @@ export class SqliteDatasets implements DatasetStore {
     this.insert = db.prepare(
       'INSERT INTO datasets (id, org_id, name, description, filter, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
     );
-    this.byId = db.prepare<[string, string], DatasetDbRow>('SELECT * FROM datasets WHERE org_id = ? AND id = ?');
-    this.page = db.prepare<[string, string, number], DatasetDbRow>('SELECT * FROM datasets WHERE org_id = ? AND id > ? ORDER BY id LIMIT ?');
+    this.byId = db.prepare<[string, string], DatasetClaimDbRow>('SELECT * FROM datasets WHERE org_id = ? AND id = ?');
+    this.page = db.prepare<[string, string, number], DatasetClaimDbRow>('SELECT * FROM datasets WHERE org_id = ? AND id > ? ORDER BY id LIMIT ?');
     this.pin = db.prepare('UPDATE datasets SET snapshot_at = ?, episode_count = ? WHERE id = ? AND snapshot_at IS NULL');
     this.claim = db.prepare('UPDATE datasets SET snapshot_claim = ?, snapshot_lease_until = ? WHERE id = ? AND snapshot_at IS NULL');
     this.renew = db.prepare('UPDATE datasets SET snapshot_lease_until = ? WHERE id = ? AND snapshot_claim = ? AND snapshot_at IS NULL');
@@ -103,11 +82,11 @@ export class SqliteDatasets implements DatasetStore {
 
   async get(orgId: string, id: string): Promise<DatasetRow | undefined> {
     const r = this.byId.get(orgId, id);
-    return r && fromDb(r);
+    return r && datasetFromDb(r);
   }
 
   async list(orgId: string, after: string | null, limit: number): Promise<DatasetRow[]> {
-    return this.page.all(orgId, after ?? '', limit).map(fromDb);
+    return this.page.all(orgId, after ?? '', limit).map(datasetFromDb);
   }
 
   async snapshot(orgId: string, id: string, filter: EpisodeFilter, at: number): Promise<DatasetRow | 'already' | null> {
@@ -127,7 +106,7 @@ export class SqliteDatasets implements DatasetStore {
           .prepare(`INSERT INTO dataset_members (dataset_id, position, episode_seq) SELECT ?, ROW_NUMBER() OVER (ORDER BY seq), seq FROM (${sql})`)
           .run(id, ...params).changes;
         this.pin.run(at, inserted, id);
-        return fromDb({ ...ds, snapshot_at: at, episode_count: inserted });
+        return datasetFromDb({ ...ds, snapshot_at: at, episode_count: inserted });
       })
       .immediate();
   }
@@ -143,10 +122,10 @@ export class SqliteDatasets implements DatasetStore {
    */
   private async snapshotInChunks(orgId: string, id: string, filter: EpisodeFilter, at: number): Promise<DatasetRow | 'already' | null> {
     const token = randomUUID();
-    let ds: DatasetDbRow | undefined;
+    let ds: DatasetClaimDbRow | undefined;
     for (;;) {
       const claimed = this.db
-        .transaction((): DatasetDbRow | 'already' | null | 'busy' => {
+        .transaction((): DatasetClaimDbRow | 'already' | null | 'busy' => {
           const row = this.byId.get(orgId, id);
           if (!row) return null;
           if (row.snapshot_at !== null) return 'already';
@@ -209,7 +188,7 @@ export class SqliteDatasets implements DatasetStore {
       reader.exec('COMMIT');
       pinned = this.db.transaction(() => this.pinClaimed.run(at, count, id, token).changes === 1).immediate();
       if (!pinned) throw new Error(`dataset ${id}: the snapshot claim was lost`);
-      return fromDb({ ...ds, snapshot_at: at, episode_count: count });
+      return datasetFromDb({ ...ds, snapshot_at: at, episode_count: count });
     } finally {
       reader.close();
       if (!pinned) {

@@ -1,35 +1,12 @@
 import type { EpisodeLineBatch } from '../sqlite-episodes.js';
 import type { DatasetRow, DatasetStore, EpisodeFilter, EpisodeRow } from '../types.js';
+import { datasetFromDb, type DatasetDbRow } from '../rows.js';
 import type { PgDb } from './db.js';
 import { buildPgListQuery, EPISODE_LINE_SELECT, EPISODE_ROW_SELECT, type PgEpisodeDbRow, type PgEpisodes } from './episodes.js';
 
-interface DatasetDbRow {
-  id: string;
-  org_id: string;
-  name: string;
-  description: string | null;
-  filter: string;
-  snapshot_at: number | null;
-  episode_count: number | null;
-  created_by: string;
-  created_at: number;
-}
 
 const DATASET_COLUMNS = 'id, org_id, name, description, filter, snapshot_at, episode_count, created_by, created_at';
 
-function fromDb(r: DatasetDbRow): DatasetRow {
-  return {
-    id: r.id,
-    orgId: r.org_id,
-    name: r.name,
-    description: r.description,
-    filter: JSON.parse(r.filter) as Record<string, string>,
-    snapshotAt: r.snapshot_at,
-    episodeCount: r.episode_count,
-    createdBy: r.created_by,
-    createdAt: r.created_at,
-  };
-}
 
 /**
  * A page of members, then their episodes. Positions are 1..n without gaps, so the page is bounded
@@ -62,7 +39,7 @@ export class PgDatasets implements DatasetStore {
 
   async get(orgId: string, id: string): Promise<DatasetRow | undefined> {
     const r = await this.db.one<DatasetDbRow>(`SELECT ${DATASET_COLUMNS} FROM datasets WHERE org_id = $1 AND id = $2`, [orgId, id]);
-    return r && fromDb(r);
+    return r && datasetFromDb(r);
   }
 
   async list(orgId: string, after: string | null, limit: number): Promise<DatasetRow[]> {
@@ -70,7 +47,7 @@ export class PgDatasets implements DatasetStore {
       `SELECT ${DATASET_COLUMNS} FROM datasets WHERE org_id = $1 AND id > $2 ORDER BY id LIMIT $3`,
       [orgId, after ?? '', limit],
     );
-    return rows.map(fromDb);
+    return rows.map(datasetFromDb);
   }
 
   /**
@@ -94,7 +71,7 @@ export class PgDatasets implements DatasetStore {
       );
       const count = inserted.rowCount ?? 0;
       await sql.query('UPDATE datasets SET snapshot_at = $1, episode_count = $2 WHERE id = $3', [at, count, id]);
-      return fromDb({ ...ds, snapshot_at: at, episode_count: count });
+      return datasetFromDb({ ...ds, snapshot_at: at, episode_count: count });
     });
   }
 

@@ -1,7 +1,8 @@
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { describe, expect, test } from 'vitest';
+import { afterEach, describe, expect, test } from 'vitest';
 import { makeTempDir, startCloud } from './support/cloud.js';
+import { ensureMosquitto } from './support/mosquitto.js';
 import { runProcess, spawnProcess } from './support/process.js';
 
 function alive(pid: number): boolean {
@@ -31,6 +32,8 @@ describe('spawnProcess', () => {
 
   test('a line that never comes times out with a useful message', async () => {
     await using proc = spawnProcess(node, ['-e', "console.log('alive'); setInterval(() => {}, 1000)"], { name: 'quiet' });
+    // Up first, so the short timeout measures the wait and not a loaded machine's node start.
+    await proc.waitForStdout((l) => l === 'alive');
     await expect(proc.waitForStdout((l) => l === 'never', { timeoutMs: 200 })).rejects.toThrow(/timed out after 200 ms[\s\S]*quiet[\s\S]*alive/);
   });
 
@@ -76,5 +79,63 @@ describe('startCloud', () => {
 
   test('a serve that dies at start: startCloud rejects with its stderr', async () => {
     await expect(startCloud({ args: ['--http-port', '99999'] })).rejects.toThrow(/exited \(code 1[\s\S]*invalid configuration: httpPort/);
+  });
+});
+
+describe.skipIf(!ensureMosquitto().ok)('startCloud with FLEET_TEST_REPLICAS=2', () => {
+  const saved = process.env.FLEET_TEST_REPLICAS;
+  afterEach(() => {
+    if (saved === undefined) delete process.env.FLEET_TEST_REPLICAS;
+    else process.env.FLEET_TEST_REPLICAS = saved;
+  });
+
+  // Counts the requests each process logged (fastify's `request completed` line at info).
+  const served = (procs: readonly { stderrLines: readonly string[] }[]) => procs.map((p) => p.stderrLines.filter((l) => l.includes('"request completed"')).length);
+
+  test('two serve processes behind one broker and a front; requests reach both; a restart finds the same data', async () => {
+    process.env.FLEET_TEST_REPLICAS = '2';
+    await using dir = await makeTempDir();
+    const dataDir = join(dir.path, 'data');
+    let front = '';
+    let keyId = '';
+    {
+      await using cloud = await startCloud({ dataDir });
+      expect(cloud.processes).toHaveLength(2);
+      expect(new Set(cloud.processes.map((p) => p.pid)).size).toBe(2);
+      expect(cloud.mqtt).toMatch(/^mqtt:\/\/127\.0\.0\.1:\d+$/);
+      // The helpers' requests go one to each replica in turn.
+      for (let i = 0; i < 4; i++) expect((await cloud.fetch('/v1/robots')).status).toBe(200);
+      // A key made through one replica works through the other: both read one store.
+      const made = await cloud.fetch('/v1/api-keys', { method: 'POST', json: { name: 'ci', scopes: ['robots:read'] } });
+      expect(made.status).toBe(201);
+      const key = (await made.json()) as { id: string; key: string };
+      keyId = key.id;
+      for (let i = 0; i < 2; i++) expect((await cloud.fetch('/v1/robots', { key: key.key })).status).toBe(200);
+      // (A process logs its line as the answer goes out: polled, not read once.)
+      await expect.poll(() => served(cloud.processes).sort()).toEqual([3, 4]);
+      // Fresh connections through the front (what agents and CLIs use) take turns too.
+      const before = served(cloud.processes);
+      for (let i = 0; i < 4; i++) {
+        const res = await fetch(`${cloud.http}/v1/robots`, { headers: { authorization: `Bearer ${cloud.adminKey}`, connection: 'close' } });
+        expect(res.status).toBe(200);
+      }
+      await expect.poll(() => served(cloud.processes).map((n, i) => n - before[i]!)).toEqual([2, 2]);
+      front = cloud.http;
+      const exit = await cloud.kill('SIGTERM');
+      expect(exit.code).toBe(0);
+      expect(cloud.processes.every((p) => p.exit !== null)).toBe(true);
+    }
+    // Started again on the front's port, as restart tests do.
+    await using again = await startCloud({ dataDir, args: ['--http-port', new URL(front).port] });
+    expect(again.http).toBe(front);
+    const keys = (await (await again.fetch('/v1/api-keys')).json()) as { api_keys: { id: string }[] };
+    expect(keys.api_keys.map((k) => k.id)).toContain(keyId);
+  });
+
+  test('topology single keeps one process with its embedded broker', async () => {
+    process.env.FLEET_TEST_REPLICAS = '2';
+    await using cloud = await startCloud({ topology: 'single' });
+    expect(cloud.processes).toHaveLength(1);
+    expect(cloud.http).toBe((JSON.parse(cloud.stdoutLines.find((l) => l.startsWith('{"http"'))!) as { http: string }).http);
   });
 });

@@ -1,10 +1,12 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { FleetClient } from '@fleet/client';
+import { startMosquitto, type MosquittoBroker } from './mosquitto.js';
 import { runProcess, spawnProcess, type ProcessExit, type RunResult, type SpawnedProcess } from './process.js';
+import { startRoundRobin, type RoundRobin } from './round-robin.js';
 import { createTestDatabase, testEngine } from '../../cloud/src/store/test-store.js';
 
 export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -101,6 +103,12 @@ export interface StartCloudOptions {
   env?: Record<string, string | undefined>;
   /** How long to wait for the address line. */
   startTimeoutMs?: number;
+  /**
+   * `single`: always one process with its embedded broker, also when FLEET_TEST_REPLICAS asks for
+   * replicas: for tests of that deployment itself (the embedded broker's refusals and log lines,
+   * one process's ports, signals and logs).
+   */
+  topology?: 'single';
 }
 
 export interface CloudProcess extends AsyncDisposable {
@@ -111,7 +119,10 @@ export interface CloudProcess extends AsyncDisposable {
   readonly adminKey: string;
   readonly stdoutLines: readonly string[];
   readonly stderrLines: readonly string[];
+  /** The (first) `serve` process. */
   readonly process: SpawnedProcess;
+  /** Every `serve` process: one, or the replicas with FLEET_TEST_REPLICAS. */
+  readonly processes: readonly SpawnedProcess[];
   /** A typed /v1 client; the admin key unless another is given. */
   client(apiKey?: string): FleetClient;
   /** Raw HTTP against the server: `key` sends a bearer (admin key by default, null for none), `json` a JSON body. */
@@ -120,6 +131,77 @@ export interface CloudProcess extends AsyncDisposable {
   cli(args: readonly string[], opts?: { withDataDir?: boolean; env?: Record<string, string | undefined> }): Promise<RunResult>;
   /** Sends a signal and waits for the exit (SIGKILL after a grace period). */
   kill(signal?: NodeJS.Signals): Promise<ProcessExit>;
+}
+
+/**
+ * FLEET_TEST_REPLICAS=N (N >= 2) runs every cloud a test starts as N `serve` replicas on one
+ * store behind one mosquitto, with a round-robin TCP front as its HTTP address: the end-to-end
+ * suites then check the replicated deployment (robots on the external broker, requests landing
+ * on any replica, webhooks claimed across processes) with the same assertions.
+ */
+export function testReplicas(): number {
+  const n = Number(process.env.FLEET_TEST_REPLICAS ?? '1');
+  return Number.isInteger(n) && n >= 2 ? n : 1;
+}
+
+function replicated(opts: StartCloudOptions): boolean {
+  if (testReplicas() < 2 || opts.topology === 'single') return false;
+  // A test (or startReplicas) that names its own broker runs what it names.
+  return !(opts.args ?? []).includes('--mqtt-url') && opts.env?.FLEET_MQTT_URL === undefined;
+}
+
+/** One mosquitto per data directory, like its database: a cloud restarted on the directory finds its robots' accounts. */
+const brokers = new Map<string, Promise<MosquittoBroker>>();
+const keptBrokerDirs = new Set<string>();
+
+function brokerFor(dataDir: string): Promise<MosquittoBroker> {
+  let broker = brokers.get(dataDir);
+  if (!broker) {
+    broker = startMosquitto();
+    void broker.then((b) => keptBrokerDirs.add(b.dir), () => undefined);
+    brokers.set(dataDir, broker);
+    broker.catch(() => brokers.delete(dataDir));
+  }
+  return broker;
+}
+
+async function disposeBroker(dataDir: string): Promise<void> {
+  const broker = brokers.get(dataDir);
+  brokers.delete(dataDir);
+  const b = await broker?.catch(() => undefined);
+  if (b) keptBrokerDirs.delete(b.dir);
+  await b?.[Symbol.asyncDispose]();
+}
+
+// Brokers of directories a test kept (a restart test's own dataDir) end with the worker: the
+// process is killed by the spawn helper's exit hook; its files go here.
+process.once('exit', () => {
+  for (const dir of keptBrokerDirs) rmSync(dir, { recursive: true, force: true });
+});
+
+/** Spawns one `serve` and waits for its address line. */
+async function spawnServe(args: readonly string[], env: Record<string, string | undefined>, startTimeoutMs: number | undefined): Promise<{ proc: SpawnedProcess; addresses: ServeAddresses }> {
+  // BENCH_CLOUD_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"): node flags for the cloud
+  // process only, to profile it under a benchmark (NODE_OPTIONS refuses --cpu-prof).
+  const nodeArgs = (process.env.BENCH_CLOUD_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const proc = spawnProcess(process.execPath, [...nodeArgs, CLOUD_CLI, ...args], { name: 'fleet-cloud serve', cwd: REPO_ROOT, env });
+  try {
+    const line = await proc.waitForStdout((l) => parseAddressLine(l) !== null, {
+      timeoutMs: startTimeoutMs ?? 20_000,
+      description: 'the {"http":…,"mqtt":…} line',
+    });
+    return { proc, addresses: parseAddressLine(line)! };
+  } catch (err) {
+    await proc.kill('SIGKILL');
+    throw err;
+  }
+}
+
+/** `--flag value` taken out of `args`: [the value or undefined, the rest]. */
+function takeFlag(args: readonly string[], flag: string): [string | undefined, string[]] {
+  const i = args.indexOf(flag);
+  if (i < 0) return [undefined, [...args]];
+  return [args[i + 1], [...args.slice(0, i), ...args.slice(i + 2)]];
 }
 
 /**
@@ -133,65 +215,117 @@ export async function startCloud(opts: StartCloudOptions = {}): Promise<CloudPro
   const dataDir = opts.dataDir ?? join(ownDir!.path, 'data');
   const logLevel = opts.logLevel ?? 'info';
   const viaEnv = opts.configVia === 'env';
-  const args = viaEnv
-    ? ['serve', ...(opts.args ?? [])]
-    : ['serve', '--data-dir', dataDir, '--http-port', '0', '--mqtt-port', '0', '--log-level', logLevel, ...(opts.args ?? [])];
-  const dbEnv = await databaseEnv(dataDir);
-  const env = cleanEnv({
-    ...dbEnv,
-    ...(viaEnv ? { FLEET_DATA_DIR: dataDir, FLEET_HTTP_PORT: '0', FLEET_MQTT_PORT: '0', FLEET_LOG_LEVEL: logLevel } : {}),
-    ...opts.env,
-  });
+  const replicas = replicated(opts) ? testReplicas() : 1;
 
-  let proc: SpawnedProcess | undefined;
+  const procs: SpawnedProcess[] = [];
+  const addrs: ServeAddresses[] = [];
+  let front: RoundRobin | null = null;
+  let dbEnv: Record<string, string> = {};
+  const stop = async (signal: NodeJS.Signals = 'SIGTERM') => {
+    try {
+      const exits = await Promise.all(procs.map((p) => p.kill(signal)));
+      return exits[0]!;
+    } finally {
+      await front?.[Symbol.asyncDispose]();
+      front = null;
+    }
+  };
   const cleanup = async () => {
     try {
-      await proc?.kill('SIGTERM');
+      await stop();
     } finally {
-      if (ownDir) await dropDatabase(dataDir);
+      if (ownDir) {
+        await dropDatabase(dataDir);
+        await disposeBroker(dataDir);
+      }
       await ownDir?.[Symbol.asyncDispose]();
     }
   };
 
-  let addresses: ServeAddresses;
+  let mqttAddress: string;
   try {
-    // BENCH_CLOUD_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"): node flags for the cloud
-    // process only, to profile it under a benchmark (NODE_OPTIONS refuses --cpu-prof).
-    const nodeArgs = (process.env.BENCH_CLOUD_NODE_ARGS ?? '').split(' ').filter(Boolean);
-    proc = spawnProcess(process.execPath, [...nodeArgs, CLOUD_CLI, ...args], { name: 'fleet-cloud serve', cwd: REPO_ROOT, env });
-    const line = await proc.waitForStdout((l) => parseAddressLine(l) !== null, {
-      timeoutMs: opts.startTimeoutMs ?? 20_000,
-      description: 'the {"http":…,"mqtt":…} line',
-    });
-    addresses = parseAddressLine(line)!;
+    dbEnv = await databaseEnv(dataDir);
+    const base = { ...dbEnv, ...(viaEnv ? { FLEET_DATA_DIR: dataDir, FLEET_HTTP_PORT: '0', FLEET_LOG_LEVEL: logLevel } : {}) };
+    if (replicas === 1) {
+      const args = viaEnv
+        ? ['serve', ...(opts.args ?? [])]
+        : ['serve', '--data-dir', dataDir, '--http-port', '0', '--mqtt-port', '0', '--log-level', logLevel, ...(opts.args ?? [])];
+      const started = await spawnServe(args, cleanEnv({ ...base, ...(viaEnv ? { FLEET_MQTT_PORT: '0' } : {}), ...opts.env }), opts.startTimeoutMs);
+      procs.push(started.proc);
+      addrs.push(started.addresses);
+      mqttAddress = started.addresses.mqtt;
+    } else {
+      // Each replica listens on a port of its own; a fixed --http-port (a restart on the same
+      // address) is the front's. The broker belongs to the data directory, so --mqtt-port goes.
+      const [httpPort, withoutHttp] = takeFlag(opts.args ?? [], '--http-port');
+      const [, rest] = takeFlag(withoutHttp, '--mqtt-port');
+      const broker = await brokerFor(dataDir);
+      const env = cleanEnv({
+        ...base,
+        ...(viaEnv ? { FLEET_MQTT_URL: broker.url, FLEET_MQTT_ACCOUNT_FILE: broker.accountFile } : {}),
+        ...opts.env,
+      });
+      const args = viaEnv
+        ? ['serve', ...rest]
+        : ['serve', '--data-dir', dataDir, '--http-port', '0', '--mqtt-url', broker.url, '--mqtt-account-file', broker.accountFile, '--log-level', logLevel, ...rest];
+      // The first replica creates the organization and admin key; the others find them.
+      const first = await spawnServe(args, env, opts.startTimeoutMs);
+      procs.push(first.proc);
+      addrs.push(first.addresses);
+      const others = await Promise.allSettled(Array.from({ length: replicas - 1 }, () => spawnServe(args, env, opts.startTimeoutMs)));
+      for (const o of others) {
+        if (o.status !== 'fulfilled') continue;
+        procs.push(o.value.proc);
+        addrs.push(o.value.addresses);
+      }
+      const failed = others.find((o) => o.status === 'rejected');
+      if (failed) throw failed.reason;
+      front = await startRoundRobin(() => addrs.map((a) => new URL(a.http)), httpPort === undefined ? 0 : Number(httpPort));
+      mqttAddress = broker.url;
+    }
   } catch (err) {
     await cleanup();
     throw err;
   }
-  const running = proc;
+  const http = front?.url ?? addrs[0]!.http;
+
+  // Requests from the test's own fetch and client go to the replicas in turn, one request each
+  // (a kept-alive connection through the front would stay on one replica).
+  let turn = 0;
+  const spread: typeof fetch = (input, init) => {
+    const url = typeof input === 'string' ? input : input instanceof URL ? input.href : input.url;
+    if (addrs.length === 1 || !url.startsWith(http)) return fetch(input, init);
+    const target = addrs[turn++ % addrs.length]!.http + url.slice(http.length);
+    return typeof input === 'string' || input instanceof URL ? fetch(target, init) : fetch(new Request(target, input), init);
+  };
 
   const cloud: CloudProcess = {
-    http: addresses.http,
-    mqtt: addresses.mqtt,
+    http,
+    mqtt: mqttAddress,
     dataDir,
     get adminKey() {
       return readFileSync(join(dataDir, 'admin-key'), 'utf8').trim();
     },
-    stdoutLines: running.stdoutLines,
-    stderrLines: running.stderrLines,
-    process: running,
-    client: (apiKey) => new FleetClient({ baseUrl: addresses.http, apiKey: apiKey ?? cloud.adminKey }),
+    get stdoutLines() {
+      return procs.length === 1 ? procs[0]!.stdoutLines : procs.flatMap((p) => p.stdoutLines);
+    },
+    get stderrLines() {
+      return procs.length === 1 ? procs[0]!.stderrLines : procs.flatMap((p) => p.stderrLines);
+    },
+    process: procs[0]!,
+    processes: procs,
+    client: (apiKey) => new FleetClient({ baseUrl: http, apiKey: apiKey ?? cloud.adminKey, fetch: spread }),
     fetch: (path, init = {}) => {
       const { key, json, ...rest } = init;
       const headers = new Headers(rest.headers);
       const bearer = key === undefined ? cloud.adminKey : key;
       if (bearer !== null) headers.set('authorization', `Bearer ${bearer}`);
       if (json !== undefined) headers.set('content-type', 'application/json');
-      return fetch(`${addresses.http}${path}`, { ...rest, headers, ...(json !== undefined ? { body: JSON.stringify(json) } : {}) });
+      return spread(`${http}${path}`, { ...rest, headers, ...(json !== undefined ? { body: JSON.stringify(json) } : {}) });
     },
     cli: (cliArgs, o = {}) =>
       runCloudCli(o.withDataDir === false ? cliArgs : [...cliArgs, '--data-dir', dataDir], { env: { ...(o.withDataDir === false ? {} : dbEnv), ...o.env } }),
-    kill: (signal) => running.kill(signal),
+    kill: (signal) => stop(signal),
     [Symbol.asyncDispose]: cleanup,
   };
   return cloud;

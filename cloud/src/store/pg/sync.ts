@@ -269,6 +269,8 @@ export class PgSync implements SyncStore {
       if (held && held.claimed_until > now) return { kind: 'held', until: held.claimed_until };
       // Released (or run out) between the two statements: claim again.
     }
+    // Claimed and released by others three times over within this call: some forward is busy
+    // with it, so the caller waits a second rather than spin.
     return { kind: 'held', until: now + 1000 };
   }
 

@@ -425,5 +425,23 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
         value TEXT NOT NULL
       ) STRICT;
     `,
+  },  {
+    version: 13,
+    name: 'grant forward claims with a lease',
+    sql: `
+      -- Who is asking a grant provider for (episode, destination) right now: the claim token of
+      -- the relay forwarding and when its lease runs out. A robot that asks again while the
+      -- first forward is under way (on this replica or another) is deferred instead of asking
+      -- the provider a second time. The row is deleted when the forward ends; the row of a
+      -- process that died is taken over once its lease has run out.
+      CREATE TABLE grant_forward_claims (
+        episode_seq INTEGER NOT NULL,
+        destination_id TEXT NOT NULL,
+        org_id TEXT NOT NULL,
+        claim_token TEXT NOT NULL,
+        claimed_until INTEGER NOT NULL,
+        PRIMARY KEY (episode_seq, destination_id)
+      ) STRICT;
+    `,
   },
 ];

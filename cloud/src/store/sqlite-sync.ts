@@ -2,10 +2,12 @@ import { DAY, HOUR, replicaRank, type Pressure, type ReplicaReport, type Retenti
 import { prunedEvent, replicaFailedEvent, replicaReachedEvent, type EpisodeRef } from '../events.js';
 import { hasAutonomous } from '../sync/facts.js';
 import type { Db } from './sqlite-db.js';
+import { newClaimToken } from './sqlite-webhooks.js';
 import { eventAppender } from './sqlite-events.js';
 import type {
   DestinationHealth,
   DestinationRow,
+  ForwardClaim,
   ForwardOutcome,
   ReplicaIngestResult,
   RouteRow,
@@ -292,6 +294,35 @@ export class SqliteSync implements SyncStore {
         .run(at, orgId, destinationId);
       this.db.prepare('DELETE FROM grant_forwards WHERE destination_id = ? AND at < ?').run(destinationId, at - FORWARD_KEEP_MS);
     })();
+  }
+
+  async claimForward(orgId: string, episodeSeq: number, destinationId: string, now: number, leaseMs: number): Promise<ForwardClaim> {
+    // IMMEDIATE: the read and the write of the claim hold the write lock, so two processes on
+    // one data directory cannot both find it free.
+    return this.db
+      .transaction((): ForwardClaim => {
+        const held = this.db
+          .prepare<[number, string], { claimed_until: number }>('SELECT claimed_until FROM grant_forward_claims WHERE episode_seq = ? AND destination_id = ?')
+          .get(episodeSeq, destinationId);
+        if (held && held.claimed_until > now) return { kind: 'held', until: held.claimed_until };
+        const token = newClaimToken();
+        this.db
+          .prepare(
+            `INSERT INTO grant_forward_claims (episode_seq, destination_id, org_id, claim_token, claimed_until) VALUES (?, ?, ?, ?, ?)
+             ON CONFLICT (episode_seq, destination_id) DO UPDATE SET org_id = excluded.org_id, claim_token = excluded.claim_token, claimed_until = excluded.claimed_until`,
+          )
+          .run(episodeSeq, destinationId, orgId, token, now + leaseMs);
+        return { kind: 'claimed', token, until: now + leaseMs };
+      })
+      .immediate();
+  }
+
+  async releaseForward(orgId: string, episodeSeq: number, destinationId: string, token: string): Promise<boolean> {
+    return (
+      this.db
+        .prepare('DELETE FROM grant_forward_claims WHERE episode_seq = ? AND destination_id = ? AND org_id = ? AND claim_token = ?')
+        .run(episodeSeq, destinationId, orgId, token).changes > 0
+    );
   }
 
   async claimGrantId(destinationId: string, grantId: string, at: number): Promise<boolean> {

@@ -1,9 +1,12 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DAY, HOUR, ManualClock, WebhookPayloadSchema, type EpisodeReport, type ReplicaReport } from '@fleet/protocol';
 import { SyncRouter } from '../sync/router.js';
 import { testReport } from '../test-support.js';
 import type { RouteRow } from './sync-types.js';
-import { describeStore, openTwin, sqliteDb, type TestStore } from './test-store.js';
+import { describeStore, openTestStore, openTwin, postgresAvailable, sqliteDb, type TestEngine, type TestStore } from './test-store.js';
 import type { Store } from './types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
@@ -120,6 +123,46 @@ describeStore('SyncStore', (open, engine) => {
       expect(await store.sync.claimGrantId(a, 'g1', T0)).toBe(true);
       expect(await store.sync.claimGrantId(a, 'g1', T0 + 1)).toBe(false);
       expect(await store.sync.claimGrantId(b, 'g1', T0)).toBe(true);
+    });
+
+    it('a forward claim keeps (episode, destination) until released or its lease runs out, per destination', async () => {
+      const a = await destination();
+      const b = await destination();
+      const [ep] = await ingest([testReport()]);
+      const seq = await seqOf(ep!.id);
+      const LEASE = 15_000;
+      const first = await store.sync.claimForward(ORG, seq, a, clock.now(), LEASE);
+      expect(first).toEqual({ kind: 'claimed', token: expect.any(String) as unknown, until: T0 + LEASE });
+      if (first.kind !== 'claimed') return;
+      // Held for everyone else until the lease ends; another destination has its own claim.
+      clock.advance(LEASE - 1);
+      expect(await store.sync.claimForward(ORG, seq, a, clock.now(), LEASE)).toEqual({ kind: 'held', until: T0 + LEASE });
+      expect(await store.sync.claimForward(ORG, seq, b, clock.now(), LEASE)).toMatchObject({ kind: 'claimed' });
+      // A token that is not the holder's, or another organization's, releases nothing.
+      expect(await store.sync.releaseForward(ORG, seq, a, 'not-the-token')).toBe(false);
+      expect(await store.sync.releaseForward(OTHER, seq, a, first.token)).toBe(false);
+      expect(await store.sync.claimForward(ORG, seq, a, clock.now(), LEASE)).toEqual({ kind: 'held', until: T0 + LEASE });
+      // The holder's release frees it at once; a second release does nothing.
+      expect(await store.sync.releaseForward(ORG, seq, a, first.token)).toBe(true);
+      expect(await store.sync.releaseForward(ORG, seq, a, first.token)).toBe(false);
+      const second = await store.sync.claimForward(ORG, seq, a, clock.now(), LEASE);
+      expect(second).toMatchObject({ kind: 'claimed', until: clock.now() + LEASE });
+      if (second.kind !== 'claimed') return;
+      expect(second.token).not.toBe(first.token);
+    });
+
+    it('a forward claim whose lease ran out is taken over; the old holder can no longer release it', async () => {
+      const a = await destination();
+      const [ep] = await ingest([testReport()]);
+      const seq = await seqOf(ep!.id);
+      const dead = await store.sync.claimForward(ORG, seq, a, clock.now(), 15_000);
+      if (dead.kind !== 'claimed') throw new Error('expected the first claim');
+      clock.advance(15_000);
+      const next = await store.sync.claimForward(ORG, seq, a, clock.now(), 15_000);
+      expect(next).toMatchObject({ kind: 'claimed', until: T0 + 30_000 });
+      expect(await store.sync.releaseForward(ORG, seq, a, dead.token)).toBe(false);
+      expect(await store.sync.claimForward(ORG, seq, a, clock.now() + 1, 15_000)).toEqual({ kind: 'held', until: T0 + 30_000 });
+      if (next.kind === 'claimed') expect(await store.sync.releaseForward(ORG, seq, a, next.token)).toBe(true);
     });
   });
 
@@ -484,5 +527,54 @@ describeStore('SyncStore, two replicas at once', (open, engine) => {
     const written = await Promise.all([store.sync.addRoutes(routes), other.sync.addRoutes(routes), store.sync.addRoutes(routes.slice(5)), other.sync.addRoutes(routes.slice(0, 7))]);
     expect(written.flat().map((r) => r.episodeId).sort()).toEqual(reports.map((r) => r.id).sort());
     expect((await store.sync.pendingAssignments(ROBOT)).map((r) => r.episodeId)).toEqual(reports.map((r) => r.id));
+  });
+});
+
+const engines: TestEngine[] = postgresAvailable() ? ['sqlite', 'postgres'] : ['sqlite'];
+
+/** Two processes on one database: PostgreSQL pools, or two SQLite connections on one data directory. */
+describe.each(engines)('SyncStore forward claims across processes [%s]', (engine) => {
+  let dir: string;
+  let store: TestStore;
+  let twin: Store;
+
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'fleet-forward-claims-'));
+    store = await openTestStore(engine, { dataDir: dir });
+    twin = await openTwin(store);
+    await store.orgs.create({ id: ORG, name: ORG, tier: 'enterprise', createdAt: T0 });
+    await store.sync.createDestination({ id: 'dst_1', orgId: ORG, type: 'external', url: 'https://grants.example.com/1', secretSealed: 's', retention: 'keep', createdAt: T0 });
+  });
+  afterEach(async () => {
+    await twin.close();
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('of many claims at once on both, exactly one gets (episode, destination); after its release exactly one again', async () => {
+    const reports = Array.from({ length: 3 }, () => testReport());
+    await store.episodes.ingest(reports.map((report) => ({ orgId: ORG, robotId: ROBOT, report, reportedAt: T0 })));
+    for (const r of reports) {
+      const seq = (await store.episodes.get(ORG, r.id))!.seq;
+      const race = () => Promise.all(Array.from({ length: 10 }, (_, i) => (i % 2 ? twin : store).sync.claimForward(ORG, seq, 'dst_1', T0 + 100, 15_000)));
+      const claims = await race();
+      const won = claims.filter((c) => c.kind === 'claimed');
+      expect(won).toHaveLength(1);
+      expect(claims.filter((c) => c.kind === 'held').map((c) => c.until)).toEqual(Array.from({ length: 9 }, () => T0 + 15_100));
+      // Released by the other process than the one that claimed it: the token decides, not the process.
+      expect(await twin.sync.releaseForward(ORG, seq, 'dst_1', (won[0] as { token: string }).token)).toBe(true);
+      expect((await race()).filter((c) => c.kind === 'claimed')).toHaveLength(1);
+    }
+  });
+
+  it('a claim held by a process that died is taken over by exactly one once its lease ran out', async () => {
+    const report = testReport();
+    await store.episodes.ingest([{ orgId: ORG, robotId: ROBOT, report, reportedAt: T0 }]);
+    const seq = (await store.episodes.get(ORG, report.id))!.seq;
+    expect(await twin.sync.claimForward(ORG, seq, 'dst_1', T0, 15_000)).toMatchObject({ kind: 'claimed' });
+    const before = await Promise.all([store.sync.claimForward(ORG, seq, 'dst_1', T0 + 14_999, 15_000), store.sync.claimForward(ORG, seq, 'dst_1', T0 + 14_999, 15_000)]);
+    expect(before).toEqual([{ kind: 'held', until: T0 + 15_000 }, { kind: 'held', until: T0 + 15_000 }]);
+    const after = await Promise.all(Array.from({ length: 6 }, (_, i) => (i % 2 ? twin : store).sync.claimForward(ORG, seq, 'dst_1', T0 + 15_000, 15_000)));
+    expect(after.filter((c) => c.kind === 'claimed')).toHaveLength(1);
   });
 });

@@ -61,6 +61,12 @@ export interface RouteRow {
   decidedAt: number;
 }
 
+/**
+ * The claim on forwarding a grant request for (episode, destination): `claimed` with the token
+ * that releases it, or `held` by another forward (this process or another) until `until`.
+ */
+export type ForwardClaim = { kind: 'claimed'; token: string; until: number } | { kind: 'held'; until: number };
+
 export type ForwardOutcome = { kind: 'granted'; grantId: string } | { kind: 'deferred'; reason: string };
 
 export type ReplicaIngestResult =
@@ -116,6 +122,14 @@ export interface SyncStore {
   // Grant forwards
   /** Records one forward to a provider (not for the check endpoint). */
   recordForward(orgId: string, destinationId: string, at: number, outcome: ForwardOutcome): Promise<void>;
+  /**
+   * Claims the forward of a grant request for (episode, destination) for `leaseMs` from `now`:
+   * of any number of claims at once, on any replica, exactly one is `claimed`; the others see
+   * it `held` until its lease runs out or it is released. A lease that ran out is taken over.
+   */
+  claimForward(orgId: string, episodeSeq: number, destinationId: string, now: number, leaseMs: number): Promise<ForwardClaim>;
+  /** Ends the claim when `token` still holds it (false otherwise: nothing changes). */
+  releaseForward(orgId: string, episodeSeq: number, destinationId: string, token: string): Promise<boolean>;
   /** Claims a grant id for the destination; false when it was seen before (reuse). */
   claimGrantId(destinationId: string, grantId: string, at: number): Promise<boolean>;
   /** Remembers the robot's last reported disk pressure. */

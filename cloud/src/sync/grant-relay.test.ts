@@ -1,6 +1,9 @@
+import { mkdtempSync, rmSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { pino } from 'pino';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   GrantRequestEnvelopeSchema,
   ManualClock,
@@ -12,10 +15,11 @@ import {
 import { EgressClient } from '../egress/client.js';
 import { createTestPki, startHttpsReceiver, type ReceivedRequest, type TestPki, type TestReceiver } from '../egress/test-https.js';
 import { SecretBox } from '../secret-box.js';
-import type { EpisodeRow } from '../store/index.js';
-import type { DestinationRow, ForwardOutcome, RouteRow, SyncStore } from '../store/sync-types.js';
+import type { EpisodeRow, Store } from '../store/index.js';
+import { openTestStore, openTwin, postgresAvailable, type TestEngine, type TestStore } from '../store/test-store.js';
+import type { DestinationRow, ForwardClaim, ForwardOutcome, RouteRow, SyncStore } from '../store/sync-types.js';
 import { testReport } from '../test-support.js';
-import { GrantRelay } from './grant-relay.js';
+import { GrantRelay, type GrantRelayOptions } from './grant-relay.js';
 
 /**
  * The relay against a real HTTPS grant provider stand-in: every way a provider can answer badly
@@ -87,6 +91,9 @@ class FakeSync {
   granted: { grantId: string; objectKey: string | null }[] = [];
   grantIds = new Set<string>();
   pressure: Pressure | null = null;
+  /** Forward claims by `${episodeSeq}/${destinationId}`, with the store's semantics (lease, token). */
+  claims = new Map<string, { orgId: string; token: string; until: number }>();
+  private tokens = 0;
   constructor(secrets: SecretBox) {
     this.destination = {
       id: 'dst_one',
@@ -109,6 +116,17 @@ class FakeSync {
       claimGrantId: async (_d: string, grantId: string) => (this.grantIds.has(grantId) ? false : (this.grantIds.add(grantId), true)),
       markGranted: async (_o: string, _s: number, _d: string, grantId: string, objectKey: string | null) => void this.granted.push({ grantId, objectKey }),
       notePressure: async (_r: string, p: Pressure) => void (this.pressure = p),
+      claimForward: async (orgId: string, seq: number, destinationId: string, now: number, leaseMs: number): Promise<ForwardClaim> => {
+        const held = this.claims.get(`${seq}/${destinationId}`);
+        if (held && held.until > now) return { kind: 'held', until: held.until };
+        const token = `claim_${++this.tokens}`;
+        this.claims.set(`${seq}/${destinationId}`, { orgId, token, until: now + leaseMs });
+        return { kind: 'claimed', token, until: now + leaseMs };
+      },
+      releaseForward: async (orgId: string, seq: number, destinationId: string, token: string) => {
+        const held = this.claims.get(`${seq}/${destinationId}`);
+        return held?.orgId === orgId && held.token === token && this.claims.delete(`${seq}/${destinationId}`);
+      },
     } as unknown as SyncStore;
   }
 }
@@ -118,23 +136,41 @@ let secrets: SecretBox;
 let fake: FakeSync;
 let relay: GrantRelay;
 
+/** A relay (one replica's) on `store`, with its own egress client. */
+function relayOn(store: GrantRelayOptions['store'], timeoutMs = 1500): GrantRelay {
+  const client = new EgressClient({ allowLoopback: true, ca: pki.caPem, resolve: async () => [{ address: '127.0.0.1', family: 4 }] });
+  egress.push(client);
+  return new GrantRelay({ store, egress: client, secrets, clock, logger: pino({ level: 'silent' }), timeoutMs });
+}
+
+const fakeEpisodes = {
+  get: async (orgId: string, id: string) =>
+    orgId === ORG && id === report.id ? ({ seq: 1, id: report.id, orgId: ORG, robotId: ROBOT, report, manifest: report.manifest } as unknown as EpisodeRow) : undefined,
+};
+
 beforeEach(() => {
   clock = new ManualClock(T0);
   secrets = SecretBox.random();
   fake = new FakeSync(secrets);
-  const client = new EgressClient({ allowLoopback: true, ca: pki.caPem, resolve: async () => [{ address: '127.0.0.1', family: 4 }] });
-  egress.push(client);
-  const episode = { seq: 1, id: report.id, orgId: ORG, robotId: ROBOT, report, manifest: report.manifest } as unknown as EpisodeRow;
-  relay = new GrantRelay({
-    store: { sync: fake.asStore(), episodes: { get: async (orgId: string, id: string) => (orgId === ORG && id === report.id ? episode : undefined) } },
-    egress: client,
-    secrets,
-    clock,
-    logger: pino({ level: 'silent' }),
-    timeoutMs: 1500,
-  });
+  relay = relayOn({ sync: fake.asStore(), episodes: fakeEpisodes });
   answer = (req, res) => json(res, 200, goodGrant(GrantRequestEnvelopeSchema.parse(JSON.parse(req.body))));
 });
+
+/**
+ * A provider that holds every request until `release()`: `arrived` resolves on the first one.
+ * Answers a grant when released.
+ */
+function holdingProvider(): { arrived: Promise<void>; release: () => void } {
+  let arrivedNow!: () => void;
+  let releaseNow!: () => void;
+  const arrived = new Promise<void>((resolve) => (arrivedNow = resolve));
+  const released = new Promise<void>((resolve) => (releaseNow = resolve));
+  answer = (req, res) => {
+    arrivedNow();
+    void released.then(() => json(res, 200, goodGrant(GrantRequestEnvelopeSchema.parse(JSON.parse(req.body)))));
+  };
+  return { arrived, release: releaseNow };
+}
 
 const request = (over: Partial<Extract<SyncRequest, { type: 'grant.request' }>> = {}): Extract<SyncRequest, { type: 'grant.request' }> => ({
   type: 'grant.request',
@@ -187,6 +223,57 @@ describe('GrantRelay.handle', () => {
     expect(fake.granted).toHaveLength(1);
   });
 
+  it('forwards once for two requests at once on (episode, destination): the other is deferred while the first is with the provider', async () => {
+    const before = provider.requests.length;
+    const provider1 = holdingProvider();
+    // Two replicas on the same store, with the spec's provider timeout (so that a slow machine
+    // does not time the held forward out).
+    const one = relayOn({ sync: fake.asStore(), episodes: fakeEpisodes }, 10_000);
+    const other = relayOn({ sync: fake.asStore(), episodes: fakeEpisodes }, 10_000);
+    const first = one.handle(ROBOT, request({ req_id: 'r1' }));
+    const second = other.handle(ROBOT, request({ req_id: 'r2' }));
+    // One of the two is deferred without the provider hearing of it; the provider holds the other.
+    const deferred = await Promise.race([first, second]);
+    await provider1.arrived;
+    expect(deferred).toMatchObject({ type: 'deferral', reason: 'deferred', message: 'a grant for this episode and destination is being requested already' });
+    expect(provider.requests.length).toBe(before + 1);
+    provider1.release();
+    const answers = await Promise.all([first, second]);
+    expect(answers.filter((a) => a.type === 'grant')).toHaveLength(1);
+    expect(answers.filter((a) => a.type === 'deferral')).toEqual([deferred]);
+    // The claim's lease is the provider timeout + 5 s on the injected clock.
+    expect(deferred).toMatchObject({ retry_after_s: 15 });
+    expect(fake.granted).toHaveLength(1);
+    expect(fake.forwards).toHaveLength(1);
+    // Released when the forward finished: the next request forwards again.
+    expect(fake.claims.size).toBe(0);
+    answer = (req, res) => json(res, 200, goodGrant(envOf(req)));
+    expect(await other.handle(ROBOT, request({ req_id: 'r3' }))).toMatchObject({ type: 'grant', req_id: 'r3' });
+    expect(provider.requests.length).toBe(before + 2);
+  });
+
+  it('releases the claim after a deferral or a timeout too, and waits out the lease of a replica that died', async () => {
+    answer = () => undefined;
+    expect(await relay.handle(ROBOT, request())).toMatchObject({ type: 'deferral', reason: 'timeout' });
+    expect(fake.claims.size).toBe(0);
+    answer = (_req, res) => json(res, 500, { error: 'boom' });
+    expect(await relay.handle(ROBOT, request())).toMatchObject({ type: 'deferral', reason: 'http_error' });
+    expect(fake.claims.size).toBe(0);
+    // A replica claimed (episode, destination) and died: its lease (timeout + 5 s) keeps others out.
+    const dead = await fake.asStore().claimForward(ORG, 1, 'dst_one', clock.now(), 1500 + 5000);
+    expect(dead.kind).toBe('claimed');
+    const before = provider.requests.length;
+    clock.advance(2_100);
+    expect(await relay.handle(ROBOT, request())).toMatchObject({ type: 'deferral', reason: 'deferred', retry_after_s: 5 });
+    clock.advance(4_399);
+    expect(await relay.handle(ROBOT, request())).toMatchObject({ type: 'deferral', reason: 'deferred', retry_after_s: 1 });
+    expect(provider.requests.length).toBe(before);
+    answer = (req, res) => json(res, 200, goodGrant(envOf(req)));
+    clock.advance(1);
+    expect(await relay.handle(ROBOT, request())).toMatchObject({ type: 'grant' });
+    expect(provider.requests.length).toBe(before + 1);
+  });
+
   const envOf = (req: ReceivedRequest) => GrantRequestEnvelopeSchema.parse(JSON.parse(req.body));
   const files = (req: ReceivedRequest) => (goodGrant(envOf(req)).destinations as { files: Record<string, unknown>[] }[])[0]!.files;
   const withFiles = (req: ReceivedRequest, f: unknown[]) => {
@@ -219,5 +306,54 @@ describe('GrantRelay.handle', () => {
     expect(fake.forwards).toEqual([{ kind: 'deferred', reason: expect.stringMatching(new RegExp(`^${reason}: `)) as unknown }]);
     const forward = await relay.forward(fake.destination, envOf(provider.requests.at(-1)!));
     expect(forward.failure).toBe(failure);
+  });
+});
+
+const engines: TestEngine[] = postgresAvailable() ? ['sqlite', 'postgres'] : ['sqlite'];
+
+/** Two replicas, each with its own store connection on one database, and one provider. */
+describe.each(engines)('GrantRelay on two replicas of one store [%s]', (engine) => {
+  let dir: string;
+  let store: TestStore;
+  let twin: Store;
+
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'fleet-grant-relay-'));
+    store = await openTestStore(engine, { dataDir: dir });
+    twin = await openTwin(store);
+    await store.orgs.create({ id: ORG, name: ORG, tier: 'enterprise', createdAt: T0 });
+    expect(await store.episodes.ingest([{ orgId: ORG, robotId: ROBOT, report, reportedAt: T0 }])).toEqual(['inserted']);
+    await store.sync.createDestination({ id: 'dst_one', orgId: ORG, type: 'external', url: `${provider.origin()}/grant`, secretSealed: secrets.seal(SECRET), retention: 'keep', createdAt: T0 });
+    const seq = (await store.episodes.get(ORG, report.id))!.seq;
+    await store.sync.addRoutes([{ orgId: ORG, robotId: ROBOT, episodeId: report.id, episodeSeq: seq, destinationId: 'dst_one', decidedAt: T0 }]);
+  });
+  afterEach(async () => {
+    await twin.close();
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('a repeated request on the other replica while the first is with the provider is deferred; the provider is asked once', async () => {
+    const before = provider.requests.length;
+    const held = holdingProvider();
+    const a = relayOn(store, 10_000);
+    const b = relayOn(twin, 10_000);
+    const first = a.handle(ROBOT, request({ req_id: 'r1' }));
+    await held.arrived;
+    // The robot timed out and asked again; its request reached the other replica.
+    expect(await b.handle(ROBOT, request({ req_id: 'r2' }))).toMatchObject({
+      type: 'deferral',
+      req_id: 'r2',
+      reason: 'deferred',
+      message: 'a grant for this episode and destination is being requested already',
+      retry_after_s: 15,
+    });
+    held.release();
+    expect(await first).toMatchObject({ type: 'grant', req_id: 'r1' });
+    expect(provider.requests.length).toBe(before + 1);
+    // The claim was released with the answer: the next request (on either replica) forwards.
+    answer = (req, res) => json(res, 200, goodGrant(GrantRequestEnvelopeSchema.parse(JSON.parse(req.body))));
+    expect(await b.handle(ROBOT, request({ req_id: 'r3' }))).toMatchObject({ type: 'grant', req_id: 'r3' });
+    expect(provider.requests.length).toBe(before + 2);
   });
 });

@@ -15,13 +15,18 @@ import {
 import { EgressError, readJsonAnswer, type EgressClient } from '../egress/client.js';
 import type { CloudMetrics } from '../metrics.js';
 import type { SecretBox } from '../secret-box.js';
-import type { EpisodeStore } from '../store/index.js';
+import type { EpisodeRow, EpisodeStore } from '../store/index.js';
 import type { DestinationRow, SyncStore } from '../store/sync-types.js';
 import { checkGrantAnswer, type CheckedAnswer } from './grant-answer.js';
 
 /** The spec's bounds on a grant provider: an answer within 10 s, at most 1 MiB. */
 export const PROVIDER_TIMEOUT_MS = 10_000;
 export const PROVIDER_MAX_BYTES = 1024 * 1024;
+/**
+ * A forward's claim on (episode, destination) lasts the provider timeout plus this margin: long
+ * enough to cover one forward, short enough that the claim of a replica that died runs out soon.
+ */
+export const FORWARD_CLAIM_MARGIN_MS = 5_000;
 /** How long a robot waits before asking again when the provider gave no `retry_after`. */
 export const DEFAULT_RETRY_AFTER_S = 60;
 
@@ -131,9 +136,40 @@ export class GrantRelay {
     const episode = await store.episodes.get(route.orgId, req.episode_id);
     if (!episode || episode.robotId !== robotId) return refuse('unknown_episode', 'the episode is not indexed yet', 30);
 
+    // One forward per (episode, destination) at a time, across replicas: a robot that asks again
+    // while its first request is still with the provider (here or on another replica) waits
+    // for that one instead of getting a second grant.
+    const leaseMs = (this.opts.timeoutMs ?? PROVIDER_TIMEOUT_MS) + FORWARD_CLAIM_MARGIN_MS;
+    const claim = await store.sync.claimForward(route.orgId, episode.seq, destination.id, clock.now(), leaseMs);
+    if (claim.kind === 'held') {
+      const waitS = Math.max(1, Math.ceil((claim.until - clock.now()) / 1000));
+      return refuse('deferred', 'a grant for this episode and destination is being requested already', waitS);
+    }
+    try {
+      return await this.forwardClaimed(robotId, episode, destination, route.orgId, req, refuse, fallback);
+    } finally {
+      await store.sync.releaseForward(route.orgId, episode.seq, destination.id, claim.token).catch((err: unknown) => {
+        // The lease runs out on its own; until then a repeat request is deferred.
+        logger.warn({ err, episode_id: episode.id, destination_id: destination.id }, 'could not release the grant forward claim');
+      });
+    }
+  }
+
+  /** The forward itself, under the claim on (episode, destination). */
+  private async forwardClaimed(
+    robotId: string,
+    episode: EpisodeRow,
+    destination: DestinationRow,
+    orgId: string,
+    req: Extract<SyncRequest, { type: 'grant.request' }>,
+    refuse: (reason: DeferralReason, message: string, retryAfterS?: number) => DeferralMessage,
+    fallback: number,
+  ): Promise<GrantMessage | DeferralMessage> {
+    const { store, clock, logger } = this.opts;
+    const base = { req_id: req.req_id, episode_id: req.episode_id, destination_id: req.destination_id };
     const envelope: GrantRequestEnvelope = {
       episode_id: episode.id,
-      org_id: route.orgId,
+      org_id: orgId,
       request: {
         destination_id: destination.id,
         episode: { robot_id: robotId, recording_session_id: episode.report.recording_session_id, episode_seq: episode.report.episode_seq },
@@ -149,15 +185,15 @@ export class GrantRelay {
     }
     const now = clock.now();
     if (answer.kind === 'deferral') {
-      await store.sync.recordForward(route.orgId, destination.id, now, { kind: 'deferred', reason: `${answer.reason}: ${answer.message}`.slice(0, 512) });
+      await store.sync.recordForward(orgId, destination.id, now, { kind: 'deferred', reason: `${answer.reason}: ${answer.message}`.slice(0, 512) });
       this.opts.metrics?.grantForward(destination.id, 'deferred');
       logger.info({ robot_id: robotId, episode_id: episode.id, destination_id: destination.id, reason: answer.reason }, 'grant deferred');
       return refuse(answer.reason, answer.message, answer.retryAfterS ?? fallback);
     }
-    await store.sync.recordForward(route.orgId, destination.id, now, { kind: 'granted', grantId: answer.grantId });
+    await store.sync.recordForward(orgId, destination.id, now, { kind: 'granted', grantId: answer.grantId });
     this.opts.metrics?.grantForward(destination.id, 'granted');
     const objectKey = answer.destination.object_key ?? null;
-    await store.sync.markGranted(route.orgId, episode.seq, destination.id, answer.grantId, objectKey, now);
+    await store.sync.markGranted(orgId, episode.seq, destination.id, answer.grantId, objectKey, now);
     return {
       type: 'grant',
       ...base,

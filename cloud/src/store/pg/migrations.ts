@@ -1,7 +1,7 @@
 import { LOCKS, type PgDb } from './db.js';
 import { ACCOUNTS_SCHEMA } from './schema-accounts.js';
 import { EPISODES_SCHEMA } from './schema-episodes.js';
-import { SYNC_SCHEMA } from './schema-sync.js';
+import { GRANT_FORWARD_CLAIMS_SCHEMA, SYNC_SCHEMA } from './schema-sync.js';
 import { WEBHOOKS_SCHEMA } from './schema-webhooks.js';
 
 /**
@@ -14,6 +14,11 @@ export const PG_MIGRATIONS: readonly { version: number; name: string; sql: strin
     version: 1,
     name: 'organizations, keys, robots, episodes, datasets, webhooks, sync',
     sql: [ACCOUNTS_SCHEMA, EPISODES_SCHEMA, WEBHOOKS_SCHEMA, SYNC_SCHEMA].join('\n'),
+  },
+  {
+    version: 2,
+    name: 'grant forward claims with a lease (SQLite migration 13)',
+    sql: GRANT_FORWARD_CLAIMS_SCHEMA,
   },
 ];
 

@@ -72,3 +72,18 @@ export const SYNC_SCHEMA = `
     reported_at BIGINT NOT NULL
   );
 `;
+
+/**
+ * PostgreSQL migration 2 (SQLite 13): the claim on forwarding a grant request for (episode,
+ * destination), held by one relay at a time for a lease; deleted when the forward ends.
+ */
+export const GRANT_FORWARD_CLAIMS_SCHEMA = `
+  CREATE TABLE grant_forward_claims (
+    episode_seq BIGINT NOT NULL,
+    destination_id TEXT NOT NULL,
+    org_id TEXT NOT NULL,
+    claim_token TEXT NOT NULL,
+    claimed_until BIGINT NOT NULL,
+    PRIMARY KEY (episode_seq, destination_id)
+  );
+`;

@@ -14,7 +14,8 @@ import {
   type RouteDbRow,
   type RuleDbRow,
 } from '../sqlite-sync.js';
-import type { DestinationHealth, DestinationRow, ForwardOutcome, ReplicaIngestResult, RouteRow, RoutingFacts, RoutingRuleRow, SyncHealthRow, SyncStore } from '../sync-types.js';
+import { newClaimToken } from '../sqlite-webhooks.js';
+import type { DestinationHealth, DestinationRow, ForwardClaim, ForwardOutcome, ReplicaIngestResult, RouteRow, RoutingFacts, RoutingRuleRow, SyncHealthRow, SyncStore } from '../sync-types.js';
 import type { PgDb, Sql } from './db.js';
 import { appendEvents } from './events.js';
 
@@ -246,6 +247,41 @@ export class PgSync implements SyncStore {
       await sql.query('UPDATE destinations SET last_forward_at = GREATEST(COALESCE(last_forward_at, 0), $1) WHERE org_id = $2 AND id = $3', [at, orgId, destinationId]);
       await sql.query('DELETE FROM grant_forwards WHERE destination_id = $1 AND at < $2', [destinationId, at - FORWARD_KEEP_MS]);
     });
+  }
+
+  async claimForward(orgId: string, episodeSeq: number, destinationId: string, now: number, leaseMs: number): Promise<ForwardClaim> {
+    const token = newClaimToken();
+    // One statement: a claim racing another waits on the other's row, then sees its lease
+    // live and takes nothing (the WHERE of DO UPDATE is checked against the newest row).
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const won = await this.db.one<{ claimed_until: number }>(
+        `INSERT INTO grant_forward_claims (episode_seq, destination_id, org_id, claim_token, claimed_until) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (episode_seq, destination_id) DO UPDATE SET org_id = EXCLUDED.org_id, claim_token = EXCLUDED.claim_token, claimed_until = EXCLUDED.claimed_until
+           WHERE grant_forward_claims.claimed_until <= $6
+         RETURNING claimed_until`,
+        [episodeSeq, destinationId, orgId, token, now + leaseMs, now],
+      );
+      if (won) return { kind: 'claimed', token, until: now + leaseMs };
+      const held = await this.db.one<{ claimed_until: number }>('SELECT claimed_until FROM grant_forward_claims WHERE episode_seq = $1 AND destination_id = $2', [
+        episodeSeq,
+        destinationId,
+      ]);
+      if (held && held.claimed_until > now) return { kind: 'held', until: held.claimed_until };
+      // Released (or run out) between the two statements: claim again.
+    }
+    // Claimed and released by others three times over within this call: some forward is busy
+    // with it, so the caller waits a second rather than spin.
+    return { kind: 'held', until: now + 1000 };
+  }
+
+  async releaseForward(orgId: string, episodeSeq: number, destinationId: string, token: string): Promise<boolean> {
+    const r = await this.db.query('DELETE FROM grant_forward_claims WHERE episode_seq = $1 AND destination_id = $2 AND org_id = $3 AND claim_token = $4', [
+      episodeSeq,
+      destinationId,
+      orgId,
+      token,
+    ]);
+    return (r.rowCount ?? 0) > 0;
   }
 
   async claimGrantId(destinationId: string, grantId: string, at: number): Promise<boolean> {

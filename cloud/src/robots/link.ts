@@ -34,14 +34,16 @@ const SNAPSHOT_TOPIC = 'fleet/v1/cloud/snapshot';
  * commands, waiting for the reply with the same `cmd_id`. Several cloud replicas can each run
  * one; a reply reaches the replica that waits for it because every replica subscribes to all
  * replies and ignores ids it does not wait for. With `shareGroup` (an external broker shared by
- * replicas) statuses, outbox messages and sync requests come through MQTT shared subscriptions,
- * so each is handled by one replica.
+ * replicas) outbox messages and sync requests come through MQTT shared subscriptions, so each is
+ * handled by one replica; every replica writes every status, in order.
  */
 export class RobotLink {
   private client: MqttClient | null = null;
   private readonly pending = new Map<string, Pending>();
   /** Presence snapshots in flight (awaited by `stop`, so none writes after the store closed). */
   private readonly snapshots = new Set<Promise<void>>();
+  /** Per robot, the status being written (the next one waits for it). */
+  private readonly statusChains = new Map<string, Promise<void>>();
   /** Receives every robot outbox message (the outbox router). */
   onOutbox: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
   /** Told when a robot's status turns from offline to online (a pending credential rotation goes out). */
@@ -91,8 +93,11 @@ export class RobotLink {
     const share = this.opts.shareGroup;
     const shared = (filter: string) => (share ? `$share/${share}/${filter}` : filter);
     // Replies stay a plain subscription: the one replica that waits for a reply must get it, and
-    // every replica ignores the ids it does not wait for.
-    await client.subscribeAsync([shared(topics.allStatus), topics.allCommandReplies, shared(topics.allOutbox), shared(topics.allSyncRequests)], { qos: 1 });
+    // every replica ignores the ids it does not wait for. So do statuses: shared, two statuses of
+    // one robot could go to two replicas and be written in either order (a robot left
+    // `recording` after it went idle); every replica writing every status in its order ends on
+    // the robot's last one. Statuses are few (connections and state changes), so that costs little.
+    await client.subscribeAsync([topics.allStatus, topics.allCommandReplies, shared(topics.allOutbox), shared(topics.allSyncRequests)], { qos: 1 });
     if (share) {
       await this.presenceSnapshot();
       // After a lost connection (a broker restart) statuses published meanwhile, and those sent
@@ -225,7 +230,7 @@ export class RobotLink {
       return;
     }
     const json = parsed.value;
-    if (t.rest === 'status') return this.onStatus(t.robotId, json);
+    if (t.rest === 'status') return this.statusInOrder(t.robotId, json);
     if (t.rest === 'cmd/reply') return this.onReply(t.robotId, json);
   }
 
@@ -239,6 +244,21 @@ export class RobotLink {
   async publishAck(robotId: string, ack: OutboxAck): Promise<void> {
     if (!this.client) throw new Error('robot link stopped');
     await this.client.publishAsync(topics.outboxAck(robotId), JSON.stringify(ack), { qos: 1 });
+  }
+
+  /**
+   * A robot's statuses are written in the order they came: each waits for the one before it
+   * (a status handled while an earlier one is still being written, on another pooled database
+   * connection, could otherwise land first and leave the older state in place).
+   */
+  private statusInOrder(robotId: string, json: unknown): Promise<void> {
+    const before = this.statusChains.get(robotId);
+    const run = (before ? before.catch(() => undefined) : Promise.resolve()).then(() => this.onStatus(robotId, json));
+    const tail = run.finally(() => {
+      if (this.statusChains.get(robotId) === tail) this.statusChains.delete(robotId);
+    });
+    this.statusChains.set(robotId, tail);
+    return run;
   }
 
   private async onStatus(robotId: string, json: unknown): Promise<void> {

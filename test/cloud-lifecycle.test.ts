@@ -10,6 +10,10 @@ const EXIT_BOUND_MS = 20_000;
 
 const logMsg = (fragment: string) => (line: string) => line.includes(fragment);
 
+// The lifecycle of one `serve` process (its signals, its listener, its exit): with
+// FLEET_TEST_REPLICAS too, each test runs one process (a replica's shutdown is its own).
+const single = { topology: 'single' } as const;
+
 /**
  * Opens POST /v1/api-keys and sends the headers and half the body, then waits until the server
  * has routed the request: a request that is, verifiably, in flight. `finish()` sends the rest.
@@ -52,7 +56,7 @@ async function openInFlightCreate(cloud: CloudProcess, name: string) {
 
 describe('graceful shutdown', () => {
   test('SIGTERM: exits 0 promptly and stops listening', async () => {
-    await using cloud = await startCloud();
+    await using cloud = await startCloud(single);
     // A keep-alive connection left idle by an earlier request must not hold the shutdown.
     expect((await cloud.fetch('/v1/api-keys')).status).toBe(200);
     cloud.process.child.kill('SIGTERM');
@@ -63,7 +67,7 @@ describe('graceful shutdown', () => {
   });
 
   test('SIGINT: exits 0 promptly', async () => {
-    await using cloud = await startCloud();
+    await using cloud = await startCloud(single);
     expect((await cloud.fetch('/healthz', { key: null })).status).toBe(200);
     cloud.process.child.kill('SIGINT');
     const exit = await exitWithin(cloud.process, EXIT_BOUND_MS);
@@ -76,7 +80,7 @@ describe('graceful shutdown', () => {
     const dataDir = join(dir.path, 'data');
     let createdKey: string;
     {
-      await using cloud = await startCloud({ dataDir });
+      await using cloud = await startCloud({ ...single, dataDir });
       using inFlight = await openInFlightCreate(cloud, 'in-flight');
       cloud.process.child.kill('SIGTERM');
       await cloud.process.waitForStderr(logMsg('shutting down'), { description: 'the shutdown log line' });
@@ -96,13 +100,13 @@ describe('graceful shutdown', () => {
       expect(exit).toEqual({ code: 0, signal: null });
     }
     // What the in-flight request wrote survived the shutdown.
-    await using again = await startCloud({ dataDir });
+    await using again = await startCloud({ ...single, dataDir });
     const res = await again.fetch('/v1/entitlements', { key: createdKey });
     expect(res.status).toBe(200);
   });
 
   test('a second signal during a shutdown that waits on a request exits at once with code 1', async () => {
-    await using cloud = await startCloud();
+    await using cloud = await startCloud(single);
     using inFlight = await openInFlightCreate(cloud, 'never-finished');
     // The response will never come; swallow the socket error the exit causes.
     inFlight.response.catch(() => undefined);
@@ -118,7 +122,7 @@ describe('graceful shutdown', () => {
 
 describe('configuration', () => {
   test('FLEET_* environment variables work instead of flags', async () => {
-    await using cloud = await startCloud({ configVia: 'env' });
+    await using cloud = await startCloud({ ...single, configVia: 'env' });
     expect(cloud.process.child.spawnargs.slice(2)).toEqual(['serve']);
     const http = new URL(cloud.http);
     const mqtt = new URL(cloud.mqtt);
@@ -135,7 +139,7 @@ describe('configuration', () => {
 
   test('a flag wins over its FLEET_* variable', async () => {
     await using dir = await makeTempDir();
-    await using cloud = await startCloud({ env: { FLEET_DATA_DIR: join(dir.path, 'from-env') } });
+    await using cloud = await startCloud({ ...single, env: { FLEET_DATA_DIR: join(dir.path, 'from-env') } });
     expect(existsSync(join(cloud.dataDir, 'admin-key'))).toBe(true);
     expect(existsSync(join(dir.path, 'from-env'))).toBe(false);
   });
@@ -158,9 +162,9 @@ describe('configuration', () => {
   });
 
   test('a port already in use: serve exits non-zero, and startCloud reports its stderr', async () => {
-    await using first = await startCloud();
+    await using first = await startCloud(single);
     const port = new URL(first.http).port;
-    await expect(startCloud({ args: ['--http-port', port] })).rejects.toThrow(
+    await expect(startCloud({ ...single, args: ['--http-port', port] })).rejects.toThrow(
       new RegExp(`exited \\(code 1[\\s\\S]*cannot listen for HTTP on 127\\.0\\.0\\.1:${port}: address already in use \\(EADDRINUSE\\)`),
     );
     // The failed second process did not disturb the first.

@@ -30,8 +30,9 @@ describe('no report is lost or doubled, whatever crashes', () => {
     await using first = await startAgentProcess(cloud, { args: AGENT_ARGS });
     const dir = first.dataDir;
 
-    // The cloud is frozen: whatever the agent publishes now is not acknowledged.
-    cloud.process.child.kill('SIGSTOP');
+    // The cloud is frozen (every replica, when the suites run on several): whatever the agent
+    // publishes now is not acknowledged.
+    for (const p of cloud.processes) p.child.kill('SIGSTOP');
     let id: string;
     try {
       id = await recordEpisode(dir);
@@ -40,7 +41,7 @@ describe('no report is lost or doubled, whatever crashes', () => {
       const killed = await first.kill('SIGKILL');
       expect(killed.signal).toBe('SIGKILL');
     } finally {
-      cloud.process.child.kill('SIGCONT');
+      for (const p of cloud.processes) p.child.kill('SIGCONT');
     }
 
     // The next start finds the report still pending and sends it again; the cloud may or may
@@ -91,10 +92,12 @@ describe('no report is lost or doubled, whatever crashes', () => {
     for (const agent of agents) await waitOutboxEmpty(agent.dataDir);
   });
 
+  // The embedded broker goes down with its process: one process, also when the suites run on
+  // replicas (there a broker restart is test/robots-replicas.test.ts's).
   test('a restart of the broker (with the cloud) loses none while agents keep recording offline', async () => {
     await using dir = await makeTempDir();
     const dataDir = join(dir.path, 'cloud');
-    const cloud = await startCloud({ dataDir });
+    const cloud = await startCloud({ dataDir, topology: 'single' });
     const ports = portsOf(cloud);
     await using a = await startAgentProcess(cloud, { args: AGENT_ARGS });
     await using b = await startAgentProcess(cloud, { args: AGENT_ARGS });
@@ -113,7 +116,7 @@ describe('no report is lost or doubled, whatever crashes', () => {
       expect(s.outbox.pending).toBeGreaterThanOrEqual(2);
     }
 
-    await using again = await restartCloud(dataDir, ports);
+    await using again = await restartCloud(dataDir, ports, { topology: 'single' });
     const all = [...before, ...around, ...offline];
     expectExactlyOnce(await waitForIndexed(again, all), all);
     expect((await listEpisodes(again)).length).toBe(all.length);
@@ -123,7 +126,8 @@ describe('no report is lost or doubled, whatever crashes', () => {
   test('an agent offline for a while (and restarted meanwhile) keeps its reports and delivers them when the cloud is back', async () => {
     await using dir = await makeTempDir();
     const dataDir = join(dir.path, 'cloud');
-    const cloud = await startCloud({ dataDir });
+    // Offline = the cloud and its embedded broker gone: one process (see above).
+    const cloud = await startCloud({ dataDir, topology: 'single' });
     const ports = portsOf(cloud);
     await using first = await startAgentProcess(cloud, { args: AGENT_ARGS });
     const robotDir = first.dataDir;
@@ -141,7 +145,7 @@ describe('no report is lost or doubled, whatever crashes', () => {
     expect(s.connected).toBe(false);
     expect(s.outbox).toEqual({ pending: 3, refused: 0 });
 
-    await using again = await restartCloud(dataDir, ports);
+    await using again = await restartCloud(dataDir, ports, { topology: 'single' });
     expectExactlyOnce(await waitForIndexed(again, ids), ids);
     await waitOutboxEmpty(robotDir);
     expect((await listEpisodes(again, `robot_id=${s.robot_id}`)).map((e) => e.id)).toEqual(ids);
@@ -178,8 +182,8 @@ describe('no report is lost or doubled, whatever crashes', () => {
       ['episode.report:malformed', 'validation_failed'],
       ['episode.report:oversized', 'payload_too_large'],
     ]);
-    await cloud.process.waitForStderr((l) => l.includes('refused oversized outbox message'), { description: 'the oversized refusal log line' });
-    await cloud.process.waitForStderr((l) => l.includes('refused malformed episode report'), { description: 'the malformed refusal log line' });
+    await cloud.waitForStderr((l) => l.includes('refused oversized outbox message'), { description: 'the oversized refusal log line' });
+    await cloud.waitForStderr((l) => l.includes('refused malformed episode report'), { description: 'the malformed refusal log line' });
     const refused = () => {
       const ro = new Database(join(dir, 'agent.sqlite'), { readonly: true });
       try {

@@ -85,7 +85,9 @@ describe('metrics', () => {
     const tokenFile = join(tmp.path, 'metrics-token');
     await writeFile(tokenFile, `${TOKEN}\n`, { mode: 0o600 });
     try {
+      // One process: /metrics counts what that process did (each replica has its own).
       await using cloud = await startCloud({
+        topology: 'single',
         args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile, '--grant-retry-after-s', '1', '--metrics-listen', '127.0.0.1:0', '--metrics-token-file', tokenFile],
       });
       // serve prints the metrics listener's URL on its address line.

@@ -24,7 +24,9 @@ let dir: TempDir;
 let mallory: StoredCredentials;
 let malloryDir: string;
 beforeAll(async () => {
-  cloud = await startCloud();
+  // The embedded broker's own checks (how it refuses, what it logs): one process with it, also
+  // when the suites run on replicas (mosquitto's ACL is test/robots-replicas.test.ts's).
+  cloud = await startCloud({ topology: 'single' });
   dir = await makeTempDir('fa-e2e-');
   malloryDir = join(dir.path, 'mallory');
   const [agent, enrolled] = await Promise.all([

@@ -78,7 +78,7 @@ describe('startCloud', () => {
   });
 
   test('a serve that dies at start: startCloud rejects with its stderr', async () => {
-    await expect(startCloud({ args: ['--http-port', '99999'] })).rejects.toThrow(/exited \(code 1[\s\S]*invalid configuration: httpPort/);
+    await expect(startCloud({ topology: 'single', args: ['--http-port', '99999'] })).rejects.toThrow(/exited \(code 1[\s\S]*invalid configuration: httpPort/);
   });
 });
 

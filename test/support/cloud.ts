@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { FleetClient } from '@fleet/client';
 import { startMosquitto, type MosquittoBroker } from './mosquitto.js';
-import { runProcess, spawnProcess, type ProcessExit, type RunResult, type SpawnedProcess } from './process.js';
+import { runProcess, spawnProcess, type ProcessExit, type RunResult, type SpawnedProcess, type WaitOptions } from './process.js';
 import { startRoundRobin, type RoundRobin } from './round-robin.js';
 import { createTestDatabase, testEngine } from '../../cloud/src/store/test-store.js';
 
@@ -119,6 +119,8 @@ export interface CloudProcess extends AsyncDisposable {
   readonly adminKey: string;
   readonly stdoutLines: readonly string[];
   readonly stderrLines: readonly string[];
+  /** The first stderr line, printed or to come, of any of the `serve` processes that matches (a log line of whichever replica handled it). */
+  waitForStderr(match: (line: string) => boolean, opts?: WaitOptions): Promise<string>;
   /** The (first) `serve` process. */
   readonly process: SpawnedProcess;
   /** Every `serve` process: one, or the replicas with FLEET_TEST_REPLICAS. */
@@ -311,6 +313,13 @@ export async function startCloud(opts: StartCloudOptions = {}): Promise<CloudPro
     },
     get stderrLines() {
       return procs.length === 1 ? procs[0]!.stderrLines : procs.flatMap((p) => p.stderrLines);
+    },
+    waitForStderr: async (match, o) => {
+      try {
+        return await Promise.any(procs.map((p) => p.waitForStderr(match, o)));
+      } catch (err) {
+        throw err instanceof AggregateError ? (err.errors[0] as Error) : err;
+      }
     },
     process: procs[0]!,
     processes: procs,

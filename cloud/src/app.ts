@@ -116,6 +116,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   const catalog = installPipeline(fastify, {
     store,
     clock,
+    scheduler,
     authenticator,
     secrets,
     idempotencyLeaseMs: config.idempotencyLeaseMs,

@@ -60,8 +60,12 @@ export const CloudConfigSchema = z.strictObject({
   egressCaFile: z.string().min(1).optional(),
   /** How often buffered api-key last-use times are written. */
   lastUsedFlushMs: z.coerce.number().int().min(10).default(15_000),
-  /** How long an in-flight Idempotency-Key claim lasts if its process dies mid-request. */
-  idempotencyLeaseMs: z.coerce.number().int().min(1000).default(120_000),
+  /**
+   * The lease of an in-flight Idempotency-Key claim. The process running the request renews it
+   * every third of the lease; if the process dies, a retry through another replica is refused
+   * (409 idempotency_key_in_use) until the lease runs out, then runs.
+   */
+  idempotencyLeaseMs: z.coerce.number().int().min(1000).max(600_000).default(15_000),
   /**
    * Serve /metrics on its own listener, `host:port` (port 0 picks one), and not on the API's
    * port. Metrics are off unless this or a token is given: they count every organization's

@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { ManualClock } from '@fleet/protocol';
-import { SimulatedRobotActions } from '../../agent/src/actions.js';
+import { SimulatedRobotActions, type RobotActions } from '../../agent/src/actions.js';
 import { parseAgentConfig, type AgentConfigInput } from '../../agent/src/config.js';
 import { readCredentials } from '../../agent/src/credentials.js';
 import { Agent } from '../../agent/src/daemon.js';
@@ -47,6 +47,8 @@ export interface ClockedAgentOptions {
   freeBytes?: FreeBytes;
   /** Where the robot's clock starts (default: now). */
   startAt?: number;
+  /** What the robot does for the non-episode commands (default: a SimulatedRobotActions). */
+  actions?: RobotActions;
 }
 
 export async function startClockedAgent(cloud: CloudProcess, opts: ClockedAgentOptions = {}): Promise<ClockedAgent> {
@@ -75,7 +77,7 @@ export async function startClockedAgent(cloud: CloudProcess, opts: ClockedAgentO
       scheduler,
       logger: logs.logger,
       recorder,
-      actions: new SimulatedRobotActions(),
+      actions: opts.actions ?? new SimulatedRobotActions(),
       credentials,
       controlSocket: false,
       ...(opts.freeBytes ? { freeBytes: opts.freeBytes } : {}),

@@ -128,6 +128,7 @@ describe('Idempotency-Key', () => {
     const begun = await t.store.idempotency.begin({
       orgId: tenant.org.id,
       key: 'busy',
+      token: 'another-process',
       fingerprint: requestFingerprint('POST', '/v1/api-keys', BODY),
       now: t.clock.now(),
       leaseMs,

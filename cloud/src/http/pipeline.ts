@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type {
   FastifyError,
   FastifyInstance,
@@ -8,7 +8,7 @@ import type {
   preValidationAsyncHookHandler,
 } from 'fastify';
 import { z } from 'zod';
-import { DAY, iso, scopeSatisfies, type Clock } from '@fleet/protocol';
+import { DAY, iso, scopeSatisfies, type Clock, type Scheduler } from '@fleet/protocol';
 import type { Authenticator } from '../auth.js';
 import { hasFeature } from '../entitlements.js';
 import { ApiError, quote, validationError } from '../errors.js';
@@ -18,13 +18,20 @@ import { sendError, toApiError } from './error-edge.js';
 import type { SecretBox } from '../secret-box.js';
 import type { Store } from '../store/index.js';
 import type { CatalogEntry, RoutePolicy } from './policy.js';
+import { IdempotencyClaims } from './idempotency-claims.js';
 
 export interface PipelineDeps {
   store: Store;
   clock: Clock;
+  /** Paces the renewal of in-flight Idempotency-Key claims. */
+  scheduler: Scheduler;
   authenticator: Authenticator;
   /** Stored responses are sealed: a created key's plaintext must not sit in the database. */
   secrets: SecretBox;
+  /**
+   * The lease of an in-flight Idempotency-Key claim: renewed while its request runs, it is how
+   * long a retry is refused (409) after the process holding the claim died.
+   */
   idempotencyLeaseMs: number;
 }
 
@@ -48,6 +55,14 @@ const TRANSIENT_CODES = new Set(['robot_offline', 'command_timeout', 'rate_limit
 export function installPipeline(app: FastifyInstance, deps: PipelineDeps): CatalogEntry[] {
   const { store, clock, authenticator, secrets } = deps;
   const catalog: CatalogEntry[] = [];
+  const claims = new IdempotencyClaims({
+    store: store.idempotency,
+    clock,
+    scheduler: deps.scheduler,
+    leaseMs: deps.idempotencyLeaseMs,
+    onError: (err) => app.log.error({ err }, 'renewing idempotency claims failed'),
+  });
+  app.addHook('onClose', async () => claims.close());
 
   app.decorateRequest('principal', null);
   app.decorateRequest('idempotency', null);
@@ -63,11 +78,15 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
     }
     const orgId = request.principal.org.id;
     const fingerprint = requestFingerprint(request.method, request.url, request.body);
-    const begun = await store.idempotency.begin({ orgId, key, fingerprint, now: clock.now(), leaseMs: deps.idempotencyLeaseMs });
+    const token = randomUUID();
+    const begun = await store.idempotency.begin({ orgId, key, token, fingerprint, now: clock.now(), leaseMs: deps.idempotencyLeaseMs });
     switch (begun.kind) {
-      case 'started':
-        request.idempotency = { orgId, key };
+      case 'started': {
+        const claim = { orgId, key, token };
+        request.idempotency = claim;
+        claims.hold(claim);
         return;
+      }
       case 'mismatch':
         throw new ApiError('idempotency_key_reused', 'this Idempotency-Key was used with a different request');
       case 'in_flight':
@@ -86,19 +105,22 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
     const claim = request.idempotency;
     if (!claim) return payload;
     request.idempotency = null;
+    claims.drop(claim);
     const body = typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : payload == null ? '' : null;
     const code = errorCodeOf(body);
     if (body === null || (code !== null && TRANSIENT_CODES.has(code))) {
-      await store.idempotency.release(claim.orgId, claim.key);
+      await store.idempotency.release(claim);
     } else {
       const ct = reply.getHeader('content-type');
-      await store.idempotency.complete({
-        orgId: claim.orgId,
-        key: claim.key,
+      const stored = await store.idempotency.complete({
+        ...claim,
         response: { status: reply.statusCode, contentType: typeof ct === 'string' ? ct : null, body: body === '' ? '' : secrets.seal(body) },
         now: clock.now(),
         ttlMs: IDEMPOTENCY_TTL_MS,
       });
+      // The lease ran out (renewals failed, or the process stalled) and a retry took the key:
+      // its response is the one a replay gives; this one still goes to its client.
+      if (!stored) request.log.warn({ idempotency_key: claim.key }, 'idempotency claim lost before completion; response not stored');
     }
     return payload;
   };
@@ -119,7 +141,8 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
     const claim = request.idempotency;
     if (claim) {
       request.idempotency = null;
-      await store.idempotency.release(claim.orgId, claim.key);
+      claims.drop(claim);
+      await store.idempotency.release(claim);
     }
   };
 

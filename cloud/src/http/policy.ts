@@ -28,7 +28,8 @@ declare module 'fastify' {
   }
   interface FastifyRequest {
     principal: Principal | null;
-    idempotency: { orgId: string; key: string } | null;
+    /** The Idempotency-Key claim this request holds (its token), until it completes or releases it. */
+    idempotency: { orgId: string; key: string; token: string } | null;
     replayed: boolean;
   }
 }

@@ -1,5 +1,5 @@
 import type { Db } from './sqlite-db.js';
-import type { IdempotencyBegin, IdempotencyStore, MeterStore, UsageRow } from './types.js';
+import type { IdempotencyBegin, IdempotencyClaim, IdempotencyStore, MeterStore, StoredResponse, UsageRow } from './types.js';
 
 interface IdemDbRow {
   fingerprint: string;
@@ -16,29 +16,36 @@ export class SqliteIdempotency implements IdempotencyStore {
   private readonly claim;
   private readonly completeStmt;
   private readonly releaseStmt;
+  private readonly renewStmt;
   private readonly purge;
 
   constructor(private readonly db: Db) {
     this.select = db.prepare<[string, string], IdemDbRow>('SELECT * FROM idempotency_keys WHERE org_id = ? AND key = ?');
     this.claim = db.prepare(
-      `INSERT INTO idempotency_keys (org_id, key, fingerprint, state, lease_until, created_at)
-       VALUES (?, ?, ?, 'in_flight', ?, ?)
+      `INSERT INTO idempotency_keys (org_id, key, fingerprint, state, body, lease_until, created_at)
+       VALUES (?, ?, ?, 'in_flight', ?, ?, ?)
        ON CONFLICT (org_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, state = 'in_flight',
-         status = NULL, content_type = NULL, body = NULL, lease_until = excluded.lease_until,
+         status = NULL, content_type = NULL, body = excluded.body, lease_until = excluded.lease_until,
          expires_at = NULL, created_at = excluded.created_at`,
     );
     this.completeStmt = db.prepare(
       `UPDATE idempotency_keys SET state = 'completed', status = ?, content_type = ?, body = ?, lease_until = NULL, expires_at = ?
-       WHERE org_id = ? AND key = ?`,
+       WHERE org_id = ? AND key = ? AND state = 'in_flight' AND body = ?`,
     );
-    this.releaseStmt = db.prepare(`DELETE FROM idempotency_keys WHERE org_id = ? AND key = ? AND state = 'in_flight'`);
+    // An in-flight row's body holds its claim token (see IdempotencyStore.begin).
+    this.releaseStmt = db.prepare(`DELETE FROM idempotency_keys WHERE org_id = ? AND key = ? AND state = 'in_flight' AND body = ?`);
+    this.renewStmt = db.prepare(
+      `UPDATE idempotency_keys SET lease_until = ?
+       WHERE state = 'in_flight' AND (org_id, key, body) IN
+         (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?))`,
+    );
     this.purge = db.prepare(
       `DELETE FROM idempotency_keys WHERE (state = 'completed' AND expires_at <= ?) OR (state = 'in_flight' AND lease_until <= ?)`,
     );
   }
 
-  async begin(args: { orgId: string; key: string; fingerprint: string; now: number; leaseMs: number }): Promise<IdempotencyBegin> {
-    const { orgId, key, fingerprint, now, leaseMs } = args;
+  async begin(args: { orgId: string; key: string; token: string; fingerprint: string; now: number; leaseMs: number }): Promise<IdempotencyBegin> {
+    const { orgId, key, token, fingerprint, now, leaseMs } = args;
     // One IMMEDIATE transaction: the read and the claim happen under the write lock, so two
     // concurrent requests with one key (even from two processes) cannot both start.
     return this.db
@@ -56,19 +63,24 @@ export class SqliteIdempotency implements IdempotencyStore {
             response: { status: row.status ?? 200, contentType: row.content_type, body: row.body ?? '' },
           };
         }
-        this.claim.run(orgId, key, fingerprint, now + leaseMs, now);
+        this.claim.run(orgId, key, fingerprint, token, now + leaseMs, now);
         return { kind: 'started' };
       })
       .immediate();
   }
 
-  async complete(args: { orgId: string; key: string; response: { status: number; contentType: string | null; body: string }; now: number; ttlMs: number }): Promise<void> {
-    const { orgId, key, response, now, ttlMs } = args;
-    this.completeStmt.run(response.status, response.contentType, response.body, now + ttlMs, orgId, key);
+  async complete(args: IdempotencyClaim & { response: StoredResponse; now: number; ttlMs: number }): Promise<boolean> {
+    const { orgId, key, token, response, now, ttlMs } = args;
+    return this.completeStmt.run(response.status, response.contentType, response.body, now + ttlMs, orgId, key, token).changes > 0;
   }
 
-  async release(orgId: string, key: string): Promise<void> {
-    this.releaseStmt.run(orgId, key);
+  async release(claim: IdempotencyClaim): Promise<void> {
+    this.releaseStmt.run(claim.orgId, claim.key, claim.token);
+  }
+
+  async renew(claims: readonly IdempotencyClaim[], now: number, leaseMs: number): Promise<number> {
+    if (claims.length === 0) return 0;
+    return this.renewStmt.run(now + leaseMs, JSON.stringify(claims.map((c) => [c.orgId, c.key, c.token]))).changes;
   }
 
   async purgeExpired(now: number): Promise<number> {

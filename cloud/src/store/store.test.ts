@@ -200,10 +200,10 @@ function describeStore(name: string, open: () => Promise<{ store: Store; dispose
       const lease = 60_000;
       const ttl = DAY;
       const response: StoredResponse = { status: 201, contentType: 'application/json; charset=utf-8', body: 'sealed' };
-      const begin = (key: string, fingerprint: string, now: number, orgId = 'org_a') =>
-        store.idempotency.begin({ orgId, key, fingerprint, now, leaseMs: lease });
-      const complete = (key: string, now: number, orgId = 'org_a', r = response) =>
-        store.idempotency.complete({ orgId, key, response: r, now, ttlMs: ttl });
+      const begin = (key: string, fingerprint: string, now: number, orgId = 'org_a', token = 'tok') =>
+        store.idempotency.begin({ orgId, key, token, fingerprint, now, leaseMs: lease });
+      const complete = (key: string, now: number, orgId = 'org_a', r = response, token = 'tok') =>
+        store.idempotency.complete({ orgId, key, token, response: r, now, ttlMs: ttl });
 
       it('claims a new key, reports it in flight, then replays once complete', async () => {
         expect(await begin('k', 'fp', T0)).toEqual({ kind: 'started' });
@@ -245,13 +245,67 @@ function describeStore(name: string, open: () => Promise<{ store: Store; dispose
 
       it('releases an in-flight claim so that a retry runs again, but never a completed one', async () => {
         await begin('k', 'fp', T0);
-        await store.idempotency.release('org_a', 'k');
+        await store.idempotency.release({ orgId: 'org_a', key: 'k', token: 'tok' });
         expect(await begin('k', 'fp', T0 + 1)).toEqual({ kind: 'started' });
         await complete('k', T0 + 1);
-        await store.idempotency.release('org_a', 'k');
+        await store.idempotency.release({ orgId: 'org_a', key: 'k', token: 'tok' });
         expect((await begin('k', 'fp', T0 + 2)).kind).toBe('replay');
         // Releasing what does not exist is harmless.
-        await expect(store.idempotency.release('org_a', 'missing')).resolves.toBeUndefined();
+        await expect(store.idempotency.release({ orgId: 'org_a', key: 'missing', token: 'tok' })).resolves.toBeUndefined();
+      });
+
+      it('lets only the holder of a claim complete, release or renew it: a late original cannot touch a retry that took over', async () => {
+        const original = { orgId: 'org_a', key: 'k', token: 'first' };
+        const retry = { orgId: 'org_a', key: 'k', token: 'second' };
+        await begin('k', 'fp', T0, 'org_a', original.token);
+        // The original's process stalled past its lease; a retry takes the key over.
+        expect(await begin('k', 'fp', T0 + lease, 'org_a', retry.token)).toEqual({ kind: 'started' });
+        // The original wakes up: its release, renewal and completion touch nothing.
+        await store.idempotency.release(original);
+        expect(await store.idempotency.renew([original], T0 + lease + 1, lease)).toBe(0);
+        expect(await complete('k', T0 + lease + 1, 'org_a', { ...response, body: 'late' }, original.token)).toBe(false);
+        expect(await begin('k', 'fp', T0 + lease + 2, 'org_a', 'third')).toEqual({ kind: 'in_flight' });
+        // The retry's claim is intact, and its response is the one replayed.
+        expect(await complete('k', T0 + lease + 3, 'org_a', response, retry.token)).toBe(true);
+        expect(await begin('k', 'fp', T0 + lease + 4)).toEqual({ kind: 'replay', response });
+        // Once completed, neither token releases, renews or completes it again.
+        await store.idempotency.release(retry);
+        expect(await store.idempotency.renew([retry], T0 + lease + 5, lease)).toBe(0);
+        expect(await complete('k', T0 + lease + 5, 'org_a', { ...response, body: 'again' }, retry.token)).toBe(false);
+        expect(await begin('k', 'fp', T0 + lease + 6)).toEqual({ kind: 'replay', response });
+      });
+
+      it('renews the leases of the claims held by their tokens, all in one call', async () => {
+        await begin('a', 'fp', T0, 'org_a', 'ta');
+        await begin('b', 'fp', T0, 'org_a', 'tb');
+        await begin('a', 'fp', T0, 'org_b', 'tc');
+        await begin('c', 'fp', T0, 'org_a', 'td');
+        expect(await store.idempotency.renew([], T0, lease)).toBe(0);
+        const renewed = await store.idempotency.renew(
+          [
+            { orgId: 'org_a', key: 'a', token: 'ta' },
+            { orgId: 'org_a', key: 'b', token: 'tb' },
+            { orgId: 'org_b', key: 'a', token: 'wrong' },
+            { orgId: 'org_a', key: 'missing', token: 'tx' },
+          ],
+          T0 + lease - 1,
+          lease,
+        );
+        expect(renewed).toBe(2);
+        // The renewed ones hold a lease from the renewal; the others lapse at their first one.
+        const at = T0 + lease;
+        expect([
+          (await begin('a', 'fp', at, 'org_a', 'new')).kind,
+          (await begin('b', 'fp', at, 'org_a', 'new')).kind,
+          (await begin('a', 'fp', at, 'org_b', 'new')).kind,
+          (await begin('c', 'fp', at, 'org_a', 'new')).kind,
+        ]).toEqual(['in_flight', 'in_flight', 'started', 'started']);
+        expect((await begin('a', 'fp', T0 + 2 * lease - 2, 'org_a', 'new')).kind).toBe('in_flight');
+        expect((await begin('a', 'fp', T0 + 2 * lease - 1, 'org_a', 'new')).kind).toBe('started');
+        // A key with quotes, commas or brackets is matched as it is (the SQLite engine passes the set as JSON).
+        const odd = `k"],[",'\\`;
+        await begin(odd, 'fp', T0, 'org_a', 'to');
+        expect(await store.idempotency.renew([{ orgId: 'org_a', key: odd, token: 'to' }], T0 + 1, lease)).toBe(1);
       });
 
       it('purges expired entries and lapsed claims, and nothing live', async () => {

@@ -111,15 +111,30 @@ export type IdempotencyBegin =
   | { kind: 'mismatch' }
   | { kind: 'in_flight' };
 
+/** Who holds an in-flight Idempotency-Key claim: the token its `begin` was given. */
+export interface IdempotencyClaim {
+  orgId: string;
+  key: string;
+  token: string;
+}
+
 export interface IdempotencyStore {
   /**
-   * Claims `key` for a request with `fingerprint`, or says why not. A claim whose lease ran out
-   * (its process died mid-request) may be taken over; an expired completed entry is replaced.
+   * Claims `key` for a request with `fingerprint`, or says why not. The claim lasts `leaseMs`
+   * unless renewed; one whose lease ran out (its process died mid-request) may be taken over; an
+   * expired completed entry is replaced. `token` names the holder: only it completes, releases
+   * or renews the claim (kept in the row's `body` while it is in flight, which is empty then).
    */
-  begin(args: { orgId: string; key: string; fingerprint: string; now: number; leaseMs: number }): Promise<IdempotencyBegin>;
-  complete(args: { orgId: string; key: string; response: StoredResponse; now: number; ttlMs: number }): Promise<void>;
-  /** Drops a claim without storing a response, so that a retry runs again. */
-  release(orgId: string, key: string): Promise<void>;
+  begin(args: { orgId: string; key: string; token: string; fingerprint: string; now: number; leaseMs: number }): Promise<IdempotencyBegin>;
+  /** Stores the response of the holder of `token`; false (nothing stored) when another request took the key over. */
+  complete(args: IdempotencyClaim & { response: StoredResponse; now: number; ttlMs: number }): Promise<boolean>;
+  /** Drops the holder's claim without storing a response, so that a retry runs again; never another holder's. */
+  release(claim: IdempotencyClaim): Promise<void>;
+  /**
+   * Extends the leases of the claims still held by their tokens to `now + leaseMs`, in one
+   * statement; returns how many were renewed (a claim taken over or finished is not).
+   */
+  renew(claims: readonly IdempotencyClaim[], now: number, leaseMs: number): Promise<number>;
   purgeExpired(now: number): Promise<number>;
 }
 

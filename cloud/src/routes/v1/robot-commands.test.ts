@@ -1,18 +1,23 @@
 import type { LightMyRequestResponse } from 'fastify';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { CAPABILITY_EPISODES_V1, CommandResultSchema, type CommandRefusal, type CommandReply, type RobotCommandName } from '@fleet/protocol';
 import { createEnrollmentToken, enrollRobot } from '../../robots/enrollment.js';
 import { errorCode, errorDetails, startTestCloud, type TestCloud, type TestTenant } from '../../test-support.js';
+import { dumpTables } from '../../store/test-store.js';
 import type { CommandSender } from './types.js';
 import { COMMAND_ROUTES } from './robot-commands.js';
+import { ApiError } from '../../errors.js';
 
 /** Stands in for the MQTT link: answers every command with what `answer` says, and counts. */
 class ScriptedRobot implements CommandSender {
   sent: { command: RobotCommandName; cmdId: string }[] = [];
   answer: (command: RobotCommandName, cmdId: string) => CommandReply = (command, cmdId) => ({ cmd_id: cmdId, ok: true, result: { command, cmd_id: cmdId, ok: true } });
+  /** While set, the robot answers only once it resolves (a command the robot takes its time on). */
+  gate: Promise<void> | null = null;
 
   async send(_robotId: string, command: RobotCommandName, cmdId: string): Promise<CommandReply> {
     this.sent.push({ command, cmdId });
+    if (this.gate) await this.gate;
     return this.answer(command, cmdId);
   }
 
@@ -126,5 +131,71 @@ describe('a robot that refuses an episode verb', () => {
     expect(replay.statusCode).toBe(500);
     expect(replay.headers['idempotent-replayed']).toBe('true');
     expect(robot.sent).toHaveLength(1);
+  });
+});
+
+describe('an Idempotency-Key claim while the robot takes its time', () => {
+  /** The stored lease of the claim on `key` (the clock is manual: renewals set it from the clock's now). */
+  async function leaseUntil(key: string): Promise<number | null> {
+    const rows = JSON.parse((await dumpTables(t.store)).idempotency_keys ?? '[]') as { key: string; state: string; lease_until: number | string | null }[];
+    const row = rows.find((r) => r.key === key);
+    return row?.state === 'in_flight' && row.lease_until !== null ? Number(row.lease_until) : null;
+  }
+
+  it('is renewed while the request runs: a retry is refused however long the robot takes, then replays its answer', async () => {
+    const lease = t.config.idempotencyLeaseMs;
+    const renewEvery = Math.floor(lease / 3);
+    const timersBefore = t.scheduler.pending;
+    let release!: () => void;
+    robot.gate = new Promise((resolve) => (release = resolve));
+    const first = post('go-home', { 'idempotency-key': 'slow' });
+    await vi.waitFor(() => expect(robot.sent).toHaveLength(1));
+    expect(await leaseUntil('slow')).toBe(t.clock.now() + lease);
+    expect(t.scheduler.pending).toBe(timersBefore + 1);
+
+    // Three leases long: each renewal moves the lease on, so the key is never free for a retry.
+    for (let i = 0; i < 9; i++) {
+      t.scheduler.advance(renewEvery);
+      await vi.waitFor(async () => expect(await leaseUntil('slow')).toBe(t.clock.now() + lease));
+      expect(errorCode(await post('go-home', { 'idempotency-key': 'slow' }))).toBe('idempotency_key_in_use');
+    }
+    expect(robot.sent).toHaveLength(1);
+
+    release();
+    const res = await first;
+    expect(res.statusCode, res.payload).toBe(200);
+    // Completed: no renewal timer is left, and a retry replays the stored answer without reaching the robot.
+    expect(t.scheduler.pending).toBe(timersBefore);
+    const replay = await post('go-home', { 'idempotency-key': 'slow' });
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.payload).toBe(res.payload);
+    expect(robot.sent).toHaveLength(1);
+  });
+
+  it('renews every claim the process holds at once, and stops renewing one whose request ended', async () => {
+    const lease = t.config.idempotencyLeaseMs;
+    const renewEvery = Math.floor(lease / 3);
+    let release!: () => void;
+    robot.gate = new Promise((resolve) => (release = resolve));
+    const a = post('go-home', { 'idempotency-key': 'a' });
+    const b = post('stack/status', { 'idempotency-key': 'b' });
+    await vi.waitFor(() => expect(robot.sent).toHaveLength(2));
+    const started = t.clock.now();
+    t.scheduler.advance(renewEvery);
+    await vi.waitFor(async () => expect([await leaseUntil('a'), await leaseUntil('b')]).toEqual([started + renewEvery + lease, started + renewEvery + lease]));
+
+    // A robot that answers "offline-ish" (a transient error) releases the claim: a retry runs again.
+    release();
+    expect((await a).statusCode).toBe(200);
+    expect((await b).statusCode).toBe(200);
+    robot.gate = null;
+    robot.answer = () => {
+      throw new ApiError('command_timeout', 'robot did not answer');
+    };
+    const timedOut = await post('go-home', { 'idempotency-key': 'c' });
+    expect(errorCode(timedOut)).toBe('command_timeout');
+    expect(await leaseUntil('c')).toBeNull();
+    robot.answer = (command, cmdId) => ({ cmd_id: cmdId, ok: true, result: { command, cmd_id: cmdId, ok: true } });
+    expect((await post('go-home', { 'idempotency-key': 'c' })).statusCode).toBe(200);
   });
 });

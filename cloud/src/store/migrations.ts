@@ -425,7 +425,8 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
         value TEXT NOT NULL
       ) STRICT;
     `,
-  },  {
+  },
+  {
     version: 13,
     name: 'grant forward claims with a lease',
     sql: `
@@ -442,6 +443,16 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
         claimed_until INTEGER NOT NULL,
         PRIMARY KEY (episode_seq, destination_id)
       ) STRICT;
+    `,
+  },
+  {
+    version: 14,
+    name: 'idempotency claim tokens',
+    sql: `
+      -- Who holds an in-flight Idempotency-Key: the token of the request that began it. Only
+      -- that request completes, releases or renews the claim, so a request whose process came
+      -- back after its lease ran out (and a retry took the key over) changes nothing.
+      ALTER TABLE idempotency_keys ADD COLUMN claim_token TEXT;
     `,
   },
 ];

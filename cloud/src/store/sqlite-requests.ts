@@ -22,21 +22,20 @@ export class SqliteIdempotency implements IdempotencyStore {
   constructor(private readonly db: Db) {
     this.select = db.prepare<[string, string], IdemDbRow>('SELECT * FROM idempotency_keys WHERE org_id = ? AND key = ?');
     this.claim = db.prepare(
-      `INSERT INTO idempotency_keys (org_id, key, fingerprint, state, body, lease_until, created_at)
+      `INSERT INTO idempotency_keys (org_id, key, fingerprint, state, claim_token, lease_until, created_at)
        VALUES (?, ?, ?, 'in_flight', ?, ?, ?)
        ON CONFLICT (org_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, state = 'in_flight',
-         status = NULL, content_type = NULL, body = excluded.body, lease_until = excluded.lease_until,
+         status = NULL, content_type = NULL, body = NULL, claim_token = excluded.claim_token, lease_until = excluded.lease_until,
          expires_at = NULL, created_at = excluded.created_at`,
     );
     this.completeStmt = db.prepare(
-      `UPDATE idempotency_keys SET state = 'completed', status = ?, content_type = ?, body = ?, lease_until = NULL, expires_at = ?
-       WHERE org_id = ? AND key = ? AND state = 'in_flight' AND body = ?`,
+      `UPDATE idempotency_keys SET state = 'completed', status = ?, content_type = ?, body = ?, claim_token = NULL, lease_until = NULL, expires_at = ?
+       WHERE org_id = ? AND key = ? AND state = 'in_flight' AND claim_token = ?`,
     );
-    // An in-flight row's body holds its claim token (see IdempotencyStore.begin).
-    this.releaseStmt = db.prepare(`DELETE FROM idempotency_keys WHERE org_id = ? AND key = ? AND state = 'in_flight' AND body = ?`);
+    this.releaseStmt = db.prepare(`DELETE FROM idempotency_keys WHERE org_id = ? AND key = ? AND state = 'in_flight' AND claim_token = ?`);
     this.renewStmt = db.prepare(
       `UPDATE idempotency_keys SET lease_until = ?
-       WHERE state = 'in_flight' AND (org_id, key, body) IN
+       WHERE state = 'in_flight' AND (org_id, key, claim_token) IN
          (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?))`,
     );
     this.purge = db.prepare(

@@ -123,7 +123,7 @@ export interface IdempotencyStore {
    * Claims `key` for a request with `fingerprint`, or says why not. The claim lasts `leaseMs`
    * unless renewed; one whose lease ran out (its process died mid-request) may be taken over; an
    * expired completed entry is replaced. `token` names the holder: only it completes, releases
-   * or renews the claim (kept in the row's `body` while it is in flight, which is empty then).
+   * or renews the claim.
    */
   begin(args: { orgId: string; key: string; token: string; fingerprint: string; now: number; leaseMs: number }): Promise<IdempotencyBegin>;
   /** Stores the response of the holder of `token`; false (nothing stored) when another request took the key over. */

@@ -20,6 +20,11 @@ export const PG_MIGRATIONS: readonly { version: number; name: string; sql: strin
     name: 'grant forward claims with a lease (SQLite migration 13)',
     sql: GRANT_FORWARD_CLAIMS_SCHEMA,
   },
+  {
+    version: 3,
+    name: 'idempotency claim tokens (SQLite migration 14)',
+    sql: 'ALTER TABLE idempotency_keys ADD COLUMN claim_token TEXT;',
+  },
 ];
 
 /**

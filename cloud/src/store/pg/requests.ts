@@ -20,7 +20,7 @@ export class PgIdempotency implements IdempotencyStore {
     // its row lock (FOR UPDATE) and then see its claim or its response.
     return this.db.tx(async (sql): Promise<IdempotencyBegin> => {
       const inserted = await sql.query(
-        `INSERT INTO idempotency_keys (org_id, key, fingerprint, state, body, lease_until, created_at)
+        `INSERT INTO idempotency_keys (org_id, key, fingerprint, state, claim_token, lease_until, created_at)
          VALUES ($1, $2, $3, 'in_flight', $4, $5, $6) ON CONFLICT (org_id, key) DO NOTHING`,
         [orgId, key, fingerprint, token, now + leaseMs, now],
       );
@@ -36,10 +36,10 @@ export class PgIdempotency implements IdempotencyStore {
       }
       // Expired (a completed entry past its time, or the lease of a process that died): take it over.
       await sql.query(
-        `INSERT INTO idempotency_keys (org_id, key, fingerprint, state, body, lease_until, created_at)
+        `INSERT INTO idempotency_keys (org_id, key, fingerprint, state, claim_token, lease_until, created_at)
          VALUES ($1, $2, $3, 'in_flight', $4, $5, $6)
          ON CONFLICT (org_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, state = 'in_flight',
-           status = NULL, content_type = NULL, body = excluded.body, lease_until = excluded.lease_until,
+           status = NULL, content_type = NULL, body = NULL, claim_token = excluded.claim_token, lease_until = excluded.lease_until,
            expires_at = NULL, created_at = excluded.created_at`,
         [orgId, key, fingerprint, token, now + leaseMs, now],
       );
@@ -49,17 +49,16 @@ export class PgIdempotency implements IdempotencyStore {
 
   async complete(args: IdempotencyClaim & { response: StoredResponse; now: number; ttlMs: number }): Promise<boolean> {
     const { orgId, key, token, response, now, ttlMs } = args;
-    // An in-flight row's body holds its claim token (see IdempotencyStore.begin).
     const r = await this.db.query(
-      `UPDATE idempotency_keys SET state = 'completed', status = $1, content_type = $2, body = $3, lease_until = NULL, expires_at = $4
-       WHERE org_id = $5 AND key = $6 AND state = 'in_flight' AND body = $7`,
+      `UPDATE idempotency_keys SET state = 'completed', status = $1, content_type = $2, body = $3, claim_token = NULL, lease_until = NULL, expires_at = $4
+       WHERE org_id = $5 AND key = $6 AND state = 'in_flight' AND claim_token = $7`,
       [response.status, response.contentType, response.body, now + ttlMs, orgId, key, token],
     );
     return (r.rowCount ?? 0) > 0;
   }
 
   async release(claim: IdempotencyClaim): Promise<void> {
-    await this.db.query(`DELETE FROM idempotency_keys WHERE org_id = $1 AND key = $2 AND state = 'in_flight' AND body = $3`, [
+    await this.db.query(`DELETE FROM idempotency_keys WHERE org_id = $1 AND key = $2 AND state = 'in_flight' AND claim_token = $3`, [
       claim.orgId,
       claim.key,
       claim.token,
@@ -71,7 +70,7 @@ export class PgIdempotency implements IdempotencyStore {
     const r = await this.db.query(
       `UPDATE idempotency_keys AS k SET lease_until = $1
        FROM unnest($2::text[], $3::text[], $4::text[]) AS c(org_id, key, token)
-       WHERE k.org_id = c.org_id AND k.key = c.key AND k.state = 'in_flight' AND k.body = c.token`,
+       WHERE k.org_id = c.org_id AND k.key = c.key AND k.state = 'in_flight' AND k.claim_token = c.token`,
       [now + leaseMs, claims.map((c) => c.orgId), claims.map((c) => c.key), claims.map((c) => c.token)],
     );
     return r.rowCount ?? 0;

@@ -98,6 +98,40 @@ export const UNVERIFIED_ALERT_MS = 72 * HOUR;
 
 export const ROUTE_COLUMNS = 'r.episode_seq, e.id AS episode_id, r.destination_id, r.org_id, r.robot_id, r.decided_at';
 
+/** An episode without a route yet, with what the routing rules match on (both engines). */
+export interface UnroutedDbRow {
+  seq: number;
+  id: string;
+  robot_id: string;
+  task_id: string | null;
+  recording_session_id: string;
+  episode_seq: number;
+  outcome: string;
+  control_mode: string | null;
+  metadata: string;
+  platform: string | null;
+}
+
+export const UNROUTED_COLUMNS = `e.seq, e.id, e.robot_id, e.task_id, e.recording_session_id, e.episode_seq, e.outcome, e.control_mode, e.metadata,
+  (SELECT platform FROM robots b WHERE b.id = e.robot_id) AS platform`;
+
+export function unroutedFromDb(r: UnroutedDbRow): { seq: number; robotId: string; facts: RoutingFacts } {
+  return {
+    seq: r.seq,
+    robotId: r.robot_id,
+    facts: {
+      episode_id: r.id,
+      robot_id: r.robot_id,
+      task_id: r.task_id,
+      recording_session_id: r.recording_session_id,
+      episode_seq: r.episode_seq,
+      outcome: r.outcome,
+      robot_platform: r.platform,
+      has_autonomous: hasAutonomous(r.control_mode, JSON.parse(r.metadata) as Record<string, unknown>),
+    },
+  };
+}
+
 export class SqliteSync implements SyncStore {
   private readonly appendEvent;
 
@@ -193,40 +227,15 @@ export class SqliteSync implements SyncStore {
     const rows = this.db
       .prepare<
         [string, number, number],
-        {
-          seq: number;
-          id: string;
-          robot_id: string;
-          task_id: string | null;
-          recording_session_id: string;
-          episode_seq: number;
-          outcome: string;
-          control_mode: string | null;
-          metadata: string;
-          platform: string | null;
-        }
+        UnroutedDbRow
       >(
-        `SELECT e.seq, e.id, e.robot_id, e.task_id, e.recording_session_id, e.episode_seq, e.outcome, e.control_mode, e.metadata,
-           (SELECT platform FROM robots b WHERE b.id = e.robot_id) AS platform
+        `SELECT ${UNROUTED_COLUMNS}
          FROM episodes e
          WHERE e.org_id = ? AND e.seq > ? AND e.outcome != 'discarded' AND NOT EXISTS (SELECT 1 FROM routes r WHERE r.episode_seq = e.seq)
          ORDER BY e.seq LIMIT ?`,
       )
       .all(orgId, afterSeq, limit);
-    return rows.map((r) => ({
-      seq: r.seq,
-      robotId: r.robot_id,
-      facts: {
-        episode_id: r.id,
-        robot_id: r.robot_id,
-        task_id: r.task_id,
-        recording_session_id: r.recording_session_id,
-        episode_seq: r.episode_seq,
-        outcome: r.outcome,
-        robot_platform: r.platform,
-        has_autonomous: hasAutonomous(r.control_mode, JSON.parse(r.metadata) as Record<string, unknown>),
-      },
-    }));
+    return rows.map(unroutedFromDb);
   }
 
   async addRoutes(routes: readonly RouteRow[]): Promise<RouteRow[]> {

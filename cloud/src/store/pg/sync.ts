@@ -1,18 +1,20 @@
 import { DAY, replicaRank, type Pressure, type ReplicaReport } from '@fleet/protocol';
 import { prunedEvent, replicaFailedEvent, replicaReachedEvent, type EpisodeEvent, type EpisodeRef } from '../../events.js';
-import { hasAutonomous } from '../../sync/facts.js';
 import {
   destinationFromDb,
   FORWARD_KEEP_MS,
   ROUTE_COLUMNS,
   routeFromDb,
   ruleFromDb,
+  UNROUTED_COLUMNS,
+  unroutedFromDb,
   UNVERIFIED_ALERT_MS,
   type DestinationDbRow,
   type EpisodeRefDbRow,
   type ReplicaDbRow,
   type RouteDbRow,
   type RuleDbRow,
+  type UnroutedDbRow,
 } from '../sqlite-sync.js';
 import { newClaimToken } from '../sqlite-webhooks.js';
 import type { DestinationHealth, DestinationRow, ForwardClaim, ForwardOutcome, ReplicaIngestResult, RouteRow, RoutingFacts, RoutingRuleRow, SyncHealthRow, SyncStore } from '../sync-types.js';
@@ -135,39 +137,14 @@ export class PgSync implements SyncStore {
   // ---- routes ------------------------------------------------------------------------------
 
   async unroutedEpisodes(orgId: string, afterSeq: number, limit: number): Promise<{ seq: number; robotId: string; facts: RoutingFacts }[]> {
-    const rows = await this.db.many<{
-      seq: number;
-      id: string;
-      robot_id: string;
-      task_id: string | null;
-      recording_session_id: string;
-      episode_seq: number;
-      outcome: string;
-      control_mode: string | null;
-      metadata: string;
-      platform: string | null;
-    }>(
-      `SELECT e.seq, e.id, e.robot_id, e.task_id, e.recording_session_id, e.episode_seq, e.outcome, e.control_mode, e.metadata,
-         (SELECT platform FROM robots b WHERE b.id = e.robot_id) AS platform
+    const rows = await this.db.many<UnroutedDbRow>(
+      `SELECT ${UNROUTED_COLUMNS}
        FROM episodes e
        WHERE e.org_id = $1 AND e.seq > $2 AND e.outcome != 'discarded' AND NOT EXISTS (SELECT 1 FROM routes r WHERE r.episode_seq = e.seq)
        ORDER BY e.seq LIMIT $3`,
       [orgId, afterSeq, limit],
     );
-    return rows.map((r) => ({
-      seq: r.seq,
-      robotId: r.robot_id,
-      facts: {
-        episode_id: r.id,
-        robot_id: r.robot_id,
-        task_id: r.task_id,
-        recording_session_id: r.recording_session_id,
-        episode_seq: r.episode_seq,
-        outcome: r.outcome,
-        robot_platform: r.platform,
-        has_autonomous: hasAutonomous(r.control_mode, JSON.parse(r.metadata) as Record<string, unknown>),
-      },
-    }));
+    return rows.map(unroutedFromDb);
   }
 
   async addRoutes(routes: readonly RouteRow[]): Promise<RouteRow[]> {

@@ -20,6 +20,8 @@ interface TestBroker {
   accepted: Set<string>;
   /** Each robot login: whether the broker accepted its password. */
   logins: boolean[];
+  /** Each robot login's password, in order. */
+  passwords: string[];
   close(): Promise<void>;
 }
 
@@ -29,12 +31,14 @@ async function startBroker(port = 0): Promise<TestBroker> {
   const authAttempts: string[] = [];
   const accepted = new Set([PASSWORD]);
   const logins: boolean[] = [];
+  const passwords: string[] = [];
   const broker = await Aedes.createBroker({
     authenticate: (client, username, password, done) => {
       authAttempts.push(client.id);
       if (username === 'observer') return done(null, true);
       const ok = username === client.id && password !== undefined && accepted.has(password.toString());
       logins.push(ok);
+      passwords.push(password?.toString() ?? '');
       if (ok) done(null, true);
       else done(Object.assign(new Error('bad credentials'), { returnCode: 4 as const }), false);
     },
@@ -53,6 +57,7 @@ async function startBroker(port = 0): Promise<TestBroker> {
     authAttempts,
     accepted,
     logins,
+    passwords,
     async close() {
       await new Promise<void>((resolve) => broker.close(() => resolve()));
       await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -259,6 +264,29 @@ describe('MQTT link against a real broker', () => {
       await expect.poll(() => broker.logins.length - refusedBefore, { timeout: 15_000 }).toBeGreaterThanOrEqual(2);
       expect(broker.logins.slice(refusedBefore).every((ok) => !ok)).toBe(true);
       expect(t.agent.link?.connected).toBe(false);
+    });
+
+    it('every reconnect tries the current password first, then the previous one, with backoff between rounds', async () => {
+      const broker = await startBroker();
+      brokers.push(broker);
+      const t = await linkedAgent(broker, { password: NEW, previousPassword: PASSWORD, dataDir: await makeTempDir() });
+      await t.agent.whenConnected();
+      const id = t.credentials.robot_id;
+      // The connection is lost while the broker still has the old password: current, then previous.
+      const from = broker.passwords.length;
+      const reconnected = new Promise<void>((resolve) => t.agent.once('connected', resolve));
+      broker.clients.get(id)!.conn.destroy();
+      await reconnected;
+      expect(broker.passwords.slice(from)).toEqual([NEW, PASSWORD]);
+      // Refused both (de-enrolled, say): each round starts with the current one again.
+      broker.accepted.clear();
+      const refusedFrom = broker.passwords.length;
+      broker.clients.get(id)!.conn.destroy();
+      await expect.poll(() => broker.passwords.length - refusedFrom, { timeout: 15_000 }).toBeGreaterThanOrEqual(6);
+      expect(broker.passwords.slice(refusedFrom, refusedFrom + 6)).toEqual([NEW, PASSWORD, NEW, PASSWORD, NEW, PASSWORD]);
+      expect(t.agent.link?.connected).toBe(false);
+      // Nothing was forgotten: the current password never worked.
+      expect((await readCredentials(t.dataDir))?.mqtt).toMatchObject({ password: NEW, previous_password: PASSWORD });
     });
 
     it('a robot whose current password works never tries the previous one', async () => {

@@ -177,17 +177,25 @@ describe('rotating a robot\'s credentials', () => {
     expect(res.body).toMatchObject({ robot_id: robotId, state: 'completed' });
     expect(res.body.rotated_at).not.toBeNull();
 
-    // The robot stored the new secret durably before it answered.
+    // The robot stored the new secret durably before it answered, keeping the old one until the
+    // new one has worked.
     const after = await readStoredCredentials(dir);
     expect(after.mqtt.password).toMatch(/^rsec_/);
     expect(after.mqtt.password).not.toBe(before.mqtt.password);
-    expect({ ...after, mqtt: { ...after.mqtt, password: '' } }).toEqual({ ...before, mqtt: { ...before.mqtt, password: '' } });
+    expect(after.mqtt.previous_password).toBe(before.mqtt.password);
+    expect({ ...after, mqtt: { ...after.mqtt, password: '', previous_password: undefined } }).toEqual({ ...before, mqtt: { ...before.mqtt, password: '', previous_password: undefined } });
 
     // The cloud closed its connection; it reconnected with the new secret and takes commands.
     await waitFor(() => (fleet.process.stderrLines.filter((l) => l.includes('"reconnect":true') && l.includes(robotId)).length > reconnectsBefore ? true : undefined), {
       description: 'the robot to reconnect',
     });
     await waitForRobot(cloud, robotId, (r) => r.connected, { description: 'connected again' });
+    // Connected with the new secret: the old one is forgotten.
+    const forgotten = await waitFor(async () => {
+      const c = await readStoredCredentials(dir);
+      return c.mqtt.previous_password === undefined ? c : undefined;
+    }, { description: 'the previous password to be forgotten' });
+    expect(forgotten).toEqual({ ...before, mqtt: { ...before.mqtt, password: after.mqtt.password } });
     const cmd = await sendCommand(cloud, robotId, 'stack/status');
     expect(cmd.status, JSON.stringify(cmd.body)).toBe(200);
     const robot = (await getRobot(cloud, robotId)).body;

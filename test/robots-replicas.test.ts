@@ -1,3 +1,5 @@
+import { randomBytes } from 'node:crypto';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
 import { topics } from '@fleet/protocol';
@@ -173,6 +175,49 @@ describe.skipIf(!available.ok)('cloud replicas behind mosquitto', () => {
         description: `a command through ${cloud.http} to the rotated robot`,
       });
     }
+  });
+
+  test('a robot that stored a rotation whose answer was lost with its connection falls back on its old secret, and the rotation completes', { timeout: 120_000 }, async () => {
+    const dataDir = join(dir.path, 'lost-answer');
+    const first = await startAgentProcess(a, { dataDir });
+    const robotId = first.robotId;
+    await first.kill('SIGTERM');
+    await waitForRobot(b, robotId, (r) => !r.connected, { description: 'offline' });
+    const before = await readStoredCredentials(dataDir);
+    const res = await b.fetch(`/v1/robots/${robotId}/rotate-credentials`, { method: 'POST' });
+    expect(res.status, await res.clone().text()).toBe(202);
+    const requested = (await res.json()) as { state: string; requested_at: string };
+    expect(requested.state).toBe('pending');
+
+    // As if the robot had stored a new secret and its answer and connection were lost together:
+    // mosquitto, one password per client, still has the old one only.
+    const stored = `rsec_never_acknowledged_${randomBytes(16).toString('hex')}`;
+    await writeFile(join(dataDir, 'credentials.json'), `${JSON.stringify({ ...before, mqtt: { ...before.mqtt, password: stored, previous_password: before.mqtt.password } }, null, 2)}\n`, { mode: 0o600 });
+    expect(await refusedCode({ ...before, mqtt: { ...before.mqtt, password: stored } })).toBe(5);
+
+    await using proc = await spawnAgent(dataDir);
+    await proc.waitForStderr((l) => l.includes('the broker refused the current password; connecting with the previous one'), { description: 'the fallback on the previous password' });
+    const rotated = await waitForRobot(a, robotId, (r) => r.credentials.rotation === 'none' && r.credentials.rotated_at !== null, {
+      timeoutMs: 60_000,
+      description: 'the rotation to complete',
+    });
+    expect(Date.parse(rotated.credentials.rotated_at!)).toBeGreaterThanOrEqual(Date.parse(requested.requested_at));
+    // The cloud closed the connection; the robot came back with the new secret and forgot the old one.
+    const after = await waitFor(async () => {
+      const c = await readStoredCredentials(dataDir);
+      return c.mqtt.previous_password === undefined ? c : undefined;
+    }, { timeoutMs: 30_000, description: 'the previous password to be forgotten' });
+    expect([before.mqtt.password, stored]).not.toContain(after.mqtt.password);
+    for (const cloud of [a, b]) {
+      await waitFor(async () => ((await sendCommand(cloud, robotId, 'stack/status')).status === 200 ? true : undefined), {
+        timeoutMs: 60_000,
+        description: `a command through ${cloud.http} to the robot on its new secret`,
+      });
+    }
+    expect(await refusedCode(before)).toBe(5);
+    const logged = proc.stderrLines.join('\n');
+    for (const secret of [before.mqtt.password, stored, after.mqtt.password]) expect(logged).not.toContain(secret);
+    await proc.kill('SIGTERM');
   });
 
   test('episode reports are each indexed once, and both replicas handle some', async () => {

@@ -368,12 +368,26 @@ describe('credentials.rotate', () => {
     expect(reply).toMatchObject({ ok: true, result: { rotated: true, command: 'credentials.rotate', robot_id: t.credentials.robot_id } });
     expect(JSON.stringify(reply)).not.toContain(NEXT);
     const stored = await readCredentials(t.dataDir);
-    expect(stored).toEqual({ ...t.credentials, mqtt: { ...t.credentials.mqtt, password: NEXT } });
+    // The old password stays as the previous one until the new one has worked once.
+    expect(stored).toEqual({ ...t.credentials, mqtt: { ...t.credentials.mqtt, password: NEXT, previous_password: t.credentials.mqtt.password } });
     expect((await stat(credentialsPath(t.dataDir))).mode & 0o777).toBe(0o600);
     expect(t.agent.credentials.mqtt.password).toBe(NEXT);
     expect(JSON.stringify(t.logs.records)).not.toContain(NEXT);
     // The same command id again is answered from storage.
     expect(await send(t, 'rot-1', 'credentials.rotate', { password: NEXT })).toEqual(reply);
+  });
+
+  it('the same secret delivered again (its answer was lost) keeps the previous password, and a newer one keeps it too', async () => {
+    const t = await agent();
+    const old = t.credentials.mqtt.password;
+    expect(await send(t, 'rot-1', 'credentials.rotate', { password: NEXT })).toMatchObject({ ok: true });
+    expect(await send(t, 'rot-2', 'credentials.rotate', { password: NEXT })).toMatchObject({ ok: true });
+    expect((await readCredentials(t.dataDir))?.mqtt).toMatchObject({ password: NEXT, previous_password: old });
+    // The new password never worked: the one kept is still the one before it.
+    const later = 'rsec_later_secret_0123456789abcdefghijklmno';
+    expect(await send(t, 'rot-3', 'credentials.rotate', { password: later })).toMatchObject({ ok: true });
+    expect((await readCredentials(t.dataDir))?.mqtt).toMatchObject({ password: later, previous_password: old });
+    expect(t.agent.credentials.mqtt).toMatchObject({ password: later, previous_password: old });
   });
 
   it('refuses arguments without a usable password and changes nothing', async () => {

@@ -13,6 +13,12 @@ export const CredentialsSchema = z.object({
     client_id: z.string().min(1),
     username: z.string().min(1),
     password: z.string().min(1),
+    /**
+     * The password before the last rotation, kept until the robot has once connected with the new
+     * one: if the cloud never read the robot's answer, an external broker still has only this one.
+     * Absent in files written before it existed and once the new password has worked.
+     */
+    previous_password: z.string().min(1).optional(),
     topic_prefix: z.string().min(1),
   }),
   /** The API the robot enrolled with. */
@@ -87,9 +93,28 @@ export async function writeCredentials(dataDir: string, credentials: Credentials
 /**
  * A credential rotation (`credentials.rotate`): the same identity with the new broker password,
  * written durably before the robot acknowledges it. Returns what is stored now.
+ *
+ * The password the broker accepts now is kept as the previous one: `inUse`, the password of the
+ * live connection the rotation arrived on, or else the stored previous password if there is one
+ * (the current one has not worked yet), or else the current one. The cloud sends the same secret
+ * again until it reads an answer, so storing it again keeps the previous password as it was.
  */
-export async function storeRotatedPassword(dataDir: string, current: Credentials, password: string): Promise<Credentials> {
-  const next: Credentials = { ...current, mqtt: { ...current.mqtt, password } };
+export async function storeRotatedPassword(dataDir: string, current: Credentials, password: string, inUse?: string): Promise<Credentials> {
+  const previous = inUse ?? current.mqtt.previous_password ?? current.mqtt.password;
+  const { previous_password: _dropped, ...mqtt } = current.mqtt;
+  const next: Credentials = { ...current, mqtt: { ...mqtt, password, ...(previous !== password ? { previous_password: previous } : {}) } };
+  await writeCredentials(dataDir, next);
+  return next;
+}
+
+/**
+ * The broker accepted `password`: if it is still the stored one, the previous password is no
+ * longer needed and is dropped (durably). Returns what is stored now.
+ */
+export async function dropPreviousPassword(dataDir: string, current: Credentials, password: string): Promise<Credentials> {
+  if (current.mqtt.previous_password === undefined || current.mqtt.password !== password) return current;
+  const { previous_password: _dropped, ...mqtt } = current.mqtt;
+  const next: Credentials = { ...current, mqtt };
   await writeCredentials(dataDir, next);
   return next;
 }

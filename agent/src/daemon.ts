@@ -10,7 +10,7 @@ import type { OperatorContext, OperatorContextPatch } from './context.js';
 import { controlSocketPath } from './control/client.js';
 import type { ControlRequest } from './control/protocol.js';
 import { ControlServer } from './control/server.js';
-import { readCredentials, storeRotatedPassword, type Credentials } from './credentials.js';
+import { dropPreviousPassword, readCredentials, storeRotatedPassword, type Credentials } from './credentials.js';
 import { listEpisodeViews, showEpisodeView, type EpisodeViewSource } from './episodes-view.js';
 import { AgentMetrics } from './metrics.js';
 import { MqttLink } from './link/mqtt-link.js';
@@ -96,6 +96,8 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
   private control: ControlServer | undefined;
   private metrics: AgentMetrics | undefined;
   private creds: Credentials | undefined;
+  /** Writes of credentials.json, one after the other (a rotation and the dropping of the previous password). */
+  private credsWrites: Promise<unknown> = Promise.resolve();
   private pruneTimer: TimerHandle | undefined;
   private readonly inFlight = new Set<Promise<unknown>>();
   private accepting = false;
@@ -339,10 +341,11 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       windowMs: config.commandResultWindowMs,
       publish: (reply: CommandReply) => link?.publishReply(reply) ?? Promise.resolve(),
       rotateCredentials: async ({ password }) => {
-        // Durable first: the cloud refuses the old password as soon as it reads the answer.
-        this.creds = await storeRotatedPassword(config.dataDir, this.credentials, password);
-        link?.setPassword(password);
-        log.info({ robot_id: creds.robot_id }, 'broker credentials rotated and stored');
+        // Durable first: the cloud refuses the old password as soon as it reads the answer. The
+        // password the broker accepts now is kept until the new one has worked once.
+        const stored = await this.updateCredentials((c) => storeRotatedPassword(config.dataDir, c, password, link?.acceptedPassword));
+        link?.setPassword(stored.mqtt.password, stored.mqtt.previous_password);
+        log.info({ robot_id: creds.robot_id, previous_password_kept: stored.mqtt.previous_password !== undefined }, 'broker credentials rotated and stored');
       },
     });
     await this.prune();
@@ -353,6 +356,15 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
         if (link.syncAvailable) uploader?.connected();
         else uploader?.disconnected();
         this.emit('connected');
+      });
+      link.on('passwordAccepted', (password) => {
+        // The broker has the current password: the previous one is of no more use.
+        void this.track(
+          this.updateCredentials((c) => dropPreviousPassword(config.dataDir, c, password)).then(
+            () => log.info({ robot_id: creds.robot_id }, 'connected with the rotated password; the previous one is forgotten'),
+            (err: unknown) => log.warn({ err: { message: (err as Error).message } }, 'could not forget the previous broker password'),
+          ),
+        );
       });
       link.on('disconnected', () => {
         sender.disconnected();
@@ -456,6 +468,16 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
     const syncer = this.syncer;
     if (!this.store) throw new RefusalError('failed', 'the agent is starting');
     return { store: this.store, dataDir: this.config.dataDir, ...(syncer ? { uploads: () => syncer.uploads(1000) } : {}) };
+  }
+
+  /** Runs `update` on the stored credentials after any write under way, and keeps what it returns. */
+  private updateCredentials(update: (current: Credentials) => Promise<Credentials>): Promise<Credentials> {
+    const run = this.credsWrites.then(async () => {
+      this.creds = await update(this.credentials);
+      return this.creds;
+    });
+    this.credsWrites = run.catch(() => undefined);
+    return run;
   }
 
   private track<T>(p: Promise<T>): Promise<T> {

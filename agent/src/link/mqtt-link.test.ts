@@ -4,7 +4,8 @@ import mqtt, { type MqttClient } from 'mqtt';
 import { CommandReplySchema, RobotStatusSchema, topics, type CommandReply, type RobotCommand, type RobotStatus } from '@fleet/protocol';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Agent } from '../daemon.js';
-import { removeTempDirs, startTestAgent, testCredentials, type TestAgent } from '../test-support.js';
+import { readCredentials, writeCredentials } from '../credentials.js';
+import { makeTempDir, removeTempDirs, startTestAgent, testCredentials, type TestAgent } from '../test-support.js';
 import { systemScheduler } from '../time.js';
 
 const PASSWORD = 'robot-secret';
@@ -15,6 +16,12 @@ interface TestBroker {
   /** Broker-side connections by client id. */
   clients: Map<string, Client>;
   authAttempts: string[];
+  /** The robots' passwords the broker accepts (PASSWORD unless a test changes it). */
+  accepted: Set<string>;
+  /** Each robot login: whether the broker accepted its password. */
+  logins: boolean[];
+  /** Each robot login's password, in order. */
+  passwords: string[];
   close(): Promise<void>;
 }
 
@@ -22,10 +29,16 @@ interface TestBroker {
 async function startBroker(port = 0): Promise<TestBroker> {
   const clients = new Map<string, Client>();
   const authAttempts: string[] = [];
+  const accepted = new Set([PASSWORD]);
+  const logins: boolean[] = [];
+  const passwords: string[] = [];
   const broker = await Aedes.createBroker({
     authenticate: (client, username, password, done) => {
       authAttempts.push(client.id);
-      const ok = username === 'observer' || (username === client.id && password?.toString() === PASSWORD);
+      if (username === 'observer') return done(null, true);
+      const ok = username === client.id && password !== undefined && accepted.has(password.toString());
+      logins.push(ok);
+      passwords.push(password?.toString() ?? '');
       if (ok) done(null, true);
       else done(Object.assign(new Error('bad credentials'), { returnCode: 4 as const }), false);
     },
@@ -42,6 +55,9 @@ async function startBroker(port = 0): Promise<TestBroker> {
     port: actual,
     clients,
     authAttempts,
+    accepted,
+    logins,
+    passwords,
     async close() {
       await new Promise<void>((resolve) => broker.close(() => resolve()));
       await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -73,9 +89,11 @@ const brokers: TestBroker[] = [];
 const observers: MqttClient[] = [];
 const agents: Agent[] = [];
 
-async function linkedAgent(broker: TestBroker, opts: { legacy?: boolean; password?: string } = {}): Promise<TestAgent> {
-  const credentials = testCredentials(undefined, broker.url, opts.password ?? PASSWORD);
-  const t = await startTestAgent({ credentials, link: true, scheduler: systemScheduler, config: { legacyRuntime: opts.legacy ?? false, platform: 'test-arm' } });
+async function linkedAgent(broker: TestBroker, opts: { legacy?: boolean; password?: string; previousPassword?: string; dataDir?: string } = {}): Promise<TestAgent> {
+  const base = testCredentials(undefined, broker.url, opts.password ?? PASSWORD);
+  const credentials = opts.previousPassword ? { ...base, mqtt: { ...base.mqtt, previous_password: opts.previousPassword } } : base;
+  if (opts.dataDir) await writeCredentials(opts.dataDir, credentials);
+  const t = await startTestAgent({ credentials, link: true, ...(opts.dataDir ? { dataDir: opts.dataDir } : {}), scheduler: systemScheduler, config: { legacyRuntime: opts.legacy ?? false, platform: 'test-arm' } });
   agents.push(t.agent);
   return t;
 }
@@ -196,5 +214,90 @@ describe('MQTT link against a real broker', () => {
     const t = await linkedAgent(broker, { password: 'wrong' });
     await expect.poll(() => broker.authAttempts.filter((id) => id === t.credentials.robot_id).length, { timeout: 15_000 }).toBeGreaterThanOrEqual(3);
     expect(t.agent.link?.connected).toBe(false);
+  });
+
+  describe('after a rotation whose answer the cloud never read', () => {
+    const NEW = 'rsec_new_secret_0123456789abcdefghijklmnopq';
+
+    it('falls back on the previous password the broker still has, keeps it when the same secret comes again, and drops it once the new one works', async () => {
+      const broker = await startBroker();
+      brokers.push(broker);
+      // The broker (mosquitto, one password per client) still has the old password only.
+      const t = await linkedAgent(broker, { password: NEW, previousPassword: PASSWORD, dataDir: await makeTempDir() });
+      await t.agent.whenConnected();
+      // The new password first, refused; then the previous one.
+      expect(broker.logins.slice(0, 2)).toEqual([false, true]);
+      expect(t.agent.link?.acceptedPassword).toBe(PASSWORD);
+      expect(t.logs.messages()).toContain('the broker refused the current password; connecting with the previous one');
+      expect((await readCredentials(t.dataDir))?.mqtt).toMatchObject({ password: NEW, previous_password: PASSWORD });
+
+      // The cloud sends the same secret again on this connection: the previous password stays.
+      const o = await watch(broker, t.credentials.robot_id);
+      const id = t.credentials.robot_id;
+      await o.client.publishAsync(topics.command(id), JSON.stringify({ cmd_id: 'rot-again', command: 'credentials.rotate', args: { password: NEW }, sent_at: t.clock.now() }), { qos: 1 });
+      await expect.poll(() => o.replies().length).toBe(1);
+      expect(o.replies()[0]).toMatchObject({ ok: true });
+      expect((await readCredentials(t.dataDir))?.mqtt).toMatchObject({ password: NEW, previous_password: PASSWORD });
+
+      // The cloud read the answer: the broker has the new password only and closes the connection.
+      broker.accepted.clear();
+      broker.accepted.add(NEW);
+      const loginsBefore = broker.logins.length;
+      const reconnected = new Promise<void>((resolve) => t.agent.once('connected', resolve));
+      broker.clients.get(id)!.conn.destroy();
+      await reconnected;
+      // The current password first, accepted at once.
+      expect(broker.logins.slice(loginsBefore)).toEqual([true]);
+      expect(t.agent.link?.acceptedPassword).toBe(NEW);
+      await expect.poll(async () => (await readCredentials(t.dataDir))?.mqtt.previous_password ?? 'dropped').toBe('dropped');
+      expect((await readCredentials(t.dataDir))?.mqtt.password).toBe(NEW);
+      expect(t.agent.credentials.mqtt.previous_password).toBeUndefined();
+      const logged = JSON.stringify(t.logs.records);
+      expect(logged).not.toContain(NEW);
+      expect(logged).not.toContain(PASSWORD);
+
+      // With the previous one gone, a refusal of the current password is not answered with it.
+      broker.accepted.clear();
+      broker.accepted.add(PASSWORD);
+      const refusedBefore = broker.logins.length;
+      broker.clients.get(id)!.conn.destroy();
+      await expect.poll(() => broker.logins.length - refusedBefore, { timeout: 15_000 }).toBeGreaterThanOrEqual(2);
+      expect(broker.logins.slice(refusedBefore).every((ok) => !ok)).toBe(true);
+      expect(t.agent.link?.connected).toBe(false);
+    });
+
+    it('every reconnect tries the current password first, then the previous one, with backoff between rounds', async () => {
+      const broker = await startBroker();
+      brokers.push(broker);
+      const t = await linkedAgent(broker, { password: NEW, previousPassword: PASSWORD, dataDir: await makeTempDir() });
+      await t.agent.whenConnected();
+      const id = t.credentials.robot_id;
+      // The connection is lost while the broker still has the old password: current, then previous.
+      const from = broker.passwords.length;
+      const reconnected = new Promise<void>((resolve) => t.agent.once('connected', resolve));
+      broker.clients.get(id)!.conn.destroy();
+      await reconnected;
+      expect(broker.passwords.slice(from)).toEqual([NEW, PASSWORD]);
+      // Refused both (de-enrolled, say): each round starts with the current one again.
+      broker.accepted.clear();
+      const refusedFrom = broker.passwords.length;
+      broker.clients.get(id)!.conn.destroy();
+      await expect.poll(() => broker.passwords.length - refusedFrom, { timeout: 15_000 }).toBeGreaterThanOrEqual(6);
+      expect(broker.passwords.slice(refusedFrom, refusedFrom + 6)).toEqual([NEW, PASSWORD, NEW, PASSWORD, NEW, PASSWORD]);
+      expect(t.agent.link?.connected).toBe(false);
+      // Nothing was forgotten: the current password never worked.
+      expect((await readCredentials(t.dataDir))?.mqtt).toMatchObject({ password: NEW, previous_password: PASSWORD });
+    });
+
+    it('a robot whose current password works never tries the previous one', async () => {
+      const broker = await startBroker();
+      brokers.push(broker);
+      broker.accepted.add(NEW);
+      const t = await linkedAgent(broker, { password: NEW, previousPassword: PASSWORD, dataDir: await makeTempDir() });
+      await t.agent.whenConnected();
+      expect(broker.logins).toEqual([true]);
+      expect(t.agent.link?.acceptedPassword).toBe(NEW);
+      await expect.poll(async () => (await readCredentials(t.dataDir))?.mqtt.previous_password ?? 'dropped').toBe('dropped');
+    });
   });
 });

@@ -28,6 +28,9 @@ export interface MqttLinkOptions {
   random?: () => number;
 }
 
+/** CONNACK return codes (MQTT 3.1.1) of a broker that refuses the login: bad username or password, not authorized. */
+const REFUSED_LOGIN = new Set([4, 5]);
+
 /**
  * The robot's MQTT 3.1.1 connection: presence by a retained status plus a last will, commands in,
  * replies out, outbox messages out and their acknowledgments in, sync requests out and sync
@@ -35,8 +38,12 @@ export interface MqttLinkOptions {
  * publishReply). mqtt.js's fixed-period
  * reconnect is off; this link reconnects with exponential backoff and re-announces its status on
  * every connect (the broker may have lost retained messages when it restarted).
+ *
+ * Every connect tries the current password first. When the broker refuses it and a previous
+ * password is held (a rotation was stored but the cloud never read the answer, so an external
+ * broker still has the old one), the link connects with the previous one right away.
  */
-export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> {
+export class MqttLink extends EventEmitter<{ connected: []; disconnected: []; passwordAccepted: [password: string] }> {
   private client: MqttClient | undefined;
   private attempt = 0;
   private reconnectTimer: TimerHandle | undefined;
@@ -45,20 +52,33 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
   private syncReady = false;
   private readonly robotId: string;
   private password: string;
+  private previousPassword: string | undefined;
+  /** The connect under way uses the previous password. */
+  private attemptWithPrevious = false;
+  /** The broker refused the login of the connect under way (CONNACK 4 or 5). */
+  private loginRefused = false;
+  private accepted: string | undefined;
 
   constructor(private readonly opts: MqttLinkOptions) {
     super();
     this.robotId = opts.credentials.robot_id;
     this.password = opts.credentials.mqtt.password;
+    this.previousPassword = opts.credentials.mqtt.previous_password;
   }
 
   /**
-   * The password for every later connect (a credential rotation stored it durably first). The
-   * live connection stays as it is; the cloud closes it once it has the robot's answer.
+   * The passwords for every later connect (a credential rotation stored them durably first): the
+   * current one, and the one to fall back on while the current one has not worked yet. The live
+   * connection stays as it is; the cloud closes it once it has the robot's answer.
    */
-  setPassword(password: string): void {
+  setPassword(password: string, previous?: string): void {
     this.password = password;
-    if (this.client) this.client.options.password = password;
+    this.previousPassword = previous !== password ? previous : undefined;
+  }
+
+  /** The password the broker accepted at the last connect (undefined before the first). */
+  get acceptedPassword(): string | undefined {
+    return this.accepted;
   }
 
   get connected(): boolean {
@@ -82,6 +102,8 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
   start(): void {
     if (this.client) return;
     const { credentials, keepaliveSeconds } = this.opts;
+    this.attemptWithPrevious = false;
+    this.loginRefused = false;
     const client = mqtt.connect(this.url, {
       protocolVersion: 4,
       clientId: credentials.mqtt.client_id,
@@ -97,7 +119,12 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
     this.client = client;
     client.on('connect', () => this.onConnect(client));
     client.on('close', () => this.onClose());
-    client.on('error', (err) => this.opts.logger.warn({ err: { message: err.message, code: (err as { code?: unknown }).code } }, 'mqtt error'));
+    client.on('error', (err) => {
+      const code = (err as { code?: unknown }).code;
+      // mqtt.js reports a CONNACK refusal as an error with the return code, before the close.
+      if (typeof code === 'number' && REFUSED_LOGIN.has(code)) this.loginRefused = true;
+      this.opts.logger.warn({ err: { message: err.message, code }, with_previous_password: this.attemptWithPrevious }, 'mqtt error');
+    });
     client.on('message', (topic, payload) => {
       if (topic === topics.command(this.robotId)) this.opts.onCommand(payload);
       else if (topic === topics.outboxAck(this.robotId)) this.opts.onOutboxAck?.(payload);
@@ -180,7 +207,16 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
   private onConnect(client: MqttClient): void {
     disableNagle(client.stream);
     this.attempt = 0;
-    this.opts.logger.info({ url: this.url, reconnect: this.everConnected }, 'mqtt connected');
+    const withPrevious = this.attemptWithPrevious && this.previousPassword !== undefined;
+    this.accepted = withPrevious ? this.previousPassword : this.password;
+    if (withPrevious) {
+      // The cloud still has the rotation pending: it sends the same new secret again on this connection.
+      this.opts.logger.warn({ url: this.url }, 'connected with the previous password; the current one waits for the cloud to complete the rotation');
+    } else if (this.previousPassword !== undefined) {
+      this.previousPassword = undefined;
+      this.emit('passwordAccepted', this.password);
+    }
+    this.opts.logger.info({ url: this.url, reconnect: this.everConnected, ...(withPrevious ? { with_previous_password: true } : {}) }, 'mqtt connected');
     this.everConnected = true;
     const ready = async () => {
       // Subscribed before `connected` fires, so the outbox never publishes without hearing the acks.
@@ -210,18 +246,33 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: [] }> 
 
   private onClose(): void {
     if (this.stopping) return;
+    const refused = this.loginRefused;
+    this.loginRefused = false;
     if (this.everConnected && this.attempt === 0) {
       this.opts.logger.warn('mqtt connection lost');
       this.emit('disconnected');
     }
     if (this.reconnectTimer !== undefined) return;
+    if (refused && !this.attemptWithPrevious && this.previousPassword !== undefined) {
+      // Part of the same attempt: no backoff, and the next one starts with the current password again.
+      this.opts.logger.warn('the broker refused the current password; connecting with the previous one');
+      this.scheduleConnect(0, true);
+      return;
+    }
     const delay = reconnectDelay(this.attempt, this.opts.reconnectMinMs, this.opts.reconnectMaxMs, this.opts.random);
     this.attempt += 1;
     this.opts.logger.debug({ delay_ms: delay, attempt: this.attempt }, 'mqtt reconnect scheduled');
+    this.scheduleConnect(delay, false);
+  }
+
+  private scheduleConnect(delay: number, withPrevious: boolean): void {
     this.reconnectTimer = this.opts.scheduler.setTimeout(() => {
       this.reconnectTimer = undefined;
       const client = this.client;
       if (!client || this.stopping) return;
+      this.attemptWithPrevious = withPrevious && this.previousPassword !== undefined;
+      this.loginRefused = false;
+      client.options.password = this.attemptWithPrevious ? this.previousPassword : this.password;
       // The will's time is that of the attempt, so the cloud sees when presence was last claimed.
       client.options.will = this.will();
       client.reconnect({ incomingStore: client.incomingStore, outgoingStore: client.outgoingStore });

@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import mqtt from 'mqtt';
 import { afterEach, describe, expect, test } from 'vitest';
 import { makeTempDir, startCloud } from './support/cloud.js';
 import { ensureMosquitto } from './support/mosquitto.js';
@@ -97,6 +98,7 @@ describe.skipIf(!ensureMosquitto().ok)('startCloud with FLEET_TEST_REPLICAS=2', 
     await using dir = await makeTempDir();
     const dataDir = join(dir.path, 'data');
     let front = '';
+    let broker = '';
     let keyId = '';
     {
       await using cloud = await startCloud({ dataDir });
@@ -121,13 +123,17 @@ describe.skipIf(!ensureMosquitto().ok)('startCloud with FLEET_TEST_REPLICAS=2', 
       }
       await expect.poll(() => served(cloud.processes).map((n, i) => n - before[i]!)).toEqual([2, 2]);
       front = cloud.http;
+      broker = cloud.mqtt;
       const exit = await cloud.kill('SIGTERM');
       expect(exit.code).toBe(0);
       expect(cloud.processes.every((p) => p.exit !== null)).toBe(true);
     }
-    // Started again on the front's port, as restart tests do.
+    // The broker went down with the cloud (nothing outlives a test), as the embedded one does.
+    await expect(mqtt.connectAsync(broker, { reconnectPeriod: 0, connectTimeout: 5_000 })).rejects.toThrow();
+    // Started again on the front's port, as restart tests do: the same broker address and files.
     await using again = await startCloud({ dataDir, args: ['--http-port', new URL(front).port] });
     expect(again.http).toBe(front);
+    expect(again.mqtt).toBe(broker);
     const keys = (await (await again.fetch('/v1/api-keys')).json()) as { api_keys: { id: string }[] };
     expect(keys.api_keys.map((k) => k.id)).toContain(keyId);
   });

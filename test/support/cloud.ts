@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -152,34 +152,41 @@ function replicated(opts: StartCloudOptions): boolean {
   return !(opts.args ?? []).includes('--mqtt-url') && opts.env?.FLEET_MQTT_URL === undefined;
 }
 
-/** One mosquitto per data directory, like its database: a cloud restarted on the directory finds its robots' accounts. */
-const brokers = new Map<string, Promise<MosquittoBroker>>();
-const keptBrokerDirs = new Set<string>();
+/**
+ * One mosquitto per data directory, like its database. It runs while a cloud on the directory
+ * runs and stops with the last of them (as the embedded broker goes down with its process),
+ * keeping its files: a cloud started again on the directory finds its robots' accounts and
+ * sessions on the same port. The files sit next to the data directory (`<dataDir>.mosquitto`),
+ * inside the test's temp dir, so nothing outlives the test.
+ */
+const brokers = new Map<string, { broker: Promise<MosquittoBroker>; users: number }>();
 
-function brokerFor(dataDir: string): Promise<MosquittoBroker> {
-  let broker = brokers.get(dataDir);
-  if (!broker) {
-    broker = startMosquitto();
-    void broker.then((b) => keptBrokerDirs.add(b.dir), () => undefined);
-    brokers.set(dataDir, broker);
-    broker.catch(() => brokers.delete(dataDir));
+async function holdBroker(dataDir: string): Promise<MosquittoBroker> {
+  let entry = brokers.get(dataDir);
+  if (!entry) {
+    entry = { broker: startMosquitto({ dir: `${dataDir}.mosquitto` }), users: 0 };
+    brokers.set(dataDir, entry);
+    entry.broker.catch(() => brokers.delete(dataDir));
   }
+  const broker = await entry.broker;
+  if (entry.users++ === 0 && broker.process.exit !== null) await broker.restart();
   return broker;
 }
 
-async function disposeBroker(dataDir: string): Promise<void> {
-  const broker = brokers.get(dataDir);
-  brokers.delete(dataDir);
-  const b = await broker?.catch(() => undefined);
-  if (b) keptBrokerDirs.delete(b.dir);
-  await b?.[Symbol.asyncDispose]();
+/** One user fewer; the last stops the broker (`dispose`: and removes it). */
+async function releaseBroker(dataDir: string, dispose: boolean): Promise<void> {
+  const entry = brokers.get(dataDir);
+  if (!entry) return;
+  const broker = await entry.broker.catch(() => undefined);
+  entry.users = Math.max(0, entry.users - 1);
+  if (entry.users > 0) return;
+  if (dispose) {
+    brokers.delete(dataDir);
+    await broker?.[Symbol.asyncDispose]();
+  } else {
+    await broker?.stop();
+  }
 }
-
-// Brokers of directories a test kept (a restart test's own dataDir) end with the worker: the
-// process is killed by the spawn helper's exit hook; its files go here.
-process.once('exit', () => {
-  for (const dir of keptBrokerDirs) rmSync(dir, { recursive: true, force: true });
-});
 
 /** Spawns one `serve` and waits for its address line. */
 async function spawnServe(args: readonly string[], env: Record<string, string | undefined>, startTimeoutMs: number | undefined): Promise<{ proc: SpawnedProcess; addresses: ServeAddresses }> {
@@ -222,6 +229,7 @@ export async function startCloud(opts: StartCloudOptions = {}): Promise<CloudPro
   const procs: SpawnedProcess[] = [];
   const addrs: ServeAddresses[] = [];
   let front: RoundRobin | null = null;
+  let holdsBroker = false;
   let dbEnv: Record<string, string> = {};
   const stop = async (signal: NodeJS.Signals = 'SIGTERM') => {
     try {
@@ -230,16 +238,17 @@ export async function startCloud(opts: StartCloudOptions = {}): Promise<CloudPro
     } finally {
       await front?.[Symbol.asyncDispose]();
       front = null;
+      if (holdsBroker) {
+        holdsBroker = false;
+        await releaseBroker(dataDir, ownDir !== null);
+      }
     }
   };
   const cleanup = async () => {
     try {
       await stop();
     } finally {
-      if (ownDir) {
-        await dropDatabase(dataDir);
-        await disposeBroker(dataDir);
-      }
+      if (ownDir) await dropDatabase(dataDir);
       await ownDir?.[Symbol.asyncDispose]();
     }
   };
@@ -261,7 +270,8 @@ export async function startCloud(opts: StartCloudOptions = {}): Promise<CloudPro
       // address) is the front's. The broker belongs to the data directory, so --mqtt-port goes.
       const [httpPort, withoutHttp] = takeFlag(opts.args ?? [], '--http-port');
       const [, rest] = takeFlag(withoutHttp, '--mqtt-port');
-      const broker = await brokerFor(dataDir);
+      const broker = await holdBroker(dataDir);
+      holdsBroker = true;
       const env = cleanEnv({
         ...base,
         ...(viaEnv ? { FLEET_MQTT_URL: broker.url, FLEET_MQTT_ACCOUNT_FILE: broker.accountFile } : {}),

@@ -8,6 +8,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdir, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import mqtt from 'mqtt';
@@ -45,6 +46,11 @@ export function ensureMosquitto(log: (line: string) => void = (l) => console.war
   else availability = { ok: true, binary };
   if (!availability.ok) log(`mosquitto tests skipped: ${availability.reason}`);
   return availability;
+}
+
+async function ownDir(path: string): Promise<TempDir> {
+  await mkdir(path, { recursive: true });
+  return { path, [Symbol.asyncDispose]: () => rm(path, { recursive: true, force: true }) };
 }
 
 async function freePort(): Promise<number> {
@@ -89,11 +95,14 @@ async function waitAccepting(url: string, account: { username: string; password:
   );
 }
 
-/** Starts mosquitto with the fleet's generated configuration. Dispose it: that stops it and removes its directory. */
-export async function startMosquitto(): Promise<MosquittoBroker> {
+/**
+ * Starts mosquitto with the fleet's generated configuration, in a temp dir of its own or in `dir`
+ * (created). Dispose it: that stops it and removes its directory.
+ */
+export async function startMosquitto(opts: { dir?: string } = {}): Promise<MosquittoBroker> {
   const avail = ensureMosquitto();
   if (!avail.ok) throw new Error(avail.reason);
-  const tmp: TempDir = await makeTempDir('fleet-mosq-');
+  const tmp: TempDir = opts.dir === undefined ? await makeTempDir('fleet-mosq-') : await ownDir(opts.dir);
   const dir = tmp.path;
   const generated = await runCloudCli(['broker-config', '--out', join(dir, 'fleet'), '--plugin', PLUGIN]);
   if (generated.code !== 0) throw new Error(`fleet-cloud broker-config exited ${generated.code}: ${generated.stderr}`);

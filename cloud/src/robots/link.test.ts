@@ -69,3 +69,35 @@ test("a robot's statuses are written in the order they came, also when an earlie
   // The recording status is written; idle, which came after it, must end up on top.
   await expect.poll(async () => (await store.robots.getById(robotId))?.recordingState).toBe('idle');
 });
+
+test('a status the store cannot write is reported to the caller, and the next one is written', async () => {
+  const clock = new ManualClock();
+  const { store, robots } = await storeWithRobots(clock, 1);
+  cleanups.push(() => store.close());
+  const robotId = robots[0]!.id;
+  const broker: EmbeddedBroker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: { authenticate: (_c, _u, _p, done) => done(null, true) } });
+  cleanups.push(() => broker.close());
+  let failures = 1;
+  const robotsProxy = new Proxy(store.robots, {
+    get(target, prop, receiver) {
+      if (prop !== 'updateStatus') return Reflect.get(target, prop, receiver) as unknown;
+      return (id: string, u: RobotStatusUpdate) => (failures-- > 0 ? Promise.reject(new Error('database unavailable')) : target.updateStatus(id, u));
+    },
+  });
+  const failing = new Proxy(store, { get: (target, prop, receiver) => (prop === 'robots' ? robotsProxy : (Reflect.get(target, prop, receiver) as unknown)) });
+  const logged: string[] = [];
+  const logger = pino({ level: 'error' }, { write: (line: string) => void logged.push(line) });
+  const link = new RobotLink({ url: broker.url, store: failing, clock, logger, commandTimeoutMs: 5_000 });
+  await link.start();
+  cleanups.push(() => link.stop());
+
+  const robot = await mqtt.connectAsync(broker.url, { protocolVersion: 4, clientId: robotId, reconnectPeriod: 0 });
+  cleanups.push(() => robot.endAsync(true));
+  const status = (s: Omit<RobotStatus, 'at'>) => robot.publishAsync(topics.status(robotId), JSON.stringify({ ...s, at: clock.now() }), { qos: 1 });
+  // The first write fails (logged, no unhandled rejection: vitest fails the run on one), the
+  // second is written after it.
+  await status({ online: true, recording_state: 'recording' });
+  await expect.poll(() => logged.some((l) => l.includes('database unavailable'))).toBe(true);
+  await status({ online: true, recording_state: 'idle' });
+  await expect.poll(async () => (await store.robots.getById(robotId))?.recordingState).toBe('idle');
+});

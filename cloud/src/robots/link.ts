@@ -253,8 +253,14 @@ export class RobotLink {
    */
   private statusInOrder(robotId: string, json: unknown): Promise<void> {
     const before = this.statusChains.get(robotId);
-    const run = (before ? before.catch(() => undefined) : Promise.resolve()).then(() => this.onStatus(robotId, json));
-    const tail = run.finally(() => {
+    const run = (before ?? Promise.resolve()).then(() => this.onStatus(robotId, json));
+    // The chain never rejects: the caller handles `run`'s failure (a status the store could not
+    // write); a rejected tail nobody awaits would end the process as an unhandled rejection.
+    const tail = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    void tail.then(() => {
       if (this.statusChains.get(robotId) === tail) this.statusChains.delete(robotId);
     });
     this.statusChains.set(robotId, tail);

@@ -1,4 +1,7 @@
-import { FEATURES, type Entitlements, type Feature } from '@fleet/protocol';
+import { FEATURES, type Entitlements as EntitlementsAnswer, type Feature } from '@fleet/protocol';
+
+/** What an organization may do: the entitlements answer without the calling key. */
+export type Entitlements = Omit<EntitlementsAnswer, 'key'>;
 import type { OrgRow } from './store/index.js';
 
 interface Tier {

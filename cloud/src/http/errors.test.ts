@@ -145,6 +145,9 @@ describe('GET /v1/entitlements', () => {
       const ent = res.json<Entitlements>();
       expect(ent.tier).toBe('enterprise');
       for (const f of FEATURES) expect(ent.features[f], f).toBe(false);
+      // The console shows only what the calling key may do.
+      expect(ent.key.scopes).toEqual([scope]);
+      expect(ent.key.expires_at).toBeNull();
     }
   });
 

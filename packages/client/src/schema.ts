@@ -155,7 +155,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The organization's tier, feature flags and limits
+         * The organization's tier, feature flags and limits, and the calling key's scopes
          * @description Scope: any valid key. Entitlement: none.
          */
         get: {
@@ -2979,6 +2979,13 @@ export interface components {
             limits: {
                 [key: string]: number;
             };
+            /** @description The key that asked: what it may do (its scopes), so a client can show only the actions it can take */
+            key: {
+                id: string;
+                name: string;
+                scopes: string[];
+                expires_at: string | null;
+            };
         };
         UsageInput: {
             usage: {
@@ -3495,6 +3502,13 @@ export interface components {
             };
             limits: {
                 [key: string]: number;
+            };
+            /** @description The key that asked: what it may do (its scopes), so a client can show only the actions it can take */
+            key: {
+                id: string;
+                name: string;
+                scopes: string[];
+                expires_at: string | null;
             };
         };
         Usage: {

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { nextRetryDelay, parseRetryAfter, type RetryPolicy } from '@fleet/protocol';
 import { FleetConnectionError } from './errors.js';
 
@@ -77,7 +76,8 @@ export function retryingFetch(opts: TransportOptions = {}): (input: Request) => 
   const policy = opts.retry === false ? { schedule: [] } : (opts.retry ?? DEFAULT_RETRY_POLICY);
   const sleep = opts.sleep ?? defaultSleep;
   const maxRetryAfterMs = opts.maxRetryAfterMs ?? DEFAULT_MAX_RETRY_AFTER_MS;
-  const makeKey = opts.idempotencyKey ?? randomUUID;
+  // The global Web Crypto (Node 20 and browsers alike): the client also runs in the console.
+  const makeKey = opts.idempotencyKey ?? (() => globalThis.crypto.randomUUID());
 
   return async (request: Request): Promise<Response> => {
     const method = request.method.toUpperCase();

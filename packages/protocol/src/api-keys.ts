@@ -41,6 +41,14 @@ export const EntitlementsSchema = z
     tier: z.string(),
     features: z.record(z.string(), z.boolean()),
     limits: z.record(z.string(), z.number()),
+    key: z
+      .object({
+        id: z.string(),
+        name: z.string(),
+        scopes: z.array(z.string()),
+        expires_at: z.string().nullable(),
+      })
+      .describe('The key that asked: what it may do (its scopes), so a client can show only the actions it can take'),
   })
   .meta({ id: 'Entitlements' });
 export type Entitlements = z.infer<typeof EntitlementsSchema>;

@@ -10,9 +10,15 @@ export const entitlementRoutes: V1Plugin = async (app) => {
     url: '/entitlements',
     config: { policy: { auth: 'key', scope: null, feature: null, meter: null } },
     schema: {
-      summary: "The organization's tier, feature flags and limits",
+      summary: "The organization's tier, feature flags and limits, and the calling key's scopes",
       response: { 200: EntitlementsSchema },
     },
-    handler: async (request) => entitlementsOf(principalOf(request).org),
+    handler: async (request) => {
+      const { org, key } = principalOf(request);
+      return {
+        ...entitlementsOf(org),
+        key: { id: key.id, name: key.name, scopes: [...key.scopes], expires_at: key.expiresAt === null ? null : new Date(key.expiresAt).toISOString() },
+      };
+    },
   });
 };

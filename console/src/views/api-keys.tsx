@@ -1,0 +1,5 @@
+import { PageHeader } from '../ui/components.js';
+
+export function ApiKeysView(_props: object) {
+  return <PageHeader title="API keys" />;
+}

@@ -1,0 +1,5 @@
+import { PageHeader } from '../ui/components.js';
+
+export function EpisodesView(_props: { query: URLSearchParams }) {
+  return <PageHeader title="Episodes" />;
+}

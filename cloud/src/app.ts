@@ -14,6 +14,7 @@ import { Authenticator, LastUsedTracker } from './auth.js';
 import type { CloudConfig } from './config.js';
 import { ApiError } from './errors.js';
 import { handleClientError, requestIdFor, sendFrameworkError } from './http/error-edge.js';
+import { registerConsole } from './http/console.js';
 import { installPipeline } from './http/pipeline.js';
 import { boundedSerializerCompiler } from './http/serializer.js';
 import type { CatalogEntry } from './http/policy.js';
@@ -187,6 +188,8 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
       return reply.type('text/plain; version=0.0.4; charset=utf-8').send(await metrics.scrape());
     });
   }
+
+  await registerConsole(fastify, { dir: config.consoleDir });
 
   await fastify.ready();
   lastUsed.start();

@@ -81,6 +81,7 @@ program
   .addOption(new Option('--mqtt-messages-per-second <n>', 'embedded broker: PUBLISH packets per second one robot may send').env('FLEET_MQTT_MESSAGES_PER_SECOND'))
   .addOption(new Option('--mqtt-bytes-per-second <n>', 'embedded broker: payload bytes per second one robot may send').env('FLEET_MQTT_BYTES_PER_SECOND'))
   .addOption(new Option('--grant-retry-after-s <s>', 'after a failed grant request (provider down, invalid answer) the robot asks again this much later').env('FLEET_GRANT_RETRY_AFTER_S'))
+  .addOption(new Option('--console-dir <dir>', 'the built web console served at /console/ (default: console/dist of this checkout)').env('FLEET_CONSOLE_DIR'))
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_LOG_LEVEL').default('info'))
   .addOption(new Option('--egress-allow-loopback', 'tests and local development: webhook URLs may be on 127.0.0.1/::1').env('FLEET_EGRESS_ALLOW_LOOPBACK'))
   .addOption(new Option('--egress-ca-file <file>', 'extra CA (PEM) trusted for outbound HTTPS').env('FLEET_EGRESS_CA_FILE'))
@@ -107,6 +108,7 @@ program
       grantRetryAfterS: opts.grantRetryAfterS,
       metricsListen: opts.metricsListen,
       metricsTokenFile: opts.metricsTokenFile,
+      consoleDir: opts.consoleDir,
       // Only from the environment, like the secret key.
       metricsToken: process.env.FLEET_METRICS_TOKEN || undefined,
       logLevel: opts.logLevel as CloudConfigInput['logLevel'],

@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 
 const port = z.coerce.number().int().min(0).max(65535);
@@ -11,6 +12,12 @@ export function parseListen(value: string): { host: string; port: number } {
   if (!m || port > 65535) throw new Error(`not host:port: ${value}`);
   return { host: m[1]!.replace(/^\[|\]$/g, ''), port };
 }
+
+/**
+ * The workspace's built console, found from this module's own place: `cloud/src/config.ts` in
+ * tests and `cloud/dist/config.js` at run time are both two levels below the repository root.
+ */
+export const DEFAULT_CONSOLE_DIR = fileURLToPath(new URL('../../console/dist/', import.meta.url));
 
 /**
  * Everything the cloud can be told, with its default. Flags and FLEET_* variables are merged by
@@ -51,6 +58,11 @@ export const CloudConfigSchema = z.strictObject({
   mqttBytesPerSecond: z.coerce.number().int().min(1024).default(1024 * 1024),
   /** When a grant request fails (timeout, error status, invalid answer), the robot asks again this much later. */
   grantRetryAfterS: z.coerce.number().int().min(1).max(86_400).default(60),
+  /**
+   * The built web console (`npm run build -w console`), served at /console/. A directory without
+   * an index.html is not an error: /console/ then says the console is not built.
+   */
+  consoleDir: z.string().min(1).default(DEFAULT_CONSOLE_DIR),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Base64 of 32 bytes that seals stored secrets; by default <dataDir>/secret.key (created 0600). */
   secretKey: z.base64().refine((k) => Buffer.from(k, 'base64').length === 32, 'must be 32 bytes').optional(),

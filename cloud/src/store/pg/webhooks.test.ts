@@ -112,4 +112,45 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
       expect(got.map((g) => g.event_id)).toEqual(want);
     }
   });
+
+  it('a queue head delivered and released while another replica claims is never handed out again', async () => {
+    // Replica B's claim sorts many due queues before it locks the first; while it does, replica A
+    // claims, delivers and releases the first queue's head again and again. B must lock that queue
+    // only with its current head, never the one its statement saw when it started.
+    const fillers = 1500;
+    for (let i = 0; i < fillers; i++) await b.webhooks.create({ id: `whk_f${i}`, orgId: 'org_b', url: 'https://hooks.test/x', events: ['episode.pruned'], secretSealed: 's', createdAt: T0 }, 1e9);
+    expect(await a.webhooks.create({ id: 'whk_race', orgId: 'org_a', url: 'https://hooks.test/x', events: ['episode.finalized'], secretSealed: 's', createdAt: T0 }, 10)).toBe('ok');
+    const total = 60;
+    await a.db.tx(async (sql) => appendEvents(sql, Array.from({ length: total }, (_, i) => ({ orgId: 'org_a', event: finalizedEvent(ref(i)), at: T0 }))));
+    await a.webhooks.fanOut(T0);
+    await a.db.tx(async (sql) => appendEvents(sql, [{ orgId: 'org_b', event: prunedEvent(ref(9999)), at: T0 }]));
+    await a.webhooks.fanOut(T0 + 1);
+    const now = T0 + 1;
+    const handedOut: number[] = [];
+    let done = false;
+    const holderA = async () => {
+      while (!done) {
+        const d = await a.webhooks.dueHead('whk_race', now, 60_000);
+        if (!d) {
+          if ((await a.db.many("SELECT 1 FROM webhook_deliveries WHERE subscription_id = 'whk_race' AND state = 'pending'")).length === 0) done = true;
+          continue;
+        }
+        handedOut.push(d.id);
+        await a.webhooks.record(d.id, { kind: 'delivered', status: 200, at: now }, d.claim);
+      }
+    };
+    const claimerB = async () => {
+      while (!done) {
+        for (const d of await b.webhooks.claimDue(now, 1, 60_000)) {
+          if (d.subscriptionId === 'whk_race') {
+            handedOut.push(d.id);
+            await b.webhooks.record(d.id, { kind: 'delivered', status: 200, at: now }, d.claim);
+          } else await b.webhooks.release(d.subscriptionId, d.claim);
+        }
+      }
+    };
+    await Promise.all([holderA(), claimerB(), claimerB()]);
+    expect(handedOut.length - new Set(handedOut).size, 'deliveries handed out twice').toBe(0);
+    expect(new Set(handedOut).size).toBe(total);
+  }, 120_000);
 });

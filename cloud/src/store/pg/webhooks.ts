@@ -140,39 +140,39 @@ export class PgWebhooks implements WebhookStore {
   async claimDue(now: number, limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {
     if (limit <= 0) return [];
     const token = newClaimToken();
-    const rows = await this.db.many<DeliveryDbRow>(
-      `WITH due AS (
-         SELECT s.id, h.id AS delivery_id, h.next_attempt_at FROM webhook_subscriptions s
-         CROSS JOIN LATERAL (SELECT d.id, d.next_attempt_at FROM webhook_deliveries d
-                             WHERE d.subscription_id = s.id AND d.state = 'pending' ORDER BY d.id LIMIT 1) h
-         WHERE s.status = 'active' AND h.next_attempt_at <= $1 AND (s.claimed_until IS NULL OR s.claimed_until <= $1)
-         ORDER BY h.next_attempt_at LIMIT $2
-         FOR UPDATE OF s SKIP LOCKED
-       ), claimed AS (
-         UPDATE webhook_subscriptions s SET claim_token = $3, claimed_until = $4 FROM due WHERE s.id = due.id RETURNING due.delivery_id
-       )
-       SELECT d.* FROM webhook_deliveries d JOIN claimed c ON c.delivery_id = d.id ORDER BY d.next_attempt_at, d.id`,
-      [now, limit, token, now + leaseMs],
-    );
-    return rows.map((r) => ({ ...deliveryFromDb(r), claim: token }));
+    return this.db.tx(async (sql) => {
+      const claimed = await sql.query<{ id: string }>(
+        `WITH due AS (
+           SELECT s.id FROM webhook_subscriptions s
+           CROSS JOIN LATERAL (SELECT d.next_attempt_at FROM webhook_deliveries d
+                               WHERE d.subscription_id = s.id AND d.state = 'pending' ORDER BY d.id LIMIT 1) h
+           WHERE s.status = 'active' AND h.next_attempt_at <= $1 AND (s.claimed_until IS NULL OR s.claimed_until <= $1)
+           ORDER BY h.next_attempt_at LIMIT $2
+           FOR UPDATE OF s SKIP LOCKED
+         )
+         UPDATE webhook_subscriptions s SET claim_token = $3, claimed_until = $4 FROM due WHERE s.id = due.id RETURNING s.id`,
+        [now, limit, token, now + leaseMs],
+      );
+      return headsOfClaimed(sql, claimed.rows.map((r) => r.id), now, token);
+    });
   }
 
   async dueHead(subscriptionId: string, now: number, leaseMs: number): Promise<ClaimedDelivery | undefined> {
     const token = newClaimToken();
-    const r = await this.db.one<DeliveryDbRow>(
-      `WITH due AS (
-         SELECT s.id, h.id AS delivery_id FROM webhook_subscriptions s
-         CROSS JOIN LATERAL (SELECT d.id, d.next_attempt_at FROM webhook_deliveries d
-                             WHERE d.subscription_id = s.id AND d.state = 'pending' ORDER BY d.id LIMIT 1) h
-         WHERE s.id = $1 AND s.status = 'active' AND h.next_attempt_at <= $2 AND (s.claimed_until IS NULL OR s.claimed_until <= $2)
-         FOR UPDATE OF s SKIP LOCKED
-       ), claimed AS (
-         UPDATE webhook_subscriptions s SET claim_token = $3, claimed_until = $4 FROM due WHERE s.id = due.id RETURNING due.delivery_id
-       )
-       SELECT d.* FROM webhook_deliveries d JOIN claimed c ON c.delivery_id = d.id`,
-      [subscriptionId, now, token, now + leaseMs],
-    );
-    return r && { ...deliveryFromDb(r), claim: token };
+    return this.db.tx(async (sql) => {
+      const claimed = await sql.query<{ id: string }>(
+        `WITH due AS (
+           SELECT s.id FROM webhook_subscriptions s
+           CROSS JOIN LATERAL (SELECT d.next_attempt_at FROM webhook_deliveries d
+                               WHERE d.subscription_id = s.id AND d.state = 'pending' ORDER BY d.id LIMIT 1) h
+           WHERE s.id = $1 AND s.status = 'active' AND h.next_attempt_at <= $2 AND (s.claimed_until IS NULL OR s.claimed_until <= $2)
+           FOR UPDATE OF s SKIP LOCKED
+         )
+         UPDATE webhook_subscriptions s SET claim_token = $3, claimed_until = $4 FROM due WHERE s.id = due.id RETURNING s.id`,
+        [subscriptionId, now, token, now + leaseMs],
+      );
+      return (await headsOfClaimed(sql, claimed.rows.map((r) => r.id), now, token))[0];
+    });
   }
 
   async release(subscriptionId: string, claim: string): Promise<void> {
@@ -265,4 +265,29 @@ export class PgWebhooks implements WebhookStore {
     });
     return row && deliveryFromDb(row);
   }
+}
+
+/**
+ * The heads of subscriptions just claimed, read by a statement of their own. The claiming
+ * statement saw the queues as of its start: a holder that delivered a head and released its lease
+ * while that statement waited has its release re-checked on the locked subscription row, but its
+ * delivery's new state is not (PostgreSQL re-checks only the locked rows), so reading the head in
+ * the same statement handed out a delivery already made, and it went out twice. A new statement
+ * sees every commit made before the lock was taken. A claimed queue whose head is no longer due
+ * is released.
+ */
+async function headsOfClaimed(sql: Sql, ids: string[], now: number, token: string): Promise<ClaimedDelivery[]> {
+  if (ids.length === 0) return [];
+  const heads = await sql.query<DeliveryDbRow>(
+    `SELECT h.* FROM webhook_subscriptions s
+     CROSS JOIN LATERAL (SELECT d.* FROM webhook_deliveries d
+                         WHERE d.subscription_id = s.id AND d.state = 'pending' ORDER BY d.id LIMIT 1) h
+     WHERE s.id = ANY($1) AND h.next_attempt_at <= $2
+     ORDER BY h.next_attempt_at, h.id`,
+    [ids, now],
+  );
+  const due = new Set(heads.rows.map((r) => r.subscription_id));
+  const idle = ids.filter((id) => !due.has(id));
+  if (idle.length > 0) await sql.query('UPDATE webhook_subscriptions SET claim_token = NULL, claimed_until = NULL WHERE id = ANY($1) AND claim_token = $2', [idle, token]);
+  return heads.rows.map((r) => ({ ...deliveryFromDb(r), claim: token }));
 }

@@ -28,9 +28,23 @@ export default defineConfig({
         resolve,
         test: {
           name: 'e2e',
+          // The root's test/ only (the pattern is rooted): console/test is the browser project.
           include: ['test/**/*.test.ts'],
           testTimeout: 120_000,
           hookTimeout: 60_000,
+          expect,
+        },
+      },
+      {
+        resolve,
+        test: {
+          // The console in Debian's chromium against a real cloud (console/test/harness.ts). Not
+          // selected by test:postgres or test:replicas (they name their projects), so it runs once,
+          // in the SQLite pass of `npm test`.
+          name: 'browser',
+          include: ['console/test/**/*.test.ts'],
+          testTimeout: 120_000,
+          hookTimeout: 120_000,
           expect,
         },
       },

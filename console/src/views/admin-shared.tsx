@@ -1,0 +1,158 @@
+import type { ComponentChildren } from 'preact';
+import { useCallback, useEffect, useRef } from 'preact/hooks';
+import { FleetApiError } from '@fleet/client';
+import type { Session } from '../session.js';
+import { formatTime, timeAgo } from '../ui/format.js';
+
+/**
+ * Pieces shared by the administration pages (sync, webhooks, API keys, enrollment tokens, plan
+ * and usage). The value lists mirror @fleet/protocol (not imported: it would bring zod into the
+ * bundle); the API refuses anything else with a 400 shown at the field.
+ */
+
+export const SCOPE_INFO: readonly { scope: string; what: string }[] = [
+  { scope: 'robots:read', what: 'read robots and their status' },
+  { scope: 'fleet:read', what: 'read the fleet (robots and their status)' },
+  { scope: 'robots:command', what: 'send commands to robots' },
+  { scope: 'data:read', what: 'read episodes, datasets and sync health' },
+  { scope: 'data:write', what: 'annotate episodes, set outcomes, create datasets' },
+  { scope: 'admin', what: 'everything, including keys, webhooks, destinations and enrollment' },
+];
+
+export const WEBHOOK_EVENT_INFO: readonly { event: string; what: string }[] = [
+  { event: 'episode.finalized', what: 'an episode was reported' },
+  { event: 'episode.synced', what: 'all its files reached a destination' },
+  { event: 'episode.verified', what: 'the uploaded bytes matched the checksums' },
+  { event: 'episode.failed', what: 'a transfer attempt failed' },
+  { event: 'episode.pruned', what: 'the robot deleted its local copy' },
+];
+
+export const MATCH_FIELDS: readonly { field: string; label: string; hint: string }[] = [
+  { field: 'robot_id', label: 'Robot id', hint: 'rbt_…' },
+  { field: 'task_id', label: 'Task id', hint: '' },
+  { field: 'recording_session_id', label: 'Recording session', hint: '' },
+  { field: 'episode_seq', label: 'Episode number', hint: 'whole numbers' },
+  { field: 'episode_id', label: 'Episode id', hint: 'ep_…' },
+  { field: 'robot_platform', label: 'Robot platform', hint: '' },
+];
+export const OUTCOMES = ['success', 'failure', 'discarded'] as const;
+
+export const FEATURE_INFO: Record<string, string> = {
+  'api.access': 'API keys, enrollment tokens, robots, webhooks and usage',
+  'api.robot_commands': 'robot commands other than the episode verbs',
+  'data.metadata': 'episodes, datasets, destinations, routing rules and sync health',
+};
+
+/** True unless the organization's plan turns `feature` off (then the routes answer 403). */
+export function hasFeature(session: Session, feature: string): boolean {
+  return session.features[feature] !== false;
+}
+
+export function FeatureMissing({ feature }: { feature: string }) {
+  return (
+    <div class="notice warn" role="status">
+      <strong>Not in your plan</strong>
+      <p>
+        This needs the feature <code>{feature}</code> ({FEATURE_INFO[feature] ?? feature}), which your organization's plan (<code>tier</code> on the Plan and usage page) does
+        not include.
+      </p>
+    </div>
+  );
+}
+
+/** A time as "3 min ago", the exact time on hover and for screen readers in `datetime`. */
+export function Ago({ iso, now, never = 'never' }: { iso: string | null | undefined; now?: number; never?: string }) {
+  if (!iso) return <span class="muted">{never}</span>;
+  return (
+    <time dateTime={iso} title={formatTime(iso)}>
+      {timeAgo(iso, now)}
+    </time>
+  );
+}
+
+/**
+ * `fn` at most once every `ms`: the first call runs at once, calls within the window collapse
+ * into one at its end (replica states arrive in bursts; each one would otherwise be a reload).
+ */
+export function useThrottled(fn: () => void, ms: number): () => void {
+  const ref = useRef(fn);
+  ref.current = fn;
+  const last = useRef(0);
+  const timer = useRef<ReturnType<typeof setTimeout> | null>(null);
+  useEffect(
+    () => () => {
+      if (timer.current) clearTimeout(timer.current);
+    },
+    [],
+  );
+  return useCallback(() => {
+    const wait = last.current + ms - Date.now();
+    if (wait <= 0) {
+      last.current = Date.now();
+      ref.current();
+      return;
+    }
+    if (timer.current) return;
+    timer.current = setTimeout(() => {
+      timer.current = null;
+      last.current = Date.now();
+      ref.current();
+    }, wait);
+  }, [ms]);
+}
+
+/** Previous/next over a keyset-paginated list whose cursor lives in the page URL. */
+export function CursorPager({ cursor, next, onPage, label }: { cursor: string | null; next: string | null | undefined; onPage: (cursor: string | null) => void; label: string }) {
+  if (!cursor && !next) return null;
+  return (
+    <nav class="pager" aria-label={`${label} pages`}>
+      <button type="button" onClick={() => onPage(null)} disabled={!cursor}>
+        First page
+      </button>
+      <button type="button" onClick={() => next && onPage(next)} disabled={!next}>
+        Next page
+      </button>
+    </nav>
+  );
+}
+
+/** A section of a page with its heading and, on the right, its actions. */
+export function Section(props: { title: string; id: string; actions?: ComponentChildren; children: ComponentChildren }) {
+  return (
+    <section class="panel admin-section" aria-labelledby={props.id}>
+      <div class="section-head">
+        <h2 id={props.id}>{props.title}</h2>
+        {props.actions ? <div class="row">{props.actions}</div> : null}
+      </div>
+      {props.children}
+    </section>
+  );
+}
+
+/** `datetime-local` input value → ISO 8601 (local time), or undefined when empty. */
+export function localToIso(v: string): string | undefined {
+  if (!v) return undefined;
+  const d = new Date(v);
+  return Number.isNaN(d.getTime()) ? undefined : d.toISOString();
+}
+
+/** A Date as a `datetime-local` input value, in local time. */
+export function isoToLocal(d: Date): string {
+  const p = (n: number) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
+}
+
+/**
+ * The message of the 400 issue at `pointer` (a JSON Pointer such as `/match/task_id`) or below
+ * it, for display at its field.
+ */
+export function issueAt(error: unknown, pointer: string): string | undefined {
+  if (!(error instanceof FleetApiError) || error.code !== 'validation_failed') return undefined;
+  const issues = error.details?.issues;
+  if (!Array.isArray(issues)) return undefined;
+  for (const i of issues as { path?: unknown; message?: unknown }[]) {
+    const path = typeof i.path === 'string' ? i.path : Array.isArray(i.path) ? `/${i.path.join('/')}` : '';
+    if (path === pointer || path.startsWith(`${pointer}/`)) return typeof i.message === 'string' ? i.message : 'invalid';
+  }
+  return undefined;
+}

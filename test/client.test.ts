@@ -94,6 +94,13 @@ describe('@fleet/client against a real cloud', () => {
     expect(robots).toEqual(expect.arrayContaining([...fleet.robots, enrolled.robot_id]));
     expect(new Set(robots).size).toBe(robots.length);
     expect((await c.robots.get(fleet.robots[0]!)).connected).toBe(true);
+    // Filters and orders: the enrolled robot never connected; pages by name both ways.
+    expect((await c.robots.list({ connected: false })).robots.map((r) => r.id)).toEqual([enrolled.robot_id]);
+    const byName = await c.robots.list({ sort: 'name', order: 'desc', limit: 1 });
+    const next = await c.robots.list({ sort: 'name', order: 'desc', limit: 1, cursor: byName.cursor! });
+    expect((await c.robots.list({ sort: 'name', order: 'desc', limit: 1, cursor: next.prev_cursor! })).robots).toEqual(byName.robots);
+    expect((await c.robots.list({ q: enrolled.name.toUpperCase() })).robots.map((r) => r.id)).toEqual([enrolled.robot_id]);
+    expect((await c.syncHealth({ robotIds: [enrolled.robot_id] })).robots.map((r) => r.robot_id)).toEqual([enrolled.robot_id]);
 
     // Fleet administration: the token used up and then revoked, the enrolled (never connected)
     // robot's rotation pending, then the robot de-enrolled: gone from the default list only.

@@ -26,7 +26,8 @@ const ROBOTS_READ: Scope[] = ['robots:read', 'fleet:read'];
 /** Every page of the console; the path is the page's state, the key never is. */
 export const ROUTES: Route[] = [
   { path: '/fleet', scope: ROBOTS_READ, render: (_p, q) => h(FleetView, { query: q }) },
-  { path: '/robots/:id', scope: ROBOTS_READ, render: (p) => h(RobotView, { id: p.id!, key: p.id }) },
+  // A data:read key sees a robot's episodes and sync health there (the robot record needs robots:read or fleet:read).
+  { path: '/robots/:id', scope: [...ROBOTS_READ, 'data:read'], render: (p) => h(RobotView, { id: p.id!, key: p.id }) },
   { path: '/episodes', scope: 'data:read', render: (_p, q) => h(EpisodesView, { query: q }) },
   { path: '/episodes/:id', scope: 'data:read', render: (p) => h(EpisodeView, { id: p.id!, key: p.id }) },
   { path: '/datasets', scope: 'data:read', render: () => h(DatasetsView, {}) },

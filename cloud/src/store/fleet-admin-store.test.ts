@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '@fleet/protocol';
 import { hashSecret } from '../ids.js';
 import { createEnrollmentToken, enrollRobot } from '../robots/enrollment.js';
+import { ROBOT_SORTS, robotSortValue, type RobotListPosition, type RobotListQuery, type RobotSort } from './robot-list-query.js';
 import { describeStore, sqliteDb, type TestStore } from './test-store.js';
 import { ATTEMPTS_KEPT_PER_SUBSCRIPTION } from './types.js';
 
@@ -85,6 +86,88 @@ describe('de-enrollment', () => {
     expect(await store.robots.getById(a)).toMatchObject({ rotationRequestedAt: null, pendingPasswordHash: null, pendingSecretSealed: null });
     expect(await store.robots.completeRotation(a, 'h1', T0 + 2)).toBe(false);
     expect(await store.robots.requestRotation('org_a', a, T0 + 3)).toMatchObject({ rotationRequestedAt: null });
+  });
+});
+
+describe('robot list: filters, orders and keyset pages both ways', () => {
+  const NAMES = ['arm-b', 'Arm-a', 'cart_1', 'cart%2', 'dock', 'dock', 'arm-c', 'ARMORY'];
+  let robots: { id: string; name: string; lastSeenAt: number | null }[];
+
+  beforeEach(async () => {
+    const t = await createEnrollmentToken(store, clock, { org: await orgA(), createdBy: 'test', maxUses: NAMES.length });
+    robots = [];
+    for (const name of NAMES) robots.push({ id: (await enrollRobot(store, clock, { token: t.token, name }, 'mqtt://x')).robot_id, name, lastSeenAt: null });
+    // Statuses: connected or not, recording states, last seen (two never seen; two seen at the same time).
+    const seen = [T0 + 5, T0 + 1, null, T0 + 3, T0 + 3, T0 + 9, null, T0 + 2];
+    for (const [i, r] of robots.entries()) {
+      const at = seen[i];
+      if (at === null || at === undefined) continue;
+      await store.robots.updateStatus(r.id, { connected: i % 2 === 0, recordingState: i === 0 || i === 5 ? 'recording' : 'idle', seenAt: at });
+      r.lastSeenAt = at;
+    }
+    const other = await createEnrollmentToken(store, clock, { org: await orgB(), createdBy: 'test' });
+    await enrollRobot(store, clock, { token: other.token, name: 'arm-other' }, 'mqtt://x');
+    await store.robots.deenroll('org_a', robots[6]!.id, T0 + 10);
+  });
+
+  const ids = (rows: { id: string }[]) => rows.map((r) => r.id);
+  const live = () => robots.filter((_, i) => i !== 6);
+  const byKey = (sort: RobotSort, order: 'asc' | 'desc') => (a: (typeof robots)[number], b: (typeof robots)[number]) => {
+    const [x, y] = [robotSortValue(sort, a), robotSortValue(sort, b)];
+    const c = x < y ? -1 : x > y ? 1 : a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+    return order === 'asc' ? c : -c;
+  };
+
+  async function walk(q: RobotListQuery, limit: number): Promise<string[]> {
+    const out: string[] = [];
+    let position: RobotListPosition | undefined;
+    for (;;) {
+      const rows = await store.robots.find('org_a', { ...q, ...(position ? { position } : {}) }, limit);
+      out.push(...ids(rows));
+      const last = rows[rows.length - 1];
+      if (rows.length < limit || !last) return out;
+      position = { value: robotSortValue(q.sort ?? 'id', last), id: last.id, direction: 'after' };
+    }
+  }
+
+  it('filters by name (ASCII case folded, wildcards literal), connection, recording state and disk pressure', async () => {
+    const find = async (q: RobotListQuery) => ids(await store.robots.find('org_a', q, 100)).sort();
+    const named = (...i: number[]) => i.map((n) => robots[n]!.id).sort();
+    expect(await find({ nameContains: 'ARM' })).toEqual(named(0, 1, 7));
+    expect(await find({ nameContains: 'arm', includeDeenrolled: true })).toEqual(named(0, 1, 6, 7));
+    expect(await find({ nameContains: '%' })).toEqual(named(3));
+    expect(await find({ nameContains: '_' })).toEqual(named(2));
+    expect(await find({ nameContains: 'nothing' })).toEqual([]);
+    expect(await find({ connected: true })).toEqual(named(0, 4));
+    expect(await find({ connected: false })).toEqual(named(1, 2, 3, 5, 7));
+    expect(await find({ recordingState: 'recording' })).toEqual(named(0, 5));
+    expect(await find({ recordingState: 'recording', connected: true, nameContains: 'b' })).toEqual(named(0));
+    await store.sync.notePressure(robots[1]!.id, { free_bytes: 1, backlog_bytes: 9, hours_to_full: 3.5 }, T0);
+    await store.sync.notePressure(robots[2]!.id, { free_bytes: 1, backlog_bytes: 9, hours_to_full: 24 }, T0);
+    await store.sync.notePressure(robots[3]!.id, { free_bytes: 1, backlog_bytes: 0, hours_to_full: null }, T0);
+    expect(await find({ hoursToFullBelow: 24 })).toEqual(named(1));
+    expect(await find({ hoursToFullBelow: 25 })).toEqual(named(1, 2));
+  });
+
+  it('pages every order forwards and backwards without skipping or repeating a robot', async () => {
+    for (const sort of ROBOT_SORTS) {
+      for (const order of ['asc', 'desc'] as const) {
+        const expected = ids([...live()].sort(byKey(sort, order)));
+        const label = `${sort} ${order}`;
+        expect(await walk({ sort, order }, 3), label).toEqual(expected);
+        expect(await walk({ sort, order }, 100), label).toEqual(expected);
+        // Backwards from each row: the rows just before it, in page order.
+        for (let i = 1; i < expected.length; i++) {
+          const at = live().find((r) => r.id === expected[i])!;
+          const rows = await store.robots.find('org_a', { sort, order, position: { value: robotSortValue(sort, at), id: at.id, direction: 'before' } }, 2);
+          expect(ids(rows), `${label} before ${i}`).toEqual(expected.slice(Math.max(0, i - 2), i));
+        }
+      }
+    }
+    // Never-seen robots sort as the earliest; ties on the value are broken by id.
+    const bySeen = ids(await store.robots.find('org_a', { sort: 'last_seen_at' }, 100));
+    expect(bySeen[0]).toBe(robots[2]!.id);
+    expect(await walk({ sort: 'name', order: 'desc', connected: false }, 2)).toEqual(ids(live().filter((_, i) => [1, 2, 3, 5, 6].includes(i)).sort(byKey('name', 'desc'))));
   });
 });
 

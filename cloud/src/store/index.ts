@@ -4,4 +4,5 @@ export { openSqliteStore, SqliteStore, DATABASE_FILE, MissingDatabaseError } fro
 export { openStore, type StoreConfig } from './open.js';
 export { openPgStore, PgStore, MissingPgSchemaError, redactDatabaseUrl } from './pg/store.js';
 export type * from './sync-types.js';
+export { ROBOT_SORTS, robotSortValue, type RobotListPosition, type RobotListQuery, type RobotSort } from './robot-list-query.js';
 export { isEpisodeLineSource, isMemberLineSource, type EpisodeLineBatch, type EpisodeLineRow, type EpisodeLineSource } from './line-source.js';

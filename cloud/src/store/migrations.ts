@@ -455,4 +455,14 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       ALTER TABLE idempotency_keys ADD COLUMN claim_token TEXT;
     `,
   },
+  {
+    version: 15,
+    name: 'robot list orders: by name and by last seen',
+    sql: `
+      -- GET /v1/robots sorted by name or by last_seen_at reads a page off an index, so a large
+      -- fleet is paged without sorting every robot of the organization per request.
+      CREATE INDEX robots_by_name ON robots (org_id, name, id);
+      CREATE INDEX robots_by_last_seen ON robots (org_id, COALESCE(last_seen_at, 0), id);
+    `,
+  },
 ];

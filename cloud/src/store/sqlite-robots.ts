@@ -1,4 +1,6 @@
+import type { Statement } from 'better-sqlite3';
 import { robotFromDb, tokenFromDb, type RobotDbRow, type TokenDbRow } from './rows.js';
+import { robotListSql, type RobotListQuery } from './robot-list-query.js';
 import type { Db } from './sqlite-db.js';
 import type { EnrollmentTokenRow, EnrollOutcome, RobotRow, RobotStatusUpdate, RobotStore } from './types.js';
 
@@ -21,6 +23,7 @@ export class SqliteRobots implements RobotStore {
   private readonly markRotation;
   private readonly pending;
   private readonly promote;
+  private readonly findStatements = new Map<string, Statement<unknown[], RobotDbRow>>();
 
   constructor(private readonly db: Db) {
     this.insertToken = db.prepare(
@@ -130,6 +133,18 @@ export class SqliteRobots implements RobotStore {
     return (opts.includeDeenrolled ? this.pageAll : this.page).all(orgId, after ?? '', limit).map(robotFromDb);
   }
 
+  async find(orgId: string, query: RobotListQuery, limit: number): Promise<RobotRow[]> {
+    const { sql, params, reverse } = robotListSql(orgId, query, limit, SQLITE_DIALECT);
+    // One prepared statement per shape of query (which filters, sort, direction): a few hundred at most.
+    let stmt = this.findStatements.get(sql);
+    if (!stmt) {
+      stmt = this.db.prepare<unknown[], RobotDbRow>(sql);
+      this.findStatements.set(sql, stmt);
+    }
+    const rows = stmt.all(...params).map(robotFromDb);
+    return reverse ? rows.reverse() : rows;
+  }
+
   async deenroll(orgId: string, id: string, at: number): Promise<RobotRow | undefined> {
     this.markDeenrolled.run(at, orgId, id);
     return this.get(orgId, id);
@@ -166,3 +181,5 @@ export class SqliteRobots implements RobotStore {
     this.disconnectAll.run();
   }
 }
+
+const SQLITE_DIALECT = { param: () => '?', bool: (b: boolean) => (b ? 1 : 0), nameCollate: '' };

@@ -441,21 +441,26 @@ export class SqliteSync implements SyncStore {
 
   // ---- sync health -------------------------------------------------------------------------
 
-  async syncHealth(orgId: string, now: number): Promise<SyncHealthRow[]> {
+  async syncHealth(orgId: string, now: number, opts: { robotIds?: readonly string[] } = {}): Promise<SyncHealthRow[]> {
+    // A list of ids is one JSON parameter (json_each), so the statement is the same for any count;
+    // with it, the robots' episodes are read through episodes_robot instead of all of the org's.
+    const only = opts.robotIds === undefined ? [] : [JSON.stringify(opts.robotIds)];
+    const onlyEpisodes = opts.robotIds === undefined ? '' : ' AND e.robot_id IN (SELECT value FROM json_each(?))';
+    const onlyRobots = opts.robotIds === undefined ? '' : ' AND id IN (SELECT value FROM json_each(?))';
     const rows = this.db
       .prepare<
-        [number, string],
+        [number, string, ...string[]],
         { robot_id: string; reported: number; unverified: number; over: number; bytes: number; missing: number }
       >(
         `SELECT robot_id, COUNT(*) AS reported, SUM(u) AS unverified, SUM(u * (reported_at < ?)) AS over, SUM(u * bytes) AS bytes, SUM(local_missing) AS missing
          FROM (SELECT e.robot_id, e.reported_at, e.local_missing, COALESCE(json_extract(e.manifest, '$.total_bytes'), 0) AS bytes,
                  (e.outcome != 'discarded' AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.episode_seq = e.seq AND p.state = 'verified')) AS u
-               FROM episodes e WHERE e.org_id = ?)
+               FROM episodes e WHERE e.org_id = ?${onlyEpisodes})
          GROUP BY robot_id`,
       )
-      .all(now - UNVERIFIED_ALERT_MS, orgId);
+      .all(now - UNVERIFIED_ALERT_MS, orgId, ...only);
     const byRobot = new Map<string, SyncHealthRow>();
-    for (const id of this.db.prepare<[string], { id: string }>('SELECT id FROM robots WHERE org_id = ?').all(orgId)) {
+    for (const id of this.db.prepare<[string, ...string[]], { id: string }>(`SELECT id FROM robots WHERE org_id = ?${onlyRobots}`).all(orgId, ...only)) {
       byRobot.set(id.id, { robotId: id.id, episodesReported: 0, unverified: 0, unverifiedOver72h: 0, bytesUnverified: 0, localMissing: 0, pressure: null });
     }
     for (const r of rows) {

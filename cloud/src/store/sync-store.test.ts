@@ -468,6 +468,20 @@ describeStore('SyncStore', (open, engine) => {
       expect((await row(T0 + 73 * HOUR + 1)).map((r) => r.unverifiedOver72h)).toEqual([3, 1]);
       expect((await store.sync.syncHealth(OTHER, T0)).map((r) => r.robotId)).toEqual(['rbt_9']);
     });
+
+    it('answers only the robots asked for, by id, with their counts and pressure unchanged', async () => {
+      await ingest([testReport({ manifest: { files: [], total_bytes: 10 } }), testReport()], { reportedAt: T0 });
+      await ingest([testReport()], { robotId: 'rbt_2', reportedAt: T0 });
+      await ingest([testReport()], { robotId: 'rbt_3', reportedAt: T0 });
+      await ingest([testReport()], { orgId: OTHER, robotId: 'rbt_9', reportedAt: T0 });
+      await store.sync.notePressure(ROBOT, { free_bytes: 10, backlog_bytes: 1, hours_to_full: 2 }, T0);
+      const all = await store.sync.syncHealth(ORG, T0);
+      expect(all.map((r) => r.robotId)).toEqual([ROBOT, 'rbt_2', 'rbt_3']);
+      const some = await store.sync.syncHealth(ORG, T0, { robotIds: ['rbt_3', ROBOT, 'rbt_unknown', 'rbt_9'] });
+      expect(some).toEqual([all[0], all[2]]);
+      expect(some[0]).toMatchObject({ episodesReported: 2, bytesUnverified: 10, pressure: { hours_to_full: 2 } });
+      expect(await store.sync.syncHealth(ORG, T0, { robotIds: [] })).toEqual([]);
+    });
   });
 
   describe('pruned local copies', () => {

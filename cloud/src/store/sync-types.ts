@@ -157,7 +157,8 @@ export interface SyncStore {
   markGranted(orgId: string, episodeSeq: number, destinationId: string, grantId: string, objectKey: string | null, at: number): Promise<void>;
 
   // Sync health
-  syncHealth(orgId: string, now: number): Promise<SyncHealthRow[]>;
+  /** One row per robot of the organization and per robot id that reported episodes; `robotIds`: only those. */
+  syncHealth(orgId: string, now: number, opts?: { robotIds?: readonly string[] }): Promise<SyncHealthRow[]>;
 }
 
 export type { ReplicaState };

@@ -1,5 +1,6 @@
 import type { EpisodeOutcome, EpisodeReport, Feature, RecordingState, Scope } from '@fleet/protocol';
 import type { SyncStore } from './sync-types.js';
+import type { RobotListQuery } from './robot-list-query.js';
 
 /**
  * The cloud's durable state, behind an async interface so that a second implementation
@@ -228,6 +229,11 @@ export interface RobotStore {
   getById(id: string): Promise<RobotRow | undefined>;
   /** Keyset page ordered by id; de-enrolled robots only when asked for. */
   list(orgId: string, after: string | null, limit: number, opts?: { includeDeenrolled?: boolean }): Promise<RobotRow[]>;
+  /**
+   * A filtered keyset page in the query's order (by id unless told), up to `limit` rows after (or
+   * before, still in page order) the query's position.
+   */
+  find(orgId: string, query: RobotListQuery, limit: number): Promise<RobotRow[]>;
   /** Ignored for a de-enrolled robot (a late status must not show it connected again). */
   updateStatus(id: string, update: RobotStatusUpdate): Promise<void>;
   /**

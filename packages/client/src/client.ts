@@ -98,6 +98,31 @@ async function none(call: Promise<{ response: Response; error?: unknown }>): Pro
   if (!r.response.ok) throw apiError(r.response, r.error);
 }
 
+/** Filters and order of `robots.list`. */
+export interface RobotListOptions {
+  includeDeenrolled?: boolean;
+  /** Name contains this text (ASCII letters in any case). */
+  q?: string;
+  connected?: boolean;
+  recordingState?: 'idle' | 'recording' | 'finalizing';
+  /** Robots whose disk fills within this many hours by their last report (needs data:read). */
+  hoursToFullBelow?: number;
+  sort?: 'id' | 'name' | 'last_seen_at';
+  order?: 'asc' | 'desc';
+}
+
+function robotListQuery(o: RobotListOptions = {}) {
+  return {
+    ...(o.includeDeenrolled ? { include_deenrolled: 'true' as const } : {}),
+    ...(o.q !== undefined && o.q !== '' ? { q: o.q } : {}),
+    ...(o.connected !== undefined ? { connected: o.connected ? ('true' as const) : ('false' as const) } : {}),
+    ...(o.recordingState !== undefined ? { recording_state: o.recordingState } : {}),
+    ...(o.hoursToFullBelow !== undefined ? { hours_to_full_below: String(o.hoursToFullBelow) } : {}),
+    ...(o.sort !== undefined ? { sort: o.sort } : {}),
+    ...(o.order !== undefined ? { order: o.order } : {}),
+  };
+}
+
 /** Every item of a keyset-paginated list, page after page, following `cursor` until it is null. */
 async function* follow<T>(fetchPage: (cursor: string | undefined) => Promise<{ items: readonly T[]; cursor: string | null | undefined }>, start?: string): AsyncGenerator<T> {
   let cursor = start;
@@ -175,11 +200,15 @@ export class FleetClient {
   readonly robots = {
     /** Exchanges an enrollment token (no API key needed); not retried after a 5xx or network error (the server does not deduplicate it). */
     enroll: (body: EnrollRequest, o?: RequestOptions) => ok(this.api.POST('/v1/robots/enroll', { body, ...this.init(o) })),
-    /** `includeDeenrolled`: list de-enrolled robots too. */
-    list: (o?: PageOptions & { includeDeenrolled?: boolean }) =>
-      ok(this.api.GET('/v1/robots', { params: { query: { ...this.page(o), ...(o?.includeDeenrolled ? { include_deenrolled: 'true' as const } : {}) } }, ...this.init(o) })),
+    /**
+     * One page. `includeDeenrolled`: de-enrolled robots too; `q` (name contains), `connected`,
+     * `recordingState`, `hoursToFullBelow` (needs data:read) filter; `sort`/`order` choose the order.
+     * The answer's `cursor` is the next page, `prev_cursor` the one before (pass either as `cursor`, with the same filters).
+     */
+    list: (o?: PageOptions & RobotListOptions) => ok(this.api.GET('/v1/robots', { params: { query: { ...this.page(o), ...robotListQuery(o) } }, ...this.init(o) })),
     /** Every robot, following the cursor. */
-    iterate: (o: PageOptions = {}) => follow((cursor) => this.robots.list({ ...o, ...(cursor !== undefined ? { cursor } : {}) }).then((p) => ({ items: p.robots, cursor: p.cursor })), o.cursor),
+    iterate: (o: PageOptions & RobotListOptions = {}) =>
+      follow((cursor) => this.robots.list({ ...o, ...(cursor !== undefined ? { cursor } : {}) }).then((p) => ({ items: p.robots, cursor: p.cursor })), o.cursor),
     get: (id: string, o?: RequestOptions) => ok(this.api.GET('/v1/robots/{id}', { params: { path: { id } }, ...this.init(o) })),
     /** De-enrolls: the robot's broker credentials stop at once; its episodes stay. */
     deenroll: (id: string, o?: RequestOptions) => none(this.api.DELETE('/v1/robots/{id}', { params: { path: { id } }, ...this.init(o) })),
@@ -285,8 +314,9 @@ export class FleetClient {
     setOrder: (ruleIds: string[], o?: RequestOptions) => ok(this.api.PUT('/v1/routing-rules/order', { body: { rule_ids: ruleIds }, ...this.init(o) })),
   };
 
-  /** Per robot: what has not been verified at a destination yet. */
-  syncHealth = (o?: RequestOptions) => ok(this.api.GET('/v1/sync-health/robots', this.init(o)));
+  /** Per robot: what has not been verified at a destination yet; `robotIds` (at most 100): only those robots. */
+  syncHealth = (o?: RequestOptions & { robotIds?: readonly string[] }) =>
+    ok(this.api.GET('/v1/sync-health/robots', { params: { query: o?.robotIds !== undefined ? { robot_id: o.robotIds.join(',') } : {} }, ...this.init(o) }));
 }
 
 async function* streamPages<T>(fetchPage: (cursor: string | undefined) => Promise<StreamPage<T>>, start?: string): AsyncGenerator<T> {

@@ -1,4 +1,4 @@
-export { FleetClient, ROBOT_COMMAND_ACTIONS, type FleetClientOptions, type PageOptions, type RequestOptions, type RobotCommandAction, type StreamPage } from './client.js';
+export { FleetClient, ROBOT_COMMAND_ACTIONS, type FleetClientOptions, type PageOptions, type RequestOptions, type RobotCommandAction, type RobotListOptions, type StreamPage } from './client.js';
 export { FleetApiError, FleetConnectionError, FleetStreamError, FLEET_ERROR_CODES, isFleetApiError, type FleetErrorCode } from './errors.js';
 export { DEFAULT_MAX_LINE_LENGTH, readNdjson } from './ndjson.js';
 export { OPERATIONS, methodOf } from './operations.js';

@@ -460,7 +460,7 @@ export interface paths {
         };
         /**
          * List robots
-         * @description Ordered by id; keyset-paginated. De-enrolled robots are left out unless `include_deenrolled=true`.
+         * @description Ordered by id unless `sort` says otherwise; keyset-paginated in every order (`cursor` for the next page, `prev_cursor` for the one before). De-enrolled robots are left out unless `include_deenrolled=true`. Filters: `q` (name contains, ASCII letters in any case), `connected`, `recording_state`, and `hours_to_full_below` (the disk the robot last reported fills within that many hours; sync-health data, so it also needs the scope `data:read` and the feature `data.metadata`). Pass a cursor back with the same filters and order.
          *
          *     Scope: robots:read or fleet:read. Entitlement: api.access.
          */
@@ -472,6 +472,18 @@ export interface paths {
                     limit?: string;
                     /** @description `true`: list de-enrolled robots too (default false) */
                     include_deenrolled?: "true" | "false";
+                    /** @description Name contains this text (ASCII letters in any case) */
+                    q?: string;
+                    /** @description Only robots connected (`true`) or not (`false`) now */
+                    connected?: "true" | "false";
+                    /** @description Only robots in this recording state */
+                    recording_state?: "idle" | "recording" | "finalizing";
+                    /** @description Only robots whose last disk report projects the disk full in fewer than this many hours (needs data:read) */
+                    hours_to_full_below?: string;
+                    /** @description `id` (default), `name` (bytewise) or `last_seen_at` (never seen counts as earliest) */
+                    sort?: "id" | "name" | "last_seen_at";
+                    /** @description `asc` (default) or `desc` */
+                    order?: "asc" | "desc";
                 };
                 header?: never;
                 path?: never;
@@ -488,6 +500,7 @@ export interface paths {
                         "application/json": {
                             robots: components["schemas"]["Robot"][];
                             cursor: string | null;
+                            prev_cursor: string | null;
                         };
                     };
                 };
@@ -2884,13 +2897,16 @@ export interface paths {
         };
         /**
          * Sync health per robot
-         * @description One row per robot of the organization (and per robot id that reported episodes). `unverified`: reported, not discarded, and verified at no destination; `unverified_over_72h`: of those, reported more than 72 hours ago.
+         * @description One row per robot of the organization (and per robot id that reported episodes), ordered by robot id; with `robot_id`, only the rows of those ids. `unverified`: reported, not discarded, and verified at no destination; `unverified_over_72h`: of those, reported more than 72 hours ago.
          *
          *     Scope: data:read. Entitlement: data.metadata.
          */
         get: {
             parameters: {
-                query?: never;
+                query?: {
+                    /** @description Only these robots: ids separated by commas, at most 100 (the robots a page of the list shows) */
+                    robot_id?: string;
+                };
                 header?: never;
                 path?: never;
                 cookie?: never;

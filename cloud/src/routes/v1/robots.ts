@@ -7,13 +7,16 @@ import {
   EnrollmentTokenInfoSchema,
   EnrollmentTokenSchema,
   iso,
+  RecordingStateSchema,
   RobotSchema,
+  scopeSatisfies,
   type Robot,
 } from '@fleet/protocol';
 import { ApiError, notFound } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
 import { createEnrollmentToken, enrollRobot, toEnrollmentTokenInfo } from '../../robots/enrollment.js';
-import type { RobotRow } from '../../store/index.js';
+import { hasFeature } from '../../entitlements.js';
+import { ROBOT_SORTS, robotSortValue, type RobotListPosition, type RobotRow, type RobotSort } from '../../store/index.js';
 import { decodeCursor, encodeCursor } from '../cursor.js';
 import { queryInt } from '../query.js';
 import type { V1Plugin } from './types.js';
@@ -50,6 +53,45 @@ const ListQuery = z.strictObject({
   cursor: z.string().min(1).max(512).optional(),
   limit: queryInt(1, 100, 50),
 });
+
+const RobotListQuerySchema = ListQuery.extend({
+  include_deenrolled: z.enum(['true', 'false']).optional().describe('`true`: list de-enrolled robots too (default false)'),
+  q: z.string().min(1).max(128).optional().describe('Name contains this text (ASCII letters in any case)'),
+  connected: z.enum(['true', 'false']).optional().describe('Only robots connected (`true`) or not (`false`) now'),
+  recording_state: RecordingStateSchema.optional().describe('Only robots in this recording state'),
+  hours_to_full_below: z
+    .string()
+    .regex(/^[0-9]{1,7}$/, 'must be written in decimal digits')
+    .transform(Number)
+    .pipe(z.number().int().min(1).max(1_000_000))
+    .optional()
+    .describe('Only robots whose last disk report projects the disk full in fewer than this many hours (needs data:read)'),
+  sort: z.enum(ROBOT_SORTS).optional().describe('`id` (default), `name` (bytewise) or `last_seen_at` (never seen counts as earliest)'),
+  order: z.enum(['asc', 'desc']).optional().describe('`asc` (default) or `desc`'),
+});
+
+/**
+ * A robot page cursor. Paging forward by id is the id itself, as before sorting existed, so
+ * cursors handed out earlier still work; any other cursor names its order, sort value and
+ * direction, and one of another order is refused rather than read as a position it is not.
+ */
+function encodeRobotCursor(sort: RobotSort, order: 'asc' | 'desc', r: RobotRow, direction: 'after' | 'before'): string {
+  if (sort === 'id' && order === 'asc' && direction === 'after') return encodeCursor(r.id);
+  return encodeCursor({ s: sort, o: order, v: robotSortValue(sort, r), id: r.id, d: direction === 'after' ? 'a' : 'b' });
+}
+
+function decodeRobotCursor(cursor: string, sort: RobotSort, order: 'asc' | 'desc'): RobotListPosition {
+  const position = decodeCursor(cursor, (v): RobotListPosition | null => {
+    if (typeof v === 'string') return sort === 'id' && order === 'asc' ? { value: v, id: v, direction: 'after' } : null;
+    if (typeof v !== 'object' || v === null) return null;
+    const c = v as Record<string, unknown>;
+    if (c.s !== sort || c.o !== order || typeof c.id !== 'string' || (c.d !== 'a' && c.d !== 'b')) return null;
+    const valueOk = sort === 'last_seen_at' ? typeof c.v === 'number' && Number.isSafeInteger(c.v) : typeof c.v === 'string';
+    if (!valueOk) return null;
+    return { value: c.v as string | number, id: c.id, direction: c.d === 'a' ? 'after' : 'before' };
+  });
+  return position;
+}
 
 const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 const NoBody = z.strictObject({}).nullish();
@@ -155,19 +197,56 @@ export const robotRoutes: V1Plugin = async (app, { store, clock, mqttPublicUrl, 
     config: { policy: { auth: 'key', scope: ['robots:read', 'fleet:read'], feature: 'api.access', meter: null } },
     schema: {
       summary: 'List robots',
-      description: 'Ordered by id; keyset-paginated. De-enrolled robots are left out unless `include_deenrolled=true`.',
-      querystring: ListQuery.extend({
-        include_deenrolled: z.enum(['true', 'false']).optional().describe('`true`: list de-enrolled robots too (default false)'),
-      }),
-      response: { 200: z.object({ robots: z.array(RobotSchema), cursor: z.string().nullable() }) },
+      description:
+        'Ordered by id unless `sort` says otherwise; keyset-paginated in every order (`cursor` for the next page, `prev_cursor` for the one before). ' +
+        'De-enrolled robots are left out unless `include_deenrolled=true`. Filters: `q` (name contains, ASCII letters in any case), `connected`, ' +
+        '`recording_state`, and `hours_to_full_below` (the disk the robot last reported fills within that many hours; sync-health data, so it ' +
+        'also needs the scope `data:read` and the feature `data.metadata`). Pass a cursor back with the same filters and order.',
+      querystring: RobotListQuerySchema,
+      response: { 200: z.object({ robots: z.array(RobotSchema), cursor: z.string().nullable(), prev_cursor: z.string().nullable() }) },
     },
     handler: async (request) => {
-      const { org } = principalOf(request);
-      const { limit, cursor } = request.query;
-      const after = cursor === undefined ? null : decodeCursor(cursor, stringCursor);
-      const rows = await store.robots.list(org.id, after, limit + 1, { includeDeenrolled: request.query.include_deenrolled === 'true' });
-      const page = rows.slice(0, limit);
-      return { robots: page.map(toRobot), cursor: rows.length > limit ? encodeCursor(page[page.length - 1]!.id) : null };
+      const { org, key } = principalOf(request);
+      const q = request.query;
+      const sort = q.sort ?? 'id';
+      const order = q.order ?? 'asc';
+      if (q.hours_to_full_below !== undefined) {
+        // Disk pressure is sync health (data:read, data.metadata): a fleet:read key filters by it no more than it reads it.
+        if (!scopeSatisfies(key.scopes, 'data:read')) {
+          throw new ApiError('insufficient_scope', 'hours_to_full_below needs the scope data:read', { required_scope: 'data:read', key_scopes: key.scopes });
+        }
+        if (!hasFeature(org, 'data.metadata')) {
+          throw new ApiError('entitlement_required', "the organization's plan does not include data.metadata", { feature: 'data.metadata', tier: org.tier });
+        }
+      }
+      const position = q.cursor === undefined ? undefined : decodeRobotCursor(q.cursor, sort, order);
+      const rows = await store.robots.find(
+        org.id,
+        {
+          includeDeenrolled: q.include_deenrolled === 'true',
+          ...(q.q !== undefined ? { nameContains: q.q } : {}),
+          ...(q.connected !== undefined ? { connected: q.connected === 'true' } : {}),
+          ...(q.recording_state !== undefined ? { recordingState: q.recording_state } : {}),
+          ...(q.hours_to_full_below !== undefined ? { hoursToFullBelow: q.hours_to_full_below } : {}),
+          sort,
+          order,
+          ...(position ? { position } : {}),
+        },
+        q.limit + 1,
+      );
+      // A page read backwards comes in page order with its extra row (if any) first.
+      const backwards = position?.direction === 'before';
+      const more = rows.length > q.limit;
+      const page = more ? (backwards ? rows.slice(1) : rows.slice(0, q.limit)) : rows;
+      const first = page[0];
+      const last = page[page.length - 1];
+      const hasNext = backwards ? last !== undefined : more;
+      const hasPrev = backwards ? more : position !== undefined && first !== undefined;
+      return {
+        robots: page.map(toRobot),
+        cursor: hasNext ? encodeRobotCursor(sort, order, last!, 'after') : null,
+        prev_cursor: hasPrev ? encodeRobotCursor(sort, order, first!, 'before') : null,
+      };
     },
   });
 

@@ -27,9 +27,24 @@ export const syncHealthRoutes: V1Plugin = async (app, { store, clock }) => {
     schema: {
       summary: 'Sync health per robot',
       description:
-        'One row per robot of the organization (and per robot id that reported episodes). `unverified`: reported, not discarded, and verified at no destination; `unverified_over_72h`: of those, reported more than 72 hours ago.',
+        'One row per robot of the organization (and per robot id that reported episodes), ordered by robot id; with `robot_id`, only the rows of those ids. ' +
+        '`unverified`: reported, not discarded, and verified at no destination; `unverified_over_72h`: of those, reported more than 72 hours ago.',
+      querystring: z.strictObject({
+        robot_id: z
+          .string()
+          .min(1)
+          .max(100 * 129)
+          .transform((v) => [...new Set(v.split(','))])
+          .pipe(z.array(z.string().min(1, 'an empty robot id').max(128)).max(100, 'at most 100 robot ids'))
+          .optional()
+          .describe('Only these robots: ids separated by commas, at most 100 (the robots a page of the list shows)'),
+      }),
       response: { 200: z.object({ robots: z.array(SyncHealthRowSchema) }) },
     },
-    handler: async (request) => ({ robots: (await store.sync.syncHealth(principalOf(request).org.id, clock.now())).map(toRow) }),
+    handler: async (request) => {
+      const robotIds = request.query.robot_id;
+      const rows = await store.sync.syncHealth(principalOf(request).org.id, clock.now(), robotIds ? { robotIds } : {});
+      return { robots: rows.map(toRow) };
+    },
   });
 };

@@ -25,6 +25,12 @@ export const PG_MIGRATIONS: readonly { version: number; name: string; sql: strin
     name: 'idempotency claim tokens (SQLite migration 14)',
     sql: 'ALTER TABLE idempotency_keys ADD COLUMN claim_token TEXT;',
   },
+  {
+    version: 4,
+    name: 'robot list orders: by name and by last seen (SQLite migration 15)',
+    sql: `CREATE INDEX robots_by_name ON robots (org_id, name COLLATE "C", id);
+      CREATE INDEX robots_by_last_seen ON robots (org_id, (COALESCE(last_seen_at, 0)), id);`,
+  },
 ];
 
 /**

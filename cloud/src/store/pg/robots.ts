@@ -1,3 +1,4 @@
+import { robotListSql, type RobotListQuery } from '../robot-list-query.js';
 import { robotFromDb, tokenFromDb, type RobotDbRow, type TokenDbRow } from '../rows.js';
 import type { EnrollmentTokenRow, EnrollOutcome, RobotRow, RobotStatusUpdate, RobotStore } from '../types.js';
 import type { PgDb } from './db.js';
@@ -71,6 +72,12 @@ export class PgRobots implements RobotStore {
     return rows.map(robotFromDb);
   }
 
+  async find(orgId: string, query: RobotListQuery, limit: number): Promise<RobotRow[]> {
+    const { sql, params, reverse } = robotListSql(orgId, query, limit, PG_DIALECT);
+    const rows = (await this.db.many<RobotDbRow>(sql, params)).map(robotFromDb);
+    return reverse ? rows.reverse() : rows;
+  }
+
   async deenroll(orgId: string, id: string, at: number): Promise<RobotRow | undefined> {
     const r = await this.db.one<RobotDbRow>(
       `UPDATE robots SET deenrolled_at = COALESCE(deenrolled_at, $1), connected = false, rotation_requested_at = NULL, pending_password_hash = NULL, pending_secret_sealed = NULL
@@ -116,3 +123,5 @@ export class PgRobots implements RobotStore {
     await this.db.query('UPDATE robots SET connected = false WHERE connected');
   }
 }
+
+const PG_DIALECT = { param: (n: number) => `$${n}`, bool: (b: boolean) => b, nameCollate: ' COLLATE "C"' };

@@ -365,18 +365,20 @@ export class PgSync implements SyncStore {
 
   // ---- sync health -------------------------------------------------------------------------
 
-  async syncHealth(orgId: string, now: number): Promise<SyncHealthRow[]> {
+  async syncHealth(orgId: string, now: number, opts: { robotIds?: readonly string[] } = {}): Promise<SyncHealthRow[]> {
+    const only = opts.robotIds === undefined ? [] : [[...opts.robotIds]];
+    const onlyEpisodes = opts.robotIds === undefined ? '' : ' AND e.robot_id = ANY($3::text[])';
     const rows = await this.db.many<{ robot_id: string; reported: number; unverified: number; over: number; bytes: number; missing: number }>(
       `SELECT robot_id, COUNT(*) AS reported, SUM(u)::bigint AS unverified, SUM(CASE WHEN reported_at < $1 THEN u ELSE 0 END)::bigint AS over,
          SUM(u * bytes)::bigint AS bytes, SUM(local_missing)::bigint AS missing
        FROM (SELECT e.robot_id, e.reported_at, e.local_missing, COALESCE((e.manifest::jsonb ->> 'total_bytes')::numeric, 0) AS bytes,
                CASE WHEN e.outcome != 'discarded' AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.episode_seq = e.seq AND p.state = 'verified') THEN 1 ELSE 0 END AS u
-             FROM episodes e WHERE e.org_id = $2) x
+             FROM episodes e WHERE e.org_id = $2${onlyEpisodes}) x
        GROUP BY robot_id`,
-      [now - UNVERIFIED_ALERT_MS, orgId],
+      [now - UNVERIFIED_ALERT_MS, orgId, ...only],
     );
     const byRobot = new Map<string, SyncHealthRow>();
-    for (const { id } of await this.db.many<{ id: string }>('SELECT id FROM robots WHERE org_id = $1', [orgId])) {
+    for (const { id } of await this.db.many<{ id: string }>(`SELECT id FROM robots WHERE org_id = $1${opts.robotIds === undefined ? '' : ' AND id = ANY($2::text[])'}`, [orgId, ...only])) {
       byRobot.set(id, { robotId: id, episodesReported: 0, unverified: 0, unverifiedOver72h: 0, bytesUnverified: 0, localMissing: 0, pressure: null });
     }
     for (const r of rows) {

@@ -1,5 +1,5 @@
 import { useEffect, useMemo, useState } from 'preact/hooks';
-import { forgetKey, openSession, storedKey, isAuthLost, can, type Session, type Scope } from './session.js';
+import { forgetKey, openSession, storedKey, isAuthLost, can, type Session } from './session.js';
 import { LiveEvents, useLiveState } from './live.js';
 import { Ctx, useConsole } from './ui/context.js';
 import { authMessage } from './ui/hooks.js';
@@ -41,7 +41,7 @@ export function App() {
   );
 }
 
-function SignedIn({ session, onSignOut }: { session: Session; onSignOut(why: string | null): void }) {
+function SignedIn({ session, onSignOut }: { session: Session; onSignOut: (why: string | null) => void }) {
   const live = useMemo(() => new LiveEvents(session, (err) => onSignOut(authMessage(err))), [session]);
   useEffect(() => {
     live.start();
@@ -55,7 +55,7 @@ function SignedIn({ session, onSignOut }: { session: Session; onSignOut(why: str
   );
 }
 
-function Shell({ onSignOut }: { onSignOut(): void }) {
+function Shell({ onSignOut }: { onSignOut: () => void }) {
   const { session } = useConsole();
   const loc = useLocation();
   const state = useLiveState();
@@ -63,7 +63,7 @@ function Shell({ onSignOut }: { onSignOut(): void }) {
   for (const r of ROUTES) {
     const params = match(r.path, loc.path);
     if (!params) continue;
-    view = r.scope && !can(session, r.scope as Scope | Scope[]) ? <NotAllowed scope={r.scope} /> : r.render(params, loc.query);
+    view = r.scope && !can(session, r.scope) ? <NotAllowed scope={r.scope} /> : r.render(params, loc.query);
     break;
   }
   useEffect(() => {

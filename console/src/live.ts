@@ -1,4 +1,5 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
+import type { FleetEventType } from '@fleet/client';
 import { isAuthLost, can, type Session } from './session.js';
 import { useConsole } from './ui/context.js';
 
@@ -12,14 +13,21 @@ export interface LiveEvent {
 export type LiveState = 'connecting' | 'live' | 'off' | 'failed';
 
 /**
- * The tab's one event stream, shared by every view: the cloud does work per event, not per open
- * page. The typed client's iterator reconnects with the last event id after a drop (a cloud
- * restart loses nothing); views subscribe to the types they show.
+ * The browser's one event stream per key, shared by every view and every tab: the cloud does
+ * work per event, not per open page, and a browser allows only six HTTP/1.1 connections to one
+ * origin, so a stream per tab would stall the seventh tab. The tab holding a Web Lock named after
+ * the key streams and posts each event on a BroadcastChannel; the other tabs listen. When that tab
+ * closes, the lock passes to a waiting tab, which resumes from the last event id it heard, so
+ * nothing is lost. The typed client's iterator reconnects with the last event id after a drop (a
+ * cloud restart loses nothing).
  */
 export class LiveEvents {
   private readonly listeners = new Set<(e: LiveEvent) => void>();
   private readonly stateListeners = new Set<(s: LiveState) => void>();
   private abort: AbortController | null = null;
+  private channel: BroadcastChannel | null = null;
+  private lastId: string | undefined;
+  private leading = false;
   state: LiveState = 'off';
   error: unknown = undefined;
 
@@ -29,8 +37,8 @@ export class LiveEvents {
   ) {}
 
   /** The families this key may read: episode events with data:read, robot statuses with robots:read or fleet:read. */
-  types(): string[] {
-    const t: string[] = [];
+  types(): FleetEventType[] {
+    const t: FleetEventType[] = [];
     if (can(this.session, 'data:read')) t.push('episode.finalized', 'episode.synced', 'episode.verified', 'episode.failed', 'episode.pruned');
     if (can(this.session, ['robots:read', 'fleet:read'])) t.push('robot.status');
     return t;
@@ -42,25 +50,69 @@ export class LiveEvents {
     const ac = new AbortController();
     this.abort = ac;
     this.setState('connecting');
-    void (async () => {
-      try {
-        const stream = this.session.client.events.stream({ types, signal: ac.signal, onOpen: () => this.setState('live') });
-        for await (const e of stream) {
-          this.setState('live');
-          for (const l of this.listeners) l(e as LiveEvent);
+    const name = `fleet-console-events:${this.session.keyId}`;
+    const locks = typeof navigator !== 'undefined' ? navigator.locks : undefined;
+    if (!locks || typeof BroadcastChannel === 'undefined') {
+      void this.stream(types, ac.signal, null);
+      return;
+    }
+    const channel = new BroadcastChannel(name);
+    this.channel = channel;
+    channel.onmessage = (m: MessageEvent<{ kind: 'event'; event: LiveEvent } | { kind: 'state'; state: LiveState } | { kind: 'hello' }>) => {
+      if (m.data.kind === 'event') this.deliver(m.data.event);
+      else if (m.data.kind === 'state') this.setState(m.data.state === 'failed' ? 'connecting' : m.data.state);
+      // A tab that just opened asks how the stream is doing.
+      else if (this.leading) channel.postMessage({ kind: 'state', state: this.state });
+    };
+    channel.postMessage({ kind: 'hello' });
+    locks
+      .request(name, { signal: ac.signal }, async () => {
+        this.leading = true;
+        try {
+          await this.stream(types, ac.signal, channel);
+        } finally {
+          this.leading = false;
         }
-      } catch (err) {
-        if (ac.signal.aborted) return;
-        this.error = err;
-        if (isAuthLost(err)) this.onAuthLost(err);
-        this.setState('failed');
+      })
+      .catch(() => undefined);
+  }
+
+  private async stream(types: FleetEventType[], signal: AbortSignal, channel: BroadcastChannel | null): Promise<void> {
+    const announce = (s: LiveState) => {
+      this.setState(s);
+      channel?.postMessage({ kind: 'state', state: s });
+    };
+    try {
+      const events = this.session.client.events.stream({
+        types,
+        signal,
+        ...(this.lastId !== undefined ? { lastEventId: this.lastId } : {}),
+        onOpen: () => announce('live'),
+        onReconnect: () => announce('connecting'),
+      });
+      for await (const e of events) {
+        const event = e as LiveEvent;
+        channel?.postMessage({ kind: 'event', event });
+        this.deliver(event);
       }
-    })();
+    } catch (err) {
+      if (signal.aborted) return;
+      this.error = err;
+      if (isAuthLost(err)) this.onAuthLost(err);
+      announce('failed');
+    }
+  }
+
+  private deliver(e: LiveEvent): void {
+    this.lastId = e.id;
+    for (const l of this.listeners) l(e);
   }
 
   stop(): void {
     this.abort?.abort();
     this.abort = null;
+    this.channel?.close();
+    this.channel = null;
     this.setState('off');
   }
 

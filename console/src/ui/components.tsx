@@ -41,7 +41,7 @@ export function ErrorNotice({ error, action }: { error: unknown; action?: string
     );
   }
   if (error instanceof FleetConnectionError) lines = [<span>The cloud could not be reached ({error.message}). Check the connection and try again.</span>];
-  else lines = [<span>{error instanceof Error ? error.message : String(error)}</span>];
+  else lines = [<span>{error instanceof Error ? error.message : typeof error === 'string' ? error : JSON.stringify(error)}</span>];
   return (
     <div class="notice error" role="alert">
       <strong>{title}</strong>
@@ -53,7 +53,7 @@ export function ErrorNotice({ error, action }: { error: unknown; action?: string
 /** The error of one field, from `details` of a 400 (zod issues carry a path). */
 export function fieldError(error: unknown, field: string): string | undefined {
   if (!(error instanceof FleetApiError) || error.code !== 'validation_failed') return undefined;
-  const issues = (error.details?.issues ?? error.details?.errors) as unknown;
+  const issues = (error.details?.issues ?? error.details?.errors);
   if (Array.isArray(issues)) {
     for (const i of issues as { path?: unknown; message?: unknown }[]) {
       const path = Array.isArray(i.path) ? i.path.join('.') : typeof i.path === 'string' ? i.path : '';
@@ -111,8 +111,8 @@ export function Confirm(props: {
   confirmLabel: string;
   danger?: boolean;
   typed?: string;
-  onConfirm(): void;
-  onCancel(): void;
+  onConfirm: () => void;
+  onCancel: () => void;
 }) {
   const ref = useRef<HTMLDialogElement>(null);
   const [text, setText] = useState('');
@@ -185,7 +185,7 @@ export function SecretOnce({ label, secret }: { label: string; secret: string })
 export function ScopedButton(props: JSX.ButtonHTMLAttributes<HTMLButtonElement> & { allowed: boolean; why: string }) {
   const { allowed, why, children, ...rest } = props;
   return (
-    <button type="button" {...rest} disabled={!allowed || Boolean(rest.disabled)} title={allowed ? (rest.title as string | undefined) : why}>
+    <button type="button" {...rest} disabled={!allowed || Boolean(rest.disabled)} title={allowed ? (rest.title) : why}>
       {children}
       {allowed ? null : <span class="sr-only"> ({why})</span>}
     </button>

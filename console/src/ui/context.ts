@@ -7,7 +7,7 @@ export interface ConsoleContext {
   session: Session;
   live: LiveEvents;
   /** The key stopped working (401): back to sign-in with this message, keeping the page's URL. */
-  authLost(message: string): void;
+  authLost: (message: string) => void;
 }
 
 export const Ctx = createContext<ConsoleContext | null>(null);

@@ -6,7 +6,7 @@ export interface Async<T> {
   data: T | undefined;
   error: unknown;
   loading: boolean;
-  reload(): void;
+  reload: () => void;
 }
 
 /**
@@ -50,7 +50,7 @@ export function useAction<A extends unknown[], T>(act: (...args: A) => Promise<T
   busy: boolean;
   result: T | undefined;
   error: unknown;
-  clear(): void;
+  clear: () => void;
 } {
   const { authLost } = useConsole();
   const [busy, setBusy] = useState(false);

@@ -8,7 +8,7 @@ import { ErrorNotice, Field } from '../ui/components.js';
  * (not localStorage, not the URL); the form is a POST-less form, so the key never becomes a
  * query string either.
  */
-export function SignIn({ message, onSignedIn }: { message: string | null; onSignedIn(s: Session): void }) {
+export function SignIn({ message, onSignedIn }: { message: string | null; onSignedIn: (s: Session) => void }) {
   const [key, setKey] = useState('');
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<unknown>(undefined);

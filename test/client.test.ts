@@ -152,6 +152,9 @@ describe('@fleet/client against a real cloud', () => {
     const id = pageOfAll[0]!.id;
     expect((await c.episodes.get(id)).id).toBe(id);
     expect(Array.isArray((await c.episodes.segments(id)).segments)).toBe(true);
+    const files = await c.episodes.files(id);
+    expect(files.files.length).toBeGreaterThan(0);
+    expect(files.total_bytes).toBe(files.files.reduce((n, f) => n + f.size_bytes, 0));
     expect((await c.episodes.annotate(id, { annotations: { grade: 3 } })).annotations).toMatchObject({ grade: 3 });
     expect((await c.episodes.setOutcome(id, { outcome: 'failure', reason: 'dropped the part' })).outcome).toBe('failure');
     expect((await c.episodes.outcomeHistory(id)).outcome_history).toMatchObject([{ to: 'failure', reason: 'dropped the part' }]);
@@ -166,7 +169,11 @@ describe('@fleet/client against a real cloud', () => {
     for await (const d of c.datasets.iterate({ limit: 1 })) listed.push(d.id);
     expect(listed).toContain(ds.id);
     expect((await c.datasets.list()).datasets.map((d) => d.id)).toContain(ds.id);
+    const live = await c.datasets.count(ds.id);
+    expect(live).toMatchObject({ dataset_id: ds.id, live: true, capped: false });
     const snap = await c.datasets.snapshot(ds.id);
+    expect(await c.datasets.count(ds.id)).toEqual({ dataset_id: ds.id, live: false, episode_count: snap.episode_count, capped: false });
+    expect(live.episode_count).toBeLessThanOrEqual(snap.episode_count);
     const lines = [];
     for await (const line of c.datasets.manifest(ds.id, { limit: 1 })) lines.push(line);
     expect(lines[0]).toMatchObject({ kind: 'header', header: { dataset_id: ds.id } });

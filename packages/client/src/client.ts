@@ -2,6 +2,7 @@ import createClient, { type Client } from 'openapi-fetch';
 import { parseRetryAfter } from '@fleet/protocol';
 import { FleetApiError } from './errors.js';
 import { DEFAULT_MAX_LINE_LENGTH, readNdjson } from './ndjson.js';
+import { serializeQuery } from './query.js';
 import type { paths } from './schema.js';
 import { retryingFetch, type TransportOptions } from './transport.js';
 import type {
@@ -148,7 +149,7 @@ export class FleetClient {
   constructor(options: FleetClientOptions) {
     const headers: Record<string, string> = { ...options.headers };
     if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;
-    this.api = createClient<paths>({ baseUrl: options.baseUrl.replace(/\/+$/, ''), headers, fetch: retryingFetch(options) });
+    this.api = createClient<paths>({ baseUrl: options.baseUrl.replace(/\/+$/, ''), headers, fetch: retryingFetch(options), querySerializer: serializeQuery });
     this.maxLineLength = options.maxLineLength ?? DEFAULT_MAX_LINE_LENGTH;
   }
 
@@ -260,6 +261,8 @@ export class FleetClient {
     /** Merges `annotations` (null deletes a key). */
     annotate: (id: string, body: PatchAnnotationsRequest, o?: RequestOptions) => ok(this.api.PATCH('/v1/episodes/{id}', { params: { path: { id } }, body, ...this.init(o) })),
     segments: (id: string, o?: RequestOptions) => ok(this.api.GET('/v1/episodes/{id}/segments', { params: { path: { id } }, ...this.init(o) })),
+    /** The files the robot's manifest lists (path, size, SHA-256) and their total; never the bytes. */
+    files: (id: string, o?: RequestOptions) => ok(this.api.GET('/v1/episodes/{id}/files', { params: { path: { id } }, ...this.init(o) })),
     outcomeHistory: (id: string, o?: RequestOptions) => ok(this.api.GET('/v1/episodes/{id}/outcome-history', { params: { path: { id } }, ...this.init(o) })),
     /** Overrides the outcome (audited; `reason` required). */
     setOutcome: (id: string, body: PatchOutcomeRequest, o?: RequestOptions) => ok(this.api.PATCH('/v1/episodes/{id}/outcome', { params: { path: { id } }, body, ...this.init(o) })),
@@ -270,6 +273,8 @@ export class FleetClient {
     list: (o?: PageOptions) => ok(this.api.GET('/v1/datasets', { params: { query: this.page(o) }, ...this.init(o) })),
     iterate: (o: PageOptions = {}) => follow((cursor) => this.datasets.list({ ...o, ...(cursor !== undefined ? { cursor } : {}) }).then((p) => ({ items: p.datasets, cursor: p.cursor })), o.cursor),
     get: (id: string, o?: RequestOptions) => ok(this.api.GET('/v1/datasets/{id}', { params: { path: { id } }, ...this.init(o) })),
+    /** How many episodes it holds: pinned by its snapshot, or for a live dataset what a snapshot would pin now (`capped` past 100,000). */
+    count: (id: string, o?: RequestOptions) => ok(this.api.GET('/v1/datasets/{id}/count', { params: { path: { id } }, ...this.init(o) })),
     /** Freezes the membership (live datasets have no manifest). */
     snapshot: (id: string, o?: RequestOptions) => ok(this.api.POST('/v1/datasets/{id}/snapshot', { params: { path: { id } }, body: {}, ...this.init(o) })),
     /** One manifest page: the header line (first page only), then members. */

@@ -1629,6 +1629,58 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/episodes/{id}/files": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The episode's files as its manifest lists them
+         * @description Paths, sizes and SHA-256 digests the robot reported; never the bytes or a URL to them.
+         *
+         *     Scope: data:read. Entitlement: data.metadata.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["EpisodeFiles"];
+                    };
+                };
+                /** @description Default Response */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/episodes/{id}/outcome-history": {
         parameters: {
             query?: never;
@@ -1862,6 +1914,58 @@ export interface paths {
                     };
                     content: {
                         "application/json": components["schemas"]["Dataset"];
+                    };
+                };
+                /** @description Default Response */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/datasets/{id}/count": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * How many episodes the dataset holds
+         * @description A snapshot's pinned count, or for a live dataset the episodes a snapshot taken now would pin (the same rules: evaluation episodes unless the filter names eval_id, discarded ones unless it names outcome). A live count stops at 100,000 (`capped`).
+         *
+         *     Scope: data:read. Entitlement: data.metadata.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DatasetCount"];
                     };
                 };
                 /** @description Default Response */
@@ -3201,6 +3305,14 @@ export interface components {
                 grant_id: string;
             }[];
         };
+        EpisodeFilesInput: {
+            files: {
+                path: string;
+                size_bytes: number;
+                sha256: string;
+            }[];
+            total_bytes: number;
+        };
         PatchAnnotationsRequestInput: {
             /** @description Shallow-merged into the annotations layer; a null value deletes that key. */
             annotations: {
@@ -3245,6 +3357,13 @@ export interface components {
             id: string;
             snapshot_at: string;
             episode_count: number;
+        };
+        DatasetCountInput: {
+            dataset_id: string;
+            live: boolean;
+            episode_count: number;
+            /** @description true when counting stopped at the cap: there are more than `episode_count` */
+            capped: boolean;
         };
         ManifestHeaderInput: {
             dataset_id: string;
@@ -3725,6 +3844,14 @@ export interface components {
                 grant_id: string;
             }[];
         };
+        EpisodeFiles: {
+            files: {
+                path: string;
+                size_bytes: number;
+                sha256: string;
+            }[];
+            total_bytes: number;
+        };
         PatchAnnotationsRequest: {
             /** @description Shallow-merged into the annotations layer; a null value deletes that key. */
             annotations: {
@@ -3769,6 +3896,13 @@ export interface components {
             id: string;
             snapshot_at: string;
             episode_count: number;
+        };
+        DatasetCount: {
+            dataset_id: string;
+            live: boolean;
+            episode_count: number;
+            /** @description true when counting stopped at the cap: there are more than `episode_count` */
+            capped: boolean;
         };
         ManifestHeader: {
             dataset_id: string;

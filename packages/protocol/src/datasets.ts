@@ -30,6 +30,20 @@ export const SnapshotResultSchema = z
   .object({ id: z.string(), snapshot_at: z.string(), episode_count: z.number().int() })
   .meta({ id: 'DatasetSnapshot' });
 
+/**
+ * API: `GET /v1/datasets/{id}/count`: how many episodes the dataset holds: the pinned count of a
+ * snapshot, or for a live dataset the episodes a snapshot taken now would pin.
+ */
+export const DatasetCountSchema = z
+  .object({
+    dataset_id: z.string(),
+    live: z.boolean(),
+    episode_count: z.number().int(),
+    capped: z.boolean().describe('true when counting stopped at the cap: there are more than `episode_count`'),
+  })
+  .meta({ id: 'DatasetCount' });
+export type DatasetCount = z.infer<typeof DatasetCountSchema>;
+
 /** First line of the first manifest page. */
 export const ManifestHeaderSchema = z
   .object({

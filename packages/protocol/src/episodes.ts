@@ -126,6 +126,15 @@ export const EpisodeWithLocationsSchema = EpisodeSchema.extend({
 }).meta({ id: 'EpisodeWithLocations' });
 export type EpisodeWithLocations = z.infer<typeof EpisodeWithLocationsSchema>;
 
+/** API: `GET /v1/episodes/{id}/files`: the files the robot's manifest lists (no bytes, no URLs). */
+export const EpisodeFilesSchema = z
+  .object({
+    files: z.array(z.object({ path: z.string(), size_bytes: z.number(), sha256: z.string() })),
+    total_bytes: z.number(),
+  })
+  .meta({ id: 'EpisodeFiles' });
+export type EpisodeFiles = z.infer<typeof EpisodeFilesSchema>;
+
 export const PatchAnnotationsBodySchema = z
   .strictObject({
     annotations: z

@@ -248,7 +248,7 @@ describe('scopes, entitlement and meters', () => {
     }
     expect((await get(`/v1/datasets/${ds.id}`)).json<Dataset>().snapshot_at).toBeNull();
 
-    for (const url of ['/v1/datasets', `/v1/datasets/${ds.id}`, `/v1/datasets/${ds.id}/manifest`]) {
+    for (const url of ['/v1/datasets', `/v1/datasets/${ds.id}`, `/v1/datasets/${ds.id}/manifest`, `/v1/datasets/${ds.id}/count`]) {
       const res = await get(url, writer);
       expect(res.statusCode, url).toBe(403);
       expect(errorCode(res)).toBe('insufficient_scope');
@@ -257,7 +257,7 @@ describe('scopes, entitlement and meters', () => {
 
     expect((await post('/v1/datasets', { name: 'w', filter: {} }, writer)).statusCode).toBe(201);
     expect((await post(`/v1/datasets/${ds.id}/snapshot`, undefined, writer)).statusCode).toBe(200);
-    for (const url of ['/v1/datasets', `/v1/datasets/${ds.id}`, `/v1/datasets/${ds.id}/manifest`]) {
+    for (const url of ['/v1/datasets', `/v1/datasets/${ds.id}`, `/v1/datasets/${ds.id}/manifest`, `/v1/datasets/${ds.id}/count`]) {
       expect((await get(url, reader)).statusCode, url).toBe(200);
     }
   });
@@ -271,6 +271,7 @@ describe('scopes, entitlement and meters', () => {
       await get(`/v1/datasets/${ds.id}`),
       await post(`/v1/datasets/${ds.id}/snapshot`),
       await get(`/v1/datasets/${ds.id}/manifest`),
+      await get(`/v1/datasets/${ds.id}/count`),
     ]) {
       expect(res.statusCode, res.payload).toBe(403);
       expect(errorCode(res)).toBe('entitlement_required');
@@ -319,6 +320,24 @@ describe('live datasets', () => {
   });
 });
 
+describe('GET /v1/datasets/{id}/count', () => {
+  it('follows a live dataset as episodes arrive, then keeps the pinned count; 404 for an unknown or foreign dataset', async () => {
+    const ds = await createDataset({ task_id: 't1' });
+    const count = async () => (await get(`/v1/datasets/${ds.id}/count`)).json<{ episode_count: number; live: boolean }>();
+    expect(await count()).toMatchObject({ live: true, episode_count: 0 });
+    await ingest([report({ task_id: 't1' }), report({ task_id: 't2' }), report({ task_id: 't1' })]);
+    expect(await count()).toMatchObject({ live: true, episode_count: 2 });
+    await snapshot(ds.id);
+    await ingest([report({ task_id: 't1' })]);
+    expect(await count()).toMatchObject({ live: false, episode_count: 2 });
+    expect((await get('/v1/datasets/ds_unknown/count')).statusCode).toBe(404);
+    const other = await t.createTenant();
+    const res = await get(`/v1/datasets/${ds.id}/count`, other.auth);
+    expect(res.statusCode).toBe(404);
+    expect(errorCode(res)).toBe('not_found');
+  });
+});
+
 describe('snapshot membership rules', () => {
   it('excludes eval episodes unless the filter names eval_id, and discarded ones unless it names outcome', async () => {
     const ids: Record<string, string> = {};
@@ -362,7 +381,10 @@ describe('snapshot membership rules', () => {
     for (const [filter, want] of cases) {
       const label = JSON.stringify(filter);
       const ds = await createDataset(filter);
+      // The live count says what a snapshot taken now pins.
+      expect((await get(`/v1/datasets/${ds.id}/count`)).json(), label).toEqual({ dataset_id: ds.id, live: true, episode_count: want.length, capped: false });
       const snap = await snapshot(ds.id);
+      expect((await get(`/v1/datasets/${ds.id}/count`)).json(), label).toEqual({ dataset_id: ds.id, live: false, episode_count: want.length, capped: false });
       expect(snap.episode_count, label).toBe(want.length);
       expect(await memberIds(ds.id), label).toEqual(want.map((n) => ids[n]));
     }

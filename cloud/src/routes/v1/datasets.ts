@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { CreateDatasetBodySchema, DatasetSchema, EpisodeWithLocationsSchema, iso, safeJsonStringify, SnapshotResultSchema, type Dataset } from '@fleet/protocol';
+import { CreateDatasetBodySchema, DatasetCountSchema, DatasetSchema, EpisodeWithLocationsSchema, iso, safeJsonStringify, SnapshotResultSchema, type Dataset } from '@fleet/protocol';
 import { parseEpisodeFilter } from '../../episodes/filter.js';
 import { queryInt } from '../query.js';
 import { episodeLines, toEpisodeWithLocations } from '../../episodes/present.js';
@@ -13,6 +13,10 @@ import { NDJSON, sendNdjson } from '../ndjson.js';
 import type { V1Plugin } from './types.js';
 
 const MANIFEST_CHUNK = 500;
+/** A live count reads the matching seqs this many at a time… */
+const COUNT_CHUNK = 10_000;
+/** …and stops here (the answer says `capped`): a count is asked often (the console, on new episodes). */
+export const COUNT_CAP = 100_000;
 
 function toDataset(d: DatasetRow): Dataset {
   return {
@@ -115,6 +119,35 @@ export const datasetRoutes: V1Plugin = async (app, { store, clock }) => {
       const ds = await store.datasets.get(principalOf(request).org.id, request.params.id);
       if (!ds) throw notFound('dataset');
       return toDataset(ds);
+    },
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/datasets/:id/count',
+    config: { policy: { ...read, meter: null } },
+    schema: {
+      summary: 'How many episodes the dataset holds',
+      description: `A snapshot's pinned count, or for a live dataset the episodes a snapshot taken now would pin (the same rules: evaluation episodes unless the filter names eval_id, discarded ones unless it names outcome). A live count stops at ${COUNT_CAP.toLocaleString('en-US')} (\`capped\`).`,
+      params: IdParams,
+      response: { 200: DatasetCountSchema },
+    },
+    handler: async (request) => {
+      const { org } = principalOf(request);
+      const ds = await store.datasets.get(org.id, request.params.id);
+      if (!ds) throw notFound('dataset');
+      if (ds.snapshotAt !== null && ds.episodeCount !== null) return { dataset_id: ds.id, live: false, episode_count: ds.episodeCount, capped: false };
+      const filter = snapshotFilter(ds.filter);
+      let n = 0;
+      let after = 0;
+      for (;;) {
+        const want = Math.min(COUNT_CHUNK, COUNT_CAP + 1 - n);
+        const seqs = await store.episodes.listSeqs(org.id, filter, after, want);
+        n += seqs.length;
+        if (seqs.length < want || n > COUNT_CAP) break;
+        after = seqs[seqs.length - 1]!;
+      }
+      return { dataset_id: ds.id, live: true, episode_count: Math.min(n, COUNT_CAP), capped: n > COUNT_CAP };
     },
   });
 

@@ -394,7 +394,7 @@ describe('organization isolation', () => {
     const other = await t.createTenant();
     expect((await list('', other.auth)).episodes).toEqual([]);
     expect((await list('?metadata.site=lab', other.auth)).episodes).toEqual([]);
-    for (const url of [`/v1/episodes/${mine!.id}`, `/v1/episodes/${mine!.id}/segments`, `/v1/episodes/${mine!.id}/outcome-history`]) {
+    for (const url of [`/v1/episodes/${mine!.id}`, `/v1/episodes/${mine!.id}/segments`, `/v1/episodes/${mine!.id}/outcome-history`, `/v1/episodes/${mine!.id}/files`]) {
       const res = await get(url, other.auth);
       expect(res.statusCode, url).toBe(404);
       expect(errorCode(res)).toBe('not_found');
@@ -426,11 +426,24 @@ describe('GET /v1/episodes/:id and /segments', () => {
   });
 
   it('is 404 not_found for an unknown id', async () => {
-    for (const url of ['/v1/episodes/ep_000000000000', '/v1/episodes/ep_000000000000/segments', '/v1/episodes/ep_000000000000/outcome-history']) {
+    for (const url of ['/v1/episodes/ep_000000000000', '/v1/episodes/ep_000000000000/segments', '/v1/episodes/ep_000000000000/outcome-history', '/v1/episodes/ep_000000000000/files']) {
       const res = await get(url);
       expect(res.statusCode, url).toBe(404);
       expect(errorCode(res)).toBe('not_found');
     }
+  });
+
+  it('lists the files of the manifest with sizes and digests, and their total, never a URL', async () => {
+    const files = [
+      { path: 'recording.mcap', size_bytes: 266240, sha256: 'a'.repeat(64) },
+      { path: 'camera/front.mcap', size_bytes: 10, sha256: 'b'.repeat(64) },
+    ];
+    const [r] = await ingest([report({ manifest: { files, total_bytes: 266250 } })]);
+    const res = await get(`/v1/episodes/${r!.id}/files`);
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toEqual({ files, total_bytes: 266250 });
+    const [empty] = await ingest([report()]);
+    expect((await get(`/v1/episodes/${empty!.id}/files`)).json()).toEqual({ files: [], total_bytes: 0 });
   });
 
   it('returns the segments wrapped in {segments}', async () => {
@@ -723,7 +736,7 @@ describe('scopes, entitlement and meter', () => {
   it('data:read reads; writes need data:write (403 insufficient_scope)', async () => {
     const [r] = await ingest([report()]);
     const reader = await keyWith(['data:read']);
-    for (const url of ['/v1/episodes', `/v1/episodes/${r!.id}`, `/v1/episodes/${r!.id}/segments`, `/v1/episodes/${r!.id}/outcome-history`, '/v1/episodes/export']) {
+    for (const url of ['/v1/episodes', `/v1/episodes/${r!.id}`, `/v1/episodes/${r!.id}/segments`, `/v1/episodes/${r!.id}/outcome-history`, `/v1/episodes/${r!.id}/files`, '/v1/episodes/export']) {
       expect((await get(url, reader)).statusCode, url).toBe(200);
     }
     const p1 = await patch(`/v1/episodes/${r!.id}`, { annotations: { a: 1 } }, reader);

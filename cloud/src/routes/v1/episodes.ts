@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import {
+  EpisodeFilesSchema,
   EpisodeSchema,
   EpisodeWithLocationsSchema,
   EPISODE_OUTCOMES,
@@ -168,6 +169,26 @@ export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
       const row = await store.episodes.get(principalOf(request).org.id, request.params.id);
       if (!row) throw notFound('episode');
       return { segments: row.segments };
+    },
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/episodes/:id/files',
+    config: { policy: { ...read, meter: null } },
+    schema: {
+      summary: "The episode's files as its manifest lists them",
+      description: 'Paths, sizes and SHA-256 digests the robot reported; never the bytes or a URL to them.',
+      params: IdParams,
+      response: { 200: EpisodeFilesSchema },
+    },
+    handler: async (request) => {
+      const row = await store.episodes.get(principalOf(request).org.id, request.params.id);
+      if (!row) throw notFound('episode');
+      return {
+        files: row.manifest.files.map((f) => ({ path: f.path, size_bytes: f.size_bytes, sha256: f.sha256 })),
+        total_bytes: row.manifest.total_bytes,
+      };
     },
   });
 

@@ -78,11 +78,21 @@ async function report(over: Partial<EpisodeReport>): Promise<string> {
     manifest: { files: FILES, total_bytes: FILES.reduce((n, f) => n + f.size_bytes, 0) },
     ...over,
   };
-  const msgId = `m-${id}`;
-  await scripted.client.publishAsync(topics.outbox(scripted.robotId), JSON.stringify({ msg_id: msgId, kind: 'episode.report', body }), { qos: 1 });
-  const ack = await waitFor(() => scripted.acks.get(msgId), { timeoutMs: 30_000, description: `the acknowledgment of ${id}` });
-  expect(ack.ok).toBe(true);
+  await outbox('episode.report', `m-${id}`, body);
   return id;
+}
+
+/** Publishes one outbox message as the scripted robot and waits for the cloud's acknowledgment. */
+async function outbox(kind: string, msgId: string, body: unknown): Promise<void> {
+  await scripted.client.publishAsync(topics.outbox(scripted.robotId), JSON.stringify({ msg_id: msgId, kind, body }), { qos: 1 });
+  const ack = await waitFor(() => scripted.acks.get(msgId), { timeoutMs: 30_000, description: `the acknowledgment of ${msgId}` });
+  expect(ack, msgId).toMatchObject({ ok: true });
+}
+
+/** A replica state as a robot reports it after an upload step (or a failed attempt). */
+async function replicaState(episodeId: string, destinationId: string, state: 'syncing' | 'synced' | 'verified', error: string | null = null): Promise<void> {
+  reportSeq += 1;
+  await outbox('replica.state', `r-${RUN}-${reportSeq}`, { episode_id: episodeId, destination_id: destinationId, grant_id: `g-${destinationId}`, state, error, object_key: `bench/${episodeId}/`, at: Date.now() + reportSeq });
 }
 
 /** Records one episode on the simulated robot through the API's robot commands. */
@@ -276,6 +286,41 @@ describe('episodes list', () => {
     await expect.poll(() => shownIds(page)).toEqual([late]);
     expect(await page.getByText(/new episodes? match/).count()).toBe(0);
     await clean(w);
+  });
+});
+
+describe('live sync state', () => {
+  test('a row of the list and the replicas of an episode move with episode.synced, verified and failed, without a reload', async () => {
+    // Two destinations and a rule that routes nothing: the robot's reports are what moves the replicas.
+    const [d1, d2] = [await api.destinations.create({ type: 'external', url: 'https://grants-a.example.com/fleet' }), await api.destinations.create({ type: 'external', url: 'https://grants-b.example.com/fleet' })];
+    await api.routingRules.create({ destination_id: d1.id, match: { robot_id: 'rbt_nobody' } });
+    const id = recorded.place;
+    const list = await open('/episodes?task_id=place');
+    const row = list.page.locator(`tr[data-episode="${id}"]`);
+    await expect.poll(() => row.locator('.pill').last().textContent()).toBe('not routed');
+    const detail = await open(`/episodes/${id}`);
+    const replicas = detail.page.getByRole('region', { name: 'Replicas' });
+    await replicas.getByText('No destination yet').waitFor();
+    // A mark a reload would wipe.
+    await list.page.evaluate(() => void ((globalThis as { __mark?: number }).__mark = 1));
+
+    await replicaState(id, d1.id, 'synced');
+    await expect.poll(() => row.locator('.pill').last().textContent()).toBe('synced');
+    await expect.poll(() => replicas.locator(`tr[data-destination="${d1.id}"]`).textContent()).toContain('synced');
+    await replicaState(id, d1.id, 'verified');
+    await expect.poll(() => row.locator('.pill').last().textContent()).toBe('verified');
+    await replicaState(id, d2.id, 'syncing', 'upload_failed: the store answered HTTP 500');
+    await expect.poll(() => row.locator('.pill').last().textContent()).toBe('failed');
+    const failedRow = replicas.locator(`tr[data-destination="${d2.id}"]`);
+    await expect.poll(() => failedRow.textContent()).toContain('the store answered HTTP 500');
+    expect(await failedRow.textContent()).toContain('upload_failed');
+    expect(await failedRow.textContent()).toContain(`g-${d2.id}`);
+    expect(await failedRow.textContent()).toContain(`bench/${id}/`);
+    // Nothing was reloaded: the list page still has the rows it loaded.
+    expect(await list.page.evaluate(() => (globalThis as { __mark?: number }).__mark)).toBe(1);
+    await shot(detail.page, 'episode-replicas');
+    await clean(list);
+    await clean(detail);
   });
 });
 

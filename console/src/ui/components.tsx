@@ -2,6 +2,7 @@ import type { ComponentChildren, JSX } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { FleetApiError, FleetConnectionError } from '@fleet/client';
 import { href, navigate } from '../router.js';
+import { issueAt } from './episodes-filter.js';
 
 /** An in-console link: a real `<a href>` (open in a new tab works), navigation without a reload. */
 export function Link(props: { to: string; children: ComponentChildren; class?: string; 'aria-label'?: string }) {
@@ -50,18 +51,12 @@ export function ErrorNotice({ error, action }: { error: unknown; action?: string
   );
 }
 
-/** The error of one field, from `details` of a 400 (zod issues carry a path). */
+/**
+ * The error of one field (`name`, or a nested `metadata.task` / `filter.robot_id`) from the
+ * `details.issues` of a 400, whose paths are JSON Pointers (`/metadata/task`).
+ */
 export function fieldError(error: unknown, field: string): string | undefined {
-  if (!(error instanceof FleetApiError) || error.code !== 'validation_failed') return undefined;
-  const issues = (error.details?.issues ?? error.details?.errors);
-  if (Array.isArray(issues)) {
-    for (const i of issues as { path?: unknown; message?: unknown }[]) {
-      const path = Array.isArray(i.path) ? i.path.join('.') : typeof i.path === 'string' ? i.path : '';
-      if (path === field || path.startsWith(`${field}.`) || path.endsWith(`.${field}`)) return typeof i.message === 'string' ? `${path}: ${i.message}` : path;
-    }
-  }
-  if (typeof error.details?.field === 'string' && error.details.field === field) return error.message;
-  return undefined;
+  return issueAt(error, ...field.split('.'));
 }
 
 export function Loading({ label = 'Loading' }: { label?: string }) {

@@ -10,10 +10,16 @@ import { DESKTOP, PHONE, screenshot } from '../../test/support/browser.js';
 import { waitFor } from '../../test/support/wait.js';
 import { signIn, startConsoleHarness } from './harness.js';
 
+interface ShotIds {
+  robot: string;
+  episode: string;
+  dataset: string;
+}
+
 interface ShotPage {
   name: string;
-  /** The console path; `robot` is the first simulated robot's id. */
-  path(ids: { robot: string }): string;
+  /** The console path; `robot` is the first simulated robot's id, `episode` its first episode's, `dataset` a dataset made for the shots. */
+  path(ids: ShotIds): string;
   /** Also shot at phone size. */
   phone?: boolean;
 }
@@ -23,7 +29,9 @@ export const PAGES: readonly ShotPage[] = [
   { name: 'fleet', path: () => '/console/fleet', phone: true },
   { name: 'robot', path: ({ robot }) => `/console/robots/${robot}`, phone: true },
   { name: 'episodes', path: () => '/console/episodes', phone: true },
+  { name: 'episode', path: ({ episode }) => `/console/episodes/${episode}`, phone: true },
   { name: 'datasets', path: () => '/console/datasets' },
+  { name: 'dataset', path: ({ dataset }) => `/console/datasets/${dataset}` },
   { name: 'sync', path: () => '/console/sync' },
   { name: 'webhooks', path: () => '/console/webhooks' },
   { name: 'keys', path: () => '/console/keys' },
@@ -59,7 +67,9 @@ async function main(): Promise<void> {
     { timeoutMs: 30_000 },
   ).catch(() => process.stderr.write('note: fewer than 3 episodes after 30 s; the episode list may look empty\n'));
 
-  const ids = { robot: h.robots[0] ?? 'rbt_none' };
+  const listed = (await (await h.cloud.fetch('/v1/episodes?limit=1')).json()) as { episodes?: { id: string }[] };
+  const made = (await (await h.cloud.fetch('/v1/datasets', { method: 'POST', json: { name: 'Successful episodes', filter: { outcome: 'success' } } })).json()) as { id?: string };
+  const ids: ShotIds = { robot: h.robots[0] ?? 'rbt_none', episode: listed.episodes?.[0]?.id ?? 'ep_none', dataset: made.id ?? 'ds_none' };
   const { page, errors } = await h.browser.newPage({ viewport: DESKTOP });
   await signIn(page, h.baseUrl, h.adminKey);
   const written: string[] = [];

@@ -25,6 +25,7 @@ const BENCHMARKS: Readonly<Record<string, () => Promise<BenchModule>>> = {
   upload: async () => (await import('./upload.js')).upload,
   fleet: async () => (await import('./fleet.js')).fleet,
   scale: async () => (await import('./scale.js')).scale,
+  stream: async () => (await import('./stream.js')).stream,
 };
 
 /**
@@ -40,6 +41,7 @@ const ALL_ARGS: Readonly<Record<string, readonly string[]>> = {
   upload: ['--size-mib', '512'],
   fleet: ['--robots', '10000'],
   scale: ['--duration', '10'],
+  stream: [],
 };
 
 const DEFAULT_OUT = fileURLToPath(new URL('./results/latest.json', import.meta.url));

@@ -25,6 +25,7 @@ import { SecretBox } from './secret-box.js';
 import { SyncRouter } from './sync/router.js';
 import { GrantRelay } from './sync/grant-relay.js';
 import { EgressClient } from './egress/client.js';
+import { EventHub } from './streams/hub.js';
 import { checkMetricsToken, measuredCommands, metricsFor, metricsToken, type CloudMetrics } from './metrics.js';
 import type { Store } from './store/index.js';
 
@@ -55,6 +56,11 @@ export interface AppDeps {
   readiness?: () => Promise<void>;
   /** Where requests and commands are counted; by default from the config (none unless metrics are on). */
   metrics?: CloudMetrics;
+  /**
+   * The event streams (GET /v1/events/stream); the server passes the hub its event sources wake.
+   * Without one the app makes its own from the config. The app ends its streams when it closes.
+   */
+  streams?: EventHub;
 }
 
 export interface CloudApp {
@@ -64,6 +70,8 @@ export interface CloudApp {
   lastUsed: LastUsedTracker;
   /** The episode router the routes schedule passes on (rules and destinations changed). */
   sync: SyncRouter;
+  /** The event streams; `notify` when this process appended events. */
+  streams: EventHub;
   /** Stops background work and flushes buffers; closes the HTTP server (not the store). */
   close(): Promise<void>;
 }
@@ -142,6 +150,11 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   });
   await fastify.register(fastifySwaggerUi, { routePrefix: '/docs', uiConfig: { url: '/v1/openapi.json' } });
 
+  const streams = deps.streams ?? eventHubFor(config, { store, clock, scheduler, logger: fastify.log });
+  // Before the server stops: open streams never finish by themselves, and close waits for every
+  // request in flight.
+  fastify.addHook('preClose', async () => streams.close());
+
   const v1Deps = {
     config,
     store,
@@ -155,6 +168,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     egressAllowLoopback: config.egressAllowLoopback,
     sync,
     relay,
+    streams,
   };
   await fastify.register(
     async (v1) => {
@@ -204,6 +218,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     catalog,
     lastUsed,
     sync,
+    streams,
     async close() {
       stopPurge();
       await fastify.close();
@@ -212,6 +227,19 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
       await lastUsed.stop();
     },
   };
+}
+
+/** The event hub the config describes. */
+export function eventHubFor(config: CloudConfig, deps: { store: Store; clock: Clock; scheduler: Scheduler; logger: FastifyBaseLogger }): EventHub {
+  return new EventHub({
+    store: deps.store,
+    clock: deps.clock,
+    scheduler: deps.scheduler,
+    logger: deps.logger,
+    pollMs: config.eventStreamPollMs,
+    heartbeatMs: config.eventStreamHeartbeatMs,
+    maxStreamsPerOrg: config.eventStreamsPerOrg,
+  });
 }
 
 const noRobotLink: CommandSender = {

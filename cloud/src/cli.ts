@@ -81,6 +81,9 @@ program
   .addOption(new Option('--mqtt-messages-per-second <n>', 'embedded broker: PUBLISH packets per second one robot may send').env('FLEET_MQTT_MESSAGES_PER_SECOND'))
   .addOption(new Option('--mqtt-bytes-per-second <n>', 'embedded broker: payload bytes per second one robot may send').env('FLEET_MQTT_BYTES_PER_SECOND'))
   .addOption(new Option('--grant-retry-after-s <s>', 'after a failed grant request (provider down, invalid answer) the robot asks again this much later').env('FLEET_GRANT_RETRY_AFTER_S'))
+  .addOption(new Option('--event-stream-poll-ms <ms>', 'how often each organization with open event streams reads the event log (events of another replica arrive this late)').env('FLEET_EVENT_STREAM_POLL_MS'))
+  .addOption(new Option('--event-stream-heartbeat-ms <ms>', 'a heartbeat comment on every open event stream this often').env('FLEET_EVENT_STREAM_HEARTBEAT_MS'))
+  .addOption(new Option('--event-streams-per-org <n>', 'open event streams per organization on this process; one more is 429').env('FLEET_EVENT_STREAMS_PER_ORG'))
   .addOption(new Option('--console-dir <dir>', 'the built web console served at /console/ (default: console/dist of this checkout)').env('FLEET_CONSOLE_DIR'))
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_LOG_LEVEL').default('info'))
   .addOption(new Option('--egress-allow-loopback', 'tests and local development: webhook URLs may be on 127.0.0.1/::1').env('FLEET_EGRESS_ALLOW_LOOPBACK'))
@@ -106,6 +109,9 @@ program
       mqttMessagesPerSecond: opts.mqttMessagesPerSecond,
       mqttBytesPerSecond: opts.mqttBytesPerSecond,
       grantRetryAfterS: opts.grantRetryAfterS,
+      eventStreamPollMs: opts.eventStreamPollMs,
+      eventStreamHeartbeatMs: opts.eventStreamHeartbeatMs,
+      eventStreamsPerOrg: opts.eventStreamsPerOrg,
       metricsListen: opts.metricsListen,
       metricsTokenFile: opts.metricsTokenFile,
       consoleDir: opts.consoleDir,

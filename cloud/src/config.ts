@@ -84,6 +84,16 @@ export const CloudConfigSchema = z.strictObject({
    * traffic, which is the operator's to see, not a tenant's.
    */
   metricsListen: z.string().refine((v) => Number(METRICS_LISTEN.exec(v)?.[2] ?? NaN) <= 65535, 'must be host:port, e.g. 127.0.0.1:9464').optional(),
+  /**
+   * How often each organization with open event streams reads the event log (one read per
+   * organization, shared by all its streams). Events this process appends wake it at once; the
+   * poll brings those of other replicas.
+   */
+  eventStreamPollMs: z.coerce.number().int().min(10).max(60_000).default(500),
+  /** A comment line on every open event stream this often, so that proxies keep it open. */
+  eventStreamHeartbeatMs: z.coerce.number().int().min(10).max(300_000).default(15_000),
+  /** Open event streams per organization on one process; one more is answered 429 rate_limited. */
+  eventStreamsPerOrg: z.coerce.number().int().min(1).max(100_000).default(200),
   /** A file holding the bearer token /metrics requires (trimmed); with no listener, /metrics is on the API's port. */
   metricsTokenFile: z.string().min(1).optional(),
   /** The token itself; only from FLEET_METRICS_TOKEN (a flag would show it in the process list). */

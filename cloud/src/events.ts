@@ -1,17 +1,44 @@
-import { WebhookPayloadSchema, type WebhookEvent, type WebhookPayload } from '@fleet/protocol';
+import {
+  iso,
+  ROBOT_STATUS_EVENT,
+  RobotStatusPayloadSchema,
+  WebhookPayloadSchema,
+  type RecordingState,
+  type RobotStatusPayload,
+  type WebhookEvent,
+  type WebhookPayload,
+} from '@fleet/protocol';
 
 /**
- * The one place webhook payloads are built (spec, Events: Payload). The store appends what these
- * functions return to the event log in the transaction of the change; the delivery worker sends
- * the payload as is. Each builder fixes which optional fields its event carries, and every
+ * The one place webhook payloads (and the event stream's robot.status payload) are built (spec,
+ * Events: Payload). The store appends what these functions return to the event log in the
+ * transaction of the change; the delivery worker and the event stream send the payload as is. Each builder fixes which optional fields its event carries, and every
  * payload is checked against the protocol's schema before it is written.
  */
 
-/** An event as the log stores it. */
+/** An episode event as the log stores it. */
 export interface EpisodeEvent {
   type: WebhookEvent;
   episodeId: string;
   payload: WebhookPayload;
+}
+
+/** A robot's presence or recording state changed (the event stream's, never a webhook's). */
+export interface RobotStatusEvent {
+  type: typeof ROBOT_STATUS_EVENT;
+  episodeId: null;
+  payload: RobotStatusPayload;
+}
+
+/** Anything the log stores. */
+export type LoggedEvent = EpisodeEvent | RobotStatusEvent;
+
+/** What a robot.status event says of the robot: its state after the change. */
+export interface RobotPresence {
+  id: string;
+  connected: boolean;
+  recordingState: RecordingState | null;
+  lastSeenAt: number | null;
 }
 
 /** The identifiers every payload carries. */
@@ -51,6 +78,12 @@ export function prunedEvent(ep: EpisodeRef): EpisodeEvent {
 export function testFinalizedEvent(): EpisodeEvent {
   const ep = { episode_id: 'ep_test0000000000', robot_id: 'rbt_test', recording_session_id: 'rs_test', episode_seq: 1 };
   return build('episode.finalized', { ...ref(ep), state: 'reported', test: true });
+}
+
+/** A robot went online or offline, or its recording state changed. */
+export function robotStatusEvent(r: RobotPresence): RobotStatusEvent {
+  const payload = { schema_version: 1, robot_id: r.id, online: r.connected, recording_state: r.recordingState, last_seen_at: r.lastSeenAt === null ? null : iso(r.lastSeenAt) } as const;
+  return { type: ROBOT_STATUS_EVENT, episodeId: null, payload: RobotStatusPayloadSchema.parse(payload) };
 }
 
 function replicaFields(r: ReplicaRef): Pick<WebhookPayload, 'destination_id' | 'grant_id' | 'object_key' | 'state'> {

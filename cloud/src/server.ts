@@ -4,8 +4,8 @@ import type { FastifyBaseLogger } from 'fastify';
 import { pino } from 'pino';
 import type { AddressInfo } from 'node:net';
 import type { Client } from 'aedes';
-import { Lifecycle, systemClock, type Clock } from '@fleet/protocol';
-import { buildApp, type CloudApp } from './app.js';
+import { Lifecycle, systemClock, systemScheduler, type Clock } from '@fleet/protocol';
+import { buildApp, eventHubFor, type CloudApp } from './app.js';
 import { bootstrapIfEmpty, type Bootstrapped } from './bootstrap.js';
 import { parseListen, type CloudConfig } from './config.js';
 import { metricsFor, metricsToken, startMetricsListener } from './metrics.js';
@@ -13,6 +13,7 @@ import { startEmbeddedBroker, type EmbeddedBroker } from './mqtt/broker.js';
 import { PublishThrottle } from './mqtt/throttle.js';
 import { DynsecControl, DynsecRobotAccounts } from './mqtt/dynsec.js';
 import { BrokerAccountSchema } from './mqtt/dynsec-config.js';
+import { robotStatusEvent } from './events.js';
 import { loadSecretBox } from './secret-box.js';
 import { openStore } from './store/index.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './robots/broker-auth.js';
@@ -140,7 +141,8 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
       });
       const hooks = robotBrokerHooks(store, cloudPassword, (msg, extra) => logger.warn(extra, msg), { throttle, clock });
       // Nobody is connected to a broker that has just started; robots republish on reconnect.
-      await store.robots.markAllDisconnected();
+      // Each robot shown connected until now goes offline in the event log too.
+      await store.robots.markAllDisconnected({ at: clock.now(), logChange: robotStatusEvent });
       const b = await listening('MQTT', config.host, config.mqttPort, () => startEmbeddedBroker({ host: config.host, port: config.mqttPort, hooks }));
       return {
         value: { broker: b, linkUrl: b.url, linkAuth: { username: CLOUD_MQTT_USERNAME, password: cloudPassword } },
@@ -170,6 +172,10 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
       return { value: w, close: () => w.stop() };
     });
 
+    // The event streams of the HTTP API, woken by what this process appends to the event log
+    // (the app ends them when it closes); another replica's events come with the poll.
+    const streams = eventHubFor(config, { store, clock, scheduler: systemScheduler, logger });
+
     // The robot link: presence, commands, the durable outboxes routed by message kind, and sync
     // (assignments pushed as routes are decided, grant requests relayed to grant providers).
     const relay = new GrantRelay({ store, egress, secrets, clock, logger, retryAfterS: config.grantRetryAfterS, metrics });
@@ -185,6 +191,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
       });
       const rot = new CredentialRotator({ store, clock, secrets, link: l, sessions: broker, accounts, logger });
       l.onRobotOnline = (robotId) => rot.robotOnline(robotId);
+      l.onStatusLogged = (orgId) => streams.notify([orgId]);
       const syncService = new SyncService({ store, relay, publish: (robotId, msg) => l.publishSync(robotId, msg), logger });
       const r = new SyncRouter({
         store,
@@ -202,10 +209,15 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         metrics,
         onIndexed: (orgIds) => {
           deliveries.notify();
+          streams.notify(orgIds);
           for (const orgId of orgIds) r.schedule(orgId, 'new');
         },
       });
-      const replicas = new ReplicaStateHandler({ store, clock, logger, onApplied: () => deliveries.notify() });
+      const appended = () => {
+        deliveries.notify();
+        streams.notify();
+      };
+      const replicas = new ReplicaStateHandler({ store, clock, logger, onApplied: appended });
       const outbox = new OutboxRouter({
         logger,
         metrics,
@@ -213,7 +225,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         handlers: {
           'episode.report': ingestor,
           'replica.state': replicas,
-          'episode.pruned': new EpisodePrunedHandler({ store, clock, logger, onApplied: () => deliveries.notify() }),
+          'episode.pruned': new EpisodePrunedHandler({ store, clock, logger, onApplied: appended }),
           'episode.local_missing': new LocalMissingHandler({ store, clock, logger }),
         },
       });
@@ -247,6 +259,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         relay,
         clock,
         logger,
+        streams,
         robots: link,
         metrics,
         fleet: rotator,

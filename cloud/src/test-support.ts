@@ -3,7 +3,7 @@
  * plus helpers to create organizations and keys without going through HTTP. Only `*.test.ts`
  * files import this module (the build excludes it).
  */
-import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
 import { ManualClock, ManualScheduler, type CreatedApiKey, type EpisodeReport, type Scope } from '@fleet/protocol';
 import { createApiKey } from './api-keys.js';
 import { buildApp, type AppDeps, type CloudApp } from './app.js';
@@ -94,6 +94,39 @@ export async function startTestCloud(
 
 export function bearer(key: string): { authorization: string } {
   return { authorization: `Bearer ${key}` };
+}
+
+/**
+ * `app.inject` for any route, the event stream included: an answer of type text/event-stream
+ * never ends by itself, so it is cut once its head is in (the client goes away; its payload is
+ * empty). Any other answer is read whole, as `inject` gives it.
+ */
+export async function injectAny(app: FastifyInstance, opts: InjectOptions): Promise<LightMyRequestResponse> {
+  const res = await app.inject({ ...opts, payloadAsStream: true });
+  const stream = res.stream();
+  let raw = Buffer.alloc(0);
+  if (String(res.headers['content-type'] ?? '').startsWith('text/event-stream')) {
+    stream.destroy();
+    res.raw.res.destroy();
+  } else {
+    const chunks: Buffer[] = [];
+    for await (const chunk of stream) chunks.push(chunk as Buffer);
+    raw = Buffer.concat(chunks);
+  }
+  const payload = raw.toString();
+  return {
+    raw: res.raw,
+    headers: res.headers,
+    statusCode: res.statusCode,
+    statusMessage: res.statusMessage,
+    trailers: res.trailers,
+    cookies: res.cookies,
+    rawPayload: raw,
+    payload,
+    body: payload,
+    json: <T = unknown>() => JSON.parse(payload) as T,
+    stream: () => stream,
+  } as LightMyRequestResponse;
 }
 
 /** The `error.code` of an error response, or undefined when the body is not an error body. */

@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { API_ERROR_CODES, SCOPES } from '@fleet/protocol';
-import { startTestCloud, type TestCloud, type TestTenant } from '../test-support.js';
+import { injectAny, startTestCloud, type TestCloud, type TestTenant } from '../test-support.js';
 import type { CatalogEntry } from './policy.js';
 
 /**
@@ -185,7 +185,8 @@ describe('fuzz GET routes', () => {
     await fc.assert(
       fc.asyncProperty(fc.constantFrom(...reading), pathParam, queryString, extraHeaders, async (route, param, query, extra) => {
         const url = `${route.url.replace(/:[A-Za-z0-9_]+/g, param)}${query}`;
-        const res = await t.app.inject({ method: 'GET', url, headers: { ...extra, ...tenant.auth } });
+        // An event stream that opens is cut after its head.
+        const res = await injectAny(t.app, { method: 'GET', url, headers: { ...extra, ...tenant.auth } });
         checkAnswer(res, `GET ${url} ${JSON.stringify(extra)}`);
       }),
       { numRuns: NUM_RUNS },

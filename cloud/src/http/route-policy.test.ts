@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MINUTE, SCOPES, type Scope } from '@fleet/protocol';
-import { bearer, errorCode, errorDetails, fillPath, startTestCloud, type TestCloud, type TestTenant } from '../test-support.js';
+import { bearer, errorCode, errorDetails, fillPath, injectAny, startTestCloud, type TestCloud, type TestTenant } from '../test-support.js';
 import type { CatalogEntry } from './policy.js';
 
 /**
@@ -42,9 +42,12 @@ afterAll(async () => {
   await t.close();
 });
 
-/** Calls a route without a body; the policy hooks run before body parsing and validation. */
+/**
+ * Calls a route without a body; the policy hooks run before body parsing and validation. An
+ * event stream that opens is cut after its head.
+ */
 async function call(route: CatalogEntry, headers: Record<string, string> = {}): Promise<LightMyRequestResponse> {
-  const res = await t.app.inject({ method: route.method as 'GET', url: fillPath(route.url), headers });
+  const res = await injectAny(t.app, { method: route.method, url: fillPath(route.url), headers });
   expect(res.headers['x-request-id'], `${label(route)} answered without X-Request-Id`).toMatch(/^req_/);
   return res;
 }

@@ -1,10 +1,11 @@
 import mqtt from 'mqtt';
 import { pino } from 'pino';
 import { afterEach, expect, test } from 'vitest';
-import { ManualClock, topics, type RobotStatus } from '@fleet/protocol';
+import { ManualClock, topics, WEBHOOK_EVENTS, type RobotStatus, type RobotStatusPayload } from '@fleet/protocol';
 import { startEmbeddedBroker, type EmbeddedBroker } from '../mqtt/broker.js';
 import type { Store } from '../store/index.js';
 import type { RobotStatusUpdate } from '../store/types.js';
+import { openTwin } from '../store/test-store.js';
 import { storeWithRobots } from '../test-support.js';
 import { RobotLink } from './link.js';
 
@@ -28,12 +29,13 @@ function withSlowFirstStatus(store: Store): { store: Store; release(): void; fir
   const robots = new Proxy(store.robots, {
     get(target, prop, receiver) {
       if (prop !== 'updateStatus') return Reflect.get(target, prop, receiver) as unknown;
-      return async (id: string, u: RobotStatusUpdate) => {
-        if (calls++ !== 0) return target.updateStatus(id, u);
+      return async (id: string, u: RobotStatusUpdate, ...log: [Parameters<Store['robots']['updateStatus']>[2]?]) => {
+        if (calls++ !== 0) return target.updateStatus(id, u, ...log);
         started();
         await gate;
-        await target.updateStatus(id, u);
+        const changed = await target.updateStatus(id, u, ...log);
         done();
+        return changed;
       };
     },
   });
@@ -81,7 +83,8 @@ test('a status the store cannot write is reported to the caller, and the next on
   const robotsProxy = new Proxy(store.robots, {
     get(target, prop, receiver) {
       if (prop !== 'updateStatus') return Reflect.get(target, prop, receiver) as unknown;
-      return (id: string, u: RobotStatusUpdate) => (failures-- > 0 ? Promise.reject(new Error('database unavailable')) : target.updateStatus(id, u));
+      return (id: string, u: RobotStatusUpdate, ...log: [Parameters<Store['robots']['updateStatus']>[2]?]) =>
+        failures-- > 0 ? Promise.reject(new Error('database unavailable')) : target.updateStatus(id, u, ...log);
     },
   });
   const failing = new Proxy(store, { get: (target, prop, receiver) => (prop === 'robots' ? robotsProxy : (Reflect.get(target, prop, receiver) as unknown)) });
@@ -100,4 +103,74 @@ test('a status the store cannot write is reported to the caller, and the next on
   await expect.poll(() => logged.some((l) => l.includes('database unavailable'))).toBe(true);
   await status({ online: true, recording_state: 'idle' });
   await expect.poll(async () => (await store.robots.getById(robotId))?.recordingState).toBe('idle');
+});
+
+/** Counts the `updateStatus` calls of one link that have finished. */
+function countingStatuses(store: Store): { store: Store; done(): number } {
+  let done = 0;
+  const robots = new Proxy(store.robots, {
+    get(target, prop, receiver) {
+      if (prop !== 'updateStatus') return Reflect.get(target, prop, receiver) as unknown;
+      return async (...args: Parameters<Store['robots']['updateStatus']>) => {
+        try {
+          return await target.updateStatus(...args);
+        } finally {
+          done++;
+        }
+      };
+    },
+  });
+  return { store: new Proxy(store, { get: (target, prop, receiver) => (prop === 'robots' ? robots : (Reflect.get(target, prop, receiver) as unknown)) }), done: () => done };
+}
+
+test('two replicas write every status; each change of presence or recording state is logged once as robot.status', async () => {
+  const clock = new ManualClock();
+  const { store, robots } = await storeWithRobots(clock, 1);
+  cleanups.push(() => store.close());
+  // On PostgreSQL the second link has a pool of its own, as a second replica would.
+  const twin = store.engine === 'postgres' ? await openTwin(store) : store;
+  if (twin !== store) cleanups.push(() => twin.close());
+  const robotId = robots[0]!.id;
+  const broker: EmbeddedBroker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: { authenticate: (_c, _u, _p, done) => done(null, true) } });
+  cleanups.push(() => broker.close());
+  const replicas = [countingStatuses(store), countingStatuses(twin)];
+  const logged: string[] = [];
+  for (const r of replicas) {
+    const link = new RobotLink({ url: broker.url, store: r.store, clock, logger: pino({ level: 'silent' }), commandTimeoutMs: 5_000 });
+    link.onStatusLogged = (orgId) => logged.push(orgId);
+    await link.start();
+    cleanups.push(() => link.stop());
+  }
+
+  // A subscription to every webhook event, made before the changes.
+  await store.webhooks.create({ id: 'wh_all', orgId: 'org_a', url: 'https://example.com/hook', events: [...WEBHOOK_EVENTS], secretSealed: 'sealed', createdAt: clock.now() }, 5);
+
+  const robot = await mqtt.connectAsync(broker.url, { protocolVersion: 4, clientId: robotId, reconnectPeriod: 0 });
+  cleanups.push(() => robot.endAsync(true));
+  const statuses: Omit<RobotStatus, 'at'>[] = [
+    { online: true, recording_state: 'idle', runtime_version: '1.0.0' },
+    { online: true, recording_state: 'idle', runtime_version: '1.0.1' },
+    { online: true, recording_state: 'recording' },
+    { online: true, recording_state: 'recording' },
+    { online: true, recording_state: 'idle' },
+    { online: false },
+  ];
+  for (const s of statuses) {
+    clock.advance(1000);
+    await robot.publishAsync(topics.status(robotId), JSON.stringify({ ...s, at: clock.now() }), { qos: 1 });
+  }
+  await expect.poll(() => replicas.map((r) => r.done())).toEqual([statuses.length, statuses.length]);
+  const events = await store.events.listAfter('org_a', 0, { limit: 100 });
+  expect(events.map((e) => e.type)).toEqual(['robot.status', 'robot.status', 'robot.status', 'robot.status']);
+  expect(events.map((e) => JSON.parse(e.payload) as RobotStatusPayload).map((p) => [p.online, p.recording_state])).toEqual([
+    [true, 'idle'],
+    [true, 'recording'],
+    [true, 'idle'],
+    [false, 'idle'],
+  ]);
+  expect(JSON.parse(events[0]!.payload)).toEqual({ schema_version: 1, robot_id: robotId, online: true, recording_state: 'idle', last_seen_at: expect.stringMatching(/^2026-/) as unknown });
+  expect(logged).toEqual(['org_a', 'org_a', 'org_a', 'org_a']);
+  // Webhook subscriptions never get robot.status: the fan-out copies only the types they list.
+  expect(await store.webhooks.fanOut(clock.now())).toBe(0);
+  expect((await store.webhooks.get('org_a', 'wh_all'))?.pendingDeliveries).toBe(0);
 });

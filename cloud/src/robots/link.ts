@@ -16,6 +16,7 @@ import {
   type SyncMessage,
 } from '@fleet/protocol';
 import { ApiError } from '../errors.js';
+import { robotStatusEvent } from '../events.js';
 import type { Store } from '../store/index.js';
 
 interface Pending {
@@ -48,6 +49,8 @@ export class RobotLink {
   onOutbox: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
   /** Told when a robot's status turns from offline to online (a pending credential rotation goes out). */
   onRobotOnline: ((robotId: string) => void) | null = null;
+  /** Told when a status changed a robot's presence or recording state (a robot.status event was logged). */
+  onStatusLogged: ((orgId: string) => void) | null = null;
   /** Receives every robot sync request (grant and assignment requests). */
   onSyncRequest: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
 
@@ -276,14 +279,22 @@ export class RobotLink {
     const s = parsed.data;
     const before = await this.opts.store.robots.getById(robotId);
     if (!before || before.deenrolledAt !== null) return;
-    await this.opts.store.robots.updateStatus(robotId, {
-      connected: s.online,
-      ...(s.runtime_version !== undefined ? { runtimeVersion: s.runtime_version } : {}),
-      ...(s.platform !== undefined ? { platform: s.platform } : {}),
-      ...(s.capabilities !== undefined ? { capabilities: s.capabilities } : {}),
-      ...(s.recording_state !== undefined ? { recordingState: s.recording_state } : {}),
-      seenAt: this.opts.clock.now(),
-    });
+    // Robots publish their status on every connection and state change, and every replica writes
+    // every status: the store logs robot.status only when presence or the recording state
+    // changed, once (the first writer), so the event stream costs per change, not per status.
+    const changed = await this.opts.store.robots.updateStatus(
+      robotId,
+      {
+        connected: s.online,
+        ...(s.runtime_version !== undefined ? { runtimeVersion: s.runtime_version } : {}),
+        ...(s.platform !== undefined ? { platform: s.platform } : {}),
+        ...(s.capabilities !== undefined ? { capabilities: s.capabilities } : {}),
+        ...(s.recording_state !== undefined ? { recordingState: s.recording_state } : {}),
+        seenAt: this.opts.clock.now(),
+      },
+      robotStatusEvent,
+    );
+    if (changed) this.onStatusLogged?.(before.orgId);
     if (s.online && !before.connected) this.onRobotOnline?.(robotId);
   }
 

@@ -1,7 +1,9 @@
 import type { Statement } from 'better-sqlite3';
+import type { LoggedEvent, RobotPresence } from '../events.js';
 import { robotFromDb, tokenFromDb, type RobotDbRow, type TokenDbRow } from './rows.js';
 import { robotListSql, type RobotListQuery } from './robot-list-query.js';
 import type { Db } from './sqlite-db.js';
+import { eventAppender } from './sqlite-events.js';
 import type { EnrollmentTokenRow, EnrollOutcome, RobotRow, RobotStatusUpdate, RobotStore } from './types.js';
 
 export class SqliteRobots implements RobotStore {
@@ -15,6 +17,9 @@ export class SqliteRobots implements RobotStore {
   private readonly page;
   private readonly status;
   private readonly disconnectAll;
+  private readonly presence;
+  private readonly connectedPresence;
+  private readonly appendEvent;
   private readonly tokenPage;
   private readonly tokenByOrgAndId;
   private readonly revokeToken;
@@ -65,6 +70,9 @@ export class SqliteRobots implements RobotStore {
          last_seen_at = MAX(COALESCE(last_seen_at, 0), ?) WHERE id = ? AND deenrolled_at IS NULL`,
     );
     this.disconnectAll = db.prepare('UPDATE robots SET connected = 0 WHERE connected = 1');
+    this.presence = db.prepare<[string], PresenceDbRow>('SELECT id, org_id, connected, recording_state, last_seen_at FROM robots WHERE id = ? AND deenrolled_at IS NULL');
+    this.connectedPresence = db.prepare<[], PresenceDbRow>('SELECT id, org_id, connected, recording_state, last_seen_at FROM robots WHERE connected = 1 AND deenrolled_at IS NULL');
+    this.appendEvent = eventAppender(db);
   }
 
   async createEnrollmentToken(row: Omit<EnrollmentTokenRow, 'uses' | 'revokedAt'>): Promise<void> {
@@ -164,22 +172,50 @@ export class SqliteRobots implements RobotStore {
   }
 
 
-  async updateStatus(id: string, u: RobotStatusUpdate): Promise<void> {
-    this.status.run(
-      u.connected ? 1 : 0,
-      u.runtimeVersion ?? null,
-      u.platform ?? null,
-      u.capabilities ? JSON.stringify(u.capabilities) : null,
-      u.recordingState !== undefined ? 1 : 0,
-      u.recordingState ?? null,
-      u.seenAt,
-      id,
-    );
+  async updateStatus(id: string, u: RobotStatusUpdate, logChange?: (robot: RobotPresence) => LoggedEvent): Promise<boolean> {
+    return this.db
+      .transaction((): boolean => {
+        const before = this.presence.get(id);
+        if (!before) return false;
+        this.status.run(
+          u.connected ? 1 : 0,
+          u.runtimeVersion ?? null,
+          u.platform ?? null,
+          u.capabilities ? JSON.stringify(u.capabilities) : null,
+          u.recordingState !== undefined ? 1 : 0,
+          u.recordingState ?? null,
+          u.seenAt,
+          id,
+        );
+        const after = this.presence.get(id)!;
+        const changed = after.connected !== before.connected || after.recording_state !== before.recording_state;
+        if (changed && logChange) this.appendEvent(after.org_id, logChange(presenceFromDb(after)), u.seenAt);
+        return changed;
+      })
+      .immediate();
   }
 
-  async markAllDisconnected(): Promise<void> {
-    this.disconnectAll.run();
+  async markAllDisconnected(log?: { at: number; logChange: (robot: RobotPresence) => LoggedEvent }): Promise<void> {
+    this.db
+      .transaction(() => {
+        const was = log ? this.connectedPresence.all() : [];
+        this.disconnectAll.run();
+        for (const r of was) this.appendEvent(r.org_id, log!.logChange({ ...presenceFromDb(r), connected: false }), log!.at);
+      })
+      .immediate();
   }
+}
+
+interface PresenceDbRow {
+  id: string;
+  org_id: string;
+  connected: number;
+  recording_state: RobotRow['recordingState'];
+  last_seen_at: number | null;
+}
+
+function presenceFromDb(r: PresenceDbRow): RobotPresence {
+  return { id: r.id, connected: r.connected === 1, recordingState: r.recording_state, lastSeenAt: r.last_seen_at };
 }
 
 const SQLITE_DIALECT = { param: () => '?', bool: (b: boolean) => (b ? 1 : 0), nameCollate: '' };

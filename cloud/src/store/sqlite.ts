@@ -7,13 +7,14 @@ import type { Db } from './sqlite-db.js';
 import { SqliteIdempotency, SqliteMeters } from './sqlite-requests.js';
 import { SqliteRobots } from './sqlite-robots.js';
 import { SqliteEpisodes } from './sqlite-episodes.js';
+import { SqliteEvents } from './sqlite-events.js';
 import { SqliteDatasets } from './sqlite-datasets.js';
 import { SqliteWebhooks } from './sqlite-webhooks.js';
 import { SqliteSync } from './sqlite-sync.js';
 import { SqliteGauges } from './sqlite-gauges.js';
 import type { SyncStore } from './sync-types.js';
 import type { GaugeStore } from './types.js';
-import type { ApiKeyStore, DatasetStore, WebhookStore, EpisodeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store } from './types.js';
+import type { ApiKeyStore, DatasetStore, WebhookStore, EpisodeStore, EventStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store } from './types.js';
 
 export const DATABASE_FILE = 'cloud.sqlite';
 
@@ -76,6 +77,7 @@ export class SqliteStore implements Store {
   readonly episodes: EpisodeStore;
   readonly datasets: DatasetStore;
   readonly webhooks: WebhookStore;
+  readonly events: EventStore;
   readonly sync: SyncStore;
   readonly gauges: GaugeStore;
 
@@ -89,6 +91,7 @@ export class SqliteStore implements Store {
     this.episodes = episodes;
     this.datasets = new SqliteDatasets(db, episodes);
     this.webhooks = new SqliteWebhooks(db);
+    this.events = new SqliteEvents(db);
     this.sync = new SqliteSync(db);
     this.gauges = new SqliteGauges(db);
   }

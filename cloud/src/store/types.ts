@@ -1,4 +1,5 @@
 import type { EpisodeOutcome, EpisodeReport, Feature, RecordingState, Scope } from '@fleet/protocol';
+import type { LoggedEvent, RobotPresence } from '../events.js';
 import type { SyncStore } from './sync-types.js';
 import type { RobotListQuery } from './robot-list-query.js';
 
@@ -16,6 +17,8 @@ export interface Store {
   readonly episodes: EpisodeStore;
   readonly datasets: DatasetStore;
   readonly webhooks: WebhookStore;
+  /** The event log, read by the event stream (webhooks read it through their fan-out). */
+  readonly events: EventStore;
   /** Cloud sync: destinations, routing rules, routes, replicas, sync health. */
   readonly sync: SyncStore;
   /** Whole-service counts read when /metrics is scraped. */
@@ -234,8 +237,14 @@ export interface RobotStore {
    * before, still in page order) the query's position.
    */
   find(orgId: string, query: RobotListQuery, limit: number): Promise<RobotRow[]>;
-  /** Ignored for a de-enrolled robot (a late status must not show it connected again). */
-  updateStatus(id: string, update: RobotStatusUpdate): Promise<void>;
+  /**
+   * Ignored for a de-enrolled robot (a late status must not show it connected again). Returns
+   * whether the robot's presence (`connected`) or recording state changed. When it did and
+   * `logChange` is given, the event it builds from the robot's new state is appended to the log
+   * in the same transaction; the check and the write hold the robot's row, so when several
+   * replicas write the same status only the first one sees (and logs) the change.
+   */
+  updateStatus(id: string, update: RobotStatusUpdate, logChange?: (robot: RobotPresence) => LoggedEvent): Promise<boolean>;
   /**
    * Marks the robot de-enrolled (once: a second call keeps the first time), disconnected, and
    * drops a running rotation. Undefined for an unknown id.
@@ -257,8 +266,11 @@ export interface RobotStore {
    */
   completeRotation(id: string, pendingHash: string, at: number): Promise<boolean>;
 
-  /** At start of the embedded broker nobody is connected yet. */
-  markAllDisconnected(): Promise<void>;
+  /**
+   * At start of the embedded broker nobody is connected yet. With `log`, each robot shown
+   * connected until now gets the event `logChange` builds, in the same transaction.
+   */
+  markAllDisconnected(log?: { at: number; logChange: (robot: RobotPresence) => LoggedEvent }): Promise<void>;
 }
 
 /** Equality columns of the episode list filter (spec: GET /v1/episodes query parameters). */
@@ -486,6 +498,37 @@ export interface WebhookStore {
   deadLetters(orgId: string, subscriptionId: string): Promise<DeliveryRow[] | undefined>;
   /** Puts a dead letter's event back at the end of its subscription's queue. */
   redeliver(orgId: string, subscriptionId: string, deliveryId: number, now: number): Promise<DeliveryRow | undefined>;
+}
+
+/** One event of the log as stored: its payload is the JSON text webhooks deliver. */
+export interface EventRow {
+  /** The log id (`evt_<id>` on the wire). */
+  id: number;
+  type: string;
+  payload: string;
+}
+
+export interface EventReadOptions {
+  /** Most rows returned. */
+  limit: number;
+  /** Only ids up to this one (inclusive). */
+  upTo?: number;
+  /** Only these types. */
+  types?: readonly string[];
+  /** Only events whose payload names this robot. */
+  robotId?: string;
+}
+
+/** Reads of the event log; every read is scoped to one organization. */
+export interface EventStore {
+  /**
+   * The organization's events with an id above `afterId`, in id order (the `(org_id, id)`
+   * index). Ids commit in order on every engine, so a reader that got id N has every event below
+   * N it may read: paging on the last id returned never skips or repeats one.
+   */
+  listAfter(orgId: string, afterId: number, opts: EventReadOptions): Promise<EventRow[]>;
+  /** The organization's newest event id; 0 when it has none. */
+  latestId(orgId: string): Promise<number>;
 }
 
 /** A replica's state for the metrics: `assigned` is a route with no grant yet, then the API's states. */

@@ -4,6 +4,7 @@ import { Command, CommanderError } from 'commander';
 import { FleetApiError, FleetConnectionError, FleetStreamError } from './errors.js';
 import { registerAdmin } from './cli/commands-admin.js';
 import { registerData } from './cli/commands-data.js';
+import { registerEvents } from './cli/commands-events.js';
 import { checkUrl, defaultConfigPath, writeConfigFile } from './cli/config.js';
 import { UsageError } from './cli/errors.js';
 import { globals, output, type CliContext } from './cli/context.js';
@@ -55,6 +56,7 @@ export function buildProgram(ctx: CliContext): Command {
     });
 
   registerData(program, ctx);
+  registerEvents(program, ctx);
   registerAdmin(program, ctx);
   return program;
 }

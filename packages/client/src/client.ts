@@ -1,6 +1,6 @@
 import createClient, { type Client } from 'openapi-fetch';
-import { parseRetryAfter } from '@fleet/protocol';
-import { FleetApiError } from './errors.js';
+import { apiErrorOf } from './errors.js';
+import { streamEvents, type EventStreamOptions, type FleetEvent } from './events.js';
 import { DEFAULT_MAX_LINE_LENGTH, readNdjson } from './ndjson.js';
 import { serializeQuery } from './query.js';
 import type { paths } from './schema.js';
@@ -70,22 +70,7 @@ export const ROBOT_COMMAND_ACTIONS: readonly RobotCommandAction[] = [
 
 type Outcome<R> = R extends { data: infer D } ? Exclude<D, undefined> : never;
 
-interface ErrorBody {
-  error?: { code?: string; message?: string; details?: Record<string, unknown>; request_id?: string };
-}
-
-function apiError(response: Response, body: unknown): FleetApiError {
-  const err = typeof body === 'object' && body !== null ? (body as ErrorBody).error : undefined;
-  const retryAfterMs = parseRetryAfter(response.headers.get('retry-after') ?? undefined, Date.now());
-  return new FleetApiError({
-    status: response.status,
-    code: err?.code,
-    message: err?.message ?? `HTTP ${response.status}`,
-    details: err?.details,
-    requestId: err?.request_id ?? response.headers.get('x-request-id'),
-    retryAfterMs,
-  });
-}
+const apiError = apiErrorOf;
 
 /** Resolves with the body of a 2xx answer, throws FleetApiError for any other. */
 async function ok<R extends { response: Response; data?: unknown; error?: unknown }>(call: Promise<R>): Promise<Outcome<R>> {
@@ -145,12 +130,16 @@ export class FleetClient {
   /** The typed openapi-fetch client every method goes through. */
   readonly api: Client<paths>;
   private readonly maxLineLength: number;
+  /** Where the event stream connects: it reconnects by itself, so it bypasses the retrying transport. */
+  private readonly streamTarget: { baseUrl: string; headers: Record<string, string>; fetch: TransportOptions['fetch'] };
 
   constructor(options: FleetClientOptions) {
     const headers: Record<string, string> = { ...options.headers };
     if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;
-    this.api = createClient<paths>({ baseUrl: options.baseUrl.replace(/\/+$/, ''), headers, fetch: retryingFetch(options), querySerializer: serializeQuery });
+    const baseUrl = options.baseUrl.replace(/\/+$/, '');
+    this.api = createClient<paths>({ baseUrl, headers, fetch: retryingFetch(options), querySerializer: serializeQuery });
     this.maxLineLength = options.maxLineLength ?? DEFAULT_MAX_LINE_LENGTH;
+    this.streamTarget = { baseUrl, headers, fetch: options.fetch };
   }
 
   private init(opts: RequestOptions = {}) {
@@ -282,6 +271,17 @@ export class FleetClient {
       this.ndjson<ManifestHeader | EpisodeWithLocations>(this.api.GET('/v1/datasets/{id}/manifest', { params: { path: { id }, query: this.page(o) }, parseAs: 'stream', ...this.init(o) })),
     /** The whole manifest, page after page: `{kind: 'header'}` once, then `{kind: 'member'}` per episode. */
     manifest: (id: string, o: PageOptions = {}): AsyncGenerator<ManifestLine> => manifestLines(streamPages((cursor) => this.datasets.manifestPage(id, { ...o, ...(cursor !== undefined ? { cursor } : {}) }), o.cursor)),
+  };
+
+  /** The organization's event log, live. */
+  readonly events = {
+    /**
+     * `GET /v1/events/stream`: every event the key may read as `{id, type, data}` (`data` is the
+     * webhook payload of an episode event, or a robot status), from the present or after
+     * `lastEventId`; reconnects after a drop with the last id yielded, never yields one twice.
+     * `for await (const e of client.events.stream({ types: ['robot.status'], signal }))`.
+     */
+    stream: (o: EventStreamOptions = {}): AsyncGenerator<FleetEvent> => streamEvents(this.streamTarget, o),
   };
 
   readonly webhooks = {

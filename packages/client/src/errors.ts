@@ -1,4 +1,4 @@
-import { API_ERRORS, type ApiErrorCode } from '@fleet/protocol';
+import { API_ERRORS, parseRetryAfter, type ApiErrorCode } from '@fleet/protocol';
 
 /**
  * The `code` of a {@link FleetApiError}: one of the API's documented error codes, or
@@ -74,4 +74,22 @@ export class FleetStreamError extends Error {
 /** `err` is a FleetApiError, with that `code` when one is given. */
 export function isFleetApiError<C extends FleetErrorCode>(err: unknown, code?: C): err is FleetApiError & { code: C } {
   return err instanceof FleetApiError && (code === undefined || err.code === code);
+}
+
+interface ErrorBody {
+  error?: { code?: string; message?: string; details?: Record<string, unknown>; request_id?: string };
+}
+
+/** The FleetApiError of a non-2xx answer and its parsed body (anything: a proxy's page is no error body). */
+export function apiErrorOf(response: Response, body: unknown): FleetApiError {
+  const err = typeof body === 'object' && body !== null ? (body as ErrorBody).error : undefined;
+  const retryAfterMs = parseRetryAfter(response.headers.get('retry-after') ?? undefined, Date.now());
+  return new FleetApiError({
+    status: response.status,
+    code: err?.code,
+    message: err?.message ?? `HTTP ${response.status}`,
+    details: err?.details,
+    requestId: err?.request_id ?? response.headers.get('x-request-id'),
+    retryAfterMs,
+  });
 }

@@ -63,6 +63,7 @@ export const OPERATIONS = {
   'DELETE /v1/routing-rules/{id}': 'routingRules.delete',
   'PUT /v1/routing-rules/order': 'routingRules.setOrder',
   'GET /v1/sync-health/robots': 'syncHealth',
+  'GET /v1/events/stream': 'events.stream',
 } as const satisfies Record<OperationKey, string>;
 
 /** The client method of an operation key such as `GET /v1/episodes` (undefined when the table has none). */

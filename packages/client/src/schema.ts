@@ -3047,6 +3047,66 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/events/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Follow the event log live (server-sent events)
+         * @description A `text/event-stream` answer that stays open. Each event is a frame `id: evt_<n>`, `event: <type>`, `data: <JSON>`; the data of an episode event is the body its webhook carries, byte for byte. The stream opens with `retry: 2000` and sends a `: heartbeat` comment line every 15 s. `Last-Event-ID: evt_<n>` (or `?last_event_id=`) resumes: every later event the key may read is sent, then live ones, none lost and none twice; without it the stream starts at the present. Episode events (`episode.*`) need `data:read` and the `data.metadata` feature; `robot.status` needs `robots:read` or `fleet:read`. Open streams are bounded per organization (429 `rate_limited`).
+         *
+         *     Scope: data:read or robots:read or fleet:read. Entitlement: none.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description comma-separated event types (episode.finalized, episode.synced, episode.verified, episode.failed, episode.pruned, robot.status); default: every type the key may read */
+                    types?: string;
+                    /** @description only this robot's events */
+                    robot_id?: string;
+                    /** @description resume after this event (the Last-Event-ID header wins) */
+                    last_event_id?: string;
+                };
+                header?: {
+                    /** @description resume after this event: every later event is sent, then live ones */
+                    "last-event-id"?: string;
+                };
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Server-sent events: `retry:`, then frames `id: evt_<n>` / `event: <type>` / `data: <payload JSON>` and `: heartbeat` comments */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/event-stream": components["schemas"]["WebhookPayload"] | components["schemas"]["RobotStatusEvent"];
+                    };
+                };
+                /** @description Default Response */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -3456,6 +3516,14 @@ export interface components {
             };
             /** @constant */
             test?: true;
+        };
+        RobotStatusEventInput: {
+            /** @constant */
+            schema_version: 1;
+            robot_id: string;
+            online: boolean;
+            recording_state: ("idle" | "recording" | "finalizing") | null;
+            last_seen_at: string | null;
         };
         CreateDestinationRequestInput: {
             /**
@@ -3995,6 +4063,14 @@ export interface components {
             };
             /** @constant */
             test?: true;
+        };
+        RobotStatusEvent: {
+            /** @constant */
+            schema_version: 1;
+            robot_id: string;
+            online: boolean;
+            recording_state: ("idle" | "recording" | "finalizing") | null;
+            last_seen_at: string | null;
         };
         CreateDestinationRequest: {
             /**

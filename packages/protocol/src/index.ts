@@ -8,6 +8,7 @@ export * from './tcp.js';
 export * from './datasets.js';
 export * from './signature.js';
 export * from './webhooks.js';
+export * from './events.js';
 export * from './json.js';
 export * from './text.js';
 export * from './sync.js';

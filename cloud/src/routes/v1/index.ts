@@ -4,6 +4,7 @@ import { destinationCheckRoutes } from './destination-check.js';
 import { destinationRoutes } from './destinations.js';
 import { entitlementRoutes } from './entitlements.js';
 import { episodeRoutes } from './episodes.js';
+import { eventRoutes } from './events.js';
 import { robotCommandRoutes } from './robot-commands.js';
 import { robotRoutes } from './robots.js';
 import { routingRuleRoutes } from './routing-rules.js';
@@ -13,5 +14,5 @@ import { webhookRoutes } from './webhooks.js';
 import type { V1Plugin } from './types.js';
 
 /** Every /v1 resource module; app.ts registers each under the /v1 prefix. */
-export const V1_PLUGINS: readonly V1Plugin[] = [apiKeyRoutes, entitlementRoutes, usageRoutes, robotRoutes, robotCommandRoutes, episodeRoutes, datasetRoutes, webhookRoutes, destinationRoutes, destinationCheckRoutes, routingRuleRoutes, syncHealthRoutes];
+export const V1_PLUGINS: readonly V1Plugin[] = [apiKeyRoutes, entitlementRoutes, usageRoutes, robotRoutes, robotCommandRoutes, episodeRoutes, datasetRoutes, webhookRoutes, destinationRoutes, destinationCheckRoutes, routingRuleRoutes, syncHealthRoutes, eventRoutes];
 export type { CommandSender, V1Deps, V1Plugin, ZodApp } from './types.js';

@@ -6,6 +6,7 @@ import type { FleetAdmin } from '../../robots/credentials.js';
 import type { SecretBox } from '../../secret-box.js';
 import type { CloudConfig } from '../../config.js';
 import type { Store } from '../../store/index.js';
+import type { EventHub } from '../../streams/hub.js';
 import type { GrantRelay } from '../../sync/grant-relay.js';
 import type { SyncRouter } from '../../sync/router.js';
 
@@ -39,6 +40,8 @@ export interface V1Deps {
   sync: Pick<SyncRouter, 'schedule'>;
   /** Forwards grant requests to grant providers (the destination check uses it). */
   relay: Pick<GrantRelay, 'forward'>;
+  /** The event streams of this process (GET /v1/events/stream). */
+  streams: EventHub;
 }
 
 export interface CommandSender {

@@ -1,7 +1,9 @@
+import type { LoggedEvent, RobotPresence } from '../../events.js';
 import { robotListSql, type RobotListQuery } from '../robot-list-query.js';
 import { robotFromDb, tokenFromDb, type RobotDbRow, type TokenDbRow } from '../rows.js';
 import type { EnrollmentTokenRow, EnrollOutcome, RobotRow, RobotStatusUpdate, RobotStore } from '../types.js';
 import type { PgDb } from './db.js';
+import { appendEvents } from './events.js';
 
 export class PgRobots implements RobotStore {
   constructor(private readonly db: PgDb) {}
@@ -110,18 +112,54 @@ export class PgRobots implements RobotStore {
     return (r.rowCount ?? 0) > 0;
   }
 
-  async updateStatus(id: string, u: RobotStatusUpdate): Promise<void> {
-    await this.db.query(
-      `UPDATE robots SET connected = $1, runtime_version = COALESCE($2, runtime_version), platform = COALESCE($3, platform),
-         capabilities = COALESCE($4, capabilities), recording_state = CASE WHEN $5 THEN $6 ELSE recording_state END,
-         last_seen_at = GREATEST(COALESCE(last_seen_at, 0), $7) WHERE id = $8 AND deenrolled_at IS NULL`,
-      [u.connected, u.runtimeVersion ?? null, u.platform ?? null, u.capabilities ? JSON.stringify(u.capabilities) : null, u.recordingState !== undefined, u.recordingState ?? null, u.seenAt, id],
-    );
+  /**
+   * One statement reads the robot's presence under its row lock and writes the status: a replica
+   * writing the same status after another one waits for that lock and then reads the state the
+   * first one committed, so it sees no change and logs nothing.
+   */
+  async updateStatus(id: string, u: RobotStatusUpdate, logChange?: (robot: RobotPresence) => LoggedEvent): Promise<boolean> {
+    return this.db.tx(async (sql) => {
+      const r = (
+        await sql.query<PresenceDbRow & { was_connected: boolean; was_recording_state: RobotRow['recordingState'] }>(
+          `WITH old AS (SELECT id, connected, recording_state FROM robots WHERE id = $8 AND deenrolled_at IS NULL FOR UPDATE)
+           UPDATE robots r SET connected = $1, runtime_version = COALESCE($2, r.runtime_version), platform = COALESCE($3, r.platform),
+             capabilities = COALESCE($4, r.capabilities), recording_state = CASE WHEN $5 THEN $6 ELSE r.recording_state END,
+             last_seen_at = GREATEST(COALESCE(r.last_seen_at, 0), $7)
+           FROM old WHERE r.id = old.id
+           RETURNING r.id, r.org_id, r.connected, r.recording_state, r.last_seen_at, old.connected AS was_connected, old.recording_state AS was_recording_state`,
+          [u.connected, u.runtimeVersion ?? null, u.platform ?? null, u.capabilities ? JSON.stringify(u.capabilities) : null, u.recordingState !== undefined, u.recordingState ?? null, u.seenAt, id],
+        )
+      ).rows[0];
+      if (!r) return false;
+      const changed = r.connected !== r.was_connected || r.recording_state !== r.was_recording_state;
+      if (changed && logChange) await appendEvents(sql, [{ orgId: r.org_id, event: logChange(presenceFromDb(r)), at: u.seenAt }]);
+      return changed;
+    });
   }
 
-  async markAllDisconnected(): Promise<void> {
-    await this.db.query('UPDATE robots SET connected = false WHERE connected');
+  async markAllDisconnected(log?: { at: number; logChange: (robot: RobotPresence) => LoggedEvent }): Promise<void> {
+    if (!log) {
+      await this.db.query('UPDATE robots SET connected = false WHERE connected');
+      return;
+    }
+    await this.db.tx(async (sql) => {
+      // A de-enrolled robot is never connected (de-enrollment disconnects it): no filter needed.
+      const was = (await sql.query<PresenceDbRow>('UPDATE robots SET connected = false WHERE connected RETURNING id, org_id, connected, recording_state, last_seen_at')).rows;
+      await appendEvents(sql, was.map((r) => ({ orgId: r.org_id, event: log.logChange(presenceFromDb(r)), at: log.at })));
+    });
   }
+}
+
+interface PresenceDbRow {
+  id: string;
+  org_id: string;
+  connected: boolean;
+  recording_state: RobotRow['recordingState'];
+  last_seen_at: number | null;
+}
+
+function presenceFromDb(r: PresenceDbRow): RobotPresence {
+  return { id: r.id, connected: r.connected, recordingState: r.recording_state, lastSeenAt: r.last_seen_at };
 }
 
 const PG_DIALECT = { param: (n: number) => `$${n}`, bool: (b: boolean) => b, nameCollate: ' COLLATE "C"' };

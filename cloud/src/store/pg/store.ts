@@ -1,9 +1,10 @@
 import type { SyncStore } from '../sync-types.js';
-import type { ApiKeyStore, DatasetStore, EpisodeStore, GaugeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, SharedCounterStore, Store, WebhookStore } from '../types.js';
+import type { ApiKeyStore, DatasetStore, EpisodeStore, EventStore, GaugeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, SharedCounterStore, Store, WebhookStore } from '../types.js';
 import { PgApiKeys, PgOrgs } from './accounts.js';
 import { PgDb } from './db.js';
 import { PgDatasets } from './datasets.js';
 import { PgEpisodes } from './episodes.js';
+import { PgEvents } from './events.js';
 import { PgGauges } from './gauges.js';
 import { migratePg } from './migrations.js';
 import { PgCounters, PgIdempotency, PgMeters } from './requests.js';
@@ -25,6 +26,7 @@ export class PgStore implements Store {
   readonly episodes: EpisodeStore;
   readonly datasets: DatasetStore;
   readonly webhooks: WebhookStore;
+  readonly events: EventStore;
   readonly sync: SyncStore;
   readonly gauges: GaugeStore;
   readonly sharedCounters: SharedCounterStore;
@@ -40,6 +42,7 @@ export class PgStore implements Store {
     this.episodes = episodes;
     this.datasets = new PgDatasets(db, episodes);
     this.webhooks = new PgWebhooks(db);
+    this.events = new PgEvents(db);
     this.sync = new PgSync(db);
     this.gauges = new PgGauges(db);
   }

@@ -1,0 +1,162 @@
+import { STREAM_EVENT_TYPES, nextRetryDelay, parseEventId, type WebhookEvent } from '@fleet/protocol';
+import { apiErrorOf, FleetConnectionError, FleetStreamError } from './errors.js';
+import { readSse } from './sse.js';
+import type { components } from './schema.js';
+
+/** The episode events: the webhook events, with the webhook's payload. */
+export type EpisodeEventType = WebhookEvent;
+/** Every event type of `GET /v1/events/stream`. */
+export type FleetEventType = EpisodeEventType | 'robot.status';
+export type EpisodeEventData = components['schemas']['WebhookPayload'];
+export type RobotStatusEventData = components['schemas']['RobotStatusEvent'];
+
+/** One event of the stream: `id` is `evt_<n>` (the id webhooks send as `X-Service-Event-Id`). */
+export type FleetEvent = { id: string; type: EpisodeEventType; data: EpisodeEventData } | { id: string; type: 'robot.status'; data: RobotStatusEventData };
+
+export interface EventStreamOptions {
+  /** Only these types (default: every type the key may read). */
+  types?: readonly FleetEventType[];
+  /** Only this robot's events. */
+  robotId?: string;
+  /** Resume after this event (`evt_<n>`): every later event is sent first. Default: from the present. */
+  lastEventId?: string;
+  /** Aborting ends the iteration (no error). */
+  signal?: AbortSignal;
+  /** After a dropped connection, connect again with the last id yielded (default true). */
+  reconnect?: boolean;
+  /** Told each time a connection is established (the first and every reconnection). */
+  onOpen?: () => void;
+  /** Told before each wait for a reconnection. */
+  onReconnect?: (info: { attempt: number; waitMs: number; lastEventId: string | undefined; error: unknown }) => void;
+}
+
+/** What the stream needs of the client: where, with which headers, through which fetch. */
+export interface StreamTarget {
+  baseUrl: string;
+  headers: Record<string, string>;
+  fetch: ((input: string, init: RequestInit) => Promise<Response>) | undefined;
+}
+
+/** Waits between reconnections: the server's `retry:` (2 s) first, doubling while they fail, up to 30 s. */
+const RECONNECT_FACTORS = [1, 2, 4, 8, 15];
+const DEFAULT_RETRY_MS = 2000;
+const MAX_WAIT_MS = 30_000;
+const KNOWN_TYPES: ReadonlySet<string> = new Set(STREAM_EVENT_TYPES);
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const onAbort = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/**
+ * `GET /v1/events/stream` as an async iterator of `{id, type, data}`. The key goes in the
+ * Authorization header (never the URL). After a dropped connection (a network error, the server
+ * ending the stream, a 5xx or 429 answer) it connects again with `Last-Event-ID` set to the last
+ * id it yielded, waiting the server's `retry:` delay and longer while attempts fail, and never
+ * yields an id twice. A 4xx answer throws `FleetApiError` (a 401 or 403 is never retried); a
+ * failure of the very first connection throws too, so a wrong URL or key shows at once. Uses
+ * only the global fetch, WHATWG streams and timers: it runs in browsers as in Node.
+ */
+export async function* streamEvents(target: StreamTarget, o: EventStreamOptions = {}): AsyncGenerator<FleetEvent> {
+  const reconnect = o.reconnect ?? true;
+  const send = target.fetch ?? ((input: string, init: RequestInit) => globalThis.fetch(input, init));
+  const query = new URLSearchParams();
+  if (o.types !== undefined) query.set('types', o.types.join(','));
+  if (o.robotId !== undefined) query.set('robot_id', o.robotId);
+  const qs = query.toString();
+  const url = `${target.baseUrl}/v1/events/stream${qs === '' ? '' : `?${qs}`}`;
+
+  let lastId = o.lastEventId;
+  let lastNumber = lastId === undefined ? -1 : (parseEventId(lastId) ?? -1);
+  let retryMs = DEFAULT_RETRY_MS;
+  let opened = false;
+  let failures = 0;
+
+  for (;;) {
+    if (o.signal?.aborted) return;
+    let failure: unknown;
+    let retryAfterMs: number | undefined;
+    let response: Response | undefined;
+    try {
+      response = await send(url, {
+        method: 'GET',
+        headers: { ...target.headers, accept: 'text/event-stream', ...(lastId !== undefined ? { 'last-event-id': lastId } : {}) },
+        redirect: 'error',
+        ...(o.signal ? { signal: o.signal } : {}),
+      });
+    } catch (err) {
+      if (o.signal?.aborted) return;
+      failure = new FleetConnectionError(`GET /v1/events/stream: ${err instanceof Error ? err.message : String(err)}`, 'GET', url, { cause: err });
+    }
+
+    if (response && !response.ok) {
+      const text = await response.text().catch(() => '');
+      let body: unknown;
+      try {
+        body = JSON.parse(text);
+      } catch {
+        body = undefined;
+      }
+      const err = apiErrorOf(response, body);
+      const transient = response.status >= 500 || response.status === 429;
+      if (!transient || !opened || !reconnect) throw err;
+      failure = err;
+      retryAfterMs = err.retryAfterMs;
+    } else if (response) {
+      opened = true;
+      failures = 0;
+      o.onOpen?.();
+      try {
+        if (!response.body) throw new Error('the answer has no body');
+        const position = (id: string) => {
+          const n = parseEventId(id);
+          if (n !== null && n > lastNumber) {
+            lastId = id;
+            lastNumber = n;
+          }
+        };
+        for await (const m of readSse(response.body, { onRetry: (ms) => (retryMs = ms), onId: position, ...(o.signal ? { signal: o.signal } : {}) })) {
+          if (m.id === undefined) continue;
+          const n = parseEventId(m.id);
+          if (n !== null && n <= lastNumber) continue;
+          lastId = m.id;
+          if (n !== null) lastNumber = n;
+          // A type this client does not know (a newer server's) is passed over, its id noted.
+          if (!KNOWN_TYPES.has(m.event)) continue;
+          let data: unknown;
+          try {
+            data = JSON.parse(m.data);
+          } catch {
+            throw new FleetStreamError('invalid_json', `the data of event ${m.id} is not valid JSON`);
+          }
+          yield { id: m.id, type: m.event, data } as FleetEvent;
+        }
+        // Without reconnecting, the end of the answer is the end of the iteration.
+        if (!reconnect || o.signal?.aborted) return;
+        failure = new FleetConnectionError('GET /v1/events/stream: the server ended the stream', 'GET', url);
+      } catch (err) {
+        if (o.signal?.aborted) return;
+        if (err instanceof FleetStreamError) throw err;
+        failure = err instanceof FleetConnectionError ? err : new FleetConnectionError(`GET /v1/events/stream: ${err instanceof Error ? err.message : String(err)}`, 'GET', url, { cause: err });
+      }
+    }
+
+    if (!reconnect || !opened) throw failure;
+    failures++;
+    const factor = RECONNECT_FACTORS[Math.min(failures, RECONNECT_FACTORS.length) - 1]!;
+    const base = Math.min(MAX_WAIT_MS, retryMs * factor);
+    const waitMs = nextRetryDelay({ schedule: [base], jitter: 0.2 }, 1, retryAfterMs !== undefined ? { retryAfterMs } : {})!;
+    o.onReconnect?.({ attempt: failures, waitMs, lastEventId: lastId, error: failure });
+    await sleep(waitMs, o.signal);
+  }
+}

@@ -1,0 +1,214 @@
+/**
+ * The live event stream, `GET /v1/events/stream`, against a real `fleet-cloud serve` (or two
+ * replicas behind mosquitto with FLEET_TEST_REPLICAS=2, each request going to the next replica)
+ * and simulated robots, read through the typed client as the console reads it and through
+ * `fleet events tail`:
+ * - robot.status arrives when a robot connects and when it starts and stops recording;
+ *   episode.finalized when an episode is finished;
+ * - connections dropped mid-stream resume with Last-Event-ID: the events received equal the log
+ *   (a replay from evt_0), nothing lost and nothing twice;
+ * - another organization's events never arrive.
+ */
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { FleetClient, type FleetEvent, type FleetEventType } from '@fleet/client';
+import { cleanEnv, REPO_ROOT, startCloud, type CloudProcess } from './support/cloud.js';
+import { spawnProcess } from './support/process.js';
+import { createEnrollmentToken, otherOrganization, sendCommand, startFleet, waitForRobot, type FleetProcess } from './support/robots.js';
+
+const FLEET_CLI = join(REPO_ROOT, 'packages', 'client', 'dist', 'cli.js');
+
+let cloud: CloudProcess;
+let fleet: FleetProcess;
+let robot: string;
+
+/** Events read from one stream in the background until it is stopped. */
+interface Collector {
+  readonly events: FleetEvent[];
+  readonly ids: string[];
+  opened: number;
+  reconnects: number;
+  /** Cuts the current connection as a network failure would: the client reconnects by itself. */
+  drop(): void;
+  stop(): Promise<void>;
+}
+
+/**
+ * Reads `client.events.stream(opts)` into an array. Its fetch goes through the cloud's own (the
+ * replicas in turn), with an abort of its own per connection that `drop` fires.
+ */
+async function collect(key: string, opts: { types?: FleetEventType[]; lastEventId?: string } = {}): Promise<Collector> {
+  let current: AbortController | null = null;
+  const droppable: typeof fetch = async (input, init) => {
+    const ac = new AbortController();
+    current = ac;
+    // The cloud's fetch sends each request to the next replica: a reconnection lands on another one.
+    const url = input instanceof Request ? input.url : String(input);
+    return cloud.fetch(url.slice(cloud.http.length), { ...init, signal: ac.signal, key: null });
+  };
+  const client = new FleetClient({ baseUrl: cloud.http, apiKey: key, fetch: droppable });
+  const stop = new AbortController();
+  let open!: () => void;
+  const firstOpen = new Promise<void>((resolve) => (open = resolve));
+  const c: Collector = {
+    events: [],
+    get ids() {
+      return this.events.map((e) => e.id);
+    },
+    opened: 0,
+    reconnects: 0,
+    drop: () => current?.abort(new Error('dropped by the test')),
+    stop: async () => {
+      stop.abort();
+      await done;
+    },
+  };
+  const done = (async () => {
+    for await (const e of client.events.stream({
+      ...opts,
+      signal: stop.signal,
+      onOpen: () => {
+        c.opened++;
+        open();
+      },
+      onReconnect: () => void c.reconnects++,
+    })) {
+      c.events.push(e);
+    }
+  })();
+  done.catch(() => undefined);
+  await Promise.race([firstOpen, done]);
+  return c;
+}
+
+const statusesOf = (c: Collector, robotId: string) =>
+  c.events.flatMap((e) => (e.type === 'robot.status' && e.data.robot_id === robotId ? [`${e.data.online ? 'online' : 'offline'}/${e.data.recording_state ?? '-'}`] : []));
+
+async function record(): Promise<string> {
+  await waitForRobot(cloud, robot, (r) => r.recording_state === 'idle', { timeoutMs: 30_000, description: 'idle' });
+  const started = await sendCommand(cloud, robot, 'episodes/start');
+  expect(started.status, JSON.stringify(started.body)).toBe(200);
+  const finished = await sendCommand(cloud, robot, 'episodes/finish');
+  expect(finished.status, JSON.stringify(finished.body)).toBe(200);
+  return String(started.body.result!.episode_id);
+}
+
+beforeAll(async () => {
+  cloud = await startCloud();
+});
+
+afterAll(async () => {
+  await fleet?.[Symbol.asyncDispose]();
+  await cloud?.[Symbol.asyncDispose]();
+});
+
+describe('GET /v1/events/stream end to end', () => {
+  test('robot.status when a robot connects and records, episode.finalized when its episode is finished; fleet events tail prints them', async () => {
+    const live = await collect(cloud.adminKey);
+    const tail = spawnProcess(process.execPath, [FLEET_CLI, 'events', 'tail', '--json'], {
+      name: 'fleet events tail --json',
+      cwd: REPO_ROOT,
+      env: cleanEnv({ FLEET_URL: cloud.http, FLEET_API_KEY: cloud.adminKey, HOME: REPO_ROOT, XDG_CONFIG_HOME: undefined }),
+    });
+    const readable = spawnProcess(process.execPath, [FLEET_CLI, 'events', 'tail', '--type', 'robot.status'], {
+      name: 'fleet events tail --type robot.status',
+      cwd: REPO_ROOT,
+      env: cleanEnv({ FLEET_URL: cloud.http, FLEET_API_KEY: cloud.adminKey, HOME: REPO_ROOT, XDG_CONFIG_HOME: undefined }),
+    });
+    try {
+      await tail.waitForStderr((l) => l.includes('listening for events'));
+      await readable.waitForStderr((l) => l.includes('listening for events'));
+      fleet = await startFleet(cloud, { count: 1, subtaskMs: 100 });
+      robot = fleet.robots[0]!;
+      await expect.poll(() => statusesOf(live, robot)).toEqual(['online/idle']);
+      expect(live.events.find((e) => e.type === 'robot.status')!.data).toEqual({
+        schema_version: 1,
+        robot_id: robot,
+        online: true,
+        recording_state: 'idle',
+        last_seen_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/) as unknown,
+      });
+
+      const episode = await record();
+      await expect.poll(() => live.events.some((e) => e.type === 'episode.finalized' && e.data.episode_id === episode)).toBe(true);
+      const finalized = live.events.find((e) => e.type === 'episode.finalized')!;
+      expect(finalized.data).toMatchObject({ schema_version: 1, episode_id: episode, robot_id: robot, state: 'reported' });
+      await expect.poll(() => statusesOf(live, robot).at(-1)).toBe('online/idle');
+      expect(statusesOf(live, robot)).toContain('online/recording');
+      // Ids are the log's, increasing; none twice.
+      const numbers = live.ids.map((id) => Number(id.slice(4)));
+      expect(numbers).toEqual([...numbers].sort((a, b) => a - b));
+      expect(new Set(numbers).size).toBe(numbers.length);
+
+      // The CLI: NDJSON of the same events, and readable lines of the statuses.
+      await expect.poll(() => tail.stdoutLines.map((l) => (JSON.parse(l) as FleetEvent).id)).toEqual(live.ids);
+      expect(tail.stdoutLines.map((l) => JSON.parse(l) as unknown)).toEqual(live.events);
+      const statusIds = live.events.filter((e) => e.type === 'robot.status').map((e) => e.id);
+      await expect.poll(() => readable.stdoutLines.length).toBe(statusIds.length);
+      readable.stdoutLines.forEach((line, i) => expect(line).toMatch(new RegExp(`^\\d{4}-\\S+Z  ${statusIds[i]}  robot\\.status\\s+${robot}  online  (idle|recording|finalizing)$`)));
+    } finally {
+      await live.stop();
+      await tail.kill('SIGINT');
+      await readable.kill('SIGINT');
+    }
+  });
+
+  test('fleet events tail refuses an unknown type or a malformed --since (exit 2)', async () => {
+    for (const args of [['--type', 'robot.battery'], ['--since', '42']]) {
+      const p = spawnProcess(process.execPath, [FLEET_CLI, 'events', 'tail', ...args], {
+        name: `fleet events tail ${args.join(' ')}`,
+        cwd: REPO_ROOT,
+        env: cleanEnv({ FLEET_URL: cloud.http, FLEET_API_KEY: cloud.adminKey, HOME: REPO_ROOT, XDG_CONFIG_HOME: undefined }),
+      });
+      expect(await p.exited).toEqual({ code: 2, signal: null });
+    }
+  });
+
+  test('dropped connections resume with Last-Event-ID: the events received are the log, none lost, none twice', async () => {
+    const c = await collect(cloud.adminKey);
+    const episodes: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      episodes.push(await record());
+      // A drop while events are coming (the finish is still being reported and indexed).
+      c.drop();
+      await expect.poll(() => c.opened).toBe(i + 2);
+    }
+    const last = episodes.at(-1)!;
+    await expect.poll(() => c.events.some((e) => e.type === 'episode.finalized' && e.data.episode_id === last)).toBe(true);
+    expect(c.reconnects).toBe(3);
+
+    // The log, replayed from its start through another connection.
+    const log = await collect(cloud.adminKey, { lastEventId: 'evt_0' });
+    const upTo = c.events.find((e) => e.type === 'episode.finalized' && e.data.episode_id === last)!.id;
+    await expect.poll(() => log.ids.includes(upTo)).toBe(true);
+    const n = (id: string) => Number(id.slice(4));
+    const received = c.ids.filter((id) => n(id) <= n(upTo));
+    const expected = log.ids.filter((id) => n(id) >= n(received[0]!) && n(id) <= n(upTo));
+    expect(received).toEqual(expected);
+    expect(new Set(c.ids).size).toBe(c.ids.length);
+    expect(c.events.filter((e) => e.type === 'episode.finalized').map((e) => e.type === 'episode.finalized' && e.data.episode_id)).toEqual(episodes);
+    // The same events, byte for byte the same data.
+    expect(c.events.filter((e) => n(e.id) <= n(upTo))).toEqual(log.events.filter((e) => n(e.id) >= n(received[0]!) && n(e.id) <= n(upTo)));
+    await c.stop();
+    await log.stop();
+  });
+
+  test("another organization's events never arrive", async () => {
+    const other = await otherOrganization(cloud, 'stream isolation');
+    const mine = await collect(cloud.adminKey);
+    const replayed = await collect(cloud.adminKey, { lastEventId: 'evt_0' });
+    const theirs = await collect(other.key);
+    const token = await createEnrollmentToken(cloud, { key: other.key, maxUses: 1 });
+    await using otherFleet = await startFleet(cloud, { count: 1, token: token.token });
+    const otherRobot = otherFleet.robots[0]!;
+    await expect.poll(() => statusesOf(theirs, otherRobot)).toEqual(['online/idle']);
+    // Something of this organization after it, so both streams have read past the other's event.
+    const episode = await record();
+    for (const c of [mine, replayed]) await expect.poll(() => c.events.some((e) => e.type === 'episode.finalized' && e.data.episode_id === episode)).toBe(true);
+    for (const c of [mine, replayed]) {
+      expect(c.events.filter((e) => e.data.robot_id !== robot)).toEqual([]);
+    }
+    expect(theirs.events.filter((e) => e.data.robot_id !== otherRobot)).toEqual([]);
+    for (const c of [mine, replayed, theirs]) await c.stop();
+  });
+});

@@ -228,6 +228,13 @@ describe('GET /v1/events/stream', () => {
     await expect.poll(() => allowed.frames.map((f) => f.event)).toEqual(['robot.status']);
   });
 
+  it('answers HEAD with the head alone, holding no stream', async () => {
+    const res = await fetch(`${base}/v1/events/stream`, { method: 'HEAD', headers: { authorization: `Bearer ${tenant.adminKey}` } });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
+    expect(t.cloud.streams.openStreams).toBe(0);
+  });
+
   it('answers 400 validation_failed to bad input, never a 500', async () => {
     const bad: [string, Record<string, string>][] = [
       ['?types=bogus', {}],

@@ -122,6 +122,13 @@ export const eventRoutes: V1Plugin = async (app, { streams, store, clock }) => {
       const lastId = request.headers['last-event-id'] ?? queryLastId;
       const after = lastId === undefined ? null : parseEventId(lastId);
       if (lastId !== undefined && after === null) throw validationError('headers', '/last-event-id', 'must be an event id, evt_<n>');
+      // HEAD (fastify's twin of every GET) gets the head alone, and holds no stream.
+      if (request.method === 'HEAD') {
+        reply.hijack();
+        reply.raw.writeHead(200, { ...(reply.getHeaders() as OutgoingHttpHeaders), 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache, no-transform' });
+        reply.raw.end();
+        return;
+      }
 
       const conn = new SseConnection(reply.raw, STREAM_MAX_BUFFERED_BYTES);
       const asked = types === undefined ? null : [...wanted];

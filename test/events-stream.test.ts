@@ -8,11 +8,12 @@
  * - connections dropped mid-stream resume with Last-Event-ID: the events received equal the log
  *   (a replay from evt_0), nothing lost and nothing twice;
  * - another organization's events never arrive.
+ * Tests run in order on one cloud and share the robot the first one connects.
  */
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { FleetClient, type FleetEvent, type FleetEventType } from '@fleet/client';
-import { cleanEnv, REPO_ROOT, startCloud, type CloudProcess } from './support/cloud.js';
+import { cleanEnv, makeTempDir, REPO_ROOT, startCloud, type CloudProcess, type TempDir } from './support/cloud.js';
 import { spawnProcess } from './support/process.js';
 import { createEnrollmentToken, otherOrganization, sendCommand, startFleet, waitForRobot, type FleetProcess } from './support/robots.js';
 
@@ -20,6 +21,7 @@ const FLEET_CLI = join(REPO_ROOT, 'packages', 'client', 'dist', 'cli.js');
 
 let cloud: CloudProcess;
 let fleet: FleetProcess;
+let home: TempDir;
 let robot: string;
 
 /** Events read from one stream in the background until it is stopped. */
@@ -94,29 +96,32 @@ async function record(): Promise<string> {
 }
 
 beforeAll(async () => {
+  home = await makeTempDir('events-tail-');
   cloud = await startCloud();
 });
 
 afterAll(async () => {
   await fleet?.[Symbol.asyncDispose]();
   await cloud?.[Symbol.asyncDispose]();
+  await home?.[Symbol.asyncDispose]();
 });
+
+/** `fleet events tail …args` with the cloud's URL and admin key, and a HOME without a config file. */
+function tail(args: readonly string[]) {
+  return spawnProcess(process.execPath, [FLEET_CLI, 'events', 'tail', ...args], {
+    name: `fleet events tail ${args.join(' ')}`,
+    cwd: REPO_ROOT,
+    env: cleanEnv({ FLEET_URL: cloud.http, FLEET_API_KEY: cloud.adminKey, HOME: home.path, XDG_CONFIG_HOME: undefined }),
+  });
+}
 
 describe('GET /v1/events/stream end to end', () => {
   test('robot.status when a robot connects and records, episode.finalized when its episode is finished; fleet events tail prints them', async () => {
     const live = await collect(cloud.adminKey);
-    const tail = spawnProcess(process.execPath, [FLEET_CLI, 'events', 'tail', '--json'], {
-      name: 'fleet events tail --json',
-      cwd: REPO_ROOT,
-      env: cleanEnv({ FLEET_URL: cloud.http, FLEET_API_KEY: cloud.adminKey, HOME: REPO_ROOT, XDG_CONFIG_HOME: undefined }),
-    });
-    const readable = spawnProcess(process.execPath, [FLEET_CLI, 'events', 'tail', '--type', 'robot.status'], {
-      name: 'fleet events tail --type robot.status',
-      cwd: REPO_ROOT,
-      env: cleanEnv({ FLEET_URL: cloud.http, FLEET_API_KEY: cloud.adminKey, HOME: REPO_ROOT, XDG_CONFIG_HOME: undefined }),
-    });
+    const json = tail(['--json']);
+    const readable = tail(['--type', 'robot.status']);
     try {
-      await tail.waitForStderr((l) => l.includes('listening for events'));
+      await json.waitForStderr((l) => l.includes('listening for events'));
       await readable.waitForStderr((l) => l.includes('listening for events'));
       fleet = await startFleet(cloud, { count: 1, subtaskMs: 100 });
       robot = fleet.robots[0]!;
@@ -141,26 +146,23 @@ describe('GET /v1/events/stream end to end', () => {
       expect(new Set(numbers).size).toBe(numbers.length);
 
       // The CLI: NDJSON of the same events, and readable lines of the statuses.
-      await expect.poll(() => tail.stdoutLines.map((l) => (JSON.parse(l) as FleetEvent).id)).toEqual(live.ids);
-      expect(tail.stdoutLines.map((l) => JSON.parse(l) as unknown)).toEqual(live.events);
+      await expect.poll(() => json.stdoutLines.map((l) => (JSON.parse(l) as FleetEvent).id)).toEqual(live.ids);
+      expect(json.stdoutLines.map((l) => JSON.parse(l) as unknown)).toEqual(live.events);
       const statusIds = live.events.filter((e) => e.type === 'robot.status').map((e) => e.id);
       await expect.poll(() => readable.stdoutLines.length).toBe(statusIds.length);
       readable.stdoutLines.forEach((line, i) => expect(line).toMatch(new RegExp(`^\\d{4}-\\S+Z  ${statusIds[i]}  robot\\.status\\s+${robot}  online  (idle|recording|finalizing)$`)));
     } finally {
       await live.stop();
-      await tail.kill('SIGINT');
+      await json.kill('SIGINT');
       await readable.kill('SIGINT');
     }
   });
 
   test('fleet events tail refuses an unknown type or a malformed --since (exit 2)', async () => {
     for (const args of [['--type', 'robot.battery'], ['--since', '42']]) {
-      const p = spawnProcess(process.execPath, [FLEET_CLI, 'events', 'tail', ...args], {
-        name: `fleet events tail ${args.join(' ')}`,
-        cwd: REPO_ROOT,
-        env: cleanEnv({ FLEET_URL: cloud.http, FLEET_API_KEY: cloud.adminKey, HOME: REPO_ROOT, XDG_CONFIG_HOME: undefined }),
-      });
+      const p = tail(args);
       expect(await p.exited).toEqual({ code: 2, signal: null });
+      expect(p.stderrLines).toHaveLength(1);
     }
   });
 

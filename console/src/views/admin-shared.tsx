@@ -156,3 +156,44 @@ export function issueAt(error: unknown, pointer: string): string | undefined {
   }
   return undefined;
 }
+
+/**
+ * A group of checkboxes choosing a set of codes (a key's scopes, a webhook's events), each with
+ * a line saying what it means; the API's error for the whole list is shown under the group.
+ */
+export function CodeChecks(props: {
+  legend: string;
+  name: string;
+  options: readonly { code: string; what: string }[];
+  chosen: ReadonlySet<string>;
+  onChange: (next: Set<string>) => void;
+  error: string | undefined;
+}) {
+  return (
+    <fieldset class="checks">
+      <legend>{props.legend}</legend>
+      {props.options.map((o) => (
+        <label key={o.code} class="check">
+          <input
+            type="checkbox"
+            name={props.name}
+            value={o.code}
+            checked={props.chosen.has(o.code)}
+            onChange={(e) => {
+              const next = new Set(props.chosen);
+              if (e.currentTarget.checked) next.add(o.code);
+              else next.delete(o.code);
+              props.onChange(next);
+            }}
+          />{' '}
+          <code>{o.code}</code> <span class="muted small">{o.what}</span>
+        </label>
+      ))}
+      {props.error ? (
+        <span class="field-error" role="alert">
+          {props.error}
+        </span>
+      ) : null}
+    </fieldset>
+  );
+}

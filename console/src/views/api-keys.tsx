@@ -5,7 +5,9 @@ import { useConsole } from '../ui/context.js';
 import { useAction, useAsync, useTicker } from '../ui/hooks.js';
 import { Confirm, ErrorNotice, Field, Loading, PageHeader, Pill, SecretOnce } from '../ui/components.js';
 import { formatTime } from '../ui/format.js';
-import { Ago, FeatureMissing, SCOPE_INFO, hasFeature, isoToLocal, issueAt, localToIso } from './admin-shared.js';
+import { Ago, FeatureMissing, SCOPE_INFO, CodeChecks, hasFeature, isoToLocal, issueAt, localToIso } from './admin-shared.js';
+
+const SCOPE_OPTIONS = SCOPE_INFO.map((s) => ({ code: s.scope, what: s.what }));
 
 const EXPIRY: { value: string; label: string; days?: number }[] = [
   { value: 'never', label: 'Never' },
@@ -233,31 +235,7 @@ function CreateKey({ onCreated, onCancel }: { onCreated: (k: ApiKey & { key: str
       <Field label="Name" id="key-name" error={nameError} hint="Who or what uses it, e.g. training-pipeline.">
         <input id="key-name" required maxLength={128} value={name} onInput={(e) => setName(e.currentTarget.value)} autoComplete="off" aria-describedby="key-name-hint" />
       </Field>
-      <fieldset class="checks">
-        <legend>Scopes</legend>
-        {SCOPE_INFO.map((s) => (
-          <label key={s.scope} class="check">
-            <input
-              type="checkbox"
-              name="scopes"
-              value={s.scope}
-              checked={scopes.has(s.scope)}
-              onChange={(e) => {
-                const next = new Set(scopes);
-                if (e.currentTarget.checked) next.add(s.scope);
-                else next.delete(s.scope);
-                setScopes(next);
-              }}
-            />{' '}
-            <code>{s.scope}</code> <span class="muted small">{s.what}</span>
-          </label>
-        ))}
-        {scopesError ? (
-          <span class="field-error" role="alert">
-            {scopesError}
-          </span>
-        ) : null}
-      </fieldset>
+      <CodeChecks legend="Scopes" name="scopes" options={SCOPE_OPTIONS} chosen={scopes} onChange={setScopes} error={scopesError} />
       <div class="row align-end">
         <Field label="Expires" id="key-expiry">
           <select id="key-expiry" value={expiry} onChange={(e) => setExpiry(e.currentTarget.value)}>

@@ -3,7 +3,9 @@ import type { CreateWebhookRequest, Webhook } from '@fleet/client';
 import { useConsole } from '../ui/context.js';
 import { useAction, useAsync } from '../ui/hooks.js';
 import { Confirm, ErrorNotice, Field, Link, Loading, PageHeader, Pill, SecretOnce } from '../ui/components.js';
-import { Ago, FeatureMissing, WEBHOOK_EVENT_INFO, hasFeature, issueAt } from './admin-shared.js';
+import { Ago, FeatureMissing, WEBHOOK_EVENT_INFO, CodeChecks, hasFeature, issueAt } from './admin-shared.js';
+
+const EVENT_OPTIONS = WEBHOOK_EVENT_INFO.map((e) => ({ code: e.event, what: e.what }));
 
 /**
  * Webhook subscriptions: create (the `whsec_` secret shown once), enable a disabled one, rotate
@@ -244,31 +246,7 @@ function CreateWebhook({ onCreated, onCancel }: { onCreated: (h: Webhook & { sec
           aria-describedby="hook-url-hint"
         />
       </Field>
-      <fieldset class="checks">
-        <legend>Events</legend>
-        {WEBHOOK_EVENT_INFO.map((e) => (
-          <label key={e.event} class="check">
-            <input
-              type="checkbox"
-              name="events"
-              value={e.event}
-              checked={events.has(e.event)}
-              onChange={(ev) => {
-                const next = new Set(events);
-                if (ev.currentTarget.checked) next.add(e.event);
-                else next.delete(e.event);
-                setEvents(next);
-              }}
-            />{' '}
-            <code>{e.event}</code> <span class="muted small">{e.what}</span>
-          </label>
-        ))}
-        {eventsError ? (
-          <span class="field-error" role="alert">
-            {eventsError}
-          </span>
-        ) : null}
-      </fieldset>
+      <CodeChecks legend="Events" name="events" options={EVENT_OPTIONS} chosen={events} onChange={setEvents} error={eventsError} />
       <ErrorNotice error={create.error} action="Creating the webhook" />
       <div class="row">
         <button type="submit" class="primary" disabled={create.busy || url.trim() === '' || events.size === 0}>

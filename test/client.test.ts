@@ -272,6 +272,19 @@ describe('@fleet/client against a real cloud', () => {
     await expect(c.apiKeys.create({ name: 'twice', scopes: ['data:read'] }, { idempotencyKey: 'client-e2e-reuse' })).rejects.toMatchObject({ status: 422, code: 'idempotency_key_reused' });
   });
 
+  test('events: the stream replays the log after a Last-Event-ID, typed by event, in id order', async () => {
+    const ac = new AbortController();
+    const seen: { id: number; episode: string }[] = [];
+    for await (const e of client().events.stream({ types: ['episode.finalized'], lastEventId: 'evt_0', signal: ac.signal })) {
+      expect(e.type).toBe('episode.finalized');
+      if (e.type === 'episode.finalized') seen.push({ id: Number(e.id.slice('evt_'.length)), episode: e.data.episode_id });
+      if (seen.length === 3) ac.abort();
+    }
+    expect(seen.map((s) => s.id)).toEqual([...seen.map((s) => s.id)].sort((a, b) => a - b));
+    const indexed = new Set((await client().episodes.list({}, { limit: 100 })).episodes.map((e) => e.id));
+    for (const s of seen) expect(indexed).toContain(s.episode);
+  });
+
   test('every operation of the document was called', () => {
     expect(Object.keys(OPERATIONS).filter((op) => !called.has(op))).toEqual([]);
   });

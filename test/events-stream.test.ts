@@ -30,6 +30,8 @@ interface Collector {
   readonly ids: string[];
   opened: number;
   reconnects: number;
+  /** What each reconnection followed, for a failure's message: when, the wait and the error. */
+  readonly log: string[];
   /** Cuts the current connection as a network failure would: the client reconnects by itself. */
   drop(): void;
   stop(): Promise<void>;
@@ -59,6 +61,7 @@ async function collect(key: string, opts: { types?: FleetEventType[]; lastEventI
     },
     opened: 0,
     reconnects: 0,
+    log: [],
     drop: () => current?.abort(new Error('dropped by the test')),
     stop: async () => {
       stop.abort();
@@ -71,9 +74,13 @@ async function collect(key: string, opts: { types?: FleetEventType[]; lastEventI
       signal: stop.signal,
       onOpen: () => {
         c.opened++;
+        c.log.push(`${new Date().toISOString()} opened (${c.opened})`);
         open();
       },
-      onReconnect: () => void c.reconnects++,
+      onReconnect: (r) => {
+        c.reconnects++;
+        c.log.push(`${new Date().toISOString()} reconnecting: attempt ${r.attempt}, in ${r.waitMs} ms, after ${String(r.error)}`);
+      },
     })) {
       c.events.push(e);
     }
@@ -172,8 +179,15 @@ describe('GET /v1/events/stream end to end', () => {
     for (let i = 0; i < 3; i++) {
       episodes.push(await record());
       // A drop while events are coming (the finish is still being reported and indexed).
+      c.log.push(`${new Date().toISOString()} drop`);
       c.drop();
-      await expect.poll(() => c.opened).toBe(i + 2);
+      // The reconnection waits the server's retry (2 s), longer while attempts fail: a minute's room.
+      await expect
+        .poll(() => c.opened, { timeout: 60_000 })
+        .toBe(i + 2)
+        .catch((err: unknown) => {
+          throw new Error(`connection ${i + 2} did not open; the stream's log:\n${c.log.join('\n')}`, { cause: err });
+        });
     }
     const last = episodes.at(-1)!;
     await expect.poll(() => c.events.some((e) => e.type === 'episode.finalized' && e.data.episode_id === last)).toBe(true);

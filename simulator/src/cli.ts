@@ -29,7 +29,12 @@ program
   .addOption(new Option('--count <n>', 'number of robots').env('FLEET_SIM_COUNT').makeOptionMandatory())
   .addOption(new Option('--data-dir <dir>', 'one directory per robot under it: robot-0, robot-1, …').env('FLEET_SIM_DATA_DIR').makeOptionMandatory())
   .option('--legacy-runtime', 'robots without episodes.v1')
-  .option('--bytes-per-second <n>', 'synthetic recorder byte rate per robot (default 65536)')
+  .option('--bytes-per-second <n>', 'synthetic recorder byte rate per robot; sizes frames and rates not fixed below (default 65536)')
+  .option('--cameras <n>', 'synthetic cameras per robot: 1 (front) or 2 (front and wrist) (default 1)')
+  .option('--camera-width <px>', 'camera frame width, 16..1920 (default: sized by --bytes-per-second)')
+  .option('--camera-height <px>', 'camera frame height, 16..1920 (default: 3/4 of the width, or sized by --bytes-per-second)')
+  .option('--camera-hz <n>', 'camera frames per second, 1..120 (default 10 with a fixed size, else about 5)')
+  .option('--state-hz <n>', 'joint states and commands per second, 1..500 (default: up to 50 by --bytes-per-second)')
   .option('--auto-episodes <per-minute>', 'episodes each operator starts per minute, ending each with a seeded random outcome (default 0: never)')
   .option('--subtask-ms <ms>', 'time an operator spends on each subtask while recording (default 2000)')
   .option('--platform <platform>', 'robot platform (default sim-arm)')
@@ -64,6 +69,11 @@ program
     const optional: [keyof FleetOptionsInput, string][] = [
       ['token', 'token'],
       ['bytesPerSecond', 'bytesPerSecond'],
+      ['cameras', 'cameras'],
+      ['cameraWidth', 'cameraWidth'],
+      ['cameraHeight', 'cameraHeight'],
+      ['cameraHz', 'cameraHz'],
+      ['stateHz', 'stateHz'],
       ['autoEpisodesPerMinute', 'autoEpisodes'],
       ['subtaskMs', 'subtaskMs'],
       ['platform', 'platform'],

@@ -38,6 +38,16 @@ export const FleetOptionsSchema = z.strictObject({
   legacyRuntime: z.boolean().default(false),
   /** Synthetic recorder byte rate per robot. */
   bytesPerSecond: z.coerce.number().int().min(1).max(1024 * 1024 * 1024).default(64 * 1024),
+  /** Synthetic recorder cameras: 1 (front, `/camera/image`) or 2 (also the wrist, `/camera/wrist/image`). */
+  cameras: z.coerce.number().int().min(1).max(2).default(1),
+  /** Synthetic camera frame width (px); with no width or height the frames are sized by `bytesPerSecond`. */
+  cameraWidth: z.coerce.number().int().min(16).max(1920).optional(),
+  /** Synthetic camera frame height (px); the other side follows at 4:3 when only one is given. */
+  cameraHeight: z.coerce.number().int().min(16).max(1920).optional(),
+  /** Synthetic camera frames per second; 10 when the size is fixed, else planned from `bytesPerSecond`. */
+  cameraHz: z.coerce.number().int().min(1).max(120).optional(),
+  /** Synthetic joint states (and commands) per second; planned from `bytesPerSecond` (at most 50) when absent. */
+  stateHz: z.coerce.number().int().min(1).max(500).optional(),
   /** Synthetic recorder write interval. */
   chunkIntervalMs: z.coerce.number().int().min(1).max(60_000).default(100),
   /** Episodes each operator starts on its own per minute; 0: only the API and the control socket start them. */
@@ -271,7 +281,17 @@ export async function runFleet(input: FleetOptionsInput | FleetOptions, deps: Fl
       clock,
       scheduler,
       logger: agentLog,
-      recorder: new SyntheticRecorder({ clock, scheduler, bytesPerSecond: config.bytesPerSecond, chunkIntervalMs: config.chunkIntervalMs }),
+      recorder: new SyntheticRecorder({
+        clock,
+        scheduler,
+        bytesPerSecond: config.bytesPerSecond,
+        chunkIntervalMs: config.chunkIntervalMs,
+        cameras: opts.cameras === 2 ? 2 : 1,
+        ...(opts.cameraWidth !== undefined ? { cameraWidth: opts.cameraWidth } : {}),
+        ...(opts.cameraHeight !== undefined ? { cameraHeight: opts.cameraHeight } : {}),
+        ...(opts.cameraHz !== undefined ? { cameraHz: opts.cameraHz } : {}),
+        ...(opts.stateHz !== undefined ? { stateHz: opts.stateHz } : {}),
+      }),
       actions,
       credentials: creds,
       controlSocket: opts.controlSocket,

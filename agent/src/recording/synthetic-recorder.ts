@@ -5,21 +5,32 @@ import { McapStreamReader, McapWriter } from '@mcap/core';
 import type { Clock } from '@fleet/protocol';
 import type { Scheduler, TimerHandle } from '../time.js';
 import type { RecordedFiles, Recorder, RecorderStats, RecordingHandle, RecordingInfo } from './recorder.js';
+import { ArmTask, episodeSeed, type SceneDescription } from './synthetic-motion.js';
+import { FRONT_VIEW, SceneRenderer, wristView, type CameraView } from './synthetic-scene.js';
 import {
   CAMERA_TOPIC,
-  CameraFrames,
+  frameOverhead,
+  frameSize,
+  JOINT_COMMAND_SCHEMA,
+  JOINT_COMMANDS_TOPIC,
   JOINT_STATE_SCHEMA,
   JOINT_STATES_TOPIC,
+  jointCommandMessage,
   jointStateMessage,
   MIN_FRAME_BYTES,
   RAW_IMAGE_SCHEMA,
+  rawImageMessage,
   schemaBytes,
+  WRIST_CAMERA_TOPIC,
 } from './synthetic-signals.js';
 
 export interface SyntheticRecorderOptions {
   clock: Clock;
   scheduler: Scheduler;
-  /** Payload bytes written per second of recording (joint states and camera frames together). */
+  /**
+   * Payload bytes written per second of recording (joint states, commands and camera frames
+   * together): sizes the frames and the joint rate unless the options below fix them.
+   */
   bytesPerSecond: number;
   /** How often it writes what has fallen due. */
   chunkIntervalMs: number;
@@ -27,46 +38,135 @@ export interface SyntheticRecorderOptions {
   maxMessageBytes?: number;
   /** MCAP chunk size: what a crash can lose at most. Default 256 KiB. */
   mcapChunkBytes?: number;
+  /** 1: the front camera (`/camera/image`); 2: also the wrist camera (`/camera/wrist/image`). Default 1. */
+  cameras?: 1 | 2;
+  /**
+   * Frame size (px) of every camera. Either one fixes the size (the other follows at 4:3);
+   * without both, the size follows from `bytesPerSecond`.
+   */
+  cameraWidth?: number;
+  cameraHeight?: number;
+  /** Frames per second of every camera. Default: 10 when the size is fixed, else planned from `bytesPerSecond` (about 5). */
+  cameraHz?: number;
+  /** Joint states (and commands) per second. Default: planned from `bytesPerSecond`, at most 50. */
+  stateHz?: number;
 }
 
-export const SYNTHETIC_FILE = 'recording.mcap';
-export { CAMERA_TOPIC, JOINT_STATES_TOPIC } from './synthetic-signals.js';
+/** Frame rate when the size is fixed and no rate is given. */
+const FIXED_SIZE_CAMERA_HZ = 10;
 
-/** Message rates for a byte rate: joint states take at most a quarter of it, frames the rest. */
-interface RatePlan {
+export const SYNTHETIC_FILE = 'recording.mcap';
+export { CAMERA_TOPIC, JOINT_COMMANDS_TOPIC, JOINT_STATES_TOPIC, WRIST_CAMERA_TOPIC } from './synthetic-signals.js';
+
+/** Most of the byte rate that joint states and commands take; frames have the rest. */
+const JOINT_SHARE = 0.4;
+
+/** Message rates for a byte rate: joint samples take at most 40 % of it, frames the rest. */
+export interface RatePlan {
+  /** Joint states per second, and as many commands. */
   jointHz: number;
+  /** Frames per second of each camera. */
   frameHz: number;
-  /** Usual size of a frame message. */
+  /** Usual size of one camera's frame message. */
   frameBytes: number;
 }
 
-export function planRates(bytesPerSecond: number, maxFrameBytes: number): RatePlan {
-  const jointBytes = jointStateMessage(Date.UTC(2026, 0, 1), 0).byteLength;
-  const jointHz = Math.min(50, Math.max(1, Math.floor(bytesPerSecond / 4 / jointBytes)));
-  const frameBudget = Math.max(0, bytesPerSecond - jointHz * jointBytes);
-  let frameHz = 5;
-  if (frameBudget / frameHz > maxFrameBytes) frameHz = Math.ceil(frameBudget / maxFrameBytes);
-  else if (frameBudget / frameHz < MIN_FRAME_BYTES) frameHz = Math.max(1, Math.floor(frameBudget / MIN_FRAME_BYTES));
+let sampleBytesMemo: number | undefined;
+
+/** Bytes of one joint state and its command, on average over a task cycle. */
+function sampleBytes(): number {
+  if (sampleBytesMemo === undefined) {
+    const task = new ArmTask(episodeSeed('ep_plan'));
+    const at = Date.UTC(2026, 0, 1, 0, 0, 0, 500);
+    let total = 0;
+    for (let i = 0; i < 40; i++) {
+      const sample = task.sample((i * task.cycleS) / 40);
+      total += jointStateMessage(at, sample).byteLength + jointCommandMessage(at, sample).byteLength;
+    }
+    sampleBytesMemo = total / 40;
+  }
+  return sampleBytesMemo;
+}
+
+/**
+ * Rates for a byte rate: joint samples take at most 40 % of it (at most 50 Hz), each
+ * camera an equal share of the rest at about 5 Hz. `fixed` rates are taken as given, and the
+ * frames get what they leave.
+ */
+export function planRates(bytesPerSecond: number, maxFrameBytes: number, fixed: { cameras?: number; stateHz?: number; cameraHz?: number } = {}): RatePlan {
+  const jointBytes = sampleBytes();
+  const jointHz = fixed.stateHz ?? Math.min(50, Math.max(1, Math.floor((bytesPerSecond * JOINT_SHARE) / jointBytes)));
+  const frameBudget = Math.max(0, bytesPerSecond - jointHz * jointBytes) / (fixed.cameras ?? 1);
+  let frameHz = fixed.cameraHz ?? 5;
+  if (fixed.cameraHz === undefined) {
+    if (frameBudget / frameHz > maxFrameBytes) frameHz = Math.ceil(frameBudget / maxFrameBytes);
+    else if (frameBudget / frameHz < MIN_FRAME_BYTES) frameHz = Math.max(1, Math.floor(frameBudget / MIN_FRAME_BYTES));
+  }
   return { jointHz, frameHz, frameBytes: Math.max(MIN_FRAME_BYTES, Math.min(maxFrameBytes, frameBudget / frameHz)) };
+}
+
+interface CameraPlan {
+  topic: string;
+  frameId: string;
+  width: number;
+  height: number;
+  view: (scene: SceneDescription) => CameraView;
+}
+
+/** What a recorder records: the rates, and each camera's topic, size and view. */
+export interface RecordingPlan {
+  /** Frames sized from `bytesPerSecond`: a stop between two frames writes a last, shorter one. */
+  sizedByRate: boolean;
+  stateHz: number;
+  cameraHz: number;
+  cameras: readonly CameraPlan[];
+}
+
+function checkOption(name: string, v: number | undefined, min: number, max: number): void {
+  if (v !== undefined && !(Number.isInteger(v) && v >= min && v <= max)) throw new RangeError(`${name} must be an integer from ${min} to ${max}`);
+}
+
+export function planRecording(opts: SyntheticRecorderOptions, maxFrameBytes: number): RecordingPlan {
+  checkOption('cameras', opts.cameras, 1, 2);
+  checkOption('cameraWidth', opts.cameraWidth, 16, 1920);
+  checkOption('cameraHeight', opts.cameraHeight, 16, 1920);
+  checkOption('cameraHz', opts.cameraHz, 1, 120);
+  checkOption('stateHz', opts.stateHz, 1, 500);
+  const count = opts.cameras ?? 1;
+  const fixedSize = opts.cameraWidth !== undefined || opts.cameraHeight !== undefined;
+  const cameraHz = opts.cameraHz ?? (fixedSize ? FIXED_SIZE_CAMERA_HZ : undefined);
+  const rates = planRates(opts.bytesPerSecond, maxFrameBytes, {
+    cameras: count,
+    ...(opts.stateHz !== undefined ? { stateHz: opts.stateHz } : {}),
+    ...(cameraHz !== undefined ? { cameraHz } : {}),
+  });
+  const size = fixedSize
+    ? {
+        width: opts.cameraWidth ?? Math.max(2, Math.round((opts.cameraHeight! * 4) / 3)),
+        height: opts.cameraHeight ?? Math.max(2, Math.round((opts.cameraWidth! * 3) / 4)),
+      }
+    : frameSize(rates.frameBytes, 'camera');
+  const cameras: CameraPlan[] = [{ topic: CAMERA_TOPIC, frameId: 'camera', ...size, view: () => FRONT_VIEW }];
+  if (count === 2) cameras.push({ topic: WRIST_CAMERA_TOPIC, frameId: 'camera_wrist', ...size, view: wristView });
+  return { sizedByRate: !fixedSize, stateHz: rates.jointHz, cameraHz: rates.frameHz, cameras };
 }
 
 /**
  * Writes a real MCAP file (chunked, indexed, with a summary section) that Foxglove opens: an
- * arm's `/joint_states` (up to 50 Hz) and a camera's `/camera/image` (`foxglove.RawImage`, about
- * 5 Hz), both JSON with JSON Schemas. The byte rate is kept by sizing the frames: each frame
- * carries what the elapsed time owes beyond the joint states. What is written follows the
- * injected clock: at every tick it writes every message that has fallen due, stamped with its
- * own time, so a test that moves a manual clock by one second gets about `bytesPerSecond`.
+ * arm doing pick-and-place, its `/joint_states` and `/joint_commands` (up to 50 Hz by default)
+ * and one or two cameras (`foxglove.RawImage`, about 5 Hz by default) rendering the scene, all
+ * JSON with JSON Schemas. Unless sizes and rates are fixed by the options, the byte rate is kept
+ * by sizing the frames. What is written follows the injected clock: at every tick it writes every
+ * message that has fallen due, stamped with its own time, so a test that moves a manual clock by
+ * one second gets about `bytesPerSecond`.
  */
 export class SyntheticRecorder implements Recorder {
   private readonly active = new Set<SyntheticRecording>();
-  private readonly plan: RatePlan;
-  private readonly maxFrame: number;
-  private frames: CameraFrames | undefined;
+  readonly plan: RecordingPlan;
+  private renderers: SceneRenderer[] | undefined;
 
   constructor(private readonly opts: SyntheticRecorderOptions) {
-    this.maxFrame = Math.max(MIN_FRAME_BYTES, opts.maxMessageBytes ?? 512 * 1024);
-    this.plan = planRates(opts.bytesPerSecond, this.maxFrame);
+    this.plan = planRecording(opts, Math.max(MIN_FRAME_BYTES, opts.maxMessageBytes ?? 512 * 1024));
   }
 
   /** Resolves once every write that has fallen due so far is on disk (tests, benchmarks). */
@@ -75,11 +175,12 @@ export class SyntheticRecorder implements Recorder {
   }
 
   async start(dir: string, info: RecordingInfo): Promise<RecordingHandle> {
-    // One texture per recorder: its pixels are made once, whatever the number of episodes.
-    this.frames ??= new CameraFrames(this.plan.frameBytes, this.maxFrame);
+    // One pixel buffer per camera and recorder, made at the first episode: a frame is encoded as
+    // soon as it is drawn, so recordings share them.
+    this.renderers ??= this.plan.cameras.map((c) => new SceneRenderer(c.width, c.height));
     const fh = await open(join(dir, SYNTHETIC_FILE), 'wx', 0o644);
     const recording = new SyntheticRecording(
-      { ...this.opts, plan: this.plan, maxFrame: this.maxFrame, frames: this.frames },
+      { ...this.opts, plan: this.plan, renderers: this.renderers },
       fh,
       join(dir, SYNTHETIC_FILE),
       info,
@@ -112,22 +213,23 @@ export class SyntheticRecorder implements Recorder {
 }
 
 interface RecordingOptions extends SyntheticRecorderOptions {
-  plan: RatePlan;
-  maxFrame: number;
-  frames: CameraFrames;
+  plan: RecordingPlan;
+  renderers: readonly SceneRenderer[];
 }
 
 class SyntheticRecording implements RecordingHandle {
   private position = 0n;
+  private messages = 0;
   /** Payload bytes written (message data). */
   private written = 0;
-  private messages = 0;
   private jointChannel = 0;
-  private cameraChannel = 0;
-  /** Joint states and frames written so far: the next one of each is due at its index's time. */
+  private commandChannel = 0;
+  private cameraChannels: number[] = [];
+  /** Joint samples and frames written so far: the next one of each is due at its index's time. */
   private joints = 0;
   private frameSeq = 0;
-  private lastAt: number;
+  private lastFrameAt = -Infinity;
+  private readonly task: ArmTask;
   private timer: TimerHandle | undefined;
   private queue: Promise<void> = Promise.resolve();
   private failure: unknown;
@@ -141,7 +243,7 @@ class SyntheticRecording implements RecordingHandle {
     private readonly info: RecordingInfo,
     private readonly onClosed: () => void,
   ) {
-    this.lastAt = info.startedAt;
+    this.task = new ArmTask(episodeSeed(info.episodeId));
     // Streams to the file: the writer hands over each finished chunk, so at most one chunk is in memory.
     this.writer = new McapWriter({
       writable: {
@@ -163,9 +265,13 @@ class SyntheticRecording implements RecordingHandle {
     ]);
     await this.writer.addMetadata({ name: 'episode', metadata: new Map([...metadata, ['started_at', new Date(this.info.startedAt).toISOString()]]) });
     const jointSchema = await this.writer.registerSchema({ name: JOINT_STATE_SCHEMA.name, encoding: 'jsonschema', data: schemaBytes(JOINT_STATE_SCHEMA) });
+    const commandSchema = await this.writer.registerSchema({ name: JOINT_COMMAND_SCHEMA.name, encoding: 'jsonschema', data: schemaBytes(JOINT_COMMAND_SCHEMA) });
     const imageSchema = await this.writer.registerSchema({ name: RAW_IMAGE_SCHEMA.name, encoding: 'jsonschema', data: schemaBytes(RAW_IMAGE_SCHEMA) });
     this.jointChannel = await this.writer.registerChannel({ topic: JOINT_STATES_TOPIC, messageEncoding: 'json', schemaId: jointSchema, metadata });
-    this.cameraChannel = await this.writer.registerChannel({ topic: CAMERA_TOPIC, messageEncoding: 'json', schemaId: imageSchema, metadata });
+    this.commandChannel = await this.writer.registerChannel({ topic: JOINT_COMMANDS_TOPIC, messageEncoding: 'json', schemaId: commandSchema, metadata });
+    for (const camera of this.opts.plan.cameras) {
+      this.cameraChannels.push(await this.writer.registerChannel({ topic: camera.topic, messageEncoding: 'json', schemaId: imageSchema, metadata }));
+    }
     this.schedule();
   }
 
@@ -238,28 +344,46 @@ class SyntheticRecording implements RecordingHandle {
   }
 
   /**
-   * Writes every message due by `now` in time order. At the stop, a last frame takes what the
-   * time since the previous frame still owes, so the file holds about the configured rate.
+   * Writes every message due by `now` in time order: a joint state and its command together,
+   * then a frame of each camera together. Frames have one size. When the byte rate sizes them,
+   * a stop between two frames adds a last one per camera, of the same width and only the middle
+   * rows that the time since the previous frame still pays for, so the file holds the rate.
    */
   private async writeDue(now: number, final: boolean): Promise<void> {
-    const { plan, frames, maxFrame } = this.opts;
+    const { plan, renderers } = this.opts;
     const start = this.info.startedAt;
     for (;;) {
-      const jointAt = start + Math.floor((this.joints * 1000) / plan.jointHz);
-      const frameAt = start + Math.floor(((this.frameSeq + 1) * 1000) / plan.frameHz);
+      const jointAt = start + Math.floor((this.joints * 1000) / plan.stateHz);
+      const frameAt = start + Math.floor(((this.frameSeq + 1) * 1000) / plan.cameraHz);
       const at = Math.min(jointAt, frameAt);
       if (at > now) break;
+      const t = (at - start) / 1000;
       if (jointAt <= frameAt) {
-        await this.write(this.jointChannel, this.joints, at, jointStateMessage(at, (at - start) / 1000));
+        const sample = this.task.sample(t);
+        await this.write(this.jointChannel, this.joints, at, jointStateMessage(at, sample));
+        await this.write(this.commandChannel, this.joints, at, jointCommandMessage(at, sample));
         this.joints += 1;
       } else {
-        await this.write(this.cameraChannel, this.frameSeq, at, frames.message(at, this.frameSeq, Math.min(maxFrame, this.owed(at) - this.written)));
+        const scene = this.task.scene(t);
+        for (const [i, camera] of plan.cameras.entries()) {
+          // Encoded before the next await: the renderer's buffer is shared.
+          const pixels = renderers[i]!.render(scene, camera.view(scene));
+          await this.write(this.cameraChannels[i]!, this.frameSeq, at, rawImageMessage(at, camera.frameId, camera.width, camera.height, pixels));
+        }
         this.frameSeq += 1;
+        this.lastFrameAt = at;
       }
     }
-    const rest = this.owed(now) - this.written;
-    if (final && rest >= MIN_FRAME_BYTES) {
-      await this.write(this.cameraChannel, this.frameSeq, Math.max(now, this.lastAt), frames.message(now, this.frameSeq, Math.min(maxFrame, rest)));
+    const rest = (this.owed(now) - this.written) / plan.cameras.length;
+    if (final && plan.sizedByRate && rest >= MIN_FRAME_BYTES && now > this.lastFrameAt) {
+      const scene = this.task.scene((now - start) / 1000);
+      for (const [i, camera] of plan.cameras.entries()) {
+        const row = camera.width * 3;
+        const rows = Math.max(2, Math.min(camera.height, Math.floor((rest - frameOverhead(camera.frameId, camera.width, camera.height)) / 4 / camera.width)));
+        const top = Math.floor((camera.height - rows) / 2);
+        const pixels = renderers[i]!.render(scene, camera.view(scene)).subarray(top * row, (top + rows) * row);
+        await this.write(this.cameraChannels[i]!, this.frameSeq, now, rawImageMessage(now, camera.frameId, camera.width, rows, pixels));
+      }
       this.frameSeq += 1;
     }
   }
@@ -267,7 +391,6 @@ class SyntheticRecording implements RecordingHandle {
   private async write(channelId: number, sequence: number, at: number, data: Buffer): Promise<void> {
     const t = BigInt(at) * 1_000_000n;
     await this.writer.addMessage({ channelId, sequence, logTime: t, publishTime: t, data });
-    this.lastAt = at;
     this.written += data.byteLength;
     this.messages += 1;
   }

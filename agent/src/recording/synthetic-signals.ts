@@ -1,12 +1,17 @@
-import { randomBytes } from 'node:crypto';
+import type { JointSample } from './synthetic-motion.js';
 
 /**
- * What the synthetic recorder records: an arm's joint states and a camera's raw frames, as
- * JSON messages with JSON Schemas, so Foxglove plots the joints and shows the images.
+ * What the synthetic recorder records: an arm's joint states, the joint targets its controller
+ * commands, and one or two cameras' raw frames, as JSON messages with JSON Schemas, so Foxglove
+ * plots the joints and shows the images.
  */
 
 export const JOINT_STATES_TOPIC = '/joint_states';
+export const JOINT_COMMANDS_TOPIC = '/joint_commands';
+/** The front camera. */
 export const CAMERA_TOPIC = '/camera/image';
+/** The second camera, close to the gripper. */
+export const WRIST_CAMERA_TOPIC = '/camera/wrist/image';
 
 export const JOINT_NAMES = ['shoulder_pan', 'shoulder_lift', 'elbow', 'wrist_1', 'wrist_2', 'wrist_3', 'gripper'] as const;
 
@@ -31,6 +36,22 @@ export const JOINT_STATE_SCHEMA = {
       effort: { type: 'array', items: { type: 'number' } },
     },
     required: ['timestamp', 'name', 'position', 'velocity', 'effort'],
+  },
+} as const;
+
+/** The joint targets of the arm's position controller: what a policy trained on the recording outputs. */
+export const JOINT_COMMAND_SCHEMA = {
+  name: 'fleet.JointCommand',
+  schema: {
+    title: 'fleet.JointCommand',
+    description: 'Commanded joint positions (rad) of one arm, one entry per joint name',
+    type: 'object',
+    properties: {
+      timestamp: { ...TIME_SCHEMA, description: 'Time of the command' },
+      name: { type: 'array', items: { type: 'string' } },
+      position: { type: 'array', items: { type: 'number' } },
+    },
+    required: ['timestamp', 'name', 'position'],
   },
 } as const;
 
@@ -64,74 +85,52 @@ function time(ms: number): { sec: number; nsec: number } {
 
 const round = (x: number) => Math.round(x * 10_000) / 10_000;
 
-/** One joint-state sample at `ms` (robot clock), `t` seconds into the recording: slow sine motions. */
-export function jointStateMessage(ms: number, t: number): Buffer {
-  const position: number[] = [];
-  const velocity: number[] = [];
-  const effort: number[] = [];
-  JOINT_NAMES.forEach((_, i) => {
-    const amplitude = 0.4 + 0.1 * i;
-    const w = 2 * Math.PI * (0.1 + 0.05 * i);
-    position.push(round(amplitude * Math.sin(w * t + i)));
-    velocity.push(round(amplitude * w * Math.cos(w * t + i)));
-    effort.push(round(2 + Math.sin(w * t + i) * (5 - 0.5 * i)));
-  });
-  return Buffer.from(JSON.stringify({ timestamp: time(ms), name: JOINT_NAMES, position, velocity, effort }));
+/** The measured joints of `sample` at `ms` (robot clock). */
+export function jointStateMessage(ms: number, sample: JointSample): Buffer {
+  const { position, velocity, effort } = sample;
+  return Buffer.from(JSON.stringify({ timestamp: time(ms), name: JOINT_NAMES, position: position.map(round), velocity: velocity.map(round), effort: effort.map(round) }));
 }
 
-/** Bytes of a camera frame message besides its base64 pixels, about. */
-const FRAME_OVERHEAD = 140;
-/** The smallest frame worth sending (a few dozen pixels). */
+/** The commanded joints of `sample` at `ms` (robot clock). */
+export function jointCommandMessage(ms: number, sample: JointSample): Buffer {
+  return Buffer.from(JSON.stringify({ timestamp: time(ms), name: JOINT_NAMES, position: sample.command.map(round) }));
+}
+
+/** The smallest frame message worth sending (a few dozen pixels). */
 export const MIN_FRAME_BYTES = 512;
 
 /**
- * Raw `rgb8` frames of a fixed width and a height chosen per frame so a message has about the
- * size asked for: how the recorder keeps to its byte rate. Pixels come from one texture made at
- * start (a colour gradient with noise, repeating every `rows` rows) and scroll a little per frame,
- * so the picture moves at no cost per pixel.
+ * A `foxglove.RawImage` message of `rgb8` pixels (`width * height * 3` bytes, rows `width * 3`).
+ * The pixels are base64 in JSON: a message is about 4/3 of them plus {@link frameOverhead}.
  */
-export class CameraFrames {
-  readonly width: number;
-  private readonly rows: number;
-  private readonly texture: Buffer;
+export function rawImageMessage(ms: number, frameId: string, width: number, height: number, pixels: Uint8Array): Buffer {
+  const data = Buffer.from(pixels.buffer, pixels.byteOffset, width * height * 3).toString('base64');
+  return Buffer.from(`${imageHead(ms, frameId, width, height)}${data}"}`);
+}
 
-  /**
-   * `nominalBytes`: the usual message size; `maxBytes`: the largest one. The texture holds frames
-   * of up to twice the usual size (a frame catching up after a late tick): one texture per robot,
-   * so a simulated fleet of hundreds stays small in memory.
-   */
-  constructor(nominalBytes: number, maxBytes: number) {
-    const pixels = Math.max(64, Math.floor(((nominalBytes - FRAME_OVERHEAD) * 3) / 4 / 3));
-    this.width = Math.max(8, Math.round(Math.sqrt((pixels * 4) / 3)));
-    this.rows = Math.max(2, Math.ceil(((Math.min(maxBytes, 2 * nominalBytes) * 3) / 4 / 3 / this.width) * 1.05));
-    const row = this.width * 3;
-    const noise = randomBytes(row * this.rows);
-    this.texture = Buffer.alloc(row * this.rows * 2);
-    for (let y = 0; y < this.rows; y++) {
-      for (let x = 0; x < this.width; x++) {
-        const o = y * row + x * 3;
-        this.texture[o] = Math.floor((x * 255) / this.width);
-        this.texture[o + 1] = Math.floor((((y * 4) % this.rows) * 255) / this.rows);
-        this.texture[o + 2] = noise[o]! & 0x7f;
-      }
-    }
-    // Two copies one after the other: any window of up to `rows` rows is contiguous.
-    this.texture.copy(this.texture, row * this.rows, 0, row * this.rows);
-  }
+function imageHead(ms: number, frameId: string, width: number, height: number): string {
+  const head = JSON.stringify({ timestamp: time(ms), frame_id: frameId, width, height, encoding: 'rgb8', step: width * 3 });
+  return `${head.slice(0, -1)},"data":"`;
+}
 
-  /**
-   * Frame `seq` at `ms`, close to `targetBytes` as a message (never below two rows, never above
-   * the texture: what a frame cannot carry, the next ones do).
-   */
-  message(ms: number, seq: number, targetBytes: number): Buffer {
-    const row = this.width * 3;
-    const fits = (height: number) => JSON.stringify({ timestamp: time(ms), frame_id: 'camera', width: this.width, height, encoding: 'rgb8', step: row });
-    // Rows are a multiple of 3 bytes, so the base64 of the pixels is exactly 4/3 of them.
-    const dataBytes = Math.floor(Math.max(0, targetBytes - fits(0).length - 12) / 4) * 3;
-    const height = Math.min(this.rows, Math.max(2, Math.floor(dataBytes / row)));
-    const start = ((seq * 3) % this.rows) * row;
-    const data = this.texture.subarray(start, start + height * row).toString('base64');
-    const head = fits(height);
-    return Buffer.from(`${head.slice(0, -1)},"data":"${data}"}`);
+/** Bytes of a frame message besides its base64 pixels (a typical timestamp). */
+export function frameOverhead(frameId: string, width: number, height: number): number {
+  return imageHead(Date.UTC(2026, 0, 1, 0, 0, 0, 500), frameId, width, height).length + 2;
+}
+
+/**
+ * A frame size whose message is close to `frameBytes`: about 4:3, with the pixel count nearest
+ * the budget (every pixel is 4 base64 bytes), so frames of a fixed size keep the byte rate.
+ */
+export function frameSize(frameBytes: number, frameId: string): { width: number; height: number } {
+  const pixels = Math.max(48, (frameBytes - frameOverhead(frameId, 100, 100)) / 4);
+  const h0 = Math.sqrt((pixels * 3) / 4);
+  let best = { width: 8, height: 6, score: Infinity };
+  for (let height = Math.max(2, Math.floor(h0 * 0.85)); height <= Math.ceil(h0 * 1.15); height++) {
+    const width = Math.max(2, Math.round(pixels / height));
+    // Nearest the budget first; among near misses, nearest 4:3.
+    const score = Math.abs(width * height - pixels) / pixels + 0.1 * Math.abs((width * 3) / (height * 4) - 1);
+    if (score < best.score) best = { width, height, score };
   }
+  return { width: best.width, height: best.height };
 }

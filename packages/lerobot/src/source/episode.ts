@@ -1,0 +1,130 @@
+import type { CameraFrames, DatasetShape, GridEpisode } from '../types.js';
+import { SourceError } from './errors.js';
+import type { ManifestEpisode } from './manifest.js';
+import { checkMapping, type Mapping, type TaskSource } from './mapping.js';
+import { Recording } from './mcap.js';
+import { decodeRawImage, makeGrid, nearestFrames, readVectorSamples, resampleVector, type StreamSpan } from './resample.js';
+
+/**
+ * One downloaded recording and its manifest line on the fixed grid. Vectors are resampled at once
+ * (they are small); camera frames are read from the MCAP as the writer iterates them, so the
+ * recording stays open until `close()` (or `await using`).
+ */
+export interface LoadedEpisode extends AsyncDisposable {
+  episode: GridEpisode;
+  /** What this episode says the dataset is; the writer checks every episode agrees. */
+  shape: DatasetShape;
+  close(): Promise<void>;
+}
+
+export function taskOf(source: TaskSource, line: ManifestEpisode): string {
+  if ('value' in source) return source.value;
+  let v: unknown;
+  if (source.from === 'metadata') v = line.metadata?.[source.key];
+  else v = line[source.from];
+  if (v !== null && v !== undefined && v !== '') return typeof v === 'string' ? v : JSON.stringify(v);
+  if (source.default !== undefined) return source.default;
+  const what = source.from === 'metadata' ? `metadata.${source.key}` : source.from;
+  throw new SourceError('task_missing', `episode ${line.id} has no ${what} and the mapping's task has no default`);
+}
+
+/** A recorded metadata value in its string form (as the episode filters compare it); '' when absent. */
+export function metadataString(v: unknown): string {
+  if (v === undefined || v === null) return '';
+  return typeof v === 'string' ? v : JSON.stringify(v);
+}
+
+export async function loadGridEpisode(mcapPath: string, line: ManifestEpisode, mapping: Mapping): Promise<LoadedEpisode> {
+  const recording = await Recording.open(mcapPath);
+  try {
+    return await load(recording, line, mapping);
+  } catch (err) {
+    await recording.close();
+    throw err;
+  }
+}
+
+async function load(recording: Recording, line: ManifestEpisode, mapping: Mapping): Promise<LoadedEpisode> {
+  const plan = checkMapping(mapping, recording.channels);
+  const task = taskOf(mapping.task, line);
+
+  const samples = new Map<string, Awaited<ReturnType<typeof readVectorSamples>>[number]>();
+  const spans: StreamSpan[] = [];
+  for (const topic of plan.vectorTopics) {
+    const ofTopic = plan.vectors.filter((v) => v.topic === topic);
+    const read = await readVectorSamples(recording.messages([topic]), ofTopic);
+    for (const s of read) samples.set(s.key, s);
+    const times = read[0]!.timesNs;
+    spans.push({ topic, kind: 'vector', firstNs: times[0], lastNs: times.at(-1) });
+  }
+  const firstFrames = new Map<string, { width: number; height: number }>();
+  /** Per camera, the last frame used (inclusive). */
+  const cameraEnds = new Map<string, bigint>();
+  for (const cam of plan.cameras) {
+    const first = await recording.first(cam.topic);
+    let last = await recording.first(cam.topic, true);
+    if (first !== undefined && last !== undefined) {
+      const f = decodeRawImage(first.data, `${cam.topic} at ${first.logTimeNs} ns`);
+      firstFrames.set(cam.key, { width: f.width, height: f.height });
+      // A recorder that cuts its last frame short when it stops between two frames (the
+      // synthetic one keeps its byte rate so) ends the camera one frame earlier: that frame is
+      // not part of the video. A size change anywhere else is still `shape_changed`.
+      const l = decodeRawImage(last.data, `${cam.topic} at ${last.logTimeNs} ns`);
+      if (last !== first && (l.width !== f.width || l.height !== f.height)) {
+        const tail = recording.messages([cam.topic], { reverse: true });
+        await tail.next();
+        const previous = await tail.next();
+        await tail.return();
+        last = previous.done === true ? first : previous.value;
+      }
+      cameraEnds.set(cam.key, last.logTimeNs);
+    }
+    spans.push({ topic: cam.topic, kind: 'camera', firstNs: first?.logTimeNs, lastNs: last?.logTimeNs });
+  }
+  const grid = makeGrid(mapping.fps, spans);
+
+  const vectors: Record<string, Float32Array> = {};
+  const shapeVectors: DatasetShape['vectors'] = {};
+  for (const v of plan.vectors) {
+    const s = samples.get(v.key)!;
+    vectors[v.key] = resampleVector(s, grid, v.rule, v.offsetFrames);
+    shapeVectors[v.key] = { shape: [s.dim], names: s.names };
+  }
+
+  const cameras: Record<string, CameraFrames> = {};
+  const shapeCameras: DatasetShape['cameras'] = {};
+  for (const cam of plan.cameras) {
+    const size = firstFrames.get(cam.key)!;
+    let taken = false;
+    cameras[cam.key] = {
+      ...size,
+      frames: {
+        [Symbol.asyncIterator]: () => {
+          if (taken) throw new SourceError('io', `the frames of ${cam.key} are read once`);
+          taken = true;
+          return nearestFrames(recording.messages([cam.topic], { endNs: cameraEnds.get(cam.key)! }), grid, size, cam.topic);
+        },
+      },
+    };
+    shapeCameras[cam.key] = size;
+  }
+
+  const episode: GridEpisode = {
+    episodeId: line.id,
+    task,
+    length: grid.length,
+    vectors,
+    success: line.outcome === 'success',
+    cameras,
+    metadata: Object.fromEntries(mapping.metadata.map((k) => [k, metadataString(line.metadata?.[k])])),
+  };
+  const shape: DatasetShape = {
+    fps: mapping.fps,
+    robotType: mapping.robot_type,
+    vectors: shapeVectors,
+    cameras: shapeCameras,
+    metadataKeys: [...mapping.metadata],
+  };
+  const close = () => recording.close();
+  return { episode, shape, close, [Symbol.asyncDispose]: close };
+}

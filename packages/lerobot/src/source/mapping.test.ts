@@ -1,0 +1,80 @@
+import { describe, expect, it } from 'vitest';
+import { JOINT_STATE_JSON_SCHEMA, RAW_IMAGE_JSON_SCHEMA } from './fixtures.js';
+import { checkMapping, DEFAULT_MAPPING, parseMapping } from './mapping.js';
+import type { RecordingChannel } from './mcap.js';
+
+const channel = (topic: string, schemaName: string, jsonSchema: unknown, messageEncoding = 'json'): RecordingChannel => ({
+  id: 0,
+  topic,
+  schemaName,
+  schemaEncoding: 'jsonschema',
+  jsonSchema,
+  messageEncoding,
+  messageCount: 1n,
+});
+const sim = [
+  channel('/joint_states', 'fleet.JointState', JOINT_STATE_JSON_SCHEMA),
+  channel('/joint_commands', 'fleet.JointCommand', { type: 'object', properties: { name: { type: 'array', items: { type: 'string' } }, position: { type: 'array', items: { type: 'number' } } } }),
+  channel('/camera/image', 'foxglove.RawImage', RAW_IMAGE_JSON_SCHEMA),
+];
+
+describe('parseMapping', () => {
+  it('fills in the defaults', () => {
+    const m = parseMapping({ features: { 'observation.state': { topic: '/joint_states', fields: ['position'] } } });
+    expect(m).toMatchObject({ fps: 10, robot_type: 'fleet-sim-arm', task: { from: 'task_id' }, metadata: [], stateRule: 'hold' });
+  });
+
+  it('the default mapping parses as itself and fits the simulator', () => {
+    expect(parseMapping(JSON.parse(JSON.stringify(DEFAULT_MAPPING)))).toEqual(DEFAULT_MAPPING);
+    const plan = checkMapping(DEFAULT_MAPPING, sim);
+    expect(plan.vectors.map((v) => [v.key, v.topic])).toEqual([
+      ['observation.state', '/joint_states'],
+      ['action', '/joint_commands'],
+    ]);
+    expect(plan.cameras).toEqual([{ key: 'observation.images.front', topic: '/camera/image' }]);
+  });
+
+  it('names the wrong field', () => {
+    expect(() => parseMapping({ fps: 0, features: { a: { topic: '/x', fields: ['p'] } } })).toThrow(/mapping_invalid: .*fps/);
+    expect(() => parseMapping({ features: { 'observation.images.front': { topic: '/x', fields: ['p'] } } })).toThrow(/observation\.images\.front/);
+    expect(() => parseMapping({ features: { 'observation.cam': { topic: '/x' } } })).toThrow(/observation\.cam.*observation\.images\./);
+    expect(() => parseMapping({ features: { action: { from_next_state: true, fields: ['position'] } } })).toThrow(/from_next_state needs a topic/);
+    expect(() => parseMapping({ features: { timestamp: { topic: '/x', fields: ['p'] } } })).toThrow(/timestamp/);
+  });
+
+  it('from_next_state takes the topic and names of observation.state', () => {
+    const m = parseMapping({
+      features: {
+        'observation.state': { topic: '/joint_states', fields: ['position', 'velocity'], names_from: 'name' },
+        action: { from_next_state: true, fields: ['position'] },
+      },
+    });
+    expect(checkMapping(m, sim).vectors[1]).toMatchObject({ key: 'action', topic: '/joint_states', namesFrom: 'name', offsetFrames: 1 });
+  });
+});
+
+describe('checkMapping', () => {
+  const mapping = (features: object) => parseMapping({ features });
+
+  it('names a missing topic', () => {
+    expect(() => checkMapping(mapping({ 'observation.state': { topic: '/x', fields: ['position'] } }), sim)).toThrow('the recording has no topic /x (feature observation.state)');
+  });
+
+  it('names a field that is not an array of numbers', () => {
+    expect(() => checkMapping(mapping({ 'observation.state': { topic: '/joint_states', fields: ['name'] } }), sim)).toThrow(
+      'field name of /joint_states is not an array of numbers',
+    );
+    expect(() => checkMapping(mapping({ 'observation.state': { topic: '/joint_states', fields: ['torque'] } }), sim)).toThrow(
+      'field torque of /joint_states is not an array of numbers',
+    );
+    expect(() => checkMapping(mapping({ 'observation.state': { topic: '/joint_states', fields: ['position'], names_from: 'velocity' } }), sim)).toThrow(
+      'field velocity of /joint_states is not an array of strings',
+    );
+  });
+
+  it('refuses a camera topic that is not a raw image and a topic that is not JSON', () => {
+    expect(() => checkMapping(mapping({ 'observation.images.front': { topic: '/joint_states' } }), sim)).toThrow('field data of /joint_states is missing');
+    const cdr = [channel('/joint_states', 'sensor_msgs/JointState', undefined, 'cdr')];
+    expect(() => checkMapping(mapping({ 'observation.state': { topic: '/joint_states', fields: ['position'] } }), cdr)).toThrow(/cdr-encoded/);
+  });
+});

@@ -1,0 +1,239 @@
+import { z } from 'zod';
+import { SourceError } from './errors.js';
+import type { RecordingChannel } from './mcap.js';
+
+/**
+ * The mapping file: how a recording's topics become LeRobot features. JSON, e.g.
+ *
+ * ```json
+ * {
+ *   "fps": 10,
+ *   "robot_type": "fleet-sim-arm",
+ *   "task": { "from": "task_id" },
+ *   "features": {
+ *     "observation.state": { "topic": "/joint_states", "fields": ["position"], "names_from": "name" },
+ *     "action": { "topic": "/joint_commands", "fields": ["position"], "names_from": "name" },
+ *     "observation.images.front": { "topic": "/camera/image" }
+ *   },
+ *   "metadata": ["operator_id"],
+ *   "stateRule": "hold"
+ * }
+ * ```
+ */
+
+const Topic = z.string().min(1).max(256);
+const Field = z.string().min(1).max(128);
+const RuleSchema = z.enum(['hold', 'linear']);
+export type StateRule = z.infer<typeof RuleSchema>;
+
+/** A numeric feature read from a topic: the listed array fields of each message, concatenated. */
+const TopicVectorSchema = z.strictObject({
+  /** The topic whose JSON messages carry the arrays. */
+  topic: Topic,
+  /** Array-of-number fields of the message (top-level keys), concatenated in this order. Their lengths are fixed by the first message and checked on every one. */
+  fields: z.array(Field).min(1).max(16),
+  /** An array-of-string field naming the entries (e.g. joint names): the feature's `names` are `<name>` (one field) or `<name>.<field>` (several). Without it: `<field>.<i>`. */
+  names_from: Field.optional(),
+  /** Explicit names (overrides `names_from`); as many as the feature's dimension. */
+  names: z.array(z.string().min(1).max(128)).max(4096).optional(),
+  /** This feature's resampling rule; default the mapping's `stateRule`. */
+  rule: RuleSchema.optional(),
+});
+
+/** A numeric feature that is another topic's fields one frame later (an action from recorded states). */
+const NextStateVectorSchema = z.strictObject({
+  from_next_state: z.literal(true),
+  /** Array-of-number fields of the state topic, concatenated. */
+  fields: z.array(Field).min(1).max(16),
+  /** The state topic; default the topic of `observation.state`. */
+  topic: Topic.optional(),
+  names_from: Field.optional(),
+  names: z.array(z.string().min(1).max(128)).max(4096).optional(),
+  rule: RuleSchema.optional(),
+});
+
+/** A camera: a topic of `foxglove.RawImage` JSON messages (`rgb8` or `bgr8`). */
+const CameraSchema = z.strictObject({ topic: Topic });
+
+const FeatureSchema = z.union([TopicVectorSchema, NextStateVectorSchema, CameraSchema]);
+
+const TaskSchema = z.union([
+  /** The episode's `task_id` (or `task_name`); `default` when it is null. */
+  z.strictObject({ from: z.enum(['task_id', 'task_name']), default: z.string().min(1).max(1024).optional() }),
+  /** A key of the episode's recorded `metadata` (its string form); `default` when absent. */
+  z.strictObject({ from: z.literal('metadata'), key: z.string().min(1).max(256), default: z.string().min(1).max(1024).optional() }),
+  /** The same task text for every episode. */
+  z.strictObject({ value: z.string().min(1).max(1024) }),
+]);
+export type TaskSource = z.infer<typeof TaskSchema>;
+
+const FeatureKey = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$/, 'a dotted feature key like observation.state')
+  .refine((k) => !['timestamp', 'frame_index', 'episode_index', 'index', 'task_index', 'next.done', 'next.success', 'next.reward'].includes(k), 'is a column LeRobot writes itself');
+
+export const MappingSchema = z
+  .strictObject({
+    /** Frames per second of the grid (an integer, as LeRobot's `fps`). Default 10. */
+    fps: z.number().int().min(1).max(1000).default(10),
+    /** `robot_type` of `meta/info.json`. Default `fleet-sim-arm`. */
+    robot_type: z.string().min(1).max(128).default('fleet-sim-arm'),
+    /** Where each episode's task text comes from. Default `{from: 'task_id'}`. */
+    task: TaskSchema.default({ from: 'task_id' }),
+    /**
+     * By LeRobot feature key: keys under `observation.images.` are cameras (`{topic}`), every
+     * other key a float32 vector (`{topic, fields, ...}` or `{from_next_state: true, fields}`).
+     */
+    features: z.record(FeatureKey, FeatureSchema).refine((f) => Object.keys(f).length > 0 && Object.keys(f).length <= 64, 'between 1 and 64 features'),
+    /** Recorded `metadata` keys copied into `meta/episodes` as `meta/<key>` (string form; '' when absent). */
+    metadata: z.array(z.string().min(1).max(256).regex(/^[A-Za-z0-9_.-]+$/)).max(64).default([]),
+    /** Vectors between samples: `hold` (latest sample at or before the frame) or `linear` (interpolated). Default `hold`. */
+    stateRule: RuleSchema.default('hold'),
+  })
+  .superRefine((m, ctx) => {
+    for (const [key, f] of Object.entries(m.features)) {
+      const camera = !('fields' in f);
+      if (camera !== key.startsWith('observation.images.')) {
+        ctx.addIssue({ code: 'custom', path: ['features', key], message: camera ? 'a camera ({topic}) must be under observation.images.' : 'keys under observation.images. are cameras: {topic} only' });
+      }
+      if ('from_next_state' in f && f.topic === undefined) {
+        const state = m.features['observation.state'];
+        if (state === undefined || !('topic' in state) || state.topic === undefined || !('fields' in state)) {
+          ctx.addIssue({ code: 'custom', path: ['features', key], message: 'from_next_state needs a topic, or an observation.state feature read from a topic' });
+        }
+      }
+    }
+  });
+export type Mapping = z.output<typeof MappingSchema>;
+export type MappingInput = z.input<typeof MappingSchema>;
+
+/** What fits the simulator's recorder: 7 joint positions as state, the commanded positions as action, one camera. */
+export const DEFAULT_MAPPING: Mapping = Object.freeze({
+  fps: 10,
+  robot_type: 'fleet-sim-arm',
+  task: { from: 'task_id' },
+  features: {
+    'observation.state': { topic: '/joint_states', fields: ['position'], names_from: 'name' },
+    action: { topic: '/joint_commands', fields: ['position'], names_from: 'name' },
+    'observation.images.front': { topic: '/camera/image' },
+  },
+  metadata: [],
+  stateRule: 'hold',
+}) as Mapping;
+
+/** A second camera the simulator may record; add it as `features['observation.images.wrist']`. */
+export const WRIST_CAMERA_TOPIC = '/camera/wrist/image';
+
+/** Parses a mapping file's JSON (defaults filled in); `mapping_invalid` naming the field. */
+export function parseMapping(json: unknown): Mapping {
+  const r = MappingSchema.safeParse(json);
+  if (!r.success) {
+    const what = r.error.issues
+      .slice(0, 5)
+      .map((i) => `${i.path.join('.') || '(mapping)'}: ${i.message}`)
+      .join('; ');
+    throw new SourceError('mapping_invalid', `the mapping file: ${what}`);
+  }
+  return r.data;
+}
+
+/** A vector feature resolved against its topic. */
+export interface VectorPlan {
+  key: string;
+  topic: string;
+  fields: string[];
+  namesFrom: string | undefined;
+  names: string[] | undefined;
+  rule: StateRule;
+  /** Frames later than the grid time it is read at: 1 for `from_next_state`. */
+  offsetFrames: 0 | 1;
+}
+
+export interface CameraPlan {
+  key: string;
+  topic: string;
+}
+
+export interface MappingPlan {
+  vectors: VectorPlan[];
+  cameras: CameraPlan[];
+  /** Every topic with a vector feature. */
+  vectorTopics: string[];
+}
+
+/** The mapping with `from_next_state` resolved to its topic, vectors and cameras apart. */
+export function planMapping(mapping: Mapping): MappingPlan {
+  const vectors: VectorPlan[] = [];
+  const cameras: CameraPlan[] = [];
+  const state = mapping.features['observation.state'];
+  for (const [key, f] of Object.entries(mapping.features)) {
+    if (!('fields' in f)) {
+      cameras.push({ key, topic: f.topic });
+      continue;
+    }
+    const next = 'from_next_state' in f;
+    const stateTopic = state !== undefined && 'fields' in state ? state.topic : undefined;
+    const stateNamesFrom = state !== undefined && 'fields' in state ? state.names_from : undefined;
+    const topic = f.topic ?? stateTopic;
+    if (topic === undefined) throw new SourceError('mapping_invalid', `feature ${key}: from_next_state needs a topic`);
+    vectors.push({
+      key,
+      topic,
+      fields: f.fields,
+      namesFrom: f.names_from ?? (next && topic === stateTopic ? stateNamesFrom : undefined),
+      names: f.names,
+      rule: f.rule ?? mapping.stateRule,
+      offsetFrames: next ? 1 : 0,
+    });
+  }
+  return { vectors, cameras, vectorTopics: [...new Set(vectors.map((v) => v.topic))] };
+}
+
+function schemaProperty(channel: RecordingChannel, field: string): unknown {
+  const s = channel.jsonSchema as { properties?: Record<string, unknown> } | undefined;
+  if (typeof s !== 'object' || s === null || typeof s.properties !== 'object' || s.properties === null) return undefined;
+  return Object.hasOwn(s.properties, field) ? s.properties[field] : null;
+}
+
+function isArrayOf(prop: unknown, type: 'number' | 'string'): boolean | undefined {
+  if (prop === undefined) return undefined; // no JSON Schema to tell
+  if (typeof prop !== 'object' || prop === null || (prop as { type?: unknown }).type !== 'array') return false;
+  const items = (prop as { items?: unknown }).items;
+  const t = typeof items === 'object' && items !== null ? (items as { type?: unknown }).type : undefined;
+  return type === 'number' ? t === 'number' || t === 'integer' : t === 'string';
+}
+
+/**
+ * Checks the mapping against a recording's channels before reading any message: every topic
+ * exists and is JSON, and where the channel has a JSON Schema, every field is an array of numbers
+ * (names an array of strings) and a camera's schema has `data`, `width`, `height`. The same field
+ * checks run on the messages themselves while reading, for recordings without schemas.
+ */
+export function checkMapping(mapping: Mapping, channels: readonly RecordingChannel[]): MappingPlan {
+  const plan = planMapping(mapping);
+  const byTopic = new Map(channels.map((c) => [c.topic, c]));
+  const channelOf = (topic: string, key: string) => {
+    const c = byTopic.get(topic);
+    if (c === undefined) throw new SourceError('mapping_invalid', `the recording has no topic ${topic} (feature ${key})`);
+    if (c.messageEncoding !== 'json') throw new SourceError('mapping_invalid', `topic ${topic} (feature ${key}) is ${c.messageEncoding}-encoded; only json messages are read`);
+    return c;
+  };
+  for (const v of plan.vectors) {
+    const c = channelOf(v.topic, v.key);
+    for (const field of v.fields) {
+      if (isArrayOf(schemaProperty(c, field), 'number') === false) throw new SourceError('mapping_invalid', `field ${field} of ${v.topic} is not an array of numbers (feature ${v.key})`);
+    }
+    if (v.namesFrom !== undefined && isArrayOf(schemaProperty(c, v.namesFrom), 'string') === false) {
+      throw new SourceError('mapping_invalid', `field ${v.namesFrom} of ${v.topic} is not an array of strings (names_from of feature ${v.key})`);
+    }
+  }
+  for (const cam of plan.cameras) {
+    const c = channelOf(cam.topic, cam.key);
+    for (const field of ['data', 'width', 'height']) {
+      if (schemaProperty(c, field) === null) throw new SourceError('mapping_invalid', `field ${field} of ${cam.topic} is missing: not a foxglove.RawImage (feature ${cam.key})`);
+    }
+  }
+  return plan;
+}

@@ -1,0 +1,168 @@
+import { describe, expect, it } from 'vitest';
+import { isSourceError } from './errors.js';
+import type { VectorPlan } from './mapping.js';
+import { rawImage } from './fixtures.js';
+import type { RecordingMessage } from './mcap.js';
+import { decodeRawImage, gridTimeNs, makeGrid, nearestFrames, readVectorSamples, resampleVector, type Grid, type VectorSamples } from './resample.js';
+
+const ms = (n: number) => BigInt(n) * 1_000_000n;
+
+function samples(timesMs: number[], value: (t: number) => number[]): VectorSamples {
+  const values = timesMs.flatMap(value);
+  return { key: 'observation.state', dim: value(0).length, names: [], timesNs: timesMs.map(ms), values };
+}
+
+async function* messagesOf(list: { t: number; data: unknown }[], topic = '/cam'): AsyncGenerator<RecordingMessage> {
+  for (const m of list) yield { topic, logTimeNs: ms(m.t), data: m.data };
+}
+
+async function collect(it: AsyncIterable<Uint8Array>): Promise<Uint8Array[]> {
+  const out: Uint8Array[] = [];
+  for await (const f of it) out.push(f);
+  return out;
+}
+
+describe('makeGrid', () => {
+  it('starts when every vector topic has a sample and ends when the first stream ends', () => {
+    const grid = makeGrid(10, [
+      { topic: '/joint_states', kind: 'vector', firstNs: ms(5), lastNs: ms(1000) },
+      { topic: '/joint_commands', kind: 'vector', firstNs: ms(12), lastNs: ms(990) },
+      // A camera does not move the start (frames are nearest in time) but bounds the end.
+      { topic: '/camera/image', kind: 'camera', firstNs: ms(200), lastNs: ms(812) },
+    ]);
+    expect(grid.startNs).toBe(ms(12));
+    // floor((812 - 12) ms * 10 / s) + 1
+    expect(grid.length).toBe(9);
+    expect(gridTimeNs(grid, 8)).toBe(ms(812));
+  });
+
+  it('is one frame when the streams overlap at one instant, too_short when they do not', () => {
+    expect(makeGrid(10, [{ topic: '/a', kind: 'vector', firstNs: ms(50), lastNs: ms(50) }]).length).toBe(1);
+    const disjoint = () =>
+      makeGrid(10, [
+        { topic: '/a', kind: 'vector', firstNs: ms(0), lastNs: ms(100) },
+        { topic: '/b', kind: 'vector', firstNs: ms(101), lastNs: ms(500) },
+      ]);
+    expect(disjoint).toThrow(expect.objectContaining({ code: 'too_short' }));
+    expect(() => makeGrid(10, [{ topic: '/a', kind: 'vector', firstNs: undefined, lastNs: undefined }])).toThrow(expect.objectContaining({ code: 'too_short' }));
+  });
+
+  it('rounds grid times to the nearest ns for an fps that does not divide a second', () => {
+    const grid = { startNs: 0n, fps: 3, length: 4 };
+    expect([0, 1, 2, 3].map((i) => gridTimeNs(grid, i))).toEqual([0n, 333_333_333n, 666_666_667n, 1_000_000_000n]);
+  });
+});
+
+describe('resampleVector', () => {
+  // Samples every 30 ms of a ramp (value = time in ms) and its double.
+  const ramp = samples(
+    Array.from({ length: 35 }, (_, i) => i * 30),
+    (t) => [t, 2 * t],
+  );
+  const grid: Grid = { startNs: 0n, fps: 10, length: 10 };
+
+  it('hold: the latest sample at or before each frame time i / fps', () => {
+    const v = resampleVector(ramp, grid, 'hold');
+    for (let i = 0; i < grid.length; i++) {
+      const held = Math.floor((i * 100) / 30) * 30;
+      expect([v[i * 2], v[i * 2 + 1]]).toEqual([held, 2 * held]);
+    }
+  });
+
+  it('linear: interpolated, exact on a ramp', () => {
+    const v = resampleVector(ramp, grid, 'linear');
+    for (let i = 0; i < grid.length; i++) expect([v[i * 2], v[i * 2 + 1]]).toEqual([i * 100, i * 200]);
+  });
+
+  it('the next state: frame i reads t_(i+1); the last frame takes the last sample', () => {
+    const short = samples([0, 100, 200], (t) => [t]);
+    const g: Grid = { startNs: 0n, fps: 10, length: 3 };
+    expect([...resampleVector(short, g, 'hold', 1)]).toEqual([100, 200, 200]);
+    expect([...resampleVector(short, g, 'linear', 1)]).toEqual([100, 200, 200]);
+  });
+
+  it('the first frame takes the first sample when it is later than the grid start', () => {
+    const late = samples([50, 150], (t) => [t]);
+    expect([...resampleVector(late, { startNs: 0n, fps: 10, length: 2 }, 'hold')]).toEqual([50, 50]);
+    expect([...resampleVector(late, { startNs: 0n, fps: 10, length: 2 }, 'linear')]).toEqual([50, 100]);
+  });
+});
+
+describe('readVectorSamples', () => {
+  const plan: VectorPlan = { key: 'observation.state', topic: '/joint_states', fields: ['position', 'velocity'], namesFrom: 'name', names: undefined, rule: 'hold', offsetFrames: 0 };
+
+  it('concatenates the fields and names them <name>.<field>', async () => {
+    const msgs = messagesOf(
+      [
+        { t: 0, data: { name: ['a', 'b'], position: [1, 2], velocity: [3, 4] } },
+        { t: 10, data: { name: ['a', 'b'], position: [5, 6], velocity: [7, 8] } },
+      ],
+      '/joint_states',
+    );
+    const [s] = await readVectorSamples(msgs, [plan]);
+    expect(s).toMatchObject({ dim: 4, names: ['a.position', 'b.position', 'a.velocity', 'b.velocity'], timesNs: [0n, ms(10)], values: [1, 2, 3, 4, 5, 6, 7, 8] });
+  });
+
+  it('a dimension that changes mid-episode is shape_changed; a field that is not numbers names the field and topic', async () => {
+    const changed = messagesOf(
+      [
+        { t: 0, data: { name: ['a'], position: [1], velocity: [1] } },
+        { t: 10, data: { name: ['a'], position: [1, 2], velocity: [1] } },
+      ],
+      '/joint_states',
+    );
+    await expect(readVectorSamples(changed, [plan])).rejects.toMatchObject({ code: 'shape_changed' });
+    const strings = messagesOf([{ t: 0, data: { name: ['a'], position: ['x'], velocity: [1] } }], '/joint_states');
+    const err: unknown = await readVectorSamples(strings, [plan]).catch((e: unknown) => e);
+    expect(isSourceError(err, 'mapping_invalid')).toBe(true);
+    expect((err as Error).message).toContain('field position of /joint_states is not an array of numbers');
+  });
+});
+
+describe('nearestFrames', () => {
+  const size = { width: 2, height: 1 };
+  const frame = (v: number) => rawImage(2, 1, v);
+
+  it('takes the image nearest each frame time', async () => {
+    const msgs = messagesOf([0, 150, 300, 450].map((t) => ({ t, data: frame(t / 10) })));
+    const frames = await collect(nearestFrames(msgs, { startNs: 0n, fps: 10, length: 5 }, size, '/cam'));
+    expect(frames.map((f) => f[0])).toEqual([0, 15, 15, 30, 45]);
+    expect(frames.every((f) => f.length === 2 * 1 * 3)).toBe(true);
+  });
+
+  it('a tie goes to the earlier image', async () => {
+    const msgs = messagesOf([
+      { t: 0, data: frame(1) },
+      { t: 200, data: frame(2) },
+    ]);
+    const frames = await collect(nearestFrames(msgs, { startNs: 0n, fps: 10, length: 3 }, size, '/cam'));
+    expect(frames.map((f) => f[0])).toEqual([1, 1, 2]);
+  });
+
+  it('a frame of another size is shape_changed', async () => {
+    const msgs = messagesOf([
+      { t: 0, data: frame(1) },
+      { t: 100, data: rawImage(3, 1, 2) },
+    ]);
+    await expect(collect(nearestFrames(msgs, { startNs: 0n, fps: 10, length: 2 }, size, '/cam'))).rejects.toMatchObject({ code: 'shape_changed' });
+  });
+});
+
+describe('decodeRawImage', () => {
+  const pixels = Uint8Array.from([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]); // 2 x 2
+
+  it('drops the row padding of step', () => {
+    const f = decodeRawImage(rawImage(2, 2, 0, { step: 8, pixels }), 'x');
+    expect([...f.pixels]).toEqual([...pixels]);
+  });
+
+  it('swaps bgr8 to rgb', () => {
+    const f = decodeRawImage(rawImage(2, 2, 0, { encoding: 'bgr8', pixels }), 'x');
+    expect([...f.pixels]).toEqual([3, 2, 1, 6, 5, 4, 9, 8, 7, 12, 11, 10]);
+  });
+
+  it('refuses other encodings and short data with bad_image', () => {
+    expect(() => decodeRawImage(rawImage(2, 2, 0, { encoding: 'mono8' }), 'x')).toThrow(expect.objectContaining({ code: 'bad_image' }));
+    expect(() => decodeRawImage({ ...rawImage(2, 2, 0), data: 'AAAA' }, 'x')).toThrow(expect.objectContaining({ code: 'bad_image' }));
+  });
+});

@@ -1,0 +1,107 @@
+import { createHash } from 'node:crypto';
+import type { DatasetShape, FeatureInfo } from '../types.js';
+import { WriterError } from './errors.js';
+import { codecNames, type VideoEncoding } from './ffmpeg.js';
+
+/** LeRobot's `DEFAULT_FEATURES`, in its order; `index` and `task_index` are set at assembly. */
+export const DEFAULT_FEATURE_KEYS = ['timestamp', 'frame_index', 'episode_index', 'index', 'task_index'] as const;
+export const DONE_KEY = 'next.done';
+export const SUCCESS_KEY = 'next.success';
+
+/** What a feature is to the writer; decides its parquet column and its stats. */
+export type FeatureKind = 'vector' | 'bool' | 'video' | 'timestamp' | 'int';
+
+export interface DatasetFeature {
+  key: string;
+  kind: FeatureKind;
+  info: FeatureInfo;
+}
+
+// A camera key becomes a directory name (`videos/<key>/…`) and a staged file name.
+const SAFE_KEY = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+
+/**
+ * The dataset's features in the order LeRobot keeps them (`{**user_features, **DEFAULT_FEATURES}`):
+ * the vectors, the cameras, `next.done`, `next.success`, then the five defaults. The data parquet's
+ * columns are these minus the cameras, in this order.
+ */
+export function datasetFeatures(shape: DatasetShape, enc: VideoEncoding): DatasetFeature[] {
+  const out: DatasetFeature[] = [];
+  const taken = new Set<string>([...DEFAULT_FEATURE_KEYS, DONE_KEY, SUCCESS_KEY]);
+  const claim = (key: string) => {
+    if (taken.has(key)) throw new WriterError('invalid_shape', `feature key ${key} is reserved or repeated`);
+    taken.add(key);
+  };
+  for (const [key, v] of Object.entries(shape.vectors)) {
+    claim(key);
+    const dim = v.shape[0];
+    if (!Number.isInteger(dim) || dim < 1) throw new WriterError('invalid_shape', `${key}: shape must be [n], n >= 1`);
+    if (v.names.length !== dim) throw new WriterError('invalid_shape', `${key}: ${v.names.length} names for ${dim} values`);
+    out.push({ key, kind: 'vector', info: { dtype: 'float32', shape: [dim], names: [...v.names] } });
+  }
+  for (const [key, cam] of Object.entries(shape.cameras)) {
+    claim(key);
+    if (!SAFE_KEY.test(key)) throw new WriterError('invalid_shape', `camera key ${key} is not usable as a path segment`);
+    const { width, height } = cam;
+    if (!Number.isInteger(width) || !Number.isInteger(height) || width < 2 || height < 2 || width % 2 || height % 2) {
+      throw new WriterError('invalid_shape', `${key}: yuv420p needs even width and height, got ${width}x${height}`);
+    }
+    // SVT-AV1 refuses frames under 64 pixels on either side.
+    if (enc.codec === 'av1' && (width < 64 || height < 64)) {
+      throw new WriterError('invalid_shape', `${key}: libsvtav1 needs at least 64x64, got ${width}x${height}; use h264`);
+    }
+    out.push({
+      key,
+      kind: 'video',
+      info: { dtype: 'video', shape: [height, width, 3], names: ['height', 'width', 'channels'], info: videoInfo(width, height, shape.fps, enc) },
+    });
+  }
+  for (const key of [DONE_KEY, SUCCESS_KEY]) out.push({ key, kind: 'bool', info: { dtype: 'bool', shape: [1], names: null } });
+  out.push({ key: 'timestamp', kind: 'timestamp', info: { dtype: 'float32', shape: [1], names: null } });
+  for (const key of DEFAULT_FEATURE_KEYS.slice(1)) out.push({ key, kind: 'int', info: { dtype: 'int64', shape: [1], names: null } });
+  return out;
+}
+
+/**
+ * A video feature's `info` block as LeRobot's `get_video_info` records it for a video encoded with
+ * a `VideoEncoderConfig`: the stream's properties, then the encoder's fields, then `is_depth_map`.
+ * `video.video_backend` says "pyav" because that is the only backend LeRobot accepts when it rebuilds
+ * an encoder config from this block; our ffmpeg arguments are those pyav would pass.
+ */
+export function videoInfo(width: number, height: number, fps: number, enc: VideoEncoding): Record<string, unknown> {
+  return {
+    'video.height': height,
+    'video.width': width,
+    'video.codec': codecNames(enc.codec).canonical,
+    'video.pix_fmt': 'yuv420p',
+    'video.fps': fps,
+    'video.channels': 3,
+    has_audio: false,
+    'video.g': enc.gop,
+    'video.crf': enc.crf,
+    'video.preset': enc.preset,
+    'video.fast_decode': 0,
+    'video.video_backend': 'pyav',
+    'video.extra_options': {},
+    is_depth_map: false,
+  };
+}
+
+/**
+ * A digest of everything that makes staged episodes of one export interchangeable: the shape and
+ * the encoding. An episode staged under another fingerprint is not reused.
+ */
+export function stageFingerprint(shape: DatasetShape, enc: VideoEncoding): string {
+  const { ffmpegPath: _f, ffprobePath: _p, ...encoding } = enc;
+  return createHash('sha256').update(JSON.stringify({ v: 1, shape, encoding })).digest('hex').slice(0, 32);
+}
+
+/** `chunk-XXX/file-XXX`, LeRobot's `CHUNK_FILE_PATTERN`. */
+export function chunkFile(chunk: number, file: number): string {
+  return `chunk-${String(chunk).padStart(3, '0')}/file-${String(file).padStart(3, '0')}`;
+}
+
+/** LeRobot's `update_chunk_file_indices`: the next file, rolling to a new chunk after `chunksSize`. */
+export function nextChunkFile(chunk: number, file: number, chunksSize: number): [number, number] {
+  return file === chunksSize - 1 ? [chunk + 1, 0] : [chunk, file + 1];
+}

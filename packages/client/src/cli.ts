@@ -6,7 +6,7 @@ import { registerAdmin } from './cli/commands-admin.js';
 import { registerData } from './cli/commands-data.js';
 import { registerEvents } from './cli/commands-events.js';
 import { checkUrl, defaultConfigPath, writeConfigFile } from './cli/config.js';
-import { UsageError } from './cli/errors.js';
+import { CommandFailed, UsageError } from './cli/errors.js';
 import { globals, output, type CliContext } from './cli/context.js';
 import { FleetClient } from './client.js';
 
@@ -79,6 +79,10 @@ export async function runCli(argv: readonly string[], ctx: CliContext): Promise<
     if (err instanceof UsageError) {
       say(err.message);
       return 2;
+    }
+    if (err instanceof CommandFailed) {
+      say(`${err.code}: ${err.message}`);
+      return err.exitCode;
     }
     if (err instanceof FleetApiError) {
       say(`${err.serverCode ?? err.code}: ${err.message}${err.requestId ? ` (${err.requestId})` : ''}`);

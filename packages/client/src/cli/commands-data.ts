@@ -1,3 +1,4 @@
+import { registerLeRobot } from './commands-lerobot.js';
 import { once } from 'node:events';
 import { createWriteStream } from 'node:fs';
 import { Option, type Command } from 'commander';
@@ -286,4 +287,5 @@ and continues. A progress line is drawn on stderr when it is a terminal.`,
         output(ctx, cmd).done(`wrote ${lines} lines to ${opts.out}`, { out: opts.out, lines });
       }
     });
+  registerLeRobot(datasets, ctx);
 }

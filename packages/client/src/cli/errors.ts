@@ -5,3 +5,15 @@ export class UsageError extends Error {
     this.name = 'UsageError';
   }
 }
+
+/** A command ran and failed in its own terms (a code and a sentence). Exit code 1 unless said. */
+export class CommandFailed extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly exitCode = 1,
+  ) {
+    super(message);
+    this.name = 'CommandFailed';
+  }
+}

@@ -76,12 +76,15 @@ describe('fleet-agent episodes list|show against a running simulated robot', () 
     const mcap = await readIndexed(file.abs_path);
     expect(mcap.topics.map((t) => [t.topic, t.schema.name, t.schema.encoding]).sort()).toEqual([
       ['/camera/image', 'foxglove.RawImage', 'jsonschema'],
+      ['/joint_commands', 'fleet.JointCommand', 'jsonschema'],
       ['/joint_states', 'fleet.JointState', 'jsonschema'],
     ]);
     expect(mcap.reader.chunkIndexes.length).toBeGreaterThan(0);
     expect(mcap.counts.get('/joint_states')).toBeGreaterThan(0);
     expect(mcap.counts.get('/camera/image')).toBeGreaterThan(0);
-    expect(Number(mcap.reader.statistics!.messageCount)).toBe((mcap.counts.get('/joint_states') ?? 0) + (mcap.counts.get('/camera/image') ?? 0));
+    // A commanded action with every joint state.
+    expect(mcap.counts.get('/joint_commands')).toBe(mcap.counts.get('/joint_states'));
+    expect(Number(mcap.reader.statistics!.messageCount)).toBe([...mcap.counts.values()].reduce((a, b) => a + b, 0));
 
     // For people: the directory, the file with its size and checksum, the sync state.
     const shown = await runAgentCli(['episodes', 'show', started, '--data-dir', dir]);

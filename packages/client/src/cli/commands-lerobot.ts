@@ -73,7 +73,7 @@ export function registerLeRobot(datasets: Command, ctx: CliContext): void {
           sources,
           s3: {
             ...(opts.s3Endpoint !== undefined ? { endpoint: opts.s3Endpoint } : {}),
-            ...(opts.s3Region !== undefined ? { region: opts.s3Region } : {}),
+            ...((opts.s3Region ?? ctx.env.AWS_REGION ?? ctx.env.AWS_DEFAULT_REGION) !== undefined ? { region: (opts.s3Region ?? ctx.env.AWS_REGION ?? ctx.env.AWS_DEFAULT_REGION)! } : {}),
             forcePathStyle: opts.s3ForcePathStyle === true,
           },
           ...(mapping !== undefined ? { mapping } : {}),

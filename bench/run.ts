@@ -26,6 +26,7 @@ const BENCHMARKS: Readonly<Record<string, () => Promise<BenchModule>>> = {
   fleet: async () => (await import('./fleet.js')).fleet,
   scale: async () => (await import('./scale.js')).scale,
   stream: async () => (await import('./stream.js')).stream,
+  lerobot: async () => (await import('./lerobot.js')).lerobot,
 };
 
 /**
@@ -42,6 +43,7 @@ const ALL_ARGS: Readonly<Record<string, readonly string[]>> = {
   fleet: ['--robots', '10000'],
   scale: ['--duration', '10'],
   stream: [],
+  lerobot: ['--episodes', '20', '--seconds', '5'],
 };
 
 const DEFAULT_OUT = fileURLToPath(new URL('./results/latest.json', import.meta.url));

@@ -20,7 +20,7 @@ function parseSources(values: readonly string[]): Record<string, string> {
   return out;
 }
 
-const collect = (value: string, previous: string[]) => [...previous, value];
+const collect = (value: string, previous: string[] | undefined) => [...(previous ?? []), value];
 
 /**
  * `fleet datasets export-lerobot` and `validate-lerobot`: the training bridge. The library
@@ -31,7 +31,7 @@ export function registerLeRobot(datasets: Command, ctx: CliContext): void {
     .command('export-lerobot <dataset-id>')
     .description('write a snapshot as a LeRobot v3.0 dataset, reading each recording from your own storage (resumable)')
     .requiredOption('--out <dir>', 'the dataset directory (created; an unfinished export there is continued)')
-    .option('--source <[dst_…=]url>', 'where recordings are: s3://bucket[/prefix] or file:///dir; per destination with dst_…=url (repeatable)', collect, [])
+    .option('--source <[dst_…=]url>', 'where recordings are: s3://bucket[/prefix] or file:///dir; per destination with dst_…=url (repeatable)', collect)
     .option('--snapshot', 'snapshot the dataset first if it is still live')
     .option('--mapping <file>', 'a mapping file (JSON): topics to features, fps, task; default: the simulator’s recordings')
     .addOption(new Option('--codec <codec>', 'video codec').choices(['av1', 'h264']).default('av1'))
@@ -44,7 +44,7 @@ export function registerLeRobot(datasets: Command, ctx: CliContext): void {
     .option('--s3-force-path-style', 'address the bucket in the path (MinIO and most local stores)')
     .option('--keep-work', 'keep the work directory (.fleet-export) after a finished export')
     .action(async (id: string, opts: ExportCliOptions, cmd: Command) => {
-      const sources = parseSources(opts.source);
+      const sources = parseSources(opts.source ?? []);
       if (opts.s3Endpoint !== undefined && !/^https?:\/\/\S+$/.test(opts.s3Endpoint)) throw new UsageError('--s3-endpoint takes an http(s) URL');
       const lerobot = await import('@fleet/lerobot');
       let mapping: unknown;
@@ -119,7 +119,7 @@ export function registerLeRobot(datasets: Command, ctx: CliContext): void {
 
 interface ExportCliOptions {
   out: string;
-  source: string[];
+  source?: string[];
   snapshot?: boolean;
   mapping?: string;
   codec: 'av1' | 'h264';

@@ -16,14 +16,15 @@
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createReadStream, createWriteStream, readdirSync, readFileSync } from 'node:fs';
-import { mkdir, mkdtemp, rename, rm, stat } from 'node:fs/promises';
+import { mkdir, mkdtemp, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { once } from 'node:events';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { ManualClock } from '@fleet/protocol';
 import { ManualScheduler, SyntheticRecorder, newEpisodeId } from '@fleet/agent';
-import { DEFAULT_MAPPING, exportLeRobot, parseMapping, type Mapping } from '@fleet/lerobot';
+import { DEFAULT_MAPPING, parseMapping, type Mapping } from '@fleet/lerobot';
 import { WRIST_CAMERA_TOPIC, loadGridEpisode, parseManifestLine } from '../packages/lerobot/src/source/index.js';
 import { codecNames, videoEncoding, type VideoCodec } from '../packages/lerobot/src/writer/ffmpeg.js';
 import { parseBenchArgs, type BenchModule } from './lib/args.js';
@@ -31,6 +32,7 @@ import { fmt, table } from './lib/measure.js';
 import { BenchFailure, row, type SummaryRow } from './lib/summary.js';
 
 const DST = 'dst_bench';
+const REPO_ROOT = fileURLToPath(new URL('..', import.meta.url));
 const ROBOT = 'rbt_bench';
 const RSS_BOUND_MB = 300;
 const CONCURRENCY = 2;
@@ -135,25 +137,65 @@ class RssSampler {
   }
 }
 
-/** VmRSS (bytes) summed over the ffmpeg processes that are children of this one; 0 when /proc says nothing. */
-function ffmpegChildrenRss(): number {
-  let total = 0;
+/** The child pids of `pid` (every thread's), from /proc; empty when /proc says nothing. */
+function childrenOf(pid: number | 'self'): number[] {
+  const out: number[] = [];
   try {
-    for (const tid of readdirSync('/proc/self/task')) {
-      for (const pid of readFileSync(`/proc/self/task/${tid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean)) {
-        try {
-          const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-          if (!/^Name:\s+ffmpeg$/m.test(status)) continue;
-          total += Number(/^VmRSS:\s+(\d+) kB/m.exec(status)?.[1] ?? 0) * 1024;
-        } catch {
-          // The child exited between the two reads.
-        }
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      try {
+        out.push(...readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number));
+      } catch {
+        // The thread ended between the two reads.
       }
     }
   } catch {
-    return 0;
+    // The process ended.
+  }
+  return out;
+}
+
+/** VmRSS (bytes) summed over the ffmpeg processes among this one's descendants; 0 when /proc says nothing. */
+function ffmpegChildrenRss(): number {
+  let total = 0;
+  const queue = childrenOf('self');
+  while (queue.length > 0) {
+    const pid = queue.shift()!;
+    queue.push(...childrenOf(pid));
+    try {
+      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+      if (!/^Name:\s+ffmpeg$/m.test(status)) continue;
+      total += Number(/^VmRSS:\s+(\d+) kB/m.exec(status)?.[1] ?? 0) * 1024;
+    } catch {
+      // The process exited between the two reads.
+    }
   }
   return total;
+}
+
+/**
+ * The export in a Node process of its own (the built @fleet/lerobot, as the `fleet` CLI runs it),
+ * so its peak RSS is the export's and not the recording's: the manifest from an NDJSON file, the
+ * result and `maxRSS` as one JSON line on stdout.
+ */
+const EXPORT_CHILD = `
+import { createReadStream } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { exportLeRobot } from '@fleet/lerobot';
+const [manifestPath, outDir, source, mapping, codec, concurrency] = process.argv.slice(1);
+async function* manifest() {
+  for await (const line of createInterface({ input: createReadStream(manifestPath), crlfDelay: Infinity })) if (line !== '') yield JSON.parse(line);
+}
+const result = await exportLeRobot({ manifest: manifest(), outDir, sources: { '*': source }, mapping: JSON.parse(mapping), codec, concurrency: Number(concurrency) });
+process.stdout.write(JSON.stringify({ result, maxRssBytes: process.resourceUsage().maxRSS * 1024 }) + String.fromCharCode(10));
+`;
+
+async function exportInChild(args: string[]): Promise<{ result: { episodes: number; frames: number; skipped: { episode_id: string; reason: string }[] }; maxRssBytes: number }> {
+  const child = spawn(process.execPath, ['--input-type=module', '-e', EXPORT_CHILD, ...args], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
+  const [code] = (await once(child, 'exit')) as [number | null];
+  if (code !== 0) throw new BenchFailure(`lerobot: the export process exited ${code}`);
+  return JSON.parse(out.trim().split('\n').at(-1)!) as Awaited<ReturnType<typeof exportInChild>>;
 }
 
 /** ffmpeg with the export's encoder settings (writer/ffmpeg.ts `encodeFrames`), reading a raw rgb24 input. */
@@ -282,22 +324,17 @@ export const lerobot: BenchModule = {
       // The export, timed from the call to its return (assembly included).
       const outDir = join(root, 'dataset');
       const header = { dataset_id: 'ds_bench', name: 'bench', filter: {}, snapshot_at: '2026-01-02T00:00:00.000Z', episode_count: members.length };
+      const manifestPath = join(root, 'manifest.ndjson');
+      await writeFile(manifestPath, [header, ...members].map((l) => JSON.stringify(l)).join('\n') + '\n');
       const sampler = new RssSampler();
       const t0 = performance.now();
-      const result = await exportLeRobot({
-        manifest: (async function* () {
-          yield header;
-          yield* members;
-        })(),
-        outDir,
-        sources: { [DST]: `file://${bucket}` },
-        mapping: mappingJson,
-        codec: s.codec,
-        concurrency: CONCURRENCY,
-      });
+      const child = await exportInChild([manifestPath, outDir, `file://${bucket}`, JSON.stringify(mappingJson), s.codec, String(CONCURRENCY)]);
       const exportMs = performance.now() - t0;
       sampler.stop();
-      const maxRss = process.resourceUsage().maxRSS * 1024;
+      const { result } = child;
+      // The export's own process: its peak from the kernel (maxRSS), whatever the sampling missed.
+      const maxRss = child.maxRssBytes;
+      sampler.peakSelf = maxRss;
       if (result.episodes !== s.episodes) {
         throw new BenchFailure(`lerobot: INCOMPLETE, ${result.episodes} of ${s.episodes} episodes exported (${result.skipped.map((k) => `${k.episode_id}: ${k.reason}`).join('; ')})`);
       }

@@ -357,7 +357,8 @@ export async function exportLeRobot(opts: ExportOptions): Promise<ExportResult> 
         await skip(position, line, 'no_recording', `none of its ${line.files.length} file(s) is an MCAP recording`);
         return;
       }
-      const loaded = await loadGridEpisode(mcap.localPath, line, mapping);
+      // Its SHA-256 was checked on the way in: the MCAP's own CRCs need not be computed again.
+      const loaded = await loadGridEpisode(mcap.localPath, line, mapping, { checksummed: true });
       try {
         if (shape === null) {
           // The first episode staged fixes the dataset's shape (episodes run one at a time until then).

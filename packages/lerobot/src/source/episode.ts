@@ -34,8 +34,8 @@ export function metadataString(v: unknown): string {
   return typeof v === 'string' ? v : JSON.stringify(v);
 }
 
-export async function loadGridEpisode(mcapPath: string, line: ManifestEpisode, mapping: Mapping): Promise<LoadedEpisode> {
-  const recording = await Recording.open(mcapPath);
+export async function loadGridEpisode(mcapPath: string, line: ManifestEpisode, mapping: Mapping, opts: { checksummed?: boolean } = {}): Promise<LoadedEpisode> {
+  const recording = await Recording.open(mcapPath, opts);
   try {
     return await load(recording, line, mapping);
   } catch (err) {

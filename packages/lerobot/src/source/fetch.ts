@@ -1,8 +1,8 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, rename, rm, stat } from 'node:fs/promises';
+import { constants, createReadStream, createWriteStream } from 'node:fs';
+import { copyFile, mkdir, rename, rm, stat } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
-import { Readable, Transform, type TransformCallback } from 'node:stream';
+import { Readable, Transform, Writable, type TransformCallback } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
 import { GetObjectCommand, S3Client } from '@aws-sdk/client-s3';
@@ -151,10 +151,19 @@ export class EpisodeFetcher {
     const address = objectAddress(location, file.path);
     const where = location.source.kind === 's3' ? `s3://${location.source.bucket}/${address}` : address;
     try {
-      const body = location.source.kind === 's3' ? await this.openS3(location.source.bucket, address, where, signal) : await openFile(address);
-      const digest = new DigestingStream(file, where);
-      await pipeline(body, digest, createWriteStream(tmp, { flags: 'wx' }), { signal });
-      digest.check();
+      if (location.source.kind === 's3') {
+        const body = await this.openS3(location.source.bucket, address, where, signal);
+        const digest = new DigestingStream(file, where);
+        await pipeline(body, digest, createWriteStream(tmp, { flags: 'wx' }), { signal });
+        digest.check();
+      } else {
+        // A local file: copied by the kernel (copy_file_range), then the copy is what is hashed
+        // and used, so a source changing meanwhile cannot slip past the check.
+        await copyFile(address, tmp, constants.COPYFILE_EXCL);
+        const digest = new DigestingStream(file, where);
+        await pipeline(createReadStream(tmp), digest, new Writable({ write: (_c, _e, done) => done() }), { signal });
+        digest.check();
+      }
       await rename(tmp, localPath);
     } catch (err) {
       await rm(tmp, { force: true });
@@ -176,16 +185,6 @@ export class EpisodeFetcher {
     if (!(res.Body instanceof Readable)) throw new SourceError('io', `${where}: the S3 answer has no readable body`);
     return res.Body;
   }
-}
-
-async function openFile(path: string): Promise<Readable> {
-  // Opened before piping so ENOENT / EACCES surface here, as the store's answer would.
-  const stream = createReadStream(path);
-  await new Promise<void>((ok, fail) => {
-    stream.once('open', () => ok());
-    stream.once('error', fail);
-  });
-  return stream;
 }
 
 /** Counts and hashes the bytes going through; stops early once there are more than the manifest says. */

@@ -177,11 +177,13 @@ export function decodeRawImage(data: unknown, where: string): RgbFrame {
     throw new SourceError('bad_image', `${where}: width and height must be positive integers`);
   }
   if (encoding !== 'rgb8' && encoding !== 'bgr8') throw new SourceError('bad_image', `${where}: encoding ${JSON.stringify(encoding)}; rgb8 and bgr8 are read`);
-  if (typeof b64 !== 'string') throw new SourceError('bad_image', `${where}: data is not a base64 string`);
+  const base64 = typeof b64 === 'object' && b64 !== null && Buffer.isBuffer((b64 as { base64?: unknown }).base64) ? (b64 as { base64: Buffer }).base64 : null;
+  if (typeof b64 !== 'string' && base64 === null) throw new SourceError('bad_image', `${where}: data is not a base64 string`);
   const row = width * 3;
   const step = m.step === undefined ? row : m.step;
   if (typeof step !== 'number' || !Number.isInteger(step) || step < row) throw new SourceError('bad_image', `${where}: step ${JSON.stringify(step)} is less than width * 3 = ${row}`);
-  const raw = Buffer.from(b64, 'base64');
+  // The bytes of the base64 text (see parseRawImage) as a one-byte string: a copy, not a UTF-8 decode.
+  const raw = Buffer.from(base64 !== null ? base64.toString('latin1') : (b64 as string), 'base64');
   if (raw.byteLength < step * (height - 1) + row) throw new SourceError('bad_image', `${where}: ${raw.byteLength} bytes of data for ${width}x${height} with step ${step}`);
   let pixels: Uint8Array;
   if (step === row && encoding === 'rgb8') {

@@ -27,6 +27,7 @@ import { ManualScheduler, SyntheticRecorder, newEpisodeId } from '@fleet/agent';
 import { DEFAULT_MAPPING, parseMapping, type Mapping } from '@fleet/lerobot';
 import { WRIST_CAMERA_TOPIC, loadGridEpisode, parseManifestLine } from '../packages/lerobot/src/source/index.js';
 import { codecNames, videoEncoding, type VideoCodec } from '../packages/lerobot/src/writer/ffmpeg.js';
+import { eachLimited } from '../packages/lerobot/src/export.js';
 import { parseBenchArgs, type BenchModule } from './lib/args.js';
 import { fmt, table } from './lib/measure.js';
 import { BenchFailure, row, type SummaryRow } from './lib/summary.js';
@@ -254,14 +255,6 @@ async function writeRawFrames(dir: string, bucket: string, members: readonly Mem
   return files;
 }
 
-async function eachLimited<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) await fn(items[next++]!);
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
-}
-
 interface Run {
   name: string;
   episodes: number;
@@ -352,7 +345,7 @@ export const lerobot: BenchModule = {
 
       const perSampler = new RssSampler();
       const p0 = performance.now();
-      await eachLimited(raw, CONCURRENCY, (f) => ffmpeg(baselineArgs(f.path, f.frames, s, join(encoded, `${f.path.split('/').at(-1)}.mp4`))));
+      await eachLimited(toAsync(raw), CONCURRENCY, (f) => ffmpeg(baselineArgs(f.path, f.frames, s, join(encoded, `${f.path.split('/').at(-1)}.mp4`))));
       const perEpisode: Run = { name: `ffmpeg per episode+camera, ${CONCURRENCY} at a time (baseline)`, episodes: s.episodes, frames: rawFrames, ms: performance.now() - p0, bytesRead: rawFrames * frameBytes, peakSelf: null, peakChildren: perSampler.stop().peakChildren };
 
       // ffmpeg's concat protocol reads the raw files back to back as one input.
@@ -426,3 +419,7 @@ export const lerobot: BenchModule = {
     return rows;
   },
 };
+
+async function* toAsync<T>(items: readonly T[]): AsyncGenerator<T> {
+  yield* items;
+}

@@ -1,13 +1,13 @@
-import { createHash } from 'node:crypto';
 import { createReadStream, createWriteStream, existsSync } from 'node:fs';
-import { mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rename, rm } from 'node:fs/promises';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { ExportProgress } from './progress.js';
 import { DEFAULT_MAPPING, EpisodeFetcher, isSourceError, loadGridEpisode, parseManifestLine, parseMapping, SourceError, type ManifestEpisode, type ManifestHeader, type Mapping, type S3SourceOptions } from './source/index.js';
 import type { DatasetShape } from './types.js';
-import { assembleDataset, isStaged, stageEpisode, WriterError, type VideoCodec } from './writer/index.js';
+import { assembleDataset, isStaged, stageEpisode, WriterError, type VideoCodec, type VideoEncoding } from './writer/index.js';
+import { writeFileAtomic } from './writer/files.js';
 
 /**
  * Where an export keeps its work, inside the output directory: the manifest as first read, the
@@ -44,17 +44,6 @@ export interface SkippedEpisode {
 /** What each manifest position came to; kept in the work directory, one small file each. */
 export type PositionResult = { position: number; episode_id: string; staged: true; frames: number; bytes: number } | ({ staged: false } & SkippedEpisode);
 
-/** An episode could not be exported: the reason goes in the report (or fails a --strict run). */
-export class EpisodeSkip extends Error {
-  constructor(
-    readonly reason: SkipReason,
-    message: string,
-  ) {
-    super(message);
-    this.name = 'EpisodeSkip';
-  }
-}
-
 /** The export as a whole cannot go on (a mapping that does not fit, a full disk, --strict). */
 export class ExportError extends Error {
   constructor(
@@ -73,13 +62,6 @@ export interface ManifestHeaderLine {
   name: string;
   snapshot_at: string;
   episode_count: number;
-}
-
-/** Writes `text` to `path` through a temporary file and a rename: a reader sees all of it or nothing. */
-export async function writeFileAtomic(path: string, data: string | Uint8Array): Promise<void> {
-  const tmp = `${path}.tmp-${process.pid}`;
-  await writeFile(tmp, data);
-  await rename(tmp, path);
 }
 
 /** Maps a write that failed for lack of space to the export's own error. */
@@ -195,11 +177,6 @@ export class WorkDir {
   }
 }
 
-/** A stable digest of the settings that shape the output. */
-export function settingsDigest(value: unknown): string {
-  return createHash('sha256').update(JSON.stringify(value)).digest('hex').slice(0, 16);
-}
-
 /** Runs `work` on each item with at most `limit` at once; the first rejection stops taking new items and is thrown. */
 export async function eachLimited<T>(items: AsyncIterable<T>, limit: number, work: (item: T) => Promise<void>): Promise<void> {
   const running = new Set<Promise<void>>();
@@ -242,7 +219,7 @@ export interface ExportOptions {
   keepWork?: boolean;
   onProgress?: (p: ExportProgress) => void;
   /** Overrides for tests and benchmarks (ffmpeg binaries, encoder threads). */
-  encoding?: Parameters<typeof stageEpisode>[4] extends infer O ? (O extends { encoding?: infer E } ? E : never) : never;
+  encoding?: Partial<VideoEncoding>;
 }
 
 export interface ExportResult {

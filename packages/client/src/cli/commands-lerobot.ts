@@ -55,6 +55,7 @@ export function registerLeRobot(datasets: Command, ctx: CliContext): void {
           throw new UsageError(`--mapping ${opts.mapping}: ${(err as Error).message}`);
         }
       }
+      const region = opts.s3Region ?? ctx.env.AWS_REGION ?? ctx.env.AWS_DEFAULT_REGION;
       const client = clientFor(ctx, cmd);
       const dataset = await client.datasets.get(id);
       if (dataset.snapshot_at === null) {
@@ -73,7 +74,7 @@ export function registerLeRobot(datasets: Command, ctx: CliContext): void {
           sources,
           s3: {
             ...(opts.s3Endpoint !== undefined ? { endpoint: opts.s3Endpoint } : {}),
-            ...((opts.s3Region ?? ctx.env.AWS_REGION ?? ctx.env.AWS_DEFAULT_REGION) !== undefined ? { region: (opts.s3Region ?? ctx.env.AWS_REGION ?? ctx.env.AWS_DEFAULT_REGION)! } : {}),
+            ...(region !== undefined ? { region } : {}),
             forcePathStyle: opts.s3ForcePathStyle === true,
           },
           ...(mapping !== undefined ? { mapping } : {}),

@@ -42,13 +42,43 @@ interface Collector {
  * replicas in turn), with an abort of its own per connection that `drop` fires.
  */
 async function collect(key: string, opts: { types?: FleetEventType[]; lastEventId?: string } = {}): Promise<Collector> {
-  let current: AbortController | null = null;
+  let current: (() => void) | null = null;
   const droppable: typeof fetch = async (input, init) => {
     const ac = new AbortController();
-    current = ac;
+    const dropped = new Error('dropped by the test');
+    current = () => ac.abort(dropped);
     // The cloud's fetch sends each request to the next replica: a reconnection lands on another one.
     const url = input instanceof Request ? input.url : String(input);
-    return cloud.fetch(url.slice(cloud.http.length), { ...init, signal: ac.signal, key: null });
+    const res = await cloud.fetch(url.slice(cloud.http.length), { ...init, signal: ac.signal, key: null });
+    if (!res.body) return res;
+    // Aborting a fetch does not always error a body a reader already holds (undici), so the drop
+    // errors the body the client reads itself, as a cut connection would, and then aborts the fetch.
+    const reader = res.body.getReader();
+    let controller!: ReadableStreamDefaultController<Uint8Array>;
+    const body = new ReadableStream<Uint8Array>({
+      start: (c) => void (controller = c),
+      pull: async (c) => {
+        const r = await reader.read().catch((err: unknown) => ({ error: err }));
+        try {
+          if ('error' in r) c.error(r.error);
+          else if (r.done) c.close();
+          else c.enqueue(r.value);
+        } catch {
+          // Already errored by a drop.
+        }
+      },
+      cancel: (reason) => reader.cancel(reason),
+    });
+    current = () => {
+      try {
+        controller.error(dropped);
+      } catch {
+        // Already closed.
+      }
+      ac.abort(dropped);
+      reader.cancel(dropped).catch(() => undefined);
+    };
+    return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
   };
   const client = new FleetClient({ baseUrl: cloud.http, apiKey: key, fetch: droppable });
   const stop = new AbortController();
@@ -62,7 +92,7 @@ async function collect(key: string, opts: { types?: FleetEventType[]; lastEventI
     opened: 0,
     reconnects: 0,
     log: [],
-    drop: () => current?.abort(new Error('dropped by the test')),
+    drop: () => current?.(),
     stop: async () => {
       stop.abort();
       await done;

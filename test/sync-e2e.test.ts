@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { verifySignature, type Episode, type EpisodeWithLocations } from '@fleet/protocol';
 import { createTestPki, startHttpsReceiver, type TestPki, type TestReceiver } from '../cloud/src/egress/test-https.js';
 import { makeTempDir, startCloud, type CloudProcess, type TempDir } from './support/cloud.js';
-import { agentControl, exportEpisodes, getEpisode, listEpisodes } from './support/episodes.js';
+import { agentControl, exportEpisodes, getEpisode, listEpisodes, recordAtLeast } from './support/episodes.js';
 import { startGrantProvider, writeProviderTls } from './support/grant-provider.js';
 import { createEnrollmentToken, sendCommand, startAgentProcess, startFleet } from './support/robots.js';
 import { startS3Server } from './support/s3-server.js';
@@ -198,11 +198,9 @@ describe('cloud sync end to end', () => {
     });
     expect(provider.url).toBe(`https://127.0.0.1:${port}`);
     await using agent = await startAgentProcess(cloud, { args: ['--allow-http-uploads', '--upload-limit', String(limit), '--bytes-per-second', String(2 * 1024 * 1024)] });
-    expect((await agent.control(['episode', 'start'])).code).toBe(0);
-    await new Promise((r) => setTimeout(r, 3_000));
-    const finished = await agent.control(['episode', 'finish']);
-    expect(finished.code).toBe(0);
-    const episodeId = (JSON.parse(finished.stdout) as { episode_id: string }).episode_id;
+    // About 6 MiB (two 5 MiB parts' worth at most), waiting on the recording's size, not a clock:
+    // at the limit its upload lasts over ten seconds, long enough to sample.
+    const episodeId = await recordAtLeast(agent.dataDir, 6 * 1024 * 1024);
 
     type Upload = { episode_id: string; destination_id: string; state: string; active: boolean; bytes_sent: number; bytes_total: number; rate_bps: number };
     const samples: { at: number; upload: Upload }[] = [];

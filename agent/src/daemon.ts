@@ -92,6 +92,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
   private mqtt: MqttLink | undefined;
   private sender: OutboxSender | undefined;
   private syncer: Uploader | undefined;
+  private retention: Retention | undefined;
   private readonly life: Lifecycle;
   private control: ControlServer | undefined;
   private metrics: AgentMetrics | undefined;
@@ -252,6 +253,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
           return { value: r, close: () => r.stop() };
         })
       : undefined;
+    this.retention = retention;
     const uploader = config.sync
       ? await life.add('uploader', async () => {
           let dispatcher = deps.uploadDispatcher;
@@ -399,6 +401,11 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
     await this.life.close();
     this.log.info('agent stopped');
+  }
+
+  /** Resolves when no retention check is running: what a timer set going has pruned by then (tests). */
+  async retentionIdle(): Promise<void> {
+    await this.retention?.idle();
   }
 
   status(): AgentStatus {

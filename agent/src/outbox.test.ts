@@ -243,7 +243,11 @@ describe('OutboxSender against a real broker', () => {
     // Its slot is free while it waits; the ack timeout does not resend it early.
     expect(r.sender.inFlightCount).toBe(0);
     r.scheduler.advance(59_000);
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // A barrier instead of a window: a message enqueued now is sent after anything the advance set
+    // going (the sender takes pending messages in order), so once it is acked an early resend of
+    // the held message would have reached the cloud.
+    await r.enqueue('barrier-1');
+    await expect.poll(() => r.state('barrier-1')).toBe('acked');
     expect(r.cloud.count('replica')).toBe(1);
     r.scheduler.advance(1_000);
     await expect.poll(() => r.cloud.count('replica')).toBe(2);
@@ -251,7 +255,8 @@ describe('OutboxSender against a real broker', () => {
     const back = r.reconnected();
     r.broker.clients.get(r.robotId)!.conn.destroy();
     await back;
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await r.enqueue('barrier-2');
+    await expect.poll(() => r.state('barrier-2')).toBe('acked');
     expect(r.cloud.count('replica')).toBe(2);
     r.scheduler.advance(60_000);
     await expect.poll(() => r.state('replica')).toBe('acked');

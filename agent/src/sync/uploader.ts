@@ -189,6 +189,11 @@ export class Uploader {
     while (this.runs.size > 0) await Promise.allSettled([...this.runs]);
   }
 
+  /** Resolves when nothing runs: whatever a timer or message set going has finished (tests). */
+  async idle(): Promise<void> {
+    while (this.runs.size > 0) await Promise.allSettled([...this.runs]);
+  }
+
   /** Something changed (an episode finalized, an assignment arrived): look for due work. */
   kick(): void {
     if (this.stopped) return;

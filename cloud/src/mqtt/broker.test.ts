@@ -20,11 +20,17 @@ describe('embedded broker retained messages', () => {
   async function retainedOn(pattern: string, id: string): Promise<string[]> {
     const c = await client(id);
     const got: string[] = [];
+    let marked = false;
     c.on('message', (topic, payload, packet) => {
       if (packet.retain) got.push(`${topic}=${payload.toString()}`);
+      else if (payload.toString() === `marker-${id}`) marked = true;
     });
     await c.subscribeAsync(pattern, { qos: 1 });
-    await new Promise((r) => setTimeout(r, 100));
+    // A barrier instead of a window: the retained messages are streamed when the subscription is
+    // made, before the SUBACK; a live message published after it, to a topic the pattern matches,
+    // arrives after them.
+    await c.publishAsync(pattern.replace('+', 'marker'), `marker-${id}`, { qos: 1, retain: false });
+    await expect.poll(() => marked).toBe(true);
     return got.sort();
   }
 

@@ -8,7 +8,7 @@ import type { FleetEvent } from './events.js';
  * script entry (a status with an error body, a network failure, or SSE text that ends or breaks),
  * and every request is recorded.
  */
-type Answer = { status: number; body?: unknown; headers?: Record<string, string> } | { sse: string[]; breakWith?: Error } | { fail: Error };
+type Answer = { status: number; body?: unknown; headers?: Record<string, string> } | { sse: string[]; breakWith?: Error; stall?: boolean } | { fail: Error };
 
 interface Seen {
   url: string;
@@ -37,11 +37,17 @@ function scripted(answers: Answer[]): { fetch: typeof fetch; seen: Seen[] } {
     const chunks = [...a.sse];
     return new Response(
       new ReadableStream<Uint8Array>({
+        start(controller) {
+          init?.signal?.addEventListener('abort', () => controller.error(new DOMException('aborted', 'AbortError')));
+        },
         pull(controller) {
           const c = chunks.shift();
           if (c !== undefined) controller.enqueue(encoder.encode(c));
+          // A half-open connection: nothing more, no end, until the client gives up on it.
+          else if (a.stall) return new Promise<void>(() => undefined);
           else if (a.breakWith) controller.error(a.breakWith);
           else controller.close();
+          return undefined;
         },
       }),
       { status: 200, headers: { 'content-type': 'text/event-stream' } },
@@ -102,6 +108,16 @@ describe('client.events.stream', () => {
     expect(seen.map((s) => s.headers['last-event-id'])).toEqual(['evt_0', 'evt_2', 'evt_3', 'evt_3', 'evt_3']);
     expect(opened).toEqual([1, 2, 5]);
     expect(reconnects).toEqual(['evt_2', 'evt_3', 'evt_3', 'evt_3']);
+  });
+
+  it('replaces a connection that delivers nothing, not even a heartbeat, for idleTimeoutMs', async () => {
+    // Heartbeats keep a connection alive; after the last one, silence.
+    const { fetch, seen } = scripted([{ sse: ['retry: 1\n\n', frame(1), ': heartbeat\n\n'], stall: true }, { sse: [frame(2)] }]);
+    const reconnects: string[] = [];
+    const events = await take(client(fetch).events.stream({ idleTimeoutMs: 50, onReconnect: (r) => reconnects.push(String(r.error)) }), 2);
+    expect(events.map((e) => e.id)).toEqual(['evt_1', 'evt_2']);
+    expect(seen.map((s) => s.headers['last-event-id'])).toEqual([undefined, 'evt_1']);
+    expect(reconnects).toEqual(['FleetConnectionError: GET /v1/events/stream: nothing received for 0.05 s (the server sends a heartbeat every 15 s)']);
   });
 
   it('resumes from the position the server gave when the connection dropped before any event', async () => {

@@ -26,6 +26,12 @@ export interface EventStreamOptions {
   reconnect?: boolean;
   /** Told each time a connection is established (the first and every reconnection). */
   onOpen?: () => void;
+  /**
+   * A connection that delivers nothing (no event, no heartbeat) for this long is taken as dropped
+   * and replaced (default 45 s: the server sends a heartbeat every 15 s). A half-open connection
+   * (a NAT or proxy that forgot it, a peer gone without a FIN) would otherwise wait forever.
+   */
+  idleTimeoutMs?: number;
   /** Told before each wait for a reconnection. */
   onReconnect?: (info: { attempt: number; waitMs: number; lastEventId: string | undefined; error: unknown }) => void;
 }
@@ -41,6 +47,7 @@ export interface StreamTarget {
 const RECONNECT_FACTORS = [1, 2, 4, 8, 15];
 const DEFAULT_RETRY_MS = 2000;
 const MAX_WAIT_MS = 30_000;
+const DEFAULT_IDLE_TIMEOUT_MS = 45_000;
 const KNOWN_TYPES: ReadonlySet<string> = new Set(STREAM_EVENT_TYPES);
 
 function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
@@ -81,25 +88,47 @@ export async function* streamEvents(target: StreamTarget, o: EventStreamOptions 
   let retryMs = DEFAULT_RETRY_MS;
   let opened = false;
   let failures = 0;
+  const idleTimeoutMs = o.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
 
   for (;;) {
     if (o.signal?.aborted) return;
     let failure: unknown;
     let retryAfterMs: number | undefined;
     let response: Response | undefined;
+    // This connection's own abort: the caller's signal, or nothing received for idleTimeoutMs.
+    const conn = new AbortController();
+    const onAbort = () => conn.abort(o.signal?.reason);
+    o.signal?.addEventListener('abort', onAbort, { once: true });
+    let idle = false;
+    let idleTimer: ReturnType<typeof setTimeout> | undefined;
+    const touch = () => {
+      clearTimeout(idleTimer);
+      idleTimer = setTimeout(() => {
+        idle = true;
+        conn.abort(new Error('idle'));
+      }, idleTimeoutMs);
+    };
+    const idleFailure = () =>
+      new FleetConnectionError(`GET /v1/events/stream: nothing received for ${idleTimeoutMs / 1000} s (the server sends a heartbeat every 15 s)`, 'GET', url);
     try {
+      touch();
       response = await send(url, {
         method: 'GET',
         headers: { ...target.headers, accept: 'text/event-stream', ...(lastId !== undefined ? { 'last-event-id': lastId } : {}) },
         redirect: 'error',
-        ...(o.signal ? { signal: o.signal } : {}),
+        signal: conn.signal,
       });
+      touch();
     } catch (err) {
+      clearTimeout(idleTimer);
+      o.signal?.removeEventListener('abort', onAbort);
       if (o.signal?.aborted) return;
-      failure = new FleetConnectionError(`GET /v1/events/stream: ${err instanceof Error ? err.message : String(err)}`, 'GET', url, { cause: err });
+      failure = idle ? idleFailure() : new FleetConnectionError(`GET /v1/events/stream: ${err instanceof Error ? err.message : String(err)}`, 'GET', url, { cause: err });
     }
 
     if (response && !response.ok) {
+      clearTimeout(idleTimer);
+      o.signal?.removeEventListener('abort', onAbort);
       const text = await response.text().catch(() => '');
       let body: unknown;
       try {
@@ -119,13 +148,24 @@ export async function* streamEvents(target: StreamTarget, o: EventStreamOptions 
       try {
         if (!response.body) throw new Error('the answer has no body');
         const position = (id: string) => {
+          touch();
           const n = parseEventId(id);
           if (n !== null && n > lastNumber) {
             lastId = id;
             lastNumber = n;
           }
         };
-        for await (const m of readSse(response.body, { onRetry: (ms) => (retryMs = ms), onId: position, ...(o.signal ? { signal: o.signal } : {}) })) {
+        const sse = readSse(response.body, {
+          onRetry: (ms) => {
+            touch();
+            retryMs = ms;
+          },
+          onId: position,
+          onComment: touch,
+          signal: conn.signal,
+        });
+        for await (const m of sse) {
+          touch();
           if (m.id === undefined) continue;
           const n = parseEventId(m.id);
           if (n !== null && n <= lastNumber) continue;
@@ -142,12 +182,18 @@ export async function* streamEvents(target: StreamTarget, o: EventStreamOptions 
           yield { id: m.id, type: m.event, data } as FleetEvent;
         }
         // Without reconnecting, the end of the answer is the end of the iteration.
-        if (!reconnect || o.signal?.aborted) return;
-        failure = new FleetConnectionError('GET /v1/events/stream: the server ended the stream', 'GET', url);
+        if (o.signal?.aborted || (!reconnect && !idle)) return;
+        failure = idle ? idleFailure() : new FleetConnectionError('GET /v1/events/stream: the server ended the stream', 'GET', url);
       } catch (err) {
         if (o.signal?.aborted) return;
         if (err instanceof FleetStreamError) throw err;
-        failure = err instanceof FleetConnectionError ? err : new FleetConnectionError(`GET /v1/events/stream: ${err instanceof Error ? err.message : String(err)}`, 'GET', url, { cause: err });
+        if (idle) failure = idleFailure();
+        else failure = err instanceof FleetConnectionError ? err : new FleetConnectionError(`GET /v1/events/stream: ${err instanceof Error ? err.message : String(err)}`, 'GET', url, { cause: err });
+      } finally {
+        clearTimeout(idleTimer);
+        o.signal?.removeEventListener('abort', onAbort);
+        // An idle or abandoned connection is closed, not left to the garbage collector.
+        conn.abort();
       }
     }
 

@@ -3,6 +3,10 @@ import { defineConfig } from 'vitest/config';
 // Workspace packages resolve to their TypeScript sources (the "source" export condition), so
 // unit tests need no build; end-to-end tests spawn the built CLIs (`npm test` builds first).
 const resolve = { conditions: ['source'] };
+// Tests run in Vite's SSR environment, which ignores `resolve.conditions` (client only): it takes
+// this list instead of its defaults. Vitest also hands the list to Node (--conditions), so Vite's
+// "module" is left out: Node would load packages' bundler-only builds (@aws-sdk's dist-es) with it.
+const ssr = { resolve: { conditions: ['source', 'node', 'development|production'] } };
 
 // expect.poll waits on real sockets, reconnects and child processes: vitest's default of 1 s is a
 // window a loaded machine misses. The timeout is only a failure bound; polls still end as soon as
@@ -17,6 +21,7 @@ export default defineConfig({
     projects: [
       {
         resolve,
+        ssr,
         test: {
           name: 'unit',
           include: ['packages/*/src/**/*.test.ts', 'cloud/src/**/*.test.ts', 'agent/src/**/*.test.ts', 'simulator/src/**/*.test.ts'],
@@ -26,6 +31,7 @@ export default defineConfig({
       },
       {
         resolve,
+        ssr,
         test: {
           name: 'e2e',
           // The root's test/ only (the pattern is rooted): console/test is the browser project.
@@ -37,6 +43,7 @@ export default defineConfig({
       },
       {
         resolve,
+        ssr,
         test: {
           // The console in Debian's chromium against a real cloud (console/test/harness.ts). Not
           // selected by test:postgres or test:replicas (they name their projects), so it runs once,

@@ -145,14 +145,16 @@ export function verifyReplica(episode: EpisodeRow, files: readonly UploadFileRow
         notes.push(check.note);
       }
     } else {
+      // Every part is checked: a part whose ETag proves nothing does not excuse a later one that contradicts.
+      let note: string | undefined;
       for (const p of f.parts) {
         const check = checkReceipt({ etag: p.etag, checksumSha256: null }, { md5: p.md5, sha256: '' }, `part ${p.partNumber} of ${m.path}`);
         if (!check.ok) {
           if (check.mismatch) return { ok: false, code: 'receipt_mismatch', message: check.message };
-          notes.push(check.note);
-          break;
+          note ??= check.note;
         }
       }
+      if (note !== undefined) notes.push(note);
     }
   }
   if (notes.length === 0) return { ok: true };

@@ -155,3 +155,49 @@ describe('a file changed while it is sent', () => {
   });
 });
 
+
+describe('part ETags', () => {
+  it('a part ETag that contradicts the bytes sent is receipt_mismatch: the part is not noted and the upload is never completed', async () => {
+    const storage = await TestStorage.start();
+    const dispatcher = new HttpAgent();
+    cleanups.push(async () => {
+      await dispatcher.close();
+      await storage.close();
+    });
+    storage.behaviour.etag = 'wrong';
+    const dir = await makeTempDir();
+    const file = join(dir, 'f.bin');
+    const bytes = randomBytes(3 * 4096 + 5);
+    await writeFile(file, bytes);
+    const entry = storage.grantFile('f.bin', 'k', bytes.length, 4096);
+    if (!('upload_id' in entry)) throw new Error('expected a multipart entry');
+    const stored: number[] = [];
+    const err = await multipartUpload({
+      http: { dispatcher, allowHttp: true, timeoutMs: 5000 },
+      job: {
+        file,
+        label: 'f.bin',
+        size: bytes.length,
+        expectedSha256: createHash('sha256').update(bytes).digest('hex'),
+        uploadId: entry.upload_id,
+        partSize: 4096,
+        partUrls: entry.part_urls,
+        completeUrl: entry.complete_url,
+        done: new Map(),
+      },
+      parallel: 1,
+      signal: new AbortController().signal,
+      onFirstByte: () => undefined,
+      onPart: async (p) => void stored.push(p.partNumber),
+    }).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(UploadError);
+    expect((err as UploadError).code).toBe('receipt_mismatch');
+    expect((err as UploadError).message).toMatch(/^PUT part 1 of f\.bin: the store's ETag "[0-9a-f]{32}" differs from the MD5 of the bytes sent$/);
+    expect(stored).toEqual([]);
+    expect(storage.requests.filter((q) => q.method === 'POST')).toEqual([]);
+    expect(storage.objects.has('k')).toBe(false);
+  });
+});

@@ -293,6 +293,7 @@ describe('GrantRelay.handle', () => {
     ['a missing file', (q, res) => json(res, 200, withFiles(q, files(q).slice(0, 1))), 'schema_invalid', 'schema_invalid'],
     ['an extra path', (q, res) => json(res, 200, withFiles(q, [...files(q), { path: 'extra.bin', put_url: 'https://s/x' }])), 'schema_invalid', 'schema_invalid'],
     ['a different path', (q, res) => json(res, 200, withFiles(q, [files(q)[0], { path: 'meta/other.json', put_url: 'https://s/x' }])), 'schema_invalid', 'schema_invalid'],
+    ['the same path twice', (q, res) => json(res, 200, withFiles(q, [...files(q), { path: 'meta/episode.json', put_url: 'https://s/again' }])), 'schema_invalid', 'schema_invalid'],
     ['part URLs that do not cover the file', (q, res) => json(res, 200, withFiles(q, [{ ...files(q)[0], part_urls: ['https://s/1', 'https://s/2'] }, files(q)[1]])), 'schema_invalid', 'schema_invalid'],
     ['a multipart set without complete_url', (q, res) => json(res, 200, withFiles(q, [{ ...files(q)[0], complete_url: undefined }, files(q)[1]])), 'schema_invalid', 'schema_invalid'],
     ['an expiry in the past', (q, res) => json(res, 200, goodGrant(envOf(q), { expires_at: new Date(T0 - 1000).toISOString() })), 'expired', 'schema_invalid'],

@@ -58,11 +58,18 @@ async function collect(key: string, opts: { types?: FleetEventType[]; lastEventI
     const body = new ReadableStream<Uint8Array>({
       start: (c) => void (controller = c),
       pull: async (c) => {
-        const r = await reader.read().catch((err: unknown) => ({ error: err }));
+        let chunk: Uint8Array | null = null;
+        let failure: { error: unknown } | null = null;
         try {
-          if ('error' in r) c.error(r.error);
-          else if (r.done) c.close();
-          else c.enqueue(r.value);
+          const r = await reader.read();
+          if (!r.done) chunk = r.value as Uint8Array;
+        } catch (err) {
+          failure = { error: err };
+        }
+        try {
+          if (failure) c.error(failure.error);
+          else if (chunk === null) c.close();
+          else c.enqueue(chunk);
         } catch {
           // Already errored by a drop.
         }

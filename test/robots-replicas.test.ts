@@ -236,6 +236,26 @@ describe.skipIf(!available.ok)('cloud replicas behind mosquitto', () => {
     expect(sample(ma, 'fleet_episode_reports_total{result="duplicate"}') + sample(mb, 'fleet_episode_reports_total{result="duplicate"}')).toBe(0);
   });
 
+  test('a robot that leaves without a will is offline (503, not a 504), and its retained online status does not bring it back', { timeout: 120_000 }, async () => {
+    const ghost = await enrollRaw(a, 'ghost');
+    // No will: the broker publishes nothing when it goes, and its retained status says online.
+    const client = await connectAs(ghost);
+    await client.publishAsync(topics.status(ghost.robot_id), JSON.stringify({ online: true, recording_state: 'idle', at: Date.now() }), { qos: 1, retain: true });
+    await waitForRobot(b, ghost.robot_id, (r) => r.connected, { description: 'connected' });
+    await client.endAsync();
+    // The replicas read the broker's log of the disconnect.
+    await waitForRobot(a, ghost.robot_id, (r) => !r.connected, { description: 'disconnected' });
+    const res = await sendCommand(b, ghost.robot_id, 'stack/status');
+    expect(res.status, JSON.stringify(res.body)).toBe(503);
+
+    // A replica that starts now reads the retained `online: true` and asks the robot, which does not answer.
+    const c = await replicas.add();
+    await c.waitForStderr((l) => l.includes('a retained online status was not confirmed') && l.includes(ghost.robot_id), { timeoutMs: 60_000 });
+    expect((await getRobot(c, ghost.robot_id)).body.connected).toBe(false);
+    // The running agent, which the store already shows connected, stays so.
+    expect((await getRobot(c, agent.robotId)).body.connected).toBe(true);
+  });
+
   test('a broker restart keeps the robot accounts: the robot reconnects and both replicas reach it again', async () => {
     await broker.restart();
     for (const cloud of [a, b]) {

@@ -2,6 +2,8 @@ import {
   CommandReplySchema,
   EpisodeEndBodySchema,
   EpisodeStartBodySchema,
+  findCommandArgsViolation,
+  MAX_COMMAND_MESSAGE_BYTES,
   parseBoundedJson,
   RobotCommandSchema,
   RotateCredentialsArgsSchema,
@@ -17,8 +19,11 @@ import { RefusalError } from './errors.js';
 import type { EpisodeTransitionResult, RecordingStateMachine } from './recording/state-machine.js';
 import type { AgentStore, RememberedCommand, StoredCommandResult } from './store/types.js';
 
-/** Largest command payload the agent parses; the cloud never sends anything near it. */
-export const MAX_COMMAND_BYTES = 64 * 1024;
+/**
+ * Largest command payload the agent parses. The cloud refuses (400) a command whose args break
+ * COMMAND_ARGS_LIMITS, so it never sends one beyond this.
+ */
+export const MAX_COMMAND_BYTES = MAX_COMMAND_MESSAGE_BYTES;
 
 export interface CommandHandlerOptions {
   robotId: string;
@@ -78,6 +83,11 @@ export class CommandHandler {
     const parsed = RobotCommandSchema.safeParse(bounded.value);
     if (!parsed.success) {
       logger.warn({ issues: parsed.error.issues.slice(0, 5) }, 'dropped malformed command');
+      return undefined;
+    }
+    const beyond = findCommandArgsViolation(parsed.data.args);
+    if (beyond) {
+      logger.warn({ bytes, cmd_id: parsed.data.cmd_id, reason: beyond.message }, 'dropped malformed command (arguments beyond the command bounds)');
       return undefined;
     }
     try {

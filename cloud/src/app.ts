@@ -9,11 +9,14 @@ import {
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { ApiErrorBodySchema, every, HOUR, systemClock, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
+import { every, HOUR, systemClock, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
 import { Authenticator, LastUsedTracker } from './auth.js';
+import { FailedLoginLimiter } from './login-limit.js';
 import type { CloudConfig } from './config.js';
 import { ApiError } from './errors.js';
 import { handleClientError, requestIdFor, sendFrameworkError } from './http/error-edge.js';
+import { addSharedErrors } from './http/error-responses.js';
+import { withoutUnusedSchemas } from './http/openapi-components.js';
 import { registerConsole } from './http/console.js';
 import { installPipeline } from './http/pipeline.js';
 import { boundedSerializerCompiler } from './http/serializer.js';
@@ -84,7 +87,15 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   const lastUsed = new LastUsedTracker(store, config.lastUsedFlushMs, (err) => {
     fastify.log.error({ err }, 'flushing api key last-use times failed');
   }, scheduler);
-  const authenticator = new Authenticator(store, clock, lastUsed);
+  const failedLogins = new FailedLoginLimiter({
+    kind: 'http',
+    maxFailures: config.failedLoginsPerWindow,
+    windowMs: config.failedLoginWindowS * 1000,
+    clock,
+    ...(store.sharedCounters ? { shared: store.sharedCounters } : {}),
+    onError: (err) => fastify.log.error({ err }, 'counting a failed login failed'),
+  });
+  const authenticator = new Authenticator(store, clock, lastUsed, undefined, failedLogins);
   const fastify = Fastify({
     ...(deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
     bodyLimit: config.bodyLimitBytes,
@@ -100,7 +111,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     // The router's own refusals (a bad URL, an over-long parameter) come before any hook, so
     // authentication is decided here first: a request without a valid key gets 401, not 400.
     frameworkErrors: (err, request, reply) => {
-      const check = request.url.startsWith('/v1/') ? authenticator.authenticate(request.headers.authorization) : Promise.resolve();
+      const check = request.url.startsWith('/v1/') ? authenticator.authenticate(request.headers.authorization, request.ip) : Promise.resolve();
       check.then(
         () => sendFrameworkError(err, request, reply),
         (authErr: Error) => sendFrameworkError(authErr as FastifyError, request, reply),
@@ -140,13 +151,17 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
         title: 'Robot Fleet and Episode Data API',
         version: API_VERSION,
         description: 'Robot commands, episodes, datasets, cloud sync and webhooks. Errors: `{error: {code, message, details?, request_id}}`; branch on `code`.',
+        // The service is not open source: no SPDX license applies (decisions.md, OpenAPI document).
+        license: { name: 'Proprietary', identifier: 'LicenseRef-Proprietary' },
       },
+      // Relative: the document is served by the API it describes, wherever that is deployed.
+      servers: [{ url: '/', description: 'The cloud serving this document' }],
       components: {
         securitySchemes: { apiKey: { type: 'http', scheme: 'bearer', description: 'An API key, `ak_…`' } },
       },
     },
     transform: jsonSchemaTransform,
-    transformObject: jsonSchemaTransformObject,
+    transformObject: (input) => withoutUnusedSchemas(jsonSchemaTransformObject(input)),
   });
   await fastify.register(fastifySwaggerUi, { routePrefix: '/docs', uiConfig: { url: '/v1/openapi.json' } });
 
@@ -248,7 +263,7 @@ const noRobotLink: CommandSender = {
 
 /**
  * Adds what every /v1 operation shares to its OpenAPI entry: the bearer requirement, the policy
- * in words, a tag per resource and the shared error body. Runs before @fastify/swagger's own
+ * in words, a tag per resource and the errors its policy can answer. Runs before @fastify/swagger's own
  * onRoute hook, which copies the schema.
  */
 function decorateOpenApi(fastify: FastifyInstance): void {
@@ -258,8 +273,7 @@ function decorateOpenApi(fastify: FastifyInstance): void {
     const schema = (route.schema ??= {}) as Record<string, unknown>;
     if (schema.hide) return;
     schema.tags ??= [route.url.split('/')[2]];
-    const response = (schema.response ??= {}) as Record<string, unknown>;
-    response.default ??= ApiErrorBodySchema;
+    addSharedErrors((schema.response ??= {}) as Record<string, unknown>, policy, typeof route.method === 'string' ? [route.method] : route.method);
     if (policy.auth === 'key') {
       schema.security = [{ apiKey: [] }];
       const lines = [

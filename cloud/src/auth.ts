@@ -2,6 +2,7 @@ import { every, systemScheduler, type Clock, type Scheduler } from '@fleet/proto
 import { isUsable } from './api-keys.js';
 import { ApiError } from './errors.js';
 import { hashSecret } from './ids.js';
+import { FAILED_LOGIN_LIMIT, type FailedLoginLimiter } from './login-limit.js';
 import type { ApiKeyRow, OrgRow, Store } from './store/index.js';
 
 export interface Principal {
@@ -39,6 +40,8 @@ export class Authenticator {
     private readonly clock: Clock,
     private readonly lastUsed: LastUsedTracker,
     private readonly cacheSize: number = DEFAULT_AUTH_CACHE_SIZE,
+    /** Failed logins per client address; an address over it is answered 429 before its key is looked at. */
+    private readonly failures?: FailedLoginLimiter,
   ) {}
 
   /** How many keys are cached now (tests check the bound). */
@@ -46,8 +49,32 @@ export class Authenticator {
     return this.cache.size;
   }
 
-  async authenticate(header: string | undefined): Promise<Principal> {
+  /**
+   * `address` is the client's: a key that is refused (unknown, expired, revoked or malformed;
+   * not a missing header) counts as a failed login from it, and an address with too many is
+   * refused with 429 `rate_limited` until its window ends.
+   */
+  async authenticate(header: string | undefined, address?: string): Promise<Principal> {
     if (!header) throw new ApiError('unauthenticated', 'missing Authorization: Bearer <API key>');
+    if (address === undefined || !this.failures) return this.resolve(header);
+    const wait = this.failures.retryAfterS(address);
+    if (wait !== null) {
+      throw new ApiError(
+        'rate_limited',
+        `too many failed logins from this address: the limit is ${this.failures.maxFailures}; retry in ${wait} s`,
+        { limit: FAILED_LOGIN_LIMIT, max: this.failures.maxFailures, retry_after_s: wait },
+        { 'retry-after': String(wait) },
+      );
+    }
+    try {
+      return await this.resolve(header);
+    } catch (err) {
+      if (err instanceof ApiError && err.code === 'unauthenticated') await this.failures.failed(address);
+      throw err;
+    }
+  }
+
+  private async resolve(header: string): Promise<Principal> {
     const m = BEARER.exec(header);
     if (!m) throw new ApiError('unauthenticated', 'malformed Authorization header; expected Bearer ak_…');
     const keyHash = hashSecret(m[1]!);

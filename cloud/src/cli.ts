@@ -78,6 +78,8 @@ program
   .addOption(new Option('--body-limit-bytes <n>', 'largest accepted request body').env('FLEET_BODY_LIMIT_BYTES'))
   .addOption(new Option('--request-timeout-ms <ms>', 'time a client has to send a whole request before 408 and close').env('FLEET_REQUEST_TIMEOUT_MS'))
   .addOption(new Option('--ip-requests-per-minute <n>', 'per client address, on /v1 routes without an API key (enrollment)').env('FLEET_IP_REQUESTS_PER_MINUTE'))
+  .addOption(new Option('--failed-logins-per-window <n>', 'refused API keys (and embedded-broker passwords) one client address may send per window before its attempts are refused').env('FLEET_FAILED_LOGINS_PER_WINDOW'))
+  .addOption(new Option('--failed-login-window-s <s>', 'the window of --failed-logins-per-window, in seconds').env('FLEET_FAILED_LOGIN_WINDOW_S'))
   .addOption(new Option('--mqtt-messages-per-second <n>', 'embedded broker: PUBLISH packets per second one robot may send').env('FLEET_MQTT_MESSAGES_PER_SECOND'))
   .addOption(new Option('--mqtt-bytes-per-second <n>', 'embedded broker: payload bytes per second one robot may send').env('FLEET_MQTT_BYTES_PER_SECOND'))
   .addOption(new Option('--grant-retry-after-s <s>', 'after a failed grant request (provider down, invalid answer) the robot asks again this much later').env('FLEET_GRANT_RETRY_AFTER_S'))
@@ -106,6 +108,8 @@ program
       bodyLimitBytes: opts.bodyLimitBytes,
       requestTimeoutMs: opts.requestTimeoutMs,
       ipRequestsPerMinute: opts.ipRequestsPerMinute,
+      failedLoginsPerWindow: opts.failedLoginsPerWindow,
+      failedLoginWindowS: opts.failedLoginWindowS,
       mqttMessagesPerSecond: opts.mqttMessagesPerSecond,
       mqttBytesPerSecond: opts.mqttBytesPerSecond,
       grantRetryAfterS: opts.grantRetryAfterS,

@@ -52,6 +52,14 @@ export const CloudConfigSchema = z.strictObject({
   requestTimeoutMs: z.coerce.number().int().min(1000).max(300_000).default(15_000),
   /** Requests per minute per client address on the /v1 routes that take no API key (enrollment). */
   ipRequestsPerMinute: z.coerce.number().int().min(1).default(300),
+  /**
+   * Failed logins (a refused API key; a refused MQTT password on the embedded broker) one client
+   * address may have per window; its next attempts are refused (429 / CONNACK 3) until the
+   * window ends. Each door counts on its own.
+   */
+  failedLoginsPerWindow: z.coerce.number().int().min(1).default(20),
+  /** The window of failedLoginsPerWindow, in seconds (at most an hour: older counters are purged). */
+  failedLoginWindowS: z.coerce.number().int().min(1).max(3600).default(60),
   /** What one robot may publish on the embedded broker: PUBLISH packets per second (sustained). */
   mqttMessagesPerSecond: z.coerce.number().int().min(1).default(100),
   /** …and payload bytes per second (sustained); bursts of two seconds' worth pass at once. */

@@ -11,6 +11,7 @@ import { parseListen, type CloudConfig } from './config.js';
 import { metricsFor, metricsToken, startMetricsListener } from './metrics.js';
 import { startEmbeddedBroker, type EmbeddedBroker } from './mqtt/broker.js';
 import { PublishThrottle } from './mqtt/throttle.js';
+import { FailedLoginLimiter } from './login-limit.js';
 import { DynsecControl, DynsecRobotAccounts } from './mqtt/dynsec.js';
 import { BrokerAccountSchema } from './mqtt/dynsec-config.js';
 import { robotStatusEvent } from './events.js';
@@ -139,11 +140,27 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         clock,
         isClosed: (client: Client) => client.closed,
       });
-      const hooks = robotBrokerHooks(store, cloudPassword, (msg, extra) => logger.warn(extra, msg), { throttle, clock });
+      // Refused robot passwords per client address, as refused API keys are on the HTTP side.
+      const failures = new FailedLoginLimiter({
+        kind: 'mqtt',
+        maxFailures: config.failedLoginsPerWindow,
+        windowMs: config.failedLoginWindowS * 1000,
+        clock,
+        ...(store.sharedCounters ? { shared: store.sharedCounters } : {}),
+        onError: (err) => logger.error({ err }, 'counting a failed mqtt login failed'),
+      });
+      const hooks = robotBrokerHooks(store, cloudPassword, (msg, extra) => logger.warn(extra, msg), { throttle, clock, failures });
       // Nobody is connected to a broker that has just started; robots republish on reconnect.
       // Each robot shown connected until now goes offline in the event log too.
       await store.robots.markAllDisconnected({ at: clock.now(), logChange: robotStatusEvent });
-      const b = await listening('MQTT', config.host, config.mqttPort, () => startEmbeddedBroker({ host: config.host, port: config.mqttPort, hooks }));
+      const b = await listening('MQTT', config.host, config.mqttPort, () =>
+        startEmbeddedBroker({
+          host: config.host,
+          port: config.mqttPort,
+          hooks,
+          onOversizedPacket: (clientId, bytes) => logger.warn({ client_id: clientId, bytes }, 'mqtt connection closed: packet over the size limit'),
+        }),
+      );
       return {
         value: { broker: b, linkUrl: b.url, linkAuth: { username: CLOUD_MQTT_USERNAME, password: cloudPassword } },
         close: () => b.close(),
@@ -188,6 +205,8 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         logger,
         commandTimeoutMs: config.commandTimeoutMs,
         ...(config.mqttUrl ? { shareGroup: REPLICA_SHARE_GROUP } : {}),
+        // Presence from the connections themselves: the embedded broker's, or mosquitto's log of them.
+        ...(broker ? { sessions: broker } : { brokerLog: true }),
       });
       const rot = new CredentialRotator({ store, clock, secrets, link: l, sessions: broker, accounts, logger });
       l.onRobotOnline = (robotId) => rot.robotOnline(robotId);

@@ -1,10 +1,11 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import mqtt, { type MqttClient } from 'mqtt';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import type { Page } from 'playwright-core';
 import { FleetApiError, FleetClient, type Episode } from '@fleet/client';
-import { topics, type EpisodeReport } from '@fleet/protocol';
+import { GrantRequestEnvelopeSchema, topics, type EpisodeReport } from '@fleet/protocol';
+import { createTestPki, startHttpsReceiver, type TestPki, type TestReceiver } from '../../cloud/src/egress/test-https.js';
 import { checkA11y, DESKTOP, PHONE, screenshot, type WatchedPage } from '../../test/support/browser.js';
 import { waitFor } from '../../test/support/wait.js';
 import { applyReplicaEvent, episodeMatches, issueAt } from '../src/ui/episodes-filter.js';
@@ -30,7 +31,10 @@ let readKey: string;
 /** The simulated robot: records real episodes on the API's commands (the live test). */
 let simRobot: string;
 /** A robot this file scripts: its episode reports carry the facts the tests filter on. */
-let scripted: { robotId: string; client: MqttClient; acks: Map<string, { ok: boolean }> };
+let scripted: { robotId: string; client: MqttClient; acks: Map<string, { ok: boolean }>; grants: Map<string, string> };
+/** A grant provider on 127.0.0.1 (a certificate of the test CA): it grants the live sync test's episode and defers every other. */
+let pki: TestPki;
+let provider: TestReceiver;
 /** Reported in beforeAll. */
 const recorded: { pick: string[]; failed: string; place: string; markup: string } = { pick: [], failed: '', place: '', markup: '' };
 
@@ -89,10 +93,26 @@ async function outbox(kind: string, msgId: string, body: unknown): Promise<void>
   expect(ack, msgId).toMatchObject({ ok: true });
 }
 
-/** A replica state as a robot reports it after an upload step (or a failed attempt). */
-async function replicaState(episodeId: string, destinationId: string, state: 'syncing' | 'synced' | 'verified', error: string | null = null): Promise<void> {
+/**
+ * A grant for (episode, destination) as the scripted robot gets one: it asks the cloud over MQTT
+ * until the episode is routed there and the relay hands over the provider's grant.
+ */
+async function grantFor(episodeId: string, destinationId: string): Promise<string> {
+  return waitFor(
+    async () => {
+      reportSeq += 1;
+      const reqId = `req-${RUN}-${reportSeq}`;
+      await scripted.client.publishAsync(topics.syncRequest(scripted.robotId), JSON.stringify({ type: 'grant.request', req_id: reqId, episode_id: episodeId, destination_id: destinationId }), { qos: 1 });
+      return waitFor(() => scripted.grants.get(reqId), { timeoutMs: 2_000, description: `the grant of ${reqId}` }).catch(() => undefined);
+    },
+    { timeoutMs: 30_000, description: `a grant for ${episodeId} at ${destinationId}` },
+  );
+}
+
+/** A replica state as a robot reports it after an upload step (or a failed attempt), under the grant it was given. */
+async function replicaState(episodeId: string, destinationId: string, grantId: string, state: 'syncing' | 'synced' | 'verified', error: string | null = null): Promise<void> {
   reportSeq += 1;
-  await outbox('replica.state', `r-${RUN}-${reportSeq}`, { episode_id: episodeId, destination_id: destinationId, grant_id: `g-${destinationId}`, state, error, object_key: `bench/${episodeId}/`, at: Date.now() + reportSeq });
+  await outbox('replica.state', `r-${RUN}-${reportSeq}`, { episode_id: episodeId, destination_id: destinationId, grant_id: grantId, state, error, object_key: `bench/${episodeId}/`, at: Date.now() + reportSeq });
 }
 
 /** Records one episode on the simulated robot through the API's robot commands. */
@@ -107,7 +127,33 @@ async function record(robot: string): Promise<string> {
 }
 
 beforeAll(async () => {
-  h = await startConsoleHarness({ robots: 1, subtaskMs: 150 });
+  pki = createTestPki();
+  provider = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (req, res) => {
+    const env = GrantRequestEnvelopeSchema.parse(JSON.parse(req.body));
+    res.writeHead(200, { 'content-type': 'application/json' });
+    // The simulated robot asks too (a lone destination routes every episode): it waits.
+    if (env.episode_id !== recorded.place) {
+      res.end(JSON.stringify({ grant_id: null, destinations: [], retention: { local: 'keep' }, retry_after: 3600 }));
+      return;
+    }
+    res.end(
+      JSON.stringify({
+        grant_id: `g-${env.request.destination_id}-${env.episode_id}-${randomUUID()}`,
+        expires_at: new Date(Date.now() + 3_600_000).toISOString(),
+        retry_after: null,
+        retention: { local: 'keep' },
+        destinations: [
+          {
+            destination_id: env.request.destination_id,
+            protocol: 'http-put',
+            object_key: `bench/${env.episode_id}/`,
+            files: env.request.manifest.files.map((f) => ({ path: f.path, put_url: `https://uploads.example.com/${env.episode_id}/${f.path}` })),
+          },
+        ],
+      }),
+    );
+  });
+  h = await startConsoleHarness({ robots: 1, subtaskMs: 150, cloudArgs: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile] });
   simRobot = h.robots[0]!;
   api = new FleetClient({ baseUrl: h.baseUrl, apiKey: h.adminKey });
   const token = await api.enrollmentTokens.create({ name_prefix: 'scripted', max_uses: 1 });
@@ -121,12 +167,18 @@ beforeAll(async () => {
     connectTimeout: 15_000,
   });
   const acks = new Map<string, { ok: boolean }>();
-  client.on('message', (_topic, payload) => {
+  const grants = new Map<string, string>();
+  client.on('message', (topic, payload) => {
+    if (topic === topics.sync(enrolled.robot_id)) {
+      const m = JSON.parse(payload.toString()) as { type: string; req_id?: string; grant_id?: string };
+      if (m.type === 'grant' && m.req_id && m.grant_id) grants.set(m.req_id, m.grant_id);
+      return;
+    }
     const a = JSON.parse(payload.toString()) as { msg_id: string; ok: boolean };
     acks.set(a.msg_id, a);
   });
-  await client.subscribeAsync(topics.outboxAck(enrolled.robot_id), { qos: 1 });
-  scripted = { robotId: enrolled.robot_id, client, acks };
+  await client.subscribeAsync([topics.outboxAck(enrolled.robot_id), topics.sync(enrolled.robot_id)], { qos: 1 });
+  scripted = { robotId: enrolled.robot_id, client, acks, grants };
 
   recorded.pick.push(await report({ task_id: 'pick', task_name: 'Pick the part', metadata: { site: 'lab', shift: 1 } }));
   recorded.pick.push(await report({ task_id: 'pick', task_name: 'Pick the part', metadata: { site: 'yard' } }));
@@ -140,6 +192,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await scripted?.client.endAsync(true);
   await h?.[Symbol.asyncDispose]();
+  await provider?.close();
+  pki?.cleanup();
 });
 
 /** Pages of the running test, closed after it (each holds an event stream: a browser keeps at most 6 connections to one origin). */
@@ -290,11 +344,13 @@ describe('episodes list', () => {
 });
 
 describe('live sync state', () => {
-  test('a row of the list and the replicas of an episode move with episode.synced, verified and failed, without a reload', async () => {
-    // Two destinations and a rule that routes nothing: the robot's reports are what moves the replicas.
-    const [d1, d2] = [await api.destinations.create({ type: 'external', url: 'https://grants-a.example.com/fleet' }), await api.destinations.create({ type: 'external', url: 'https://grants-b.example.com/fleet' })];
-    await api.routingRules.create({ destination_id: d1.id, match: { robot_id: 'rbt_nobody' } });
+  test('a row of the list and the replicas of an episode move with episode.failed, synced and verified, without a reload', async () => {
+    // A lone destination (every episode routes to it; its provider grants only this one), then a
+    // rule for this episode alone: the robot's reports, under the grant the relay handed it, are
+    // what moves the replica.
     const id = recorded.place;
+    const d1 = await api.destinations.create({ type: 'external', url: `https://localhost:${provider.port}/fleet` });
+    await api.routingRules.create({ destination_id: d1.id, match: { episode_id: id } });
     const list = await open('/episodes?task_id=place');
     const row = list.page.locator(`tr[data-episode="${id}"]`);
     await expect.poll(() => row.locator('.pill').last().textContent()).toBe('not routed');
@@ -303,19 +359,22 @@ describe('live sync state', () => {
     await replicas.getByText('No destination yet').waitFor();
     // A mark a reload would wipe.
     await list.page.evaluate(() => void ((globalThis as { __mark?: number }).__mark = 1));
+    // A grant is no event: the pages stay as they are until the robot reports.
+    const grantId = await grantFor(id, d1.id);
 
-    await replicaState(id, d1.id, 'synced');
-    await expect.poll(() => row.locator('.pill').last().textContent()).toBe('synced');
-    await expect.poll(() => replicas.locator(`tr[data-destination="${d1.id}"]`).textContent()).toContain('synced');
-    await replicaState(id, d1.id, 'verified');
-    await expect.poll(() => row.locator('.pill').last().textContent()).toBe('verified');
-    await replicaState(id, d2.id, 'syncing', 'upload_failed: the store answered HTTP 500');
+    await replicaState(id, d1.id, grantId, 'syncing', 'upload_failed: the store answered HTTP 500');
     await expect.poll(() => row.locator('.pill').last().textContent()).toBe('failed');
-    const failedRow = replicas.locator(`tr[data-destination="${d2.id}"]`);
-    await expect.poll(() => failedRow.textContent()).toContain('the store answered HTTP 500');
-    expect(await failedRow.textContent()).toContain('upload_failed');
-    expect(await failedRow.textContent()).toContain(`g-${d2.id}`);
-    expect(await failedRow.textContent()).toContain(`bench/${id}/`);
+    const replicaRow = replicas.locator(`tr[data-destination="${d1.id}"]`);
+    await expect.poll(() => replicaRow.textContent()).toContain('the store answered HTTP 500');
+    expect(await replicaRow.textContent()).toContain('upload_failed');
+    expect(await replicaRow.textContent()).toContain(grantId);
+    expect(await replicaRow.textContent()).toContain(`bench/${id}/`);
+    await replicaState(id, d1.id, grantId, 'synced');
+    await expect.poll(() => row.locator('.pill').last().textContent()).toBe('synced');
+    await expect.poll(() => replicaRow.textContent()).toContain('synced');
+    await replicaState(id, d1.id, grantId, 'verified');
+    await expect.poll(() => row.locator('.pill').last().textContent()).toBe('verified');
+    await expect.poll(() => replicaRow.textContent()).toContain('verified');
     // Nothing was reloaded: the list page still has the rows it loaded.
     expect(await list.page.evaluate(() => (globalThis as { __mark?: number }).__mark)).toBe(1);
     await shot(detail.page, 'episode-replicas');

@@ -8,6 +8,8 @@ import type { Page, Response } from 'playwright-core';
 import { checkA11y, PHONE, screenshot } from '../../test/support/browser.js';
 import { makeTempDir } from '../../test/support/cloud.js';
 import { startFleet } from '../../test/support/robots.js';
+import { COMMAND_ARGS_LIMITS } from '@fleet/protocol';
+import { buildStartBody } from '../src/ui/robot-metadata.js';
 import { signIn, startConsoleHarness, type ConsoleHarness } from './harness.js';
 
 /** Set FLEET_CONSOLE_SHOTS=<dir> to keep screenshots of the pages as the tests see them. */
@@ -314,5 +316,18 @@ describe('robot page', () => {
     expect(await page.evaluate(() => (window as unknown as { __xss?: unknown }).__xss)).toBeUndefined();
     expect(await checkA11y(page)).toEqual([]);
     expect(errors).toEqual([]);
+  });
+});
+
+describe('page logic (no browser)', () => {
+  test('the start form refuses metadata beyond the bound the robot takes, as the API would, and lets the bound itself through', () => {
+    /** A JSON array value nested `levels` deep. */
+    const nested = (levels: number) => '['.repeat(levels) + ']'.repeat(levels);
+    const form = (value: string) => ({ taskId: '', subtaskId: '', rows: [{ key: 'deep', value, json: true }] });
+    // The body is depth 1 and `metadata` depth 2: a value may nest maxDepth - 2 levels.
+    expect(buildStartBody(form(nested(COMMAND_ARGS_LIMITS.maxDepth - 2))).errors).toEqual({});
+    expect(buildStartBody(form(nested(COMMAND_ARGS_LIMITS.maxDepth - 1))).errors['episode-meta-value-0']).toMatch(/nests deeper/);
+    const big = { taskId: '', subtaskId: '', rows: [{ key: 'pad', value: 'x'.repeat(COMMAND_ARGS_LIMITS.maxBytes), json: false }] };
+    expect(buildStartBody(big).errors['episode-meta-value-0']).toMatch(/larger than 60 KiB/);
   });
 });

@@ -280,6 +280,29 @@ describe('address checks', () => {
     }
   });
 
+  it('says what failed in words for a tenant, without resolved addresses or resolver text; the message keeps the detail', async () => {
+    const ip = /\b\d{1,3}(\.\d{1,3}){3}\b/;
+    const forbidden = await failureOf(client({ resolve: tableResolver({ localhost: ['127.0.0.1'] }).resolve }).post('https://localhost/hook'));
+    expect(forbidden.error.message).toContain('127.0.0.1');
+    expect(forbidden.error.publicMessage).toBe('localhost resolves to an address that is not public');
+    const missing = await failureOf(client({ resolve: tableResolver({}).resolve }).post('https://nowhere.example/'));
+    expect(missing.error.message).toContain('getaddrinfo ENOTFOUND nowhere.example');
+    expect(missing.error.publicMessage).toBe('nowhere.example does not exist: no such host name');
+    const flaky = await failureOf(client({ resolve: () => Promise.reject(Object.assign(new Error('queryA EAI_AGAIN flaky.example 10.9.8.7'), { code: 'EAI_AGAIN' })) }).post('https://flaky.example/'));
+    expect(flaky.error.publicMessage).toBe('cannot resolve flaky.example: the DNS lookup failed (it may work later)');
+    // A refused connection: the socket's message names the address it tried.
+    const closed = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), () => undefined);
+    await closed.close();
+    const refused = await failureOf(loopbackClient().post(`https://localhost:${closed.port}/`));
+    expect(refused.failure).toBe('unreachable');
+    expect(refused.error.message).toContain('127.0.0.1');
+    expect(refused.error.publicMessage).toBe(`unreachable POST https://localhost:${closed.port}: the connection was refused`);
+    for (const { error } of [forbidden, missing, flaky, refused]) {
+      expect(error.publicMessage).not.toMatch(ip);
+      expect(error.publicMessage).not.toMatch(/ENOTFOUND|EAI_|getaddrinfo|ECONN/);
+    }
+  });
+
   it('reports a name that does not resolve as unresolvable', async () => {
     const { failure, error } = await failureOf(client({ resolve: tableResolver({}).resolve }).post('https://nowhere.example/'));
     expect(failure).toBe('unresolvable');

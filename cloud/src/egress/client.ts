@@ -31,6 +31,12 @@ export type EgressFailure =
 
 export class EgressError extends Error {
   override readonly name = 'EgressError';
+  /**
+   * What a tenant may read (a webhook's disable reason or delivery error, a destination check, a
+   * grant deferral): the class of failure in words, never a resolved address nor the resolver's
+   * or socket's own text. `message` keeps that detail for the operator's log.
+   */
+  readonly publicMessage: string;
   constructor(
     readonly failure: EgressFailure,
     message: string,
@@ -47,8 +53,10 @@ export class EgressError extends Error {
       status?: number;
       cause?: unknown;
     } = {},
+    publicMessage: string = message,
   ) {
     super(message, details.cause === undefined ? undefined : { cause: details.cause });
+    this.publicMessage = publicMessage;
   }
 }
 
@@ -174,6 +182,21 @@ function describe(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
+/** A network failure in words for a tenant: no addresses (socket messages carry them), only the kind. */
+function describePublicly(failure: EgressFailure, err: unknown): string {
+  const codes = errorCodes(err);
+  if (failure === 'tls') {
+    // Certificate verification codes are fixed names (CERT_HAS_EXPIRED), safe to show.
+    const code = codes.find((c) => TLS_CODES.has(c));
+    return `the TLS handshake failed${code ? ` (${code})` : ''}`;
+  }
+  if (failure === 'timeout') return 'the connection timed out';
+  if (codes.includes('ECONNREFUSED')) return 'the connection was refused';
+  if (codes.includes('ECONNRESET') || codes.includes('UND_ERR_SOCKET')) return 'the connection was closed';
+  if (codes.some((c) => c === 'EHOSTUNREACH' || c === 'ENETUNREACH')) return 'no route to the host';
+  return 'the connection failed';
+}
+
 type LookupCallback = (err: Error | null, address: string | LookupAddress[], family?: number) => void;
 
 export class EgressClient implements AsyncDisposable {
@@ -253,7 +276,7 @@ export class EgressClient implements AsyncDisposable {
         if (tooLarge) throw new EgressError('too_large', `response body exceeds ${maxResponseBytes} bytes`);
         if (controller.signal.aborted) throw timedOut();
         const failure = networkFailure(err);
-        throw new EgressError(failure, `${failure} POST ${target.origin}: ${describe(err)}`, { cause: err });
+        throw new EgressError(failure, `${failure} POST ${target.origin}: ${describe(err)}`, { cause: err }, `${failure} POST ${target.origin}: ${describePublicly(failure, err)}`);
       }
     } finally {
       clearTimeout(timer);
@@ -297,7 +320,12 @@ export class EgressClient implements AsyncDisposable {
       } catch (err) {
         if (signal.aborted) throw new EgressError('timeout', `resolving ${target.hostname} took too long`);
         const transient = !errorCodes(err).some((c) => DNS_NOT_FOUND.has(c));
-        throw new EgressError('unresolvable', `cannot resolve ${target.hostname}: ${describe(err)}`, { cause: err, transient });
+        throw new EgressError(
+          'unresolvable',
+          `cannot resolve ${target.hostname}: ${describe(err)}`,
+          { cause: err, transient },
+          transient ? `cannot resolve ${target.hostname}: the DNS lookup failed (it may work later)` : `${target.hostname} does not exist: no such host name`,
+        );
       }
       if (addresses.length === 0) {
         throw new EgressError('unresolvable', `${target.hostname} has no addresses`, { transient: false });
@@ -307,10 +335,12 @@ export class EgressClient implements AsyncDisposable {
       const verdict = classifyAddress(address);
       if (verdict === 'public') continue;
       if (this.allowLoopback && isPlainLoopback(address)) continue;
-      throw new EgressError('forbidden_address', `${target.hostname} resolves to ${address} (${verdict})`, {
-        address,
-        reason: verdict,
-      });
+      throw new EgressError(
+        'forbidden_address',
+        `${target.hostname} resolves to ${address} (${verdict})`,
+        { address, reason: verdict },
+        literal !== null ? `${target.hostname} is not a public address` : `${target.hostname} resolves to an address that is not public`,
+      );
     }
     return addresses;
   }

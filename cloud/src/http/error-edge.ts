@@ -5,6 +5,7 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors, isResponseSerializationError } from 'fastify-type-provider-zod';
 import { API_ERRORS, type ApiErrorCode } from '@fleet/protocol';
 import { ApiError, quote, unrecognizedKeys, validationError, type IssueLocation, type ValidationIssue } from '../errors.js';
+import { isStoreUnavailable } from '../store/unavailable.js';
 
 /**
  * The one edge where anything thrown becomes the documented error body
@@ -90,9 +91,17 @@ export function toApiError(err: FastifyError | Error, request: FastifyRequest): 
     request.log.info({ err }, 'request refused by the framework');
     return new ApiError('validation_failed', 'the request is malformed');
   }
+  if (isStoreUnavailable(err)) {
+    // A database restart or failover: nothing about the request is wrong, and a retry will do.
+    request.log.warn({ err }, 'the database is not reachable; answered 503 not_ready');
+    return new ApiError('not_ready', 'the service cannot reach its database; try again shortly', undefined, { 'Retry-After': String(STORE_RETRY_AFTER_S) });
+  }
   request.log.error({ err }, 'unhandled error');
   return new ApiError('internal', 'internal error');
 }
+
+/** What a 503 `not_ready` for an unreachable database tells the client to wait, in seconds. */
+export const STORE_RETRY_AFTER_S = 5;
 
 /** One issue of fastify-type-provider-zod in the project's issue shape. */
 function zodIssue(location: IssueLocation, v: { keyword: string; instancePath: string; message?: string; params: Record<string, unknown> }): ValidationIssue {

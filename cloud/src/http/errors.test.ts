@@ -54,6 +54,33 @@ const post = (payload: string | undefined, contentType: string | undefined) =>
   });
 
 describe('error mapping', () => {
+  it('answers 503 not_ready with Retry-After while the database is unreachable; anything else unknown stays 500 internal', async () => {
+    const find = t.store.robots.find.bind(t.store.robots);
+    const gone = [
+      Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' }),
+      Object.assign(new Error('the database system is starting up'), { code: '57P03' }),
+      Object.assign(new Error('connection failure'), { code: '08006' }),
+      new Error('Connection terminated unexpectedly'),
+      new Error('timeout exceeded when trying to connect'),
+      new AggregateError([Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' })], 'connect failed'),
+    ];
+    try {
+      for (const err of gone) {
+        t.store.robots.find = () => Promise.reject(err);
+        const res = await t.app.inject({ method: 'GET', url: '/v1/robots', headers: tenant.auth });
+        expectError(res, 503, 'not_ready');
+        expect(res.headers['retry-after'], err.message).toBe('5');
+        expect(res.payload).not.toMatch(/5432|ECONNREFUSED|administrator/);
+      }
+      for (const err of [new Error('boom'), Object.assign(new Error('duplicate key'), { code: '23505' })]) {
+        t.store.robots.find = () => Promise.reject(err);
+        expectError(await t.app.inject({ method: 'GET', url: '/v1/robots', headers: tenant.auth }), 500, 'internal');
+      }
+    } finally {
+      t.store.robots.find = find;
+    }
+  });
+
   it('answers 404 not_found to unknown routes, with or without a key', async () => {
     for (const [method, url] of [
       ['GET', '/v1/nope'],

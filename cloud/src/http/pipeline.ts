@@ -183,7 +183,7 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
     }
     const policy = request.routeOptions.config.policy;
     if (!policy || policy.auth !== 'key') return;
-    const principal = await authenticator.authenticate(request.headers.authorization);
+    const principal = await authenticator.authenticate(request.headers.authorization, request.ip);
     const required = policy.scope === null ? [] : typeof policy.scope === 'string' ? [policy.scope] : policy.scope;
     if (required.length > 0 && !required.some((s) => scopeSatisfies(principal.key.scopes, s))) {
       throw new ApiError('insufficient_scope', `this endpoint needs the scope ${required.join(' or ')}`, {

@@ -1,6 +1,7 @@
 import { createServer, type AddressInfo, type Server } from 'node:net';
 import { Readable } from 'node:stream';
 import { Aedes, type AedesOptions, type Client } from 'aedes';
+import { MAX_MQTT_CONNECT_BYTES, MAX_MQTT_PACKET_BYTES, PacketSizeGuard } from './packet-size.js';
 
 export interface EmbeddedBroker {
   readonly aedes: Aedes;
@@ -9,6 +10,10 @@ export interface EmbeddedBroker {
   readonly port: number;
   /** Closes the live connection of `clientId`, if any (its credentials are checked again on reconnect). */
   disconnect(clientId: string): boolean;
+  /** Whether `clientId` has a live, logged-in connection now. */
+  isConnected(clientId: string): boolean;
+  /** Calls `listener` with the client id of each logged-in connection that ends; returns the unsubscribe. */
+  onDisconnect(listener: (clientId: string) => void): () => void;
   close(): Promise<void>;
 }
 
@@ -18,11 +23,23 @@ export interface BrokerHooks {
   authorizeSubscribe?: AedesOptions['authorizeSubscribe'];
 }
 
+export interface EmbeddedBrokerOptions {
+  host: string;
+  port: number;
+  hooks?: BrokerHooks;
+  /** Largest packet accepted (default MAX_MQTT_PACKET_BYTES, mosquitto's `max_packet_size`). */
+  maxPacketBytes?: number;
+  /** Told when a connection is closed for a packet over the cap (`clientId` null before its CONNECT). */
+  onOversizedPacket?: (clientId: string | null, bytes: number) => void;
+}
+
 /**
  * Runs aedes (MQTT 3.1.1) on a TCP port. Without hooks every connection is refused: the broker
- * admits only the clients the caller's `authenticate` accepts.
+ * admits only the clients the caller's `authenticate` accepts. A packet over `maxPacketBytes`
+ * (a first packet, the CONNECT, over MAX_MQTT_CONNECT_BYTES) closes its connection as soon as
+ * its header arrives, as mosquitto's `max_packet_size` does.
  */
-export async function startEmbeddedBroker(opts: { host: string; port: number; hooks?: BrokerHooks }): Promise<EmbeddedBroker> {
+export async function startEmbeddedBroker(opts: EmbeddedBrokerOptions): Promise<EmbeddedBroker> {
   const aedes = await Aedes.createBroker({
     authenticate:
       opts.hooks?.authenticate ??
@@ -34,8 +51,12 @@ export async function startEmbeddedBroker(opts: { host: string; port: number; ho
     ...(opts.hooks?.authorizeSubscribe ? { authorizeSubscribe: opts.hooks.authorizeSubscribe } : {}),
   });
   indexRetainedByTopic(aedes);
+  const maxBytes = opts.maxPacketBytes ?? MAX_MQTT_PACKET_BYTES;
+  const limits = { maxBytes, maxFirstPacketBytes: Math.min(maxBytes, MAX_MQTT_CONNECT_BYTES) };
   // noDelay: commands, replies and acks are small packets that must not wait for Nagle.
-  const server: Server = createServer({ noDelay: true }, aedes.handle);
+  const server: Server = createServer({ noDelay: true }, (socket) => {
+    guardPacketSize(aedes.handle(socket) as unknown as GuardedClient, limits, opts.onOversizedPacket);
+  });
   try {
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -50,21 +71,60 @@ export async function startEmbeddedBroker(opts: { host: string; port: number; ho
   }
   const port = (server.address() as AddressInfo).port;
   const host = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
+  // aedes keeps its connected clients by id, untyped in its declarations.
+  const clients = (aedes as unknown as { clients: Record<string, Client | undefined> }).clients;
   return {
     aedes,
     url: `mqtt://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`,
     port,
     disconnect(clientId) {
-      // aedes keeps its connected clients by id, untyped in its declarations.
-      const client = (aedes as unknown as { clients: Record<string, Client | undefined> }).clients[clientId];
+      const client = clients[clientId];
       if (!client) return false;
       client.close();
       return true;
+    },
+    isConnected(clientId) {
+      // A closing client stays registered until its will is published.
+      const client = clients[clientId];
+      return client !== undefined && !client.closed;
+    },
+    onDisconnect(listener) {
+      const onClient = (client: Client) => listener(client.id);
+      aedes.on('clientDisconnect', onClient);
+      return () => void aedes.off('clientDisconnect', onClient);
     },
     async close() {
       await new Promise<void>((resolve) => aedes.close(() => resolve()));
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
+  };
+}
+
+/** What aedes' Client keeps of its mqtt-packet parser (untyped in its declarations). */
+interface GuardedClient {
+  id: string | null;
+  _parser: { parse(buf: Buffer): number; emit(event: 'error', err: Error): boolean };
+}
+
+/**
+ * aedes hands each batch read from the socket to mqtt-packet's parser, which has no size limit
+ * and buffers a packet whole before it is handled (a 200 MB PUBLISH grew the process by as much
+ * again). Each batch is measured first; a packet over the cap fails the connection like a
+ * malformed one (aedes closes the socket and publishes the will) before its body is read.
+ */
+function guardPacketSize(client: GuardedClient, limits: ConstructorParameters<typeof PacketSizeGuard>[0], onOversized: EmbeddedBrokerOptions['onOversizedPacket']): void {
+  const parser = client._parser;
+  const parse = parser.parse.bind(parser);
+  const guard = new PacketSizeGuard(limits);
+  let refused = false;
+  parser.parse = (buf) => {
+    if (refused) return 0;
+    const over = guard.feed(buf);
+    if (over === null) return parse(buf);
+    refused = true;
+    onOversized?.(client.id, over);
+    parser.emit('error', new Error(`a packet of at least ${over} bytes is over the broker's limit`));
+    return 0;
   };
 }
 

@@ -2,6 +2,7 @@ import { pbkdf2Sync, randomBytes } from 'node:crypto';
 import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
+import { MAX_MQTT_PACKET_BYTES } from './packet-size.js';
 
 /** Where Debian (and Ubuntu) install mosquitto's dynamic security plugin. */
 export const DEBIAN_DYNSEC_PLUGIN = '/usr/lib/x86_64-linux-gnu/mosquitto_dynamic_security.so';
@@ -25,10 +26,14 @@ export function dynsecPassword(password: string, iterations = 101): { password: 
   return { password: pbkdf2Sync(password, salt, iterations, 64, 'sha512').toString('base64'), salt: salt.toString('base64'), iterations };
 }
 
+/** mosquitto's notice-level log lines (`log_dest topic`): the cloud reads robots' connects and disconnects there. */
+export const BROKER_LOG_TOPIC = '$SYS/broker/log/N';
+
 /**
- * The cloud's role: it reads and writes every robot topic and drives the plugin through
- * `$CONTROL/dynamic-security/v1`. `#` does not match topics that start with `$`, so the control
- * topic and shared subscriptions are named on their own.
+ * The cloud's role: it reads and writes every robot topic, reads the broker's log of connects
+ * and disconnects (robot presence) and drives the plugin through `$CONTROL/dynamic-security/v1`.
+ * `#` does not match topics that start with `$`, so the control and log topics and shared
+ * subscriptions are named on their own.
  */
 export function cloudRole() {
   return {
@@ -43,6 +48,8 @@ export function cloudRole() {
       { acltype: 'subscribePattern', topic: 'fleet/#', priority: 0, allow: true },
       // mosquitto 2.0 checks a shared subscription's ACL against the whole `$share/<group>/…` filter.
       { acltype: 'subscribePattern', topic: '$share/+/fleet/#', priority: 0, allow: true },
+      { acltype: 'subscribeLiteral', topic: BROKER_LOG_TOPIC, priority: 0, allow: true },
+      { acltype: 'publishClientReceive', topic: BROKER_LOG_TOPIC, priority: 0, allow: true },
       { acltype: 'unsubscribePattern', topic: '#', priority: 0, allow: true },
     ],
   };
@@ -63,8 +70,10 @@ export function initialDynsecConfig(account: BrokerAccount) {
 
 /**
  * The mosquitto.conf lines the fleet needs (no listener: the operator's own file has those).
- * `max_packet_size` bounds what any client can make the broker buffer; robots' largest messages
- * are outbox reports well below it.
+ * `log_dest topic` publishes the broker's log on `$SYS/broker/log/…`, where the cloud sees robots
+ * connect and leave (the default `log_type`s include the notice lines it reads).
+ * `max_packet_size` bounds what any client can make the broker buffer (the embedded broker's cap
+ * is the same constant); robots' largest messages are outbox reports well below it.
  */
 export function mosquittoConfFragment(opts: { dynsecFile: string; pluginPath: string }): string {
   return [
@@ -74,7 +83,9 @@ export function mosquittoConfFragment(opts: { dynsecFile: string; pluginPath: st
     'allow_anonymous false',
     `plugin ${opts.pluginPath}`,
     `plugin_opt_config_file ${opts.dynsecFile}`,
-    'max_packet_size 4194304',
+    '# Robot presence: the cloud reads connects and disconnects from the broker\'s log topic.',
+    'log_dest topic',
+    `max_packet_size ${MAX_MQTT_PACKET_BYTES}`,
     'max_inflight_messages 20',
     'max_queued_messages 1000',
     '',

@@ -1,7 +1,7 @@
 import { pbkdf2Sync } from 'node:crypto';
 import { describe, expect, test } from 'vitest';
 import { topics } from '@fleet/protocol';
-import { CLOUD_ROLE, dynsecPassword, initialDynsecConfig, mosquittoConfFragment } from './dynsec-config.js';
+import { BROKER_LOG_TOPIC, CLOUD_ROLE, dynsecPassword, initialDynsecConfig, mosquittoConfFragment } from './dynsec-config.js';
 import { DynsecError, DynsecRobotAccounts, robotAcls, robotRole, type DynsecCommand } from './dynsec.js';
 
 /** A control that records the commands and answers each with the next scripted error (undefined: ok). */
@@ -38,6 +38,12 @@ describe('the initial dynamic security file', () => {
     expect(conf).toContain('allow_anonymous false');
     expect(conf).toContain('plugin /p.so');
     expect(conf).toContain('plugin_opt_config_file /etc/mosquitto/fleet/dynamic-security.json');
+  });
+
+  test("robot presence: the broker publishes its log and the cloud role may read the notice lines", () => {
+    expect(mosquittoConfFragment({ dynsecFile: 'd.json', pluginPath: '/p.so' })).toContain('\nlog_dest topic\n');
+    const acls = initialDynsecConfig({ username: 'fleet-cloud', password: 'x'.repeat(32) }).roles[0]!.acls.filter((a) => a.topic === BROKER_LOG_TOPIC);
+    expect(acls.map((a) => a.acltype).sort()).toEqual(['publishClientReceive', 'subscribeLiteral']);
   });
 });
 

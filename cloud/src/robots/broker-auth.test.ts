@@ -6,6 +6,7 @@ import type { Store } from '../store/index.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './broker-auth.js';
 import { storeWithRobots } from '../test-support.js';
 import { hashSecret } from '../ids.js';
+import { FailedLoginLimiter } from '../login-limit.js';
 
 const CLOUD_PASSWORD = 'cloud-secret-for-this-test';
 
@@ -107,5 +108,54 @@ describe('embedded broker ACL (real aedes, real mqtt.js clients)', () => {
     await connect(a.id, a.id, 'rsec_the_next_secret_for_a');
     expect(await store.robots.getById(a.id)).toMatchObject({ mqttPasswordHash: hashSecret('rsec_the_next_secret_for_a'), pendingPasswordHash: null, rotatedAt: clock.now() });
     await expect(connect(a.id, a.id, a.password)).rejects.toThrow(/Bad username or password/);
+  });
+});
+
+describe('failed broker logins per client address (real aedes, real mqtt.js clients, injected clock)', () => {
+  let store: Store;
+  let broker: EmbeddedBroker;
+  let clock: ManualClock;
+  let robots: { id: string; password: string }[];
+  const clients: MqttClient[] = [];
+
+  beforeEach(async () => {
+    clock = new ManualClock(Date.now());
+    ({ store, robots } = await storeWithRobots(clock, 2));
+    const failures = new FailedLoginLimiter({ kind: 'mqtt', maxFailures: 3, windowMs: 60_000, clock });
+    broker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: robotBrokerHooks(store, CLOUD_PASSWORD, () => undefined, { clock, failures }) });
+  });
+
+  afterEach(async () => {
+    await Promise.all(clients.splice(0).map((c) => c.endAsync(true)));
+    await broker.close();
+    await store.close();
+  });
+
+  /** 'accepted', or the CONNACK return code of the refusal. */
+  async function attempt(clientId: string, username: string, password: string): Promise<'accepted' | number> {
+    try {
+      const c = await mqtt.connectAsync(broker.url, { protocolVersion: 4, clientId, username, password, reconnectPeriod: 0, connectTimeout: 5000 });
+      clients.push(c);
+      return 'accepted';
+    } catch (err) {
+      return (err as { code: number }).code;
+    }
+  }
+
+  it('refuses an address after N refused logins until the window passes; logins that work are not counted', async () => {
+    const [a, b] = robots as [{ id: string; password: string }, { id: string; password: string }];
+    for (let i = 0; i < 5; i++) expect(await attempt(a.id, a.id, a.password)).toBe('accepted');
+    expect(await attempt(a.id, a.id, 'rsec_wrong')).toBe(4);
+    expect(await attempt('rbt_aaaaaaaaaaaaaaaaaaaaaaaaaa', 'rbt_aaaaaaaaaaaaaaaaaaaaaaaaaa', 'x')).toBe(4);
+    expect(await attempt('cloud_x', CLOUD_MQTT_USERNAME, 'not-it')).toBe(4);
+    // Over the limit: refused before the password is looked at, the right one too (3: server unavailable, retry later).
+    expect(await attempt(b.id, b.id, b.password)).toBe(3);
+    expect(await attempt(a.id, a.id, 'rsec_wrong')).toBe(3);
+    // The cloud's own client still gets in: robots on its host must not lock it out.
+    expect(await attempt('cloud_y', CLOUD_MQTT_USERNAME, CLOUD_PASSWORD)).toBe('accepted');
+    clock.advance(59_000);
+    expect(await attempt(b.id, b.id, b.password)).toBe(3);
+    clock.advance(1_000);
+    expect(await attempt(b.id, b.id, b.password)).toBe('accepted');
   });
 });

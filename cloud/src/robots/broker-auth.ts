@@ -2,6 +2,7 @@ import { timingSafeEqual } from 'node:crypto';
 import type { Client } from 'aedes';
 import { parseRobotTopic, systemClock, type Clock } from '@fleet/protocol';
 import { hashSecret } from '../ids.js';
+import type { FailedLoginLimiter } from '../login-limit.js';
 import type { BrokerHooks } from '../mqtt/broker.js';
 import type { PublishThrottle } from '../mqtt/throttle.js';
 import type { Store } from '../store/index.js';
@@ -12,7 +13,7 @@ export const CLOUD_MQTT_USERNAME = '$cloud';
 const ROBOT_PUBLISH = new Set(['status', 'cmd/reply', 'outbox', 'sync/request']);
 const ROBOT_SUBSCRIBE = new Set(['cmd', 'outbox/ack', 'sync']);
 
-function refuse(code: 4 | 5, message: string) {
+function refuse(code: 3 | 4 | 5, message: string) {
   return Object.assign(new Error(message), { returnCode: code });
 }
 
@@ -22,34 +23,57 @@ function equalSecret(a: string, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
+/** The client's address as the broker's socket sees it. */
+function addressOf(client: Client): string | undefined {
+  return (client.conn as { remoteAddress?: string } | undefined)?.remoteAddress;
+}
+
 /**
  * Broker authentication and ACL. A robot connects with client id = username = its robot id and
  * its password (issued at enrollment or by a rotation, stored hashed); a de-enrolled robot is
  * refused. It may publish only its own status, command
  * replies, outbox and sync requests, and subscribe only to its own commands, outbox
- * acknowledgments and sync messages (assignments, grants, deferrals).
+ * acknowledgments and sync messages (assignments, grants, deferrals). With `failures`, each
+ * refused login counts against the client's address, and an address over the limit is refused
+ * (CONNACK 3, server unavailable: clients back off and retry) before its password is checked.
  */
 export function robotBrokerHooks(
   store: Store,
   cloudPassword: string,
   log: (msg: string, extra: object) => void,
-  opts: { throttle?: PublishThrottle<Client>; clock?: Clock } = {},
+  opts: { throttle?: PublishThrottle<Client>; clock?: Clock; failures?: FailedLoginLimiter } = {},
 ): BrokerHooks {
   const clock = opts.clock ?? systemClock;
   const cloudClients = new WeakSet<Client>();
   return {
     authenticate(client, username, password, done) {
       const pass = password?.toString('utf8') ?? '';
+      // The cloud's own client is let in whatever its address did: robots (a simulator) may share it.
+      if (username === CLOUD_MQTT_USERNAME && equalSecret(pass, cloudPassword)) {
+        cloudClients.add(client);
+        done(null, true);
+        return;
+      }
+      const address = addressOf(client);
+      const failures = address === undefined ? undefined : opts.failures;
+      const wait = failures?.retryAfterS(address!) ?? null;
+      if (wait !== null) {
+        log('mqtt connection refused: too many failed logins from this address', { client_id: client.id, address, retry_after_s: wait });
+        done(refuse(3, 'too many failed logins'), false);
+        return;
+      }
+      const failed = (err: ReturnType<typeof refuse>) => {
+        // Counted before the answer: the next attempt from the address sees this failure.
+        const counted = failures ? failures.failed(address!) : Promise.resolve();
+        void counted.then(() => done(err, false));
+      };
       if (username === CLOUD_MQTT_USERNAME) {
-        if (equalSecret(pass, cloudPassword)) {
-          cloudClients.add(client);
-          done(null, true);
-        } else done(refuse(4, 'bad credentials'), false);
+        failed(refuse(4, 'bad credentials'));
         return;
       }
       if (!username || client.id !== username) {
         log('mqtt connection refused: client id must equal the robot id', { client_id: client.id });
-        done(refuse(4, 'client id must equal username'), false);
+        failed(refuse(4, 'client id must equal username'));
         return;
       }
       const check = async (): Promise<boolean> => {
@@ -73,7 +97,7 @@ export function robotBrokerHooks(
           if (ok) done(null, true);
           else {
             log('mqtt connection refused: bad robot credentials', { client_id: client.id });
-            done(refuse(4, 'bad credentials'), false);
+            failed(refuse(4, 'bad credentials'));
           }
         },
         (err: unknown) => done(Object.assign(err instanceof Error ? err : new Error(String(err)), { returnCode: 3 as const }), false),

@@ -1,12 +1,14 @@
 import mqtt from 'mqtt';
 import { pino } from 'pino';
-import { afterEach, expect, test } from 'vitest';
+import { afterEach, describe, expect, test } from 'vitest';
 import { ManualClock, topics, WEBHOOK_EVENTS, type RobotStatus, type RobotStatusPayload } from '@fleet/protocol';
 import { startEmbeddedBroker, type EmbeddedBroker } from '../mqtt/broker.js';
 import type { Store } from '../store/index.js';
 import type { RobotStatusUpdate } from '../store/types.js';
 import { openTwin } from '../store/test-store.js';
-import { storeWithRobots } from '../test-support.js';
+import { errorCode, startTestCloud, storeWithRobots } from '../test-support.js';
+import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './broker-auth.js';
+import { createEnrollmentToken, enrollRobot } from './enrollment.js';
 import { RobotLink } from './link.js';
 
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -173,4 +175,72 @@ test('two replicas write every status; each change of presence or recording stat
   // Webhook subscriptions never get robot.status: the fan-out copies only the types they list.
   expect(await store.webhooks.fanOut(clock.now())).toBe(0);
   expect((await store.webhooks.get('org_a', 'wh_all'))?.pendingDeliveries).toBe(0);
+});
+
+describe('presence follows the robot connection the cloud saw (embedded broker, real robot credentials)', () => {
+  const CLOUD_PASSWORD = 'cloud-secret-for-this-test';
+
+  async function fleet() {
+    const t = await startTestCloud({ deps: { robots: { send: (...args) => link.send(...args) } } });
+    cleanups.push(() => t.close());
+    const tenant = await t.createTenant();
+    const token = await createEnrollmentToken(t.store, t.clock, { org: tenant.org, createdBy: 'test', maxUses: 1 });
+    const enrolled = await enrollRobot(t.store, t.clock, { token: token.token }, 'mqtt://unused');
+    const broker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: robotBrokerHooks(t.store, CLOUD_PASSWORD, () => undefined, { clock: t.clock }) });
+    cleanups.push(() => broker.close());
+    const counted = countingStatuses(t.store);
+    const newLink = () =>
+      new RobotLink({ url: broker.url, username: CLOUD_MQTT_USERNAME, password: CLOUD_PASSWORD, store: counted.store, clock: t.clock, logger: pino({ level: 'silent' }), commandTimeoutMs: 2_000, sessions: broker });
+    const link = newLink();
+    await link.start();
+    cleanups.push(() => link.stop());
+    const robotId = enrolled.robot_id;
+    const robot = () => mqtt.connectAsync(broker.url, { protocolVersion: 4, clientId: robotId, username: robotId, password: enrolled.mqtt.password, reconnectPeriod: 0 });
+    // A status that says online, retained, from a client that set no will.
+    const online = (c: mqtt.MqttClient) => c.publishAsync(topics.status(robotId), JSON.stringify({ online: true, recording_state: 'idle', capabilities: ['episodes.v1'], at: t.clock.now() }), { qos: 1, retain: true });
+    const connected = async () => (await t.store.robots.getById(robotId))?.connected;
+    const command = () => t.app.inject({ method: 'POST', url: `/v1/robots/${robotId}/go-home`, headers: tenant.auth });
+    return { t, robotId, robot, online, connected, command, counted, newLink };
+  }
+
+  test('a robot that leaves without a will is offline: a command answers 503 robot_offline, not a 504 timeout', async () => {
+    const f = await fleet();
+    const r = await f.robot();
+    await f.online(r);
+    await expect.poll(f.connected).toBe(true);
+    await r.endAsync();
+    await expect.poll(f.connected).toBe(false);
+    const res = await f.command();
+    expect(res.statusCode).toBe(503);
+    expect(errorCode(res)).toBe('robot_offline');
+
+    // A connection that drops without DISCONNECT (and, again, no will) ends the same way.
+    const again = await f.robot();
+    await f.online(again);
+    await expect.poll(f.connected).toBe(true);
+    again.stream.destroy();
+    await expect.poll(f.connected).toBe(false);
+    expect((await f.t.store.events.listAfter((await f.t.store.robots.getById(f.robotId))!.orgId, 0, { limit: 10 })).map((e) => JSON.parse(e.payload) as RobotStatusPayload).map((p) => p.online)).toEqual([true, false, true, false]);
+  });
+
+  test('the retained online status of a robot that is gone does not bring it back', async () => {
+    const f = await fleet();
+    const r = await f.robot();
+    await f.online(r);
+    await expect.poll(f.connected).toBe(true);
+    await r.endAsync();
+    await expect.poll(f.connected).toBe(false);
+    // Another link (a reconnect) subscribes and is handed the retained `online: true`.
+    const before = f.counted.done();
+    const second = f.newLink();
+    await second.start();
+    cleanups.push(() => second.stop());
+    await expect.poll(() => f.counted.done()).toBeGreaterThan(before);
+    expect(await f.connected()).toBe(false);
+    // While the robot is connected, the same status counts.
+    const back = await f.robot();
+    cleanups.push(() => back.endAsync(true));
+    await f.online(back);
+    await expect.poll(f.connected).toBe(true);
+  });
 });

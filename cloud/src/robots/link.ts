@@ -6,6 +6,7 @@ import {
   disableNagle,
   parseBoundedJson,
   parseRobotTopic,
+  RobotIdSchema,
   RobotStatusSchema,
   topics,
   type Clock,
@@ -16,6 +17,8 @@ import {
   type SyncMessage,
 } from '@fleet/protocol';
 import { ApiError } from '../errors.js';
+import { BrokerConnectionLog } from '../mqtt/broker-log.js';
+import { BROKER_LOG_TOPIC } from '../mqtt/dynsec-config.js';
 import { robotStatusEvent } from '../events.js';
 import type { Store } from '../store/index.js';
 
@@ -31,8 +34,22 @@ const MAX_ROBOT_PAYLOAD = 256 * 1024;
 const SNAPSHOT_TOPIC = 'fleet/v1/cloud/snapshot';
 
 /**
- * The cloud's MQTT client: keeps robot presence from the retained status topics and sends
- * commands, waiting for the reply with the same `cmd_id`. Several cloud replicas can each run
+ * The broker's own view of robot connections: the embedded broker, which runs in this process.
+ * Behind mosquitto the link reads the broker's log topic instead (`brokerLog`).
+ */
+export interface BrokerSessions {
+  /** Whether the client has a live connection now. */
+  isConnected(clientId: string): boolean;
+  /** Calls `listener` with the client id of each connection that ends; returns the unsubscribe. */
+  onDisconnect(listener: (clientId: string) => void): () => void;
+}
+
+/**
+ * The cloud's MQTT client: keeps robot presence and sends commands, waiting for the reply with
+ * the same `cmd_id`. Presence is what the cloud saw of a robot's connection, not what the robot
+ * says: a status `online: true` counts only while the robot's connection is up (the embedded
+ * broker's sessions, mosquitto's log of connects and disconnects), and a connection that ends
+ * turns the robot offline whether or not it left a will. Several cloud replicas can each run
  * one; a reply reaches the replica that waits for it because every replica subscribes to all
  * replies and ignores ids it does not wait for. With `shareGroup` (an external broker shared by
  * replicas) outbox messages and sync requests come through MQTT shared subscriptions, so each is
@@ -45,6 +62,12 @@ export class RobotLink {
   private readonly snapshots = new Set<Promise<void>>();
   /** Per robot, the status being written (the next one waits for it). */
   private readonly statusChains = new Map<string, Promise<void>>();
+  /** Behind mosquitto: robots' connects and disconnects as the broker logged them. */
+  private readonly brokerLog = new BrokerConnectionLog();
+  private brokerLogWarned = false;
+  private stopSessions: (() => void) | null = null;
+  /** Robots being asked whether they are there (see `probe`). */
+  private readonly probing = new Set<string>();
   /** Receives every robot outbox message (the outbox router). */
   onOutbox: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
   /** Told when a robot's status turns from offline to online (a pending credential rotation goes out). */
@@ -70,6 +93,14 @@ export class RobotLink {
       shareGroup?: string;
       /** How long a starting replica waits for the retained statuses (presence snapshot). */
       snapshotTimeoutMs?: number;
+      /** The embedded broker's connections: presence follows them exactly. */
+      sessions?: BrokerSessions;
+      /**
+       * Follow robots' connects and disconnects in mosquitto's log topic (BROKER_LOG_TOPIC): a
+       * robot whose connection ends goes offline without a will, and one whose connection this
+       * link saw end cannot come back online by a status alone.
+       */
+      brokerLog?: boolean;
     },
   ) {}
 
@@ -86,13 +117,24 @@ export class RobotLink {
     disableNagle(client.stream);
     client.on('connect', () => disableNagle(client.stream));
     client.on('message', (topic, payload, packet) => {
+      if (topic === BROKER_LOG_TOPIC) return this.onBrokerLog(payload);
       // Behind a shared broker retained statuses are read once, by the start-up snapshot. mosquitto
       // 2.0.11 also hands them to a new shared subscription (the MQTT 5 rule and later brokers do
       // not); relying on that would make presence after a restart depend on the broker version.
       if (this.opts.shareGroup && packet.retain) return;
-      this.onMessage(topic, payload).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'robot message handling failed'));
+      this.onMessage(topic, payload, packet.retain).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'robot message handling failed'));
     });
     client.on('error', (err) => this.opts.logger.warn({ err }, 'mqtt client error'));
+    // What was logged while this link was away is lost: robots are unknown again until seen.
+    client.on('connect', () => this.brokerLog.clear());
+    this.stopSessions = this.opts.sessions?.onDisconnect((clientId) => this.connectionEnded(clientId)) ?? null;
+    if (this.opts.brokerLog) {
+      try {
+        await client.subscribeAsync(BROKER_LOG_TOPIC, { qos: 0 });
+      } catch (err) {
+        this.opts.logger.warn({ err, topic: BROKER_LOG_TOPIC }, 'the broker refused the cloud its log topic: a robot that leaves without a will stays shown connected');
+      }
+    }
     const share = this.opts.shareGroup;
     const shared = (filter: string) => (share ? `$share/${share}/${filter}` : filter);
     // Replies stay a plain subscription: the one replica that waits for a reply must get it, and
@@ -151,13 +193,21 @@ export class RobotLink {
           }
           if (!packet.retain) return;
           statuses++;
-          this.onMessage(topic, payload).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'retained robot status handling failed'));
+          this.onMessage(topic, payload, true).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'retained robot status handling failed'));
         });
       });
       await client.subscribeAsync([topics.allStatus, marker], { qos: 1 });
       await client.publishAsync(marker, '', { qos: 1 });
       await done;
       this.opts.logger.info({ statuses }, 'presence snapshot read');
+      // This snapshot's own connection was logged before its subscription was made.
+      if (this.opts.brokerLog && !this.brokerLog.seen && !this.brokerLogWarned) {
+        this.brokerLogWarned = true;
+        this.opts.logger.warn(
+          { topic: BROKER_LOG_TOPIC },
+          "no line of the broker's log reached the cloud (mosquitto needs `log_dest topic`, as `fleet-cloud broker-config` writes it): a robot that leaves without a will stays shown connected",
+        );
+      }
     } finally {
       await client.endAsync();
     }
@@ -170,9 +220,12 @@ export class RobotLink {
   async stop(): Promise<void> {
     for (const [, p] of this.pending) clearTimeout(p.timer);
     this.pending.clear();
+    this.stopSessions?.();
+    this.stopSessions = null;
     await this.client?.endAsync();
     this.client = null;
     await Promise.allSettled([...this.snapshots]);
+    await Promise.allSettled([...this.statusChains.values()]);
   }
 
   /**
@@ -208,7 +261,7 @@ export class RobotLink {
     return reply;
   }
 
-  private async onMessage(topic: string, payload: Buffer): Promise<void> {
+  private async onMessage(topic: string, payload: Buffer, retained: boolean): Promise<void> {
     const t = parseRobotTopic(topic);
     if (!t) return;
     if (t.rest === 'outbox') {
@@ -233,7 +286,7 @@ export class RobotLink {
       return;
     }
     const json = parsed.value;
-    if (t.rest === 'status') return this.statusInOrder(t.robotId, json);
+    if (t.rest === 'status') return this.statusInOrder(t.robotId, () => this.onStatus(t.robotId, json, retained));
     if (t.rest === 'cmd/reply') return this.onReply(t.robotId, json);
   }
 
@@ -254,9 +307,9 @@ export class RobotLink {
    * (a status handled while an earlier one is still being written, on another pooled database
    * connection, could otherwise land first and leave the older state in place).
    */
-  private statusInOrder(robotId: string, json: unknown): Promise<void> {
+  private statusInOrder(robotId: string, write: () => Promise<void>): Promise<void> {
     const before = this.statusChains.get(robotId);
-    const run = (before ?? Promise.resolve()).then(() => this.onStatus(robotId, json));
+    const run = (before ?? Promise.resolve()).then(write);
     // The chain never rejects: the caller handles `run`'s failure (a status the store could not
     // write); a rejected tail nobody awaits would end the process as an unhandled rejection.
     const tail = run.then(
@@ -270,7 +323,59 @@ export class RobotLink {
     return run;
   }
 
-  private async onStatus(robotId: string, json: unknown): Promise<void> {
+  /**
+   * Whether the robot's connection is up as the cloud saw it: the embedded broker knows; behind
+   * mosquitto, what this link read in the broker's log, undefined for a robot it has not seen
+   * connect or leave (connected before this link subscribed, or no log reaches it).
+   */
+  private connectionUp(robotId: string): boolean | undefined {
+    if (this.opts.sessions) return this.opts.sessions.isConnected(robotId);
+    return this.brokerLog.state(robotId);
+  }
+
+  private onBrokerLog(payload: Buffer): void {
+    const change = this.brokerLog.read(payload.toString('utf8'));
+    if (change && !change.up) this.connectionEnded(change.robotId);
+  }
+
+  /** A robot's connection ended: it is offline, will or no will (unless it is back already). */
+  private connectionEnded(clientId: string): void {
+    if (!this.client || !RobotIdSchema.safeParse(clientId).success) return;
+    this.statusInOrder(clientId, async () => {
+      if (this.connectionUp(clientId) !== true) await this.writePresence(clientId, false);
+    }).catch((err: unknown) => this.opts.logger.error({ err, robot_id: clientId }, 'writing a closed robot connection failed'));
+  }
+
+  /**
+   * A retained `online: true` of a robot shown offline that this link has not seen connect
+   * (behind mosquitto: it may have come back while no replica listened, or left without a will
+   * long ago) is checked with a read-only command: only the robot's own connection can answer
+   * on its reply topic. An answer makes it online; none leaves it offline.
+   */
+  private probe(robotId: string): void {
+    if (this.probing.has(robotId)) return;
+    this.probing.add(robotId);
+    this.send(robotId, 'stack.status', `presence_${randomBytes(8).toString('hex')}`)
+      .then(
+        () => this.statusInOrder(robotId, async () => {
+          if (this.connectionUp(robotId) !== false) await this.writePresence(robotId, true);
+        }),
+        () => this.opts.logger.info({ robot_id: robotId }, 'a retained online status was not confirmed: the robot did not answer'),
+      )
+      .catch((err: unknown) => this.opts.logger.error({ err, robot_id: robotId }, 'writing a confirmed robot presence failed'))
+      .finally(() => this.probing.delete(robotId));
+  }
+
+  /** Presence alone (the robot's other fields as they are), when the cloud saw it change. */
+  private async writePresence(robotId: string, connected: boolean): Promise<void> {
+    const before = await this.opts.store.robots.getById(robotId);
+    if (!before || before.deenrolledAt !== null || before.connected === connected) return;
+    const changed = await this.opts.store.robots.updateStatus(robotId, { connected, seenAt: this.opts.clock.now() }, robotStatusEvent);
+    if (changed) this.onStatusLogged?.(before.orgId);
+    if (connected) this.onRobotOnline?.(robotId);
+  }
+
+  private async onStatus(robotId: string, json: unknown, retained: boolean): Promise<void> {
     const parsed = RobotStatusSchema.safeParse(json);
     if (!parsed.success) {
       this.opts.logger.warn({ robot_id: robotId, issues: parsed.error.issues }, 'dropped malformed robot status');
@@ -279,13 +384,21 @@ export class RobotLink {
     const s = parsed.data;
     const before = await this.opts.store.robots.getById(robotId);
     if (!before || before.deenrolledAt !== null) return;
+    // A robot's word that it is online counts only while the cloud sees its connection up: a
+    // retained `online: true` outlives a robot that left without a will. Where the link has not
+    // seen the connection (behind mosquitto, a robot connected before this replica listened), a
+    // live status proves it (only a connected client publishes); a retained one keeps what the
+    // store has, and one that would turn the robot online is checked first.
+    const up = this.connectionUp(robotId);
+    const online = s.online && (up ?? (retained ? before.connected : true));
+    if (s.online && retained && up === undefined && !before.connected) this.probe(robotId);
     // Robots publish their status on every connection and state change, and every replica writes
     // every status: the store logs robot.status only when presence or the recording state
     // changed, once (the first writer), so the event stream costs per change, not per status.
     const changed = await this.opts.store.robots.updateStatus(
       robotId,
       {
-        connected: s.online,
+        connected: online,
         ...(s.runtime_version !== undefined ? { runtimeVersion: s.runtime_version } : {}),
         ...(s.platform !== undefined ? { platform: s.platform } : {}),
         ...(s.capabilities !== undefined ? { capabilities: s.capabilities } : {}),
@@ -295,7 +408,7 @@ export class RobotLink {
       robotStatusEvent,
     );
     if (changed) this.onStatusLogged?.(before.orgId);
-    if (s.online && !before.connected) this.onRobotOnline?.(robotId);
+    if (online && !before.connected) this.onRobotOnline?.(robotId);
   }
 
   private onReply(robotId: string, json: unknown): void {

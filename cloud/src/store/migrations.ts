@@ -465,4 +465,22 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       CREATE INDEX robots_by_last_seen ON robots (org_id, COALESCE(last_seen_at, 0), id);
     `,
   },
+  {
+    version: 16,
+    name: 'issued grants: the grants the relay handed to a robot, per episode and destination',
+    sql: `
+      -- Every grant the relay handed over, for the episode (and so the robot) and destination it
+      -- was issued for: a replica report naming any other grant is refused. Seeded with the
+      -- grant each replica already names, so uploads under way across the upgrade still report.
+      CREATE TABLE issued_grants (
+        episode_seq INTEGER NOT NULL,
+        destination_id TEXT NOT NULL,
+        grant_id TEXT NOT NULL,
+        issued_at INTEGER NOT NULL,
+        PRIMARY KEY (episode_seq, destination_id, grant_id)
+      ) STRICT, WITHOUT ROWID;
+      INSERT OR IGNORE INTO issued_grants (episode_seq, destination_id, grant_id, issued_at)
+        SELECT episode_seq, destination_id, grant_id, updated_at FROM replicas;
+    `,
+  },
 ];

@@ -338,6 +338,10 @@ export class SqliteSync implements SyncStore {
     return this.db.prepare('INSERT OR IGNORE INTO grant_ids (destination_id, grant_id, claimed_at) VALUES (?, ?, ?)').run(destinationId, grantId, at).changes > 0;
   }
 
+  async grantIdUsed(destinationId: string, grantId: string): Promise<boolean> {
+    return this.db.prepare('SELECT 1 FROM grant_ids WHERE destination_id = ? AND grant_id = ?').get(destinationId, grantId) !== undefined;
+  }
+
   async notePressure(robotId: string, p: Pressure, at: number): Promise<void> {
     this.db
       .prepare(
@@ -427,16 +431,35 @@ export class SqliteSync implements SyncStore {
 
   async markGranted(orgId: string, episodeSeq: number, destinationId: string, grantId: string, objectKey: string | null, at: number): Promise<void> {
     // A new grant for a replica still uploading (URLs expired, resumed) takes the new grant id;
-    // a replica already synced or verified is left as it is.
-    this.db
+    // a replica already synced or verified is left as it is. The grant is recorded as issued
+    // either way: the robot may report under it.
+    this.db.transaction(() => {
+      this.db
+        .prepare(
+          `INSERT OR IGNORE INTO issued_grants (episode_seq, destination_id, grant_id, issued_at)
+           SELECT seq, ?, ?, ? FROM episodes WHERE seq = ? AND org_id = ?`,
+        )
+        .run(destinationId, grantId, at, episodeSeq, orgId);
+      this.db
+        .prepare(
+          `INSERT INTO replicas (episode_seq, destination_id, state, grant_id, error, object_key, updated_at, reported_at)
+           SELECT seq, ?, 'granted', ?, NULL, ?, ?, NULL FROM episodes WHERE seq = ? AND org_id = ?
+           ON CONFLICT (episode_seq, destination_id) DO UPDATE SET grant_id = excluded.grant_id,
+             object_key = COALESCE(excluded.object_key, replicas.object_key), updated_at = excluded.updated_at
+           WHERE replicas.state IN ('granted', 'syncing')`,
+        )
+        .run(destinationId, grantId, objectKey, at, episodeSeq, orgId);
+    })();
+  }
+
+  async grantIssued(robotId: string, episodeId: string, destinationId: string, grantId: string): Promise<boolean> {
+    const hit = this.db
       .prepare(
-        `INSERT INTO replicas (episode_seq, destination_id, state, grant_id, error, object_key, updated_at, reported_at)
-         SELECT seq, ?, 'granted', ?, NULL, ?, ?, NULL FROM episodes WHERE seq = ? AND org_id = ?
-         ON CONFLICT (episode_seq, destination_id) DO UPDATE SET grant_id = excluded.grant_id,
-           object_key = COALESCE(excluded.object_key, replicas.object_key), updated_at = excluded.updated_at
-         WHERE replicas.state IN ('granted', 'syncing')`,
+        `SELECT 1 FROM episodes e JOIN issued_grants g ON g.episode_seq = e.seq AND g.destination_id = ? AND g.grant_id = ?
+         WHERE e.id = ? AND e.robot_id = ?`,
       )
-      .run(destinationId, grantId, objectKey, at, episodeSeq, orgId);
+      .get(destinationId, grantId, episodeId, robotId);
+    return hit !== undefined;
   }
 
   // ---- sync health -------------------------------------------------------------------------

@@ -2,10 +2,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DAY, HOUR, ManualClock, WebhookPayloadSchema, type EpisodeReport, type ReplicaReport } from '@fleet/protocol';
+import { DAY, HOUR, ManualClock, WebhookPayloadSchema, type EpisodeReport, type ReplicaReport, type ReplicaState } from '@fleet/protocol';
 import { SyncRouter } from '../sync/router.js';
 import { testReport } from '../test-support.js';
-import type { RouteRow } from './sync-types.js';
+import type { ReplicaIngestResult, RouteRow } from './sync-types.js';
 import { describeStore, openTestStore, openTwin, postgresAvailable, sqliteDb, type TestEngine, type TestStore } from './test-store.js';
 import type { Store } from './types.js';
 
@@ -123,6 +123,16 @@ describeStore('SyncStore', (open, engine) => {
       expect(await store.sync.claimGrantId(a, 'g1', T0)).toBe(true);
       expect(await store.sync.claimGrantId(a, 'g1', T0 + 1)).toBe(false);
       expect(await store.sync.claimGrantId(b, 'g1', T0)).toBe(true);
+    });
+
+    it('tells whether a grant id was used at a destination without claiming it', async () => {
+      const a = await destination();
+      const b = await destination();
+      expect(await store.sync.grantIdUsed(a, 'g1')).toBe(false);
+      expect(await store.sync.grantIdUsed(a, 'g1')).toBe(false);
+      expect(await store.sync.claimGrantId(a, 'g1', T0)).toBe(true);
+      expect(await store.sync.grantIdUsed(a, 'g1')).toBe(true);
+      expect(await store.sync.grantIdUsed(b, 'g1')).toBe(false);
     });
 
     it('a forward claim keeps (episode, destination) until released or its lease runs out, per destination', async () => {
@@ -339,6 +349,61 @@ describeStore('SyncStore', (open, engine) => {
       expect(await replica()).toEqual([expect.objectContaining({ state: 'verified', objectKey: 'k/1', updatedAt: T0 + 5 })]);
       expect(await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'synced', at: 50 }), T0 + 6)).toBe('unchanged');
       expect((await events()).map((e) => e.type)).toEqual(['episode.synced', 'episode.verified']);
+    });
+
+    /**
+     * Every (current state, reported state) pair: what the report returns, the events it appends
+     * and the replica it leaves. `at` is the report's robot clock against the current one's.
+     * Events follow the transition only: reaching a state a second time announces nothing.
+     */
+    const transitions: [ReplicaState | null, ReplicaState, 'newer' | 'repeat' | 'older', ReplicaIngestResult, string[], ReplicaState][] = [
+      [null, 'granted', 'newer', 'applied', [], 'granted'],
+      [null, 'syncing', 'newer', 'applied', [], 'syncing'],
+      [null, 'synced', 'newer', 'applied', ['episode.synced'], 'synced'],
+      [null, 'verified', 'newer', 'applied', ['episode.synced', 'episode.verified'], 'verified'],
+      ['granted', 'granted', 'newer', 'applied', [], 'granted'],
+      ['granted', 'granted', 'repeat', 'unchanged', [], 'granted'],
+      ['granted', 'syncing', 'newer', 'applied', [], 'syncing'],
+      ['granted', 'synced', 'newer', 'applied', ['episode.synced'], 'synced'],
+      ['granted', 'verified', 'newer', 'applied', ['episode.synced', 'episode.verified'], 'verified'],
+      ['syncing', 'granted', 'newer', 'unchanged', [], 'syncing'],
+      ['syncing', 'syncing', 'newer', 'applied', [], 'syncing'],
+      ['syncing', 'syncing', 'repeat', 'unchanged', [], 'syncing'],
+      ['syncing', 'synced', 'newer', 'applied', ['episode.synced'], 'synced'],
+      ['syncing', 'verified', 'newer', 'applied', ['episode.synced', 'episode.verified'], 'verified'],
+      ['synced', 'granted', 'newer', 'unchanged', [], 'synced'],
+      ['synced', 'syncing', 'newer', 'unchanged', [], 'synced'],
+      ['synced', 'synced', 'newer', 'applied', [], 'synced'],
+      ['synced', 'synced', 'repeat', 'unchanged', [], 'synced'],
+      ['synced', 'synced', 'older', 'unchanged', [], 'synced'],
+      ['synced', 'verified', 'newer', 'applied', ['episode.verified'], 'verified'],
+      ['verified', 'granted', 'newer', 'unchanged', [], 'verified'],
+      ['verified', 'syncing', 'newer', 'unchanged', [], 'verified'],
+      ['verified', 'synced', 'newer', 'unchanged', [], 'verified'],
+      ['verified', 'verified', 'newer', 'applied', [], 'verified'],
+      ['verified', 'verified', 'repeat', 'unchanged', [], 'verified'],
+      ['verified', 'verified', 'older', 'unchanged', [], 'verified'],
+    ];
+
+    it('every (current, reported) pair: only a transition appends episode.synced / episode.verified; a newer same-state report updates, announcing nothing', async () => {
+      for (const [from, to, when, result, appended, after] of transitions) {
+        const pair = `${from ?? 'none'} -> ${to} (${when})`;
+        const [e] = await ingest([testReport()]);
+        const mine = async () => (await events()).filter((x) => x.payload.episode_id === e!.id);
+        if (from !== null) {
+          expect(await store.sync.applyReplicaReport(ROBOT, report(e!.id, d, { state: from, at: 100, grant_id: 'gr_old', object_key: 'k/old' }), T0), pair).toBe('applied');
+        }
+        const before = (await mine()).length;
+        const at = { newer: 200, repeat: 100, older: 50 }[when];
+        expect(await store.sync.applyReplicaReport(ROBOT, report(e!.id, d, { state: to, at, grant_id: 'gr_new', object_key: 'k/new' }), T0 + 1), pair).toBe(result);
+        const added = (await mine()).slice(before);
+        expect(added.map((x) => x.type), pair).toEqual(appended);
+        for (const x of added) expect(x.payload, pair).toMatchObject({ destination_id: d, grant_id: 'gr_new', state: x.type === 'episode.synced' ? 'synced' : 'verified' });
+        const applied = result === 'applied';
+        expect((await store.episodes.get(ORG, e!.id))!.replicas, pair).toEqual([
+          { destinationId: d, state: after, grantId: applied ? 'gr_new' : 'gr_old', error: null, objectKey: applied ? 'k/new' : 'k/old', updatedAt: applied ? T0 + 1 : T0 },
+        ]);
+      }
     });
 
     it('writes the spec payloads, valid against the protocol schema', async () => {

@@ -132,6 +132,8 @@ export interface SyncStore {
   releaseForward(orgId: string, episodeSeq: number, destinationId: string, token: string): Promise<boolean>;
   /** Claims a grant id for the destination; false when it was seen before (reuse). */
   claimGrantId(destinationId: string, grantId: string, at: number): Promise<boolean>;
+  /** Whether the destination's provider answered this grant id before (read only: the destination check). */
+  grantIdUsed(destinationId: string, grantId: string): Promise<boolean>;
   /** Remembers the robot's last reported disk pressure. */
   notePressure(robotId: string, pressure: Pressure, at: number): Promise<void>;
 
@@ -153,8 +155,14 @@ export interface SyncStore {
    * appends `episode.pruned` in the same transaction; a repeat changes nothing (`unchanged`).
    */
   markPruned(robotId: string, episodeId: string, prunedAt: number, receivedAt: number): Promise<'applied' | 'unchanged' | 'unknown_episode' | 'conflict'>;
-  /** Marks (episode, destination) granted when the relay hands a grant over (never moves a replica back). */
+  /**
+   * Marks (episode, destination) granted when the relay hands a grant over (never moves a replica
+   * back), and records the grant as issued for that episode and destination, whatever the state.
+   */
   markGranted(orgId: string, episodeSeq: number, destinationId: string, grantId: string, objectKey: string | null, at: number): Promise<void>;
+
+  /** Whether the relay issued `grantId` for this robot's episode and this destination (a replica report must name one). */
+  grantIssued(robotId: string, episodeId: string, destinationId: string, grantId: string): Promise<boolean>;
 
   // Sync health
   /** One row per robot of the organization and per robot id that reported episodes; `robotIds`: only those. */

@@ -54,6 +54,19 @@ const FAILURE_OF_REASON: Partial<Record<DeferralReason, CheckFailure>> = {
   destination_mismatch: 'destination_mismatch',
 };
 
+/** The check's `failure` for an answer (null for a grant or the provider's own deferral). */
+export function failureOf(answer: CheckedAnswer): CheckFailure | null {
+  return answer.kind === 'deferral' ? (FAILURE_OF_REASON[answer.reason] ?? null) : null;
+}
+
+/**
+ * A grant whose `grant_id` the destination already used: rejected and treated as a deferral
+ * (spec, grant response), by the relay and by the destination check alike.
+ */
+export function grantReused(): CheckedAnswer {
+  return { kind: 'deferral', reason: 'grant_reused', message: 'the grant provider reused a grant_id', retryAfterS: null };
+}
+
 export interface GrantRelayOptions {
   /** The store's sync part and episode lookups (`store.sync`, `store.episodes` in production). */
   store: { sync: SyncStore; episodes: Pick<EpisodeStore, 'get'> };
@@ -108,14 +121,16 @@ export class GrantRelay {
         httpStatus = err.details.status ?? null;
         answer = deferral('too_large', `the answer is larger than ${PROVIDER_MAX_BYTES} bytes`);
       } else if (err.failure === 'timeout') {
-        answer = deferral('timeout', err.message);
+        answer = deferral('timeout', err.publicMessage);
       } else {
-        answer = deferral('unreachable', `${err.failure}: ${err.message}`);
+        // The tenant reads the deferral (the check, the destination's last deferral): the failure
+        // in words. The resolved address or resolver text goes to the operator's log only.
+        this.opts.logger.warn({ destination_id: destination.id, failure: err.failure, error: err.message }, 'grant provider not reachable');
+        answer = deferral('unreachable', `${err.failure}: ${err.publicMessage}`);
       }
     }
     const latencyMs = Math.round(performance.now() - started);
-    const failure = answer.kind === 'deferral' ? (FAILURE_OF_REASON[answer.reason] ?? null) : null;
-    return { answer, httpStatus, latencyMs, failure };
+    return { answer, httpStatus, latencyMs, failure: failureOf(answer) };
   }
 
   /** Answers a robot's `grant.request`: a grant, or a deferral with its reason. */
@@ -181,7 +196,7 @@ export class GrantRelay {
     const result = await this.forward(destination, envelope);
     let answer = result.answer;
     if (answer.kind === 'grant' && !(await store.sync.claimGrantId(destination.id, answer.grantId, clock.now()))) {
-      answer = { kind: 'deferral', reason: 'grant_reused', message: 'the grant provider reused a grant_id', retryAfterS: null };
+      answer = grantReused();
     }
     const now = clock.now();
     if (answer.kind === 'deferral') {

@@ -8,9 +8,11 @@ export const REPLICA_BEFORE_EPISODE_RETRY_S = 30;
 
 /**
  * The `replica.state` outbox kind: a robot's report that a replica moved (granted, syncing,
- * synced, verified) or that an attempt failed. The store applies it idempotently and never moves
- * a replica backwards, writing the webhook events in the same transaction; a report about an
- * episode not indexed yet is answered "retry later", never refused.
+ * synced, verified) or that an attempt failed. A report naming a grant the relay never issued
+ * for that robot, episode and destination is refused (the relay records a grant before the robot
+ * gets it, and only for an indexed episode, so an honest report always finds its grant). The store
+ * applies the others idempotently and never moves a replica backwards, writing the webhook events
+ * in the same transaction.
  */
 export class ReplicaStateHandler implements OutboxKindHandler {
   constructor(
@@ -31,8 +33,16 @@ export class ReplicaStateHandler implements OutboxKindHandler {
       await reply.refuse('validation_failed', summarizeIssues(report.error.issues));
       return;
     }
+    const { episode_id, destination_id, grant_id, state } = report.data;
     let result;
     try {
+      // Only a grant the relay handed to this robot for this episode and destination moves a
+      // replica: a robot cannot claim `verified` for an upload the customer's provider never granted.
+      if (!(await this.opts.store.sync.grantIssued(robotId, episode_id, destination_id, grant_id))) {
+        logger.warn({ robot_id: robotId, msg_id: msgId, episode_id, destination_id, grant_id, state }, 'refused replica report for a grant the relay did not issue');
+        await reply.refuse('unknown_grant', 'no grant with this grant_id was issued to this robot for this episode and destination');
+        return;
+      }
       result = await this.opts.store.sync.applyReplicaReport(robotId, report.data, this.opts.clock.now());
     } catch (err) {
       // Not acknowledged: the robot resends, and applying a report again changes nothing.

@@ -4,6 +4,8 @@
  * through the EgressClient (test CA, loopback allowed, an injected resolver for `hooks.test`).
  */
 import type { ServerResponse } from 'node:http';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { DAY, HOUR, MINUTE, verifySignature, type EpisodeReport } from '@fleet/protocol';
 import { EgressClient } from '../egress/client.js';
@@ -602,6 +604,53 @@ describe('auto-disable and enable', () => {
       expect(row.disabled_reason).toMatch(/unresolvable/);
       expect(row.pending_deliveries).toBe(1);
     } finally {
+      await egress.close();
+    }
+  });
+
+  it('tells the tenant in words why (forbidden address, no such name, lookup failed), never the resolved address or resolver text; the log keeps them', async () => {
+    const logs: Record<string, unknown>[] = [];
+    const logger = pino(
+      { level: 'info' },
+      new Writable({
+        write(chunk: Buffer, _enc, done) {
+          logs.push(JSON.parse(chunk.toString()) as Record<string, unknown>);
+          done();
+        },
+      }),
+    );
+    const egress = new EgressClient({
+      allowLoopback: true,
+      ca: pki.caPem,
+      resolve: async (hostname) => {
+        if (hostname === 'private.test') return [{ address: '10.0.0.1', family: 4 }];
+        if (hostname === 'flaky.test') throw Object.assign(new Error('getaddrinfo EAI_AGAIN flaky.test'), { code: 'EAI_AGAIN' });
+        throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: 'ENOTFOUND' });
+      },
+    });
+    const worker = new DeliveryWorker({ store: env.t.store, secrets: env.secrets, egress, clock: env.t.clock, logger });
+    try {
+      const forbidden = await subscribe(undefined, { url: 'https://private.test/hook' });
+      const missing = await subscribe(undefined, { url: 'https://missing.test/hook' });
+      const flaky = await subscribe(undefined, { url: 'https://flaky.test/hook' });
+      await ingest();
+      await expect
+        .poll(async () => {
+          await worker.tick();
+          return (await listed(flaky.id)).last_delivery_error !== null && (await listed(missing.id)).status === 'disabled' && (await listed(forbidden.id)).status === 'disabled';
+        })
+        .toBe(true);
+      const [f, m, l] = [await listed(forbidden.id), await listed(missing.id), await listed(flaky.id)];
+      expect(f.disabled_reason).toBe('forbidden_address: private.test resolves to an address that is not public');
+      expect(m.disabled_reason).toBe('unresolvable: missing.test does not exist: no such host name');
+      expect(l).toMatchObject({ status: 'active', last_delivery_error: 'unresolvable: cannot resolve flaky.test: the DNS lookup failed (it may work later)' });
+      for (const text of [f.disabled_reason, m.disabled_reason, l.last_delivery_error]) expect(text).not.toMatch(/10\.0\.0\.1|ENOTFOUND|EAI_AGAIN|getaddrinfo/);
+
+      const detail = (msg: string) => logs.filter((x) => x.msg === msg).map((x) => x.error);
+      expect(detail('webhook subscription auto-disabled').sort()).toEqual(['cannot resolve missing.test: getaddrinfo ENOTFOUND missing.test', 'private.test resolves to 10.0.0.1 (private)']);
+      expect(detail('webhook delivery attempt failed')).toEqual(['cannot resolve flaky.test: getaddrinfo EAI_AGAIN flaky.test']);
+    } finally {
+      await worker.stop();
       await egress.close();
     }
   });

@@ -245,13 +245,18 @@ export class DeliveryWorker {
       }
       if (err instanceof EgressError && unusableConfiguration(err)) {
         // The URL cannot work as configured: disable, keep the queue, count no attempt.
-        logger.warn({ subscription_id: sub.id, failure: err.failure }, 'webhook subscription auto-disabled');
-        await store.webhooks.disable(sub.id, `${err.failure}: ${err.message}`.slice(0, 512));
+        // The reason is the tenant's to read: the failure in words; the detail (resolved address,
+        // resolver text) is for the operator's log only.
+        logger.warn({ subscription_id: sub.id, failure: err.failure, error: err.message }, 'webhook subscription auto-disabled');
+        await store.webhooks.disable(sub.id, `${err.failure}: ${err.publicMessage}`.slice(0, 512));
         await store.webhooks.release(sub.id, d.claim);
         this.opts.metrics?.webhookDelivery('disabled');
         return false;
       }
-      const failure = err instanceof EgressError ? `${err.failure}: ${err.message}` : String(err);
+      if (err instanceof EgressError && err.publicMessage !== err.message) {
+        logger.info({ subscription_id: sub.id, delivery_id: d.id, failure: err.failure, error: err.message }, 'webhook delivery attempt failed');
+      }
+      const failure = err instanceof EgressError ? `${err.failure}: ${err.publicMessage}` : String(err);
       outcome = timed(this.retryOrDead(d, null, failure.slice(0, 512), clock.now()));
     }
     await store.webhooks.record(d.id, outcome, d.claim);

@@ -1,11 +1,12 @@
 import { FleetApiError } from '@fleet/client';
+import { COMMAND_ARGS_LIMITS } from '@fleet/protocol';
 
 /**
  * The episode start form (POST /v1/robots/{id}/episodes/start): `{task_id?, subtask_id?,
  * metadata?}`, checked here the way the API checks it (docs/api.md: Robot commands, Basics) so a
  * mistake is shown at its field before anything is sent: ids of at most 256 characters, metadata
- * an object of unique keys whose values are text or JSON, within the API's JSON bounds (nesting,
- * keys per object, array length, no `__proto__`, 1 MiB).
+ * an object of unique keys whose values are text or JSON, within the bounds of a command's
+ * arguments (nesting, keys per object, array length, no `__proto__`, 60 KiB).
  */
 
 export interface MetadataRow {
@@ -35,13 +36,14 @@ export const fieldIds = {
   value: (i: number) => `episode-meta-value-${i}`,
 } as const;
 
-// The API's bounds (packages/protocol JSON_LIMITS, --body-limit-bytes): the body is depth 1,
-// `metadata` depth 2, so a value may nest 30 levels.
+// The bounds of a command's arguments, which the API applies to the body and the robot to what
+// it receives (packages/protocol COMMAND_ARGS_LIMITS): the body is depth 1, `metadata` depth 2,
+// so a value may nest 29 levels.
 const MAX_ID = 256;
-const MAX_DEPTH = 32;
+const MAX_DEPTH = COMMAND_ARGS_LIMITS.maxDepth;
 const MAX_KEYS = 1000;
 const MAX_ARRAY = 10_000;
-const MAX_BODY_BYTES = 1024 * 1024;
+const MAX_BODY_BYTES = COMMAND_ARGS_LIMITS.maxBytes;
 
 function jsonProblem(v: unknown, depth: number): string | null {
   if (v === null || typeof v !== 'object') return null;
@@ -118,7 +120,7 @@ export function buildStartBody(form: StartForm): { body: StartBody; errors: Reco
   if (count > MAX_KEYS) errors[fieldIds.key(form.rows.length - 1)] = `at most ${MAX_KEYS.toLocaleString()} metadata keys`;
   if (count > 0) body.metadata = { ...metadata };
   if (Object.keys(errors).length === 0 && new TextEncoder().encode(JSON.stringify(body)).length > MAX_BODY_BYTES) {
-    errors[fieldIds.value(Math.max(0, form.rows.length - 1))] = 'the request would be larger than 1 MiB';
+    errors[fieldIds.value(Math.max(0, form.rows.length - 1))] = `the request would be larger than ${MAX_BODY_BYTES / 1024} KiB`;
   }
   return { body, errors };
 }

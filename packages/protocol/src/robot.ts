@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { findJsonBoundsViolation, JSON_LIMITS, type JsonBoundsViolation } from './json.js';
 import { humanText } from './text.js';
 
 /**
@@ -98,6 +99,47 @@ export const RobotCommandSchema = z.object({
   sent_at: z.number().int().nonnegative(),
 });
 export type RobotCommand = z.infer<typeof RobotCommandSchema>;
+
+/**
+ * The one bound on a command's `args` (the API body of a robot command, episode metadata
+ * included), end to end: the API refuses with 400 what breaks it, and the agent drops a command
+ * whose args break it. Without one shared bound the API took bodies the robot then dropped, and
+ * the caller waited for a 504. `args` is depth 1; the message wrapping it adds one level, so the
+ * whole message stays within JSON_LIMITS.
+ */
+export const COMMAND_ARGS_LIMITS = {
+  /** Nested objects and arrays of `args`, `args` itself being depth 1. */
+  maxDepth: JSON_LIMITS.maxDepth - 1,
+  /** UTF-8 bytes of `args` serialized as JSON. */
+  maxBytes: 60 * 1024,
+} as const;
+
+/**
+ * Largest command message the agent parses: `args` at its bound plus the envelope. The 4 KiB of
+ * envelope hold a 255-character `cmd_id` even if every character is JSON-escaped to six bytes.
+ */
+export const MAX_COMMAND_MESSAGE_BYTES = COMMAND_ARGS_LIMITS.maxBytes + 4 * 1024;
+
+export interface CommandArgsViolation {
+  /** Which bound: one of the JSON bounds (depth, keys, array length) or the serialized size. */
+  limit: JsonBoundsViolation['limit'] | 'bytes';
+  max: number;
+  /** JSON Pointer into `args` (empty for the size). */
+  path: string;
+  message: string;
+}
+
+/** The first bound of COMMAND_ARGS_LIMITS (or JSON_LIMITS) that `args` breaks, or null. */
+export function findCommandArgsViolation(args: unknown): CommandArgsViolation | null {
+  if (args === undefined || args === null) return null;
+  const json = findJsonBoundsViolation(args, { ...JSON_LIMITS, maxDepth: COMMAND_ARGS_LIMITS.maxDepth });
+  if (json) return json;
+  const bytes = new TextEncoder().encode(JSON.stringify(args)).length;
+  if (bytes > COMMAND_ARGS_LIMITS.maxBytes) {
+    return { limit: 'bytes', max: COMMAND_ARGS_LIMITS.maxBytes, path: '', message: `command arguments larger than ${COMMAND_ARGS_LIMITS.maxBytes} bytes as JSON` };
+  }
+  return null;
+}
 
 /**
  * Why a robot declined a command. `invalid_state`: not possible in the robot's current state;

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { ApiKeySchema, CreateApiKeyBodySchema, CreatedApiKeySchema } from '@fleet/protocol';
 import { createApiKey, toApiKey } from '../../api-keys.js';
 import { notFound } from '../../errors.js';
+import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import type { V1Plugin } from './types.js';
 
@@ -14,10 +15,11 @@ export const apiKeyRoutes: V1Plugin = async (app, { store, clock, lastUsed }) =>
     url: '/api-keys',
     config: { policy: { auth: 'key', scope: 'admin', feature: 'api.access', meter: 'api_keys.created' } },
     schema: {
+      operationId: 'createApiKey',
       summary: 'Create an API key',
       description: 'The plaintext `key` is in this response only; it is stored as a hash.',
       body: CreateApiKeyBodySchema,
-      response: { 201: CreatedApiKeySchema },
+      response: { 201: CreatedApiKeySchema, ...errorResponses('conflict') },
     },
     handler: async (request, reply) => {
       const { org, key } = principalOf(request);
@@ -38,6 +40,7 @@ export const apiKeyRoutes: V1Plugin = async (app, { store, clock, lastUsed }) =>
     url: '/api-keys',
     config: { policy: { auth: 'key', scope: 'admin', feature: 'api.access', meter: null } },
     schema: {
+      operationId: 'listApiKeys',
       summary: 'List API keys',
       description: 'Every key of the organization, revoked and expired ones included; never the plaintext.',
       response: { 200: z.object({ api_keys: z.array(ApiKeySchema) }) },
@@ -54,10 +57,11 @@ export const apiKeyRoutes: V1Plugin = async (app, { store, clock, lastUsed }) =>
     url: '/api-keys/:id',
     config: { policy: { auth: 'key', scope: 'admin', feature: 'api.access', meter: 'api_keys.revoked' } },
     schema: {
+      operationId: 'revokeApiKey',
       summary: 'Revoke an API key',
       description: 'Immediate and permanent. Revoking a revoked key is a no-op that keeps the first revocation time.',
       params: IdParams,
-      response: { 204: z.null().describe('Revoked') },
+      response: { 204: z.null().describe('Revoked'), ...errorResponses('not_found') },
     },
     handler: async (request, reply) => {
       const { org } = principalOf(request);

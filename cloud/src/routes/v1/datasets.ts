@@ -1,9 +1,10 @@
 import { z } from 'zod';
-import { CreateDatasetBodySchema, DatasetCountSchema, DatasetSchema, EpisodeWithLocationsSchema, iso, safeJsonStringify, SnapshotResultSchema, type Dataset } from '@fleet/protocol';
+import { CreateDatasetBodySchema, DatasetCountSchema, DatasetSchema, EpisodeWithLocationsSchema, iso, ManifestHeaderSchema, safeJsonStringify, SnapshotResultSchema, STREAM_PAGE_LIMIT, type Dataset } from '@fleet/protocol';
 import { parseEpisodeFilter } from '../../episodes/filter.js';
 import { queryInt } from '../query.js';
 import { episodeLines, toEpisodeWithLocations } from '../../episodes/present.js';
 import { ApiError, jsonPointer, notFound, type ValidationIssue } from '../../errors.js';
+import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { newId } from '../../ids.js';
 import type { DatasetRow, EpisodeFilter } from '../../store/index.js';
@@ -65,6 +66,7 @@ export const datasetRoutes: V1Plugin = async (app, { store, clock }) => {
     url: '/datasets',
     config: { policy: { ...write, meter: 'datasets.created' } },
     schema: {
+      operationId: 'createDataset',
       summary: 'Create a dataset (live until snapshotted)',
       description: 'The filter takes exactly the episode list filter keys; an unknown key is 400.',
       body: CreateDatasetBodySchema,
@@ -93,6 +95,7 @@ export const datasetRoutes: V1Plugin = async (app, { store, clock }) => {
     url: '/datasets',
     config: { policy: { ...read, meter: 'datasets.list' } },
     schema: {
+      operationId: 'listDatasets',
       summary: 'List datasets',
       querystring: z.strictObject({
         cursor: z.string().min(1).max(512).optional(),
@@ -114,7 +117,7 @@ export const datasetRoutes: V1Plugin = async (app, { store, clock }) => {
     method: 'GET',
     url: '/datasets/:id',
     config: { policy: { ...read, meter: 'datasets.get' } },
-    schema: { summary: 'Get a dataset', params: IdParams, response: { 200: DatasetSchema } },
+    schema: { operationId: 'getDataset', summary: 'Get a dataset', params: IdParams, response: { 200: DatasetSchema, ...errorResponses('not_found') } },
     handler: async (request) => {
       const ds = await store.datasets.get(principalOf(request).org.id, request.params.id);
       if (!ds) throw notFound('dataset');
@@ -127,10 +130,11 @@ export const datasetRoutes: V1Plugin = async (app, { store, clock }) => {
     url: '/datasets/:id/count',
     config: { policy: { ...read, meter: null } },
     schema: {
+      operationId: 'getDatasetCount',
       summary: 'How many episodes the dataset holds',
       description: `A snapshot's pinned count, or for a live dataset the episodes a snapshot taken now would pin (the same rules: evaluation episodes unless the filter names eval_id, discarded ones unless it names outcome). A live count stops at ${COUNT_CAP.toLocaleString('en-US')} (\`capped\`).`,
       params: IdParams,
-      response: { 200: DatasetCountSchema },
+      response: { 200: DatasetCountSchema, ...errorResponses('not_found') },
     },
     handler: async (request) => {
       const { org } = principalOf(request);
@@ -156,12 +160,13 @@ export const datasetRoutes: V1Plugin = async (app, { store, clock }) => {
     url: '/datasets/:id/snapshot',
     config: { policy: { ...write, meter: 'datasets.snapshotted' } },
     schema: {
+      operationId: 'snapshotDataset',
       summary: 'Pin the membership now (one-shot, permanent)',
       description:
         'Evaluation episodes (with an eval_id) are left out unless the filter names eval_id; discarded episodes unless it names outcome. 409 `conflict` if already snapshotted.',
       params: IdParams,
       body: z.strictObject({}).nullish(),
-      response: { 200: SnapshotResultSchema },
+      response: { 200: SnapshotResultSchema, ...errorResponses('not_found', 'conflict') },
     },
     handler: async (request) => {
       const { org } = principalOf(request);
@@ -179,15 +184,19 @@ export const datasetRoutes: V1Plugin = async (app, { store, clock }) => {
     url: '/datasets/:id/manifest',
     config: { policy: { ...read, meter: 'datasets.manifest' } },
     schema: {
+      operationId: 'getDatasetManifest',
       summary: "A snapshot's members as NDJSON pages",
       description:
         'The first page starts with the header line (dataset_id, name, filter, snapshot_at, episode_count); then one line per member with its current data, files and locations. `X-Next-Cursor` is absent on the last page. 409 `conflict` while live.',
       params: IdParams,
       querystring: z.strictObject({
         cursor: z.string().min(1).max(512).optional(),
-        limit: queryInt(1, 5000, 1000),
+        limit: queryInt(1, STREAM_PAGE_LIMIT.max, STREAM_PAGE_LIMIT.default),
       }),
-      response: { 200: { description: 'NDJSON', content: { [NDJSON]: { schema: EpisodeWithLocationsSchema } } } },
+      response: {
+        200: { description: 'NDJSON: a ManifestHeader line (first page only), then EpisodeWithLocations lines', content: { [NDJSON]: { schema: z.union([ManifestHeaderSchema, EpisodeWithLocationsSchema]) } } },
+        ...errorResponses('not_found', 'conflict'),
+      },
     },
     handler: async (request, reply) => {
       const { org } = principalOf(request);

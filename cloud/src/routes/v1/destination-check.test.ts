@@ -1,7 +1,12 @@
 import type { ServerResponse } from 'node:http';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
 import { afterAll, beforeAll, beforeEach, afterEach, describe, expect, it } from 'vitest';
 import { DestinationCheckSchema, GrantRequestEnvelopeSchema, verifySignature, type GrantRequestEnvelope } from '@fleet/protocol';
+import { EgressClient } from '../../egress/client.js';
 import { createTestPki, startHttpsReceiver, type ReceivedRequest, type TestPki, type TestReceiver } from '../../egress/test-https.js';
+import { SecretBox } from '../../secret-box.js';
+import { GrantRelay } from '../../sync/grant-relay.js';
 import { errorCode, startTestCloud, type TestCloud, type TestTenant } from '../../test-support.js';
 
 /** The destination check against a real HTTPS provider stand-in, through the app's own relay. */
@@ -84,6 +89,19 @@ describe('POST /v1/destinations/{id}/check', () => {
     expect(typeof body.message).toBe('string');
   });
 
+  it('fails with schema_invalid, as the relay defers it, when the grant reuses a grant_id the destination used before', async () => {
+    const [d, other] = [await destination(), await destination()];
+    // A grant the relay handed to a robot earlier, at this destination.
+    expect(await t.store.sync.claimGrantId(d.id, 'g_used', t.clock.now())).toBe(true);
+    answer = (req, res) => json(res, 200, { ...grant(envOf(req)), grant_id: 'g_used' });
+    const res = await check(d.id);
+    expect(res.statusCode, res.payload).toBe(200);
+    expect(res.json()).toMatchObject({ result: 'fail', mode: 'deferred', failure: 'schema_invalid', http_status: 200, message: expect.stringContaining('reused a grant_id') as string });
+    // Used at another destination only: a new id here, so it passes (and the check claims nothing).
+    expect((await check(other.id)).json()).toMatchObject({ result: 'pass', mode: 'granted' });
+    expect((await check(other.id)).json()).toMatchObject({ result: 'pass', mode: 'granted' });
+  });
+
   it('fails with unreachable when nothing listens', async () => {
     const closed = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), () => undefined);
     const url = `https://127.0.0.1:${closed.port}/grant`;
@@ -100,5 +118,64 @@ describe('POST /v1/destinations/{id}/check', () => {
     await t.app.inject({ method: 'DELETE', url: `/v1/destinations/${d.id}`, headers: tenant.auth });
     const revoked = await check(d.id);
     expect([revoked.statusCode, errorCode(revoked)]).toEqual([409, 'conflict']);
+  });
+});
+
+describe('POST /v1/destinations/{id}/check, a provider address the cloud may not reach', () => {
+  /** Host names the injected resolver knows; any other does not exist. */
+  const dns: Record<string, string> = { 'localhost.grants.test': '127.0.0.1', 'internal.grants.test': '10.1.2.3' };
+
+  it('says in words whether the name is forbidden or does not exist, without addresses or resolver text; the log has the detail', async () => {
+    const logs: Record<string, unknown>[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, done) {
+        logs.push(JSON.parse(chunk.toString()) as Record<string, unknown>);
+        done();
+      },
+    });
+    const logger = pino({ level: 'info' }, sink);
+    const secrets = SecretBox.random();
+    const egress = new EgressClient({
+      resolve: async (hostname) => {
+        const address = dns[hostname];
+        if (address === undefined) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: 'ENOTFOUND' });
+        return [{ address, family: 4 }];
+      },
+    });
+    // The real relay on a resolver the test controls (the app's own would ask the system's DNS).
+    let relay: GrantRelay | undefined;
+    const cloud = await startTestCloud({ deps: { logger, secrets, relay: { forward: (d, e) => relay!.forward(d, e) } } });
+    try {
+      relay = new GrantRelay({ store: cloud.store, egress, secrets, clock: cloud.clock, logger });
+      const owner = await cloud.createTenant();
+      const checkOf = async (url: string) => {
+        const created = await cloud.app.inject({ method: 'POST', url: '/v1/destinations', headers: owner.auth, payload: { type: 'external', url } });
+        expect(created.statusCode, created.payload).toBe(201);
+        const res = await cloud.app.inject({ method: 'POST', url: `/v1/destinations/${created.json<{ id: string }>().id}/check`, headers: owner.auth });
+        expect(res.statusCode, res.payload).toBe(200);
+        return res.json<{ result: string; failure: string; message: string }>();
+      };
+
+      const loopback = await checkOf('https://localhost.grants.test/grant');
+      const internal = await checkOf('https://internal.grants.test/grant');
+      const missing = await checkOf('https://missing.grants.test/grant');
+      // The spec's failure value stays `unreachable` for both kinds; the message tells them apart.
+      for (const c of [loopback, internal, missing]) expect(c).toMatchObject({ result: 'fail', failure: 'unreachable' });
+      expect(loopback.message).toBe('forbidden_address: localhost.grants.test resolves to an address that is not public');
+      expect(internal.message).toBe('forbidden_address: internal.grants.test resolves to an address that is not public');
+      expect(missing.message).toBe('unresolvable: missing.grants.test does not exist: no such host name');
+      for (const c of [loopback, internal, missing]) expect(c.message).not.toMatch(/\d+\.\d+\.\d+\.\d+|ENOTFOUND|getaddrinfo/);
+
+      // The operator's log keeps what the resolver said.
+      const detail = logs.filter((l) => l.msg === 'grant provider not reachable').map((l) => l.error);
+      expect(detail).toEqual([
+        'localhost.grants.test resolves to 127.0.0.1 (loopback)',
+        'internal.grants.test resolves to 10.1.2.3 (private)',
+        'cannot resolve missing.grants.test: getaddrinfo ENOTFOUND missing.grants.test',
+      ]);
+    } finally {
+      await cloud.close();
+      await egress.close();
+    }
   });
 });

@@ -2,7 +2,9 @@ import { createHash, randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import { DestinationCheckSchema, type DestinationCheck, type GrantRequestEnvelope } from '@fleet/protocol';
 import { ApiError, notFound } from '../../errors.js';
+import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
+import { failureOf, grantReused } from '../../sync/grant-relay.js';
 import type { V1Plugin } from './types.js';
 
 const NoBody = z.strictObject({}).nullish();
@@ -18,13 +20,14 @@ export const destinationCheckRoutes: V1Plugin = async (app, { store, relay }) =>
     url: '/destinations/:id/check',
     config: { policy: { auth: 'key', scope: 'admin', feature: 'data.metadata', meter: null } },
     schema: {
+      operationId: 'checkDestination',
       summary: "Send a synthetic grant request to a destination's provider",
       description:
         'Signed like every grant request, with `request.check: true` and a one-file manifest. `pass` for a valid grant or a deferral; ' +
         '`fail` with `failure` one of unreachable, timeout, http_error, invalid_json, schema_invalid, destination_mismatch. Nothing is persisted.',
       params: z.strictObject({ id: z.string().min(1).max(128) }),
       body: NoBody,
-      response: { 200: DestinationCheckSchema },
+      response: { 200: DestinationCheckSchema, ...errorResponses('not_found', 'conflict') },
     },
     handler: async (request): Promise<DestinationCheck> => {
       const { org } = principalOf(request);
@@ -46,7 +49,13 @@ export const destinationCheckRoutes: V1Plugin = async (app, { store, relay }) =>
           check: true,
         },
       };
-      const r = await relay.forward(destination, envelope);
+      let r = await relay.forward(destination, envelope);
+      // A grant_id this destination used before fails the check as it would defer a robot; only
+      // read here, never claimed (the check persists nothing).
+      if (r.answer.kind === 'grant' && (await store.sync.grantIdUsed(destination.id, r.answer.grantId))) {
+        const answer = grantReused();
+        r = { ...r, answer, failure: failureOf(answer) };
+      }
       const base = { http_status: r.httpStatus, latency_ms: r.latencyMs };
       if (r.answer.kind === 'grant') return { result: 'pass', mode: 'granted', ...base };
       if (r.failure === null) return { result: 'pass', mode: 'deferred', ...base, message: r.answer.message };

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { CreatedDestinationSchema, CreateDestinationBodySchema, DestinationSchema } from '@fleet/protocol';
 import { notFound } from '../../errors.js';
+import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { createDestination, toDestination } from '../../sync/manage.js';
 import type { V1Plugin } from './types.js';
@@ -16,6 +17,7 @@ export const destinationRoutes: V1Plugin = async (app, { store, clock, secrets, 
     url: '/destinations',
     config: { policy: admin },
     schema: {
+      operationId: 'createDestination',
       summary: 'Register a grant provider as a destination',
       description:
         'The `dsec_` secret, which signs every grant request sent to the provider, is in this response only. With no routing rules and this as the only live destination, every episode routes to it.',
@@ -35,6 +37,7 @@ export const destinationRoutes: V1Plugin = async (app, { store, clock, secrets, 
     url: '/destinations',
     config: { policy: admin },
     schema: {
+      operationId: 'listDestinations',
       summary: 'List destinations with their forwarding health',
       description: 'Revoked destinations are listed too, with `revoked_at`. Health counts cover the last 24 hours.',
       response: { 200: z.object({ destinations: z.array(DestinationSchema) }) },
@@ -49,11 +52,12 @@ export const destinationRoutes: V1Plugin = async (app, { store, clock, secrets, 
     url: '/destinations/:id',
     config: { policy: admin },
     schema: {
+      operationId: 'revokeDestination',
       summary: 'Revoke a destination',
       description:
         'No new grants; synced and verified data is untouched; routing rules pointing at it stop matching, and episodes routed to it that had not synced route again. Revoking twice answers 204 and keeps the first time.',
       params: IdParams,
-      response: { 204: z.null().describe('Revoked') },
+      response: { 204: z.null().describe('Revoked'), ...errorResponses('not_found') },
     },
     handler: async (request, reply) => {
       const { org } = principalOf(request);

@@ -10,6 +10,7 @@ export const entitlementRoutes: V1Plugin = async (app) => {
     url: '/entitlements',
     config: { policy: { auth: 'key', scope: null, feature: null, meter: null } },
     schema: {
+      operationId: 'getEntitlements',
       summary: "The organization's tier, feature flags and limits, and the calling key's scopes",
       response: { 200: EntitlementsSchema },
     },

@@ -10,10 +10,12 @@ import {
   PatchOutcomeBodySchema,
   safeJsonStringify,
   SegmentSchema,
+  STREAM_PAGE_LIMIT,
 } from '@fleet/protocol';
 import { parseEpisodeFilter } from '../../episodes/filter.js';
 import { episodeLines, toEpisode, toEpisodeWithLocations } from '../../episodes/present.js';
 import { notFound, validationError } from '../../errors.js';
+import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import type { EpisodeFilter, Store } from '../../store/index.js';
 import { isEpisodeLineSource } from '../../store/index.js';
@@ -109,6 +111,7 @@ export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
     url: '/episodes',
     config: { policy: { ...read, meter: 'episodes.list' } },
     schema: {
+      operationId: 'listEpisodes',
       summary: 'List episodes',
       description: 'Keyset-paginated in the order episodes were indexed, so paging never skips or repeats a row while new ones arrive.',
       querystring: z.object({ ...FilterQuery, limit: queryInt(1, 100, 50) }).catchall(Catchall),
@@ -130,9 +133,10 @@ export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
     url: '/episodes/export',
     config: { policy: { ...read, meter: 'episodes.exported' } },
     schema: {
+      operationId: 'exportEpisodes',
       summary: 'Export episodes with their files and data locations as NDJSON',
       description: 'One line per episode. `X-Next-Cursor` carries the next page and is absent when complete.',
-      querystring: z.object({ ...FilterQuery, limit: queryInt(1, 5000, 1000) }).catchall(Catchall),
+      querystring: z.object({ ...FilterQuery, limit: queryInt(1, STREAM_PAGE_LIMIT.max, STREAM_PAGE_LIMIT.default) }).catchall(Catchall),
       response: { 200: { description: 'NDJSON rows', content: { [NDJSON]: { schema: EpisodeWithLocationsSchema } } } },
     },
     handler: async (request, reply) => {
@@ -147,7 +151,7 @@ export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
     method: 'GET',
     url: '/episodes/:id',
     config: { policy: { ...read, meter: null } },
-    schema: { summary: 'Get an episode', params: IdParams, response: { 200: EpisodeSchema } },
+    schema: { operationId: 'getEpisode', summary: 'Get an episode', params: IdParams, response: { 200: EpisodeSchema, ...errorResponses('not_found') } },
     handler: async (request) => {
       const row = await store.episodes.get(principalOf(request).org.id, request.params.id);
       if (!row) throw notFound('episode');
@@ -160,10 +164,11 @@ export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
     url: '/episodes/:id/segments',
     config: { policy: { ...read, meter: null } },
     schema: {
+      operationId: 'listEpisodeSegments',
       summary: "The episode's subtask timeline",
       description: 'Offsets are seconds from the episode\'s `started_at`.',
       params: IdParams,
-      response: { 200: z.object({ segments: z.array(SegmentSchema) }) },
+      response: { 200: z.object({ segments: z.array(SegmentSchema) }), ...errorResponses('not_found') },
     },
     handler: async (request) => {
       const row = await store.episodes.get(principalOf(request).org.id, request.params.id);
@@ -177,10 +182,11 @@ export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
     url: '/episodes/:id/files',
     config: { policy: { ...read, meter: null } },
     schema: {
+      operationId: 'getEpisodeFiles',
       summary: "The episode's files as its manifest lists them",
       description: 'Paths, sizes and SHA-256 digests the robot reported; never the bytes or a URL to them.',
       params: IdParams,
-      response: { 200: EpisodeFilesSchema },
+      response: { 200: EpisodeFilesSchema, ...errorResponses('not_found') },
     },
     handler: async (request) => {
       const row = await store.episodes.get(principalOf(request).org.id, request.params.id);
@@ -197,9 +203,10 @@ export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
     url: '/episodes/:id/outcome-history',
     config: { policy: { ...read, meter: null } },
     schema: {
+      operationId: 'getEpisodeOutcomeHistory',
       summary: 'The audit log of outcome overrides',
       params: IdParams,
-      response: { 200: z.object({ outcome_history: z.array(OutcomeChangeSchema) }) },
+      response: { 200: z.object({ outcome_history: z.array(OutcomeChangeSchema) }), ...errorResponses('not_found') },
     },
     handler: async (request) => {
       const changes = await store.episodes.outcomeHistory(principalOf(request).org.id, request.params.id);
@@ -213,11 +220,12 @@ export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
     url: '/episodes/:id',
     config: { policy: { ...write, meter: null } },
     schema: {
+      operationId: 'annotateEpisode',
       summary: 'Annotate an episode',
       description: `Recorded facts cannot be modified. The merged annotations may be at most ${MAX_ANNOTATIONS_BYTES} bytes of JSON.`,
       params: IdParams,
       body: PatchAnnotationsBodySchema,
-      response: { 200: EpisodeSchema },
+      response: { 200: EpisodeSchema, ...errorResponses('not_found') },
     },
     handler: async (request) => {
       const { org } = principalOf(request);
@@ -242,11 +250,12 @@ export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
     url: '/episodes/:id/outcome',
     config: { policy: { ...write, meter: null } },
     schema: {
+      operationId: 'setEpisodeOutcome',
       summary: "Override an episode's effective outcome",
       description: '`recorded_outcome` never changes; each override appends to the outcome history.',
       params: IdParams,
       body: PatchOutcomeBodySchema,
-      response: { 200: EpisodeSchema },
+      response: { 200: EpisodeSchema, ...errorResponses('not_found') },
     },
     handler: async (request) => {
       const { org, key } = principalOf(request);

@@ -16,6 +16,7 @@ import { isUsable } from '../../api-keys.js';
 import type { Principal } from '../../auth.js';
 import { hasFeature } from '../../entitlements.js';
 import { ApiError, quote, validationError } from '../../errors.js';
+import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { SseConnection } from '../../streams/sse.js';
 import type { V1Plugin } from './types.js';
@@ -97,6 +98,7 @@ export const eventRoutes: V1Plugin = async (app, { streams, store, clock }) => {
     url: '/events/stream',
     config: { policy: { auth: 'key', scope: READ_SCOPES, feature: null, meter: null } },
     schema: {
+      operationId: 'streamEvents',
       summary: 'Follow the event log live (server-sent events)',
       description: [
         'A `text/event-stream` answer that stays open. Each event is a frame `id: evt_<n>`, `event: <type>`, `data: <JSON>`;',
@@ -113,6 +115,7 @@ export const eventRoutes: V1Plugin = async (app, { streams, store, clock }) => {
           description: 'Server-sent events: `retry:`, then frames `id: evt_<n>` / `event: <type>` / `data: <payload JSON>` and `: heartbeat` comments',
           content: { 'text/event-stream': { schema: StreamEventDataSchema } },
         },
+        ...errorResponses('entitlement_required'),
       },
     },
     handler: async (request, reply) => {

@@ -1,6 +1,6 @@
 import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { CAPABILITY_EPISODES_V1, CommandResultSchema, type CommandRefusal, type CommandReply, type RobotCommandName } from '@fleet/protocol';
+import { CAPABILITY_EPISODES_V1, COMMAND_ARGS_LIMITS, CommandResultSchema, type CommandRefusal, type CommandReply, type RobotCommandName } from '@fleet/protocol';
 import { createEnrollmentToken, enrollRobot } from '../../robots/enrollment.js';
 import { errorCode, errorDetails, startTestCloud, type TestCloud, type TestTenant } from '../../test-support.js';
 import { dumpTables } from '../../store/test-store.js';
@@ -10,13 +10,13 @@ import { ApiError } from '../../errors.js';
 
 /** Stands in for the MQTT link: answers every command with what `answer` says, and counts. */
 class ScriptedRobot implements CommandSender {
-  sent: { command: RobotCommandName; cmdId: string }[] = [];
+  sent: { command: RobotCommandName; cmdId: string; args?: Record<string, unknown> }[] = [];
   answer: (command: RobotCommandName, cmdId: string) => CommandReply = (command, cmdId) => ({ cmd_id: cmdId, ok: true, result: { command, cmd_id: cmdId, ok: true } });
   /** While set, the robot answers only once it resolves (a command the robot takes its time on). */
   gate: Promise<void> | null = null;
 
-  async send(_robotId: string, command: RobotCommandName, cmdId: string): Promise<CommandReply> {
-    this.sent.push({ command, cmdId });
+  async send(_robotId: string, command: RobotCommandName, cmdId: string, args?: Record<string, unknown>): Promise<CommandReply> {
+    this.sent.push({ command, cmdId, ...(args ? { args } : {}) });
     if (this.gate) await this.gate;
     return this.answer(command, cmdId);
   }
@@ -197,5 +197,45 @@ describe('an Idempotency-Key claim while the robot takes its time', () => {
     expect(await leaseUntil('c')).toBeNull();
     robot.answer = (command, cmdId) => ({ cmd_id: cmdId, ok: true, result: { command, cmd_id: cmdId, ok: true } });
     expect((await post('go-home', { 'idempotency-key': 'c' })).statusCode).toBe(200);
+  });
+});
+
+describe('command arguments and the bound the robot takes', () => {
+  /** `{metadata: {pad, deep}}` whose innermost array sits at `depth` (the body being depth 1), `bytes` long as JSON. */
+  function argsAt(depth: number, bytes?: number): Record<string, unknown> {
+    let deep: unknown = [];
+    for (let d = depth; d > 3; d--) deep = [deep];
+    const args = { metadata: { pad: '', deep } };
+    if (bytes !== undefined) args.metadata.pad = 'x'.repeat(bytes - JSON.stringify(args).length);
+    return args;
+  }
+  function postBody(path: string, body: unknown): Promise<LightMyRequestResponse> {
+    return t.app.inject({ method: 'POST', url: `/v1/robots/${robotId}/${path}`, headers: tenant.auth, payload: body as Record<string, unknown> });
+  }
+
+  it('metadata nested one level beyond the bound is 400 validation_failed, and the robot is never asked', async () => {
+    // Metadata nested 30 deep: within the API's JSON body bounds, beyond what the robot takes.
+    const res = await postBody('episodes/start', argsAt(COMMAND_ARGS_LIMITS.maxDepth + 1));
+    expect(res.statusCode, res.payload).toBe(400);
+    expect(errorCode(res)).toBe('validation_failed');
+    expect(errorDetails(res)).toMatchObject({ issues: [{ location: 'body', code: 'json_depth' }], limits: { max_depth: COMMAND_ARGS_LIMITS.maxDepth } });
+    expect(robot.sent).toHaveLength(0);
+  });
+
+  it('metadata one byte over the size bound is 400 validation_failed, on every verb that takes it', async () => {
+    for (const path of ['episodes/start', 'episodes/finish', 'episodes/fail', 'episodes/discard']) {
+      const res = await postBody(path, argsAt(4, COMMAND_ARGS_LIMITS.maxBytes + 1));
+      expect(res.statusCode, `${path}: ${res.payload}`).toBe(400);
+      expect(errorDetails(res)).toMatchObject({ issues: [{ location: 'body', code: 'json_bytes' }], limits: { max_bytes: COMMAND_ARGS_LIMITS.maxBytes } });
+    }
+    expect(robot.sent).toHaveLength(0);
+  });
+
+  it('metadata exactly at the depth and size bounds reaches the robot as the command args', async () => {
+    const args = argsAt(COMMAND_ARGS_LIMITS.maxDepth, COMMAND_ARGS_LIMITS.maxBytes);
+    expect(Buffer.byteLength(JSON.stringify(args))).toBe(COMMAND_ARGS_LIMITS.maxBytes);
+    const res = await postBody('episodes/start', args);
+    expect(res.statusCode, res.payload).toBe(200);
+    expect(robot.sent).toEqual([expect.objectContaining({ command: 'episodes.start', args })]);
   });
 });

@@ -1,16 +1,19 @@
 import { z } from 'zod';
 import {
   CAPABILITY_EPISODES_V1,
+  COMMAND_ARGS_LIMITS,
   CommandResultSchema,
   EpisodeEndBodySchema,
   type ApiErrorCode,
   type CommandDeclined,
   type CommandRefusal,
   EpisodeStartBodySchema,
+  findCommandArgsViolation,
   type Feature,
   type RobotCommandName,
 } from '@fleet/protocol';
-import { ApiError, notFound } from '../../errors.js';
+import { ApiError, notFound, validationError } from '../../errors.js';
+import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { newId } from '../../ids.js';
 import { deenrolledError } from './robots.js';
@@ -43,6 +46,21 @@ export const COMMAND_ROUTES: readonly CommandRoute[] = [
   { path: 'episodes/fail', command: 'episodes.fail', feature: 'data.metadata', meter: 'episodes.failed', body: EpisodeEndBodySchema, needsEpisodesV1: false },
   { path: 'episodes/discard', command: 'episodes.discard', feature: 'data.metadata', meter: 'episodes.discarded', body: EpisodeEndBodySchema, needsEpisodesV1: true },
 ];
+
+/** Each command's operationId in the OpenAPI document (what generated clients name the call). */
+const OPERATION_IDS: Record<string, string> = {
+  'go-home': 'sendRobotGoHome',
+  'go-to-start': 'sendRobotGoToStart',
+  'start-autonomous': 'sendRobotStartAutonomous',
+  'stop-autonomous': 'sendRobotStopAutonomous',
+  'stack/start': 'sendRobotStackStart',
+  'stack/stop': 'sendRobotStackStop',
+  'stack/status': 'sendRobotStackStatus',
+  'episodes/start': 'startRobotEpisode',
+  'episodes/finish': 'finishRobotEpisode',
+  'episodes/fail': 'failRobotEpisode',
+  'episodes/discard': 'discardRobotEpisode',
+};
 
 /** The four episode verbs; every other command is a non-episode action (go_home, stack.start, ...). */
 function isEpisodeVerb(command: RobotCommandName): boolean {
@@ -79,6 +97,7 @@ export const robotCommandRoutes: V1Plugin = async (app, { store, robots }) => {
       url: `/robots/:id/${def.path}`,
       config: { policy: { auth: 'key', scope: 'robots:command', feature: def.feature, meter: def.meter } },
       schema: {
+        operationId: OPERATION_IDS[def.path],
         summary: `Send ${def.command} to a robot and wait for its answer`,
         description:
           (isEpisodeVerb(def.command)
@@ -92,9 +111,17 @@ export const robotCommandRoutes: V1Plugin = async (app, { store, robots }) => {
           (isEpisodeVerb(def.command) ? ' The body is validated and not attached: the robot stamps its own context.' : ''),
         params: z.strictObject({ id: z.string().min(1).max(128) }),
         body: def.body,
-        response: { 200: CommandResultSchema },
+        response: { 200: CommandResultSchema, ...errorResponses('not_found', 'robot_deenrolled', { status: 422, code: 'validation_failed' }, 'robot_offline', 'command_timeout') },
       },
       handler: async (request) => {
+        // The body travels to the robot as the command's args: what the robot would drop (and
+        // leave the caller waiting for a 504) is refused here.
+        const beyond = findCommandArgsViolation(request.body);
+        if (beyond) {
+          throw validationError('body', beyond.path, `${beyond.message} (at most ${beyond.max})`, `json_${beyond.limit}`, {
+            limits: { max_depth: COMMAND_ARGS_LIMITS.maxDepth, max_bytes: COMMAND_ARGS_LIMITS.maxBytes },
+          });
+        }
         const { org } = principalOf(request);
         const robot = await store.robots.get(org.id, request.params.id);
         if (!robot) throw notFound('robot');

@@ -13,6 +13,7 @@ import {
   type Robot,
 } from '@fleet/protocol';
 import { ApiError, notFound } from '../../errors.js';
+import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { createEnrollmentToken, enrollRobot, toEnrollmentTokenInfo } from '../../robots/enrollment.js';
 import { hasFeature } from '../../entitlements.js';
@@ -106,6 +107,7 @@ export const robotRoutes: V1Plugin = async (app, { store, clock, mqttPublicUrl, 
     url: '/robots/enrollment-tokens',
     config: { policy: { auth: 'key', scope: 'admin', feature: 'api.access', meter: null } },
     schema: {
+      operationId: 'createEnrollmentToken',
       summary: 'Create a robot enrollment token',
       description: 'The `ret_` token is shown once. Defaults: one use, valid 24 h.',
       body: CreateEnrollmentTokenBodySchema,
@@ -130,6 +132,7 @@ export const robotRoutes: V1Plugin = async (app, { store, clock, mqttPublicUrl, 
     url: '/robots/enrollment-tokens',
     config: { policy: { ...admin, meter: null } },
     schema: {
+      operationId: 'listEnrollmentTokens',
       summary: 'List enrollment tokens',
       description:
         'Every token of the organization, used up, expired and revoked ones included; ordered by id and keyset-paginated. ' +
@@ -152,12 +155,13 @@ export const robotRoutes: V1Plugin = async (app, { store, clock, mqttPublicUrl, 
     url: '/robots/enrollment-tokens/:id',
     config: { policy: { ...admin, meter: 'enrollment_tokens.revoked' } },
     schema: {
+      operationId: 'revokeEnrollmentToken',
       summary: 'Revoke an enrollment token',
       description:
         'Immediate and permanent: the token enrolls no robot afterwards (401 `unauthenticated`). Robots it enrolled stay. ' +
         'Revoking a revoked token answers 204 and keeps the first revocation time.',
       params: IdParams,
-      response: { 204: z.null().describe('Revoked') },
+      response: { 204: z.null().describe('Revoked'), ...errorResponses('not_found') },
     },
     handler: async (request, reply) => {
       const { org } = principalOf(request);
@@ -171,10 +175,11 @@ export const robotRoutes: V1Plugin = async (app, { store, clock, mqttPublicUrl, 
     url: '/robots/enroll',
     config: { policy: { auth: 'none' } },
     schema: {
+      operationId: 'enrollRobot',
       summary: 'Enroll a robot with an enrollment token',
       description: 'No API key: the token in the body authenticates. Returns the robot id and its MQTT credentials, shown once.',
       body: EnrollBodySchema,
-      response: { 201: EnrollResponseSchema },
+      response: { 201: EnrollResponseSchema, ...errorResponses('unauthenticated', 'conflict') },
     },
     handler: async (request, reply) => {
       const enrolled = await enrollRobot(store, clock, request.body, mqttPublicUrl);
@@ -196,6 +201,7 @@ export const robotRoutes: V1Plugin = async (app, { store, clock, mqttPublicUrl, 
     url: '/robots',
     config: { policy: { auth: 'key', scope: ['robots:read', 'fleet:read'], feature: 'api.access', meter: null } },
     schema: {
+      operationId: 'listRobots',
       summary: 'List robots',
       description:
         'Ordered by id unless `sort` says otherwise; keyset-paginated in every order (`cursor` for the next page, `prev_cursor` for the one before). ' +
@@ -255,10 +261,11 @@ export const robotRoutes: V1Plugin = async (app, { store, clock, mqttPublicUrl, 
     url: '/robots/:id',
     config: { policy: { auth: 'key', scope: ['robots:read', 'fleet:read'], feature: 'api.access', meter: null } },
     schema: {
+      operationId: 'getRobot',
       summary: 'Get a robot',
       description: 'De-enrolled robots too (with `deenrolled_at`): their episodes still name them.',
       params: IdParams,
-      response: { 200: RobotSchema },
+      response: { 200: RobotSchema, ...errorResponses('not_found') },
     },
     handler: async (request) => {
       const { org } = principalOf(request);
@@ -273,6 +280,7 @@ export const robotRoutes: V1Plugin = async (app, { store, clock, mqttPublicUrl, 
     url: '/robots/:id',
     config: { policy: { ...admin, meter: 'robots.deenrolled' } },
     schema: {
+      operationId: 'deenrollRobot',
       summary: 'De-enroll a robot',
       description:
         'Immediate and permanent: the broker closes the robot\'s live connection and refuses its credentials from now on, ' +
@@ -280,7 +288,7 @@ export const robotRoutes: V1Plugin = async (app, { store, clock, mqttPublicUrl, 
         'The robot record (with `deenrolled_at`) and its episodes stay queryable. ' +
         'De-enrolling a de-enrolled robot answers 204 and keeps the first time.',
       params: IdParams,
-      response: { 204: z.null().describe('De-enrolled') },
+      response: { 204: z.null().describe('De-enrolled'), ...errorResponses('not_found') },
     },
     handler: async (request, reply) => {
       const { org } = principalOf(request);
@@ -298,6 +306,7 @@ export const robotRoutes: V1Plugin = async (app, { store, clock, mqttPublicUrl, 
     url: '/robots/:id/rotate-credentials',
     config: { policy: { ...admin, meter: 'robots.credentials_rotated' } },
     schema: {
+      operationId: 'rotateRobotCredentials',
       summary: "Rotate a robot's broker credentials",
       description:
         'The cloud makes a new secret and sends it to the robot over its command channel; the robot stores it and answers. ' +
@@ -306,7 +315,7 @@ export const robotRoutes: V1Plugin = async (app, { store, clock, mqttPublicUrl, 
         'its old secret works until then. 409 `robot_deenrolled` for a de-enrolled robot.',
       params: IdParams,
       body: NoBody,
-      response: { 200: CredentialRotationSchema, 202: CredentialRotationSchema },
+      response: { 200: CredentialRotationSchema, 202: CredentialRotationSchema, ...errorResponses('not_found', 'robot_deenrolled') },
     },
     handler: async (request, reply) => {
       const { org } = principalOf(request);

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { CreateRoutingRuleBodySchema, RoutingRuleSchema, SetRoutingRuleOrderBodySchema } from '@fleet/protocol';
 import { notFound, validationError } from '../../errors.js';
+import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { createRoutingRule, toRoutingRule } from '../../sync/manage.js';
 import type { V1Plugin } from './types.js';
@@ -17,11 +18,12 @@ export const routingRuleRoutes: V1Plugin = async (app, { store, clock, sync }) =
     url: '/routing-rules',
     config: { policy: admin },
     schema: {
+      operationId: 'createRoutingRule',
       summary: 'Add a routing rule at the end of the order',
       description:
         'Match fields: robot_id, task_id, recording_session_id, episode_seq, episode_id, outcome, robot_platform, has_autonomous; each a string or a non-empty array of strings; `{}` matches every episode. Episodes without a route (the backlog) are routed again at once. An unknown destination is 404; a revoked one is 400.',
       body: CreateRoutingRuleBodySchema,
-      response: { 201: RoutingRuleSchema },
+      response: { 201: RoutingRuleSchema, ...errorResponses('not_found', 'conflict') },
     },
     handler: async (request, reply) => {
       const { org } = principalOf(request);
@@ -35,7 +37,7 @@ export const routingRuleRoutes: V1Plugin = async (app, { store, clock, sync }) =
     method: 'GET',
     url: '/routing-rules',
     config: { policy: admin },
-    schema: { summary: 'List routing rules in order', response: { 200: RulesList } },
+    schema: { operationId: 'listRoutingRules', summary: 'List routing rules in order', response: { 200: RulesList } },
     handler: async (request) => ({ routing_rules: (await store.sync.listRules(principalOf(request).org.id)).map(toRoutingRule) }),
   });
 
@@ -44,10 +46,11 @@ export const routingRuleRoutes: V1Plugin = async (app, { store, clock, sync }) =
     url: '/routing-rules/:id',
     config: { policy: admin },
     schema: {
+      operationId: 'deleteRoutingRule',
       summary: 'Delete a routing rule',
       description: 'Routes already decided stay; episodes without a route are routed again under the remaining rules.',
       params: IdParams,
-      response: { 204: z.null().describe('Deleted') },
+      response: { 204: z.null().describe('Deleted'), ...errorResponses('not_found') },
     },
     handler: async (request, reply) => {
       const { org } = principalOf(request);
@@ -62,6 +65,7 @@ export const routingRuleRoutes: V1Plugin = async (app, { store, clock, sync }) =
     url: '/routing-rules/order',
     config: { policy: admin },
     schema: {
+      operationId: 'setRoutingRuleOrder',
       summary: 'Set the order of the routing rules',
       description: '`rule_ids` must name every rule of the organization exactly once (400 otherwise). Answers the rules in their new order.',
       body: SetRoutingRuleOrderBodySchema,

@@ -25,6 +25,7 @@ export const syncHealthRoutes: V1Plugin = async (app, { store, clock }) => {
     url: '/sync-health/robots',
     config: { policy: { auth: 'key', scope: 'data:read', feature: 'data.metadata', meter: null } },
     schema: {
+      operationId: 'listRobotSyncHealth',
       summary: 'Sync health per robot',
       description:
         'One row per robot of the organization (and per robot id that reported episodes), ordered by robot id; with `robot_id`, only the rows of those ids. ' +

@@ -22,6 +22,7 @@ export const usageRoutes: V1Plugin = async (app, { store, clock }) => {
     url: '/usage',
     config: { policy: { auth: 'key', scope: 'admin', feature: 'api.access', meter: null } },
     schema: {
+      operationId: 'getUsage',
       summary: 'Metered usage per meter and UTC day',
       description: `Inclusive day range; by default the last 30 days. At most ${MAX_DAYS} days per request.`,
       querystring: z.strictObject({ from: Day.optional(), to: Day.optional() }),

@@ -13,6 +13,7 @@ import {
 import { entitlementsOf } from '../../entitlements.js';
 import { testFinalizedEvent } from '../../events.js';
 import { ApiError, notFound } from '../../errors.js';
+import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { newId, newSecret } from '../../ids.js';
 import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type OrgRow, type WebhookRow } from '../../store/index.js';
@@ -52,10 +53,11 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
     url: '/webhooks',
     config: { policy: admin },
     schema: {
+      operationId: 'createWebhook',
       summary: 'Subscribe an HTTPS endpoint to events',
       description: 'The `whsec_` secret is in this response only. At most 5 active subscriptions per organization (409 `conflict`).',
       body: CreateWebhookBodySchema,
-      response: { 201: CreatedWebhookSchema },
+      response: { 201: CreatedWebhookSchema, ...errorResponses('conflict') },
     },
     handler: async (request, reply) => {
       const { org } = principalOf(request);
@@ -84,7 +86,7 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
     method: 'GET',
     url: '/webhooks',
     config: { policy: admin },
-    schema: { summary: 'List webhook subscriptions', response: { 200: z.object({ webhooks: z.array(WebhookSchema) }) } },
+    schema: { operationId: 'listWebhooks', summary: 'List webhook subscriptions', response: { 200: z.object({ webhooks: z.array(WebhookSchema) }) } },
     handler: async (request) => ({ webhooks: (await store.webhooks.list(principalOf(request).org.id)).map(toWebhook) }),
   });
 
@@ -92,7 +94,7 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
     method: 'DELETE',
     url: '/webhooks/:id',
     config: { policy: admin },
-    schema: { summary: 'Remove a subscription and its queue', params: IdParams, response: { 204: z.null().describe('Removed') } },
+    schema: { operationId: 'deleteWebhook', summary: 'Remove a subscription and its queue', params: IdParams, response: { 204: z.null().describe('Removed'), ...errorResponses('not_found') } },
     handler: async (request, reply) => {
       if (!(await store.webhooks.delete(principalOf(request).org.id, request.params.id))) throw notFound('webhook');
       return reply.code(204).send(null);
@@ -103,7 +105,7 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
     method: 'POST',
     url: '/webhooks/:id/enable',
     config: { policy: admin },
-    schema: { summary: 'Re-activate an auto-disabled subscription', params: IdParams, body: NoBody, response: { 200: WebhookSchema } },
+    schema: { operationId: 'enableWebhook', summary: 'Re-activate an auto-disabled subscription', params: IdParams, body: NoBody, response: { 200: WebhookSchema, ...errorResponses('not_found', 'conflict') } },
     handler: async (request) => {
       const { org } = principalOf(request);
       const result = await store.webhooks.enable(org.id, request.params.id, maxActive(org));
@@ -118,7 +120,7 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
     method: 'GET',
     url: '/webhooks/:id/dead-letters',
     config: { policy: admin },
-    schema: { summary: 'Deliveries that exhausted their retries', params: IdParams, response: { 200: z.object({ dead_letters: z.array(DeadLetterSchema) }) } },
+    schema: { operationId: 'listWebhookDeadLetters', summary: 'Deliveries that exhausted their retries', params: IdParams, response: { 200: z.object({ dead_letters: z.array(DeadLetterSchema) }), ...errorResponses('not_found') } },
     handler: async (request) => {
       const rows = await store.webhooks.deadLetters(principalOf(request).org.id, request.params.id);
       if (!rows) throw notFound('webhook');
@@ -142,13 +144,14 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
     url: '/webhooks/:id/deliveries',
     config: { policy: admin },
     schema: {
+      operationId: 'listWebhookDeliveries',
       summary: 'The delivery log: recent attempts, successful or not',
       description:
         `Every attempt to deliver an event to this subscription, newest first: event, attempt number, status code or error, latency. ` +
         `The newest ${ATTEMPTS_KEPT_PER_SUBSCRIPTION} attempts of each subscription are kept. Keyset-paginated.`,
       params: IdParams,
       querystring: z.strictObject({ cursor: z.string().min(1).max(512).optional(), limit: queryInt(1, 100, 50) }),
-      response: { 200: z.object({ deliveries: z.array(DeliveryAttemptSchema), cursor: z.string().nullable() }) },
+      response: { 200: z.object({ deliveries: z.array(DeliveryAttemptSchema), cursor: z.string().nullable() }), ...errorResponses('not_found') },
     },
     handler: async (request) => {
       const { limit, cursor } = request.query;
@@ -178,10 +181,11 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
     url: '/webhooks/:id/dead-letters/:delivery_id/redeliver',
     config: { policy: admin },
     schema: {
+      operationId: 'redeliverWebhookDeadLetter',
       summary: 'Put a dead letter back at the end of its queue (same event id)',
       params: z.strictObject({ id: z.string().min(1).max(128), delivery_id: z.string().regex(/^\d{1,15}$/) }),
       body: NoBody,
-      response: { 202: z.object({ delivery_id: z.string(), event_id: z.string() }) },
+      response: { 202: z.object({ delivery_id: z.string(), event_id: z.string() }), ...errorResponses('not_found') },
     },
     handler: async (request, reply) => {
       const d = await store.webhooks.redeliver(principalOf(request).org.id, request.params.id, Number(request.params.delivery_id), clock.now());
@@ -196,11 +200,12 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
     url: '/webhooks/:id/rotate-secret',
     config: { policy: admin },
     schema: {
+      operationId: 'rotateWebhookSecret',
       summary: 'Rotate the signing secret',
       description: 'The new secret signs at once; the old one keeps signing, as a second v1 entry, for 24 hours.',
       params: IdParams,
       body: NoBody,
-      response: { 200: z.object({ secret: z.string(), previous_secret_expires_at: z.string() }) },
+      response: { 200: z.object({ secret: z.string(), previous_secret_expires_at: z.string() }), ...errorResponses('not_found') },
     },
     handler: async (request) => {
       const secret = newSecret('whsec');
@@ -216,11 +221,12 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
     url: '/webhooks/:id/test',
     config: { policy: admin },
     schema: {
+      operationId: 'testWebhook',
       summary: 'Send a synthetic episode.finalized with test: true through the real pipeline',
       description: 'Delivered whatever the event filter, in order with the subscription\'s other deliveries.',
       params: IdParams,
       body: NoBody,
-      response: { 202: z.object({ event_id: z.string() }) },
+      response: { 202: z.object({ event_id: z.string() }), ...errorResponses('not_found') },
     },
     handler: async (request, reply) => {
       const sub = await store.webhooks.get(principalOf(request).org.id, request.params.id);

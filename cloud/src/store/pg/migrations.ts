@@ -31,6 +31,19 @@ export const PG_MIGRATIONS: readonly { version: number; name: string; sql: strin
     sql: `CREATE INDEX robots_by_name ON robots (org_id, name COLLATE "C", id);
       CREATE INDEX robots_by_last_seen ON robots (org_id, (COALESCE(last_seen_at, 0)), id);`,
   },
+  {
+    version: 5,
+    name: 'issued grants: the grants the relay handed to a robot, per episode and destination (SQLite migration 16)',
+    sql: `CREATE TABLE issued_grants (
+        episode_seq BIGINT NOT NULL,
+        destination_id TEXT NOT NULL,
+        grant_id TEXT NOT NULL,
+        issued_at BIGINT NOT NULL,
+        PRIMARY KEY (episode_seq, destination_id, grant_id)
+      );
+      INSERT INTO issued_grants (episode_seq, destination_id, grant_id, issued_at)
+        SELECT episode_seq, destination_id, grant_id, updated_at FROM replicas ON CONFLICT DO NOTHING;`,
+  },
 ];
 
 /**

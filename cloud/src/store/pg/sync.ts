@@ -267,6 +267,10 @@ export class PgSync implements SyncStore {
     return (r.rowCount ?? 0) > 0;
   }
 
+  async grantIdUsed(destinationId: string, grantId: string): Promise<boolean> {
+    return (await this.db.one('SELECT 1 FROM grant_ids WHERE destination_id = $1 AND grant_id = $2', [destinationId, grantId])) !== undefined;
+  }
+
   async notePressure(robotId: string, p: Pressure, at: number): Promise<void> {
     await this.db.query(
       `INSERT INTO robot_pressure (robot_id, free_bytes, backlog_bytes, hours_to_full, reported_at) VALUES ($1, $2, $3, $4, $5)
@@ -353,14 +357,32 @@ export class PgSync implements SyncStore {
 
   async markGranted(orgId: string, episodeSeq: number, destinationId: string, grantId: string, objectKey: string | null, at: number): Promise<void> {
     // A new grant for a replica still uploading takes the new grant id; synced or verified stays.
-    await this.db.query(
-      `INSERT INTO replicas (episode_seq, destination_id, state, grant_id, error, object_key, updated_at, reported_at)
-       SELECT seq, $1, 'granted', $2, NULL, $3, $4, NULL FROM episodes WHERE seq = $5 AND org_id = $6
-       ON CONFLICT (episode_seq, destination_id) DO UPDATE SET grant_id = excluded.grant_id,
-         object_key = COALESCE(excluded.object_key, replicas.object_key), updated_at = excluded.updated_at
-       WHERE replicas.state IN ('granted', 'syncing')`,
-      [destinationId, grantId, objectKey, at, episodeSeq, orgId],
+    // The grant is recorded as issued either way (see sqlite-sync.ts).
+    await this.db.tx(async (sql) => {
+      await sql.query(
+        `INSERT INTO issued_grants (episode_seq, destination_id, grant_id, issued_at)
+         SELECT seq, $1, $2, $3 FROM episodes WHERE seq = $4 AND org_id = $5
+         ON CONFLICT DO NOTHING`,
+        [destinationId, grantId, at, episodeSeq, orgId],
+      );
+      await sql.query(
+        `INSERT INTO replicas (episode_seq, destination_id, state, grant_id, error, object_key, updated_at, reported_at)
+         SELECT seq, $1, 'granted', $2, NULL, $3, $4, NULL FROM episodes WHERE seq = $5 AND org_id = $6
+         ON CONFLICT (episode_seq, destination_id) DO UPDATE SET grant_id = excluded.grant_id,
+           object_key = COALESCE(excluded.object_key, replicas.object_key), updated_at = excluded.updated_at
+         WHERE replicas.state IN ('granted', 'syncing')`,
+        [destinationId, grantId, objectKey, at, episodeSeq, orgId],
+      );
+    });
+  }
+
+  async grantIssued(robotId: string, episodeId: string, destinationId: string, grantId: string): Promise<boolean> {
+    const hit = await this.db.one(
+      `SELECT 1 FROM episodes e JOIN issued_grants g ON g.episode_seq = e.seq AND g.destination_id = $1 AND g.grant_id = $2
+       WHERE e.id = $3 AND e.robot_id = $4`,
+      [destinationId, grantId, episodeId, robotId],
     );
+    return hit !== undefined;
   }
 
   // ---- sync health -------------------------------------------------------------------------

@@ -6,7 +6,16 @@ import type { Episode } from '@fleet/protocol';
  */
 export type EpisodeStage = 'reported' | 'granted' | 'syncing' | 'synced' | 'verified';
 
+const STAGES: readonly EpisodeStage[] = ['reported', 'granted', 'syncing', 'synced', 'verified'];
 const RANK: Readonly<Record<EpisodeStage, number>> = { reported: 0, granted: 1, syncing: 2, synced: 3, verified: 4 };
+
+/**
+ * `from → … → to` with every stage in between: a replica moves through each in order (the robot
+ * reports each), and an upload of a few hundred KiB often passes several between two polls.
+ */
+export function stagePath(from: EpisodeStage, to: EpisodeStage): string {
+  return STAGES.slice(RANK[from], RANK[to] + 1).join(' → ');
+}
 
 export function stageOf(ep: Episode): EpisodeStage {
   const replica = ep.replicas[0];
@@ -22,9 +31,9 @@ export function formatBytes(n: number | null): string {
 
 /**
  * Tracks the stage of every episode seen and turns each poll of `GET /v1/episodes` into the
- * lines to print: one per episode that appeared or moved on (a stage skipped between two polls
- * is shown as `a → c`), oldest first. A replica error (an upload being retried) is printed once
- * per distinct message.
+ * lines to print: one per episode that appeared or moved on, naming every stage it passed since
+ * the last poll (`granted → syncing → synced → verified`), oldest first. A replica error (an
+ * upload being retried) is printed once per distinct message.
  */
 export class EpisodeWatcher {
   private readonly stages = new Map<string, EpisodeStage>();
@@ -52,9 +61,9 @@ export class EpisodeWatcher {
         const what = `${ep.outcome}, ${ep.duration_s === null ? '?' : ep.duration_s.toFixed(1)} s, ${formatBytes(ep.bag_size_bytes)}`;
         const note = ep.outcome === 'discarded' ? ' (discarded: nothing to upload)' : '';
         lines.push(`${who}  reported (${what})${note}`);
-        if (stage !== 'reported') lines.push(`${who}  reported → ${stage}${this.suffix(ep, stage)}`);
+        if (stage !== 'reported') lines.push(`${who}  ${stagePath('reported', stage)}${this.suffix(ep, stage)}`);
       } else if (RANK[stage] > RANK[before]) {
-        lines.push(`${who}  ${before} → ${stage}${this.suffix(ep, stage)}`);
+        lines.push(`${who}  ${stagePath(before, stage)}${this.suffix(ep, stage)}`);
       }
       if (stage === 'verified' && before !== 'verified') this.verified += 1;
       this.stages.set(ep.id, stage);

@@ -266,7 +266,7 @@ describe('@fleet/client against a real cloud', () => {
     expect(err).toBeInstanceOf(FleetApiError);
     expect(err).toMatchObject({ status: 404, code: 'not_found' });
     expect((err as FleetApiError).requestId).toMatch(/\S/);
-    await expect(new FleetClient({ baseUrl: cloud.http, apiKey: 'ak_wrong', fetch: recordingFetch }).robots.list()).rejects.toMatchObject({ status: 401, code: 'unauthenticated' });
+    await expect(new FleetClient({ baseUrl: cloud.http, apiKey: 'ak_wrong_but_well_formed_0000', fetch: recordingFetch }).robots.list()).rejects.toMatchObject({ status: 401, code: 'unauthenticated' });
     await expect(c.episodes.list({ outcome: 'nope' as never })).rejects.toMatchObject({ status: 400, code: 'validation_failed' });
     await c.apiKeys.create({ name: 'once', scopes: ['data:read'] }, { idempotencyKey: 'client-e2e-reuse' });
     await expect(c.apiKeys.create({ name: 'twice', scopes: ['data:read'] }, { idempotencyKey: 'client-e2e-reuse' })).rejects.toMatchObject({ status: 422, code: 'idempotency_key_reused' });

@@ -11,6 +11,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import type { FleetClient } from '@fleet/client';
+import { STREAM_PAGE_LIMIT } from '@fleet/protocol';
 import { cleanEnv, makeTempDir, REPO_ROOT, startCloud, type CloudProcess, type TempDir } from './support/cloud.js';
 import { runProcess, type RunResult } from './support/process.js';
 import { startFleet, type FleetProcess } from './support/robots.js';
@@ -223,8 +224,9 @@ describe('fleet CLI', () => {
       expect(r.code).toBe(0);
       for (const line of r.stdout.split('\n')) {
         const m = /^ {2}\$ fleet (.+?)(?:\s+#.*)?$/.exec(line);
-        // A --resume example needs an interrupted export first (else it is rightly refused).
-        if (m && !m[1]!.includes('--resume')) examples.push(m[1]!.trim().split(/\s+/));
+        // A --resume example needs an interrupted export first (else it is rightly refused), and
+        // the placeholder key of the login example is refused as malformed before anything is sent.
+        if (m && !m[1]!.includes('--resume') && !m[1]!.includes('ak_...')) examples.push(m[1]!.trim().split(/\s+/));
       }
     }
     expect(examples.length).toBeGreaterThanOrEqual(10);
@@ -250,9 +252,78 @@ describe('fleet CLI', () => {
     const missing = await fleetCli(['episodes', 'get', 'ep_missing'], withKey());
     expect(missing.code).toBe(1);
     expect(missing.stderr.trim()).toMatch(/^fleet: not_found: .+ \(\S+\)$/);
-    const wrongKey = await fleetCli(['robots', 'list'], { FLEET_URL: cloud.http, FLEET_API_KEY: 'ak_wrong' });
+    const wrongKey = await fleetCli(['robots', 'list'], { FLEET_URL: cloud.http, FLEET_API_KEY: 'ak_wrong_but_well_formed_0000' });
     expect(wrongKey.code).toBe(1);
     expect(wrongKey.stderr).toMatch(/^fleet: unauthenticated: /);
+  });
+
+  test('an API error prints its details, one line each: which field and why', async () => {
+    const badTime = await fleetCli(['episodes', 'list', '--from', 'yesterday'], withKey());
+    expect(badTime.code).toBe(1);
+    const [head, ...details] = badTime.stderr.trimEnd().split('\n');
+    expect(head).toMatch(/^fleet: validation_failed: invalid (querystring|filter) \(\S+\)$/);
+    expect(details).toHaveLength(1);
+    expect(details[0]).toMatch(/^ {2}querystring \/from: .+ \(\w+\)$/);
+
+    const badFilter = await fleetCli(['datasets', 'create', '--name', 'typo', '--filter', 'robot=rbt_1', '--filter', 'outcome=maybe'], withKey());
+    expect(badFilter.code).toBe(1);
+    const lines = badFilter.stderr.trimEnd().split('\n');
+    expect(lines[0]).toMatch(/^fleet: validation_failed: invalid filter \(\S+\)$/);
+    expect(lines.slice(1).join('\n')).toMatch(/^ {2}body \/filter.*robot/m);
+    expect(lines.slice(1).join('\n')).toMatch(/^ {2}body \/filter\/outcome: /m);
+  });
+
+  test('a malformed API key is named as such, where it came from, and never printed', async () => {
+    for (const key of ['ak_short', `${cloud.adminKey}"`, `sk_${cloud.adminKey.slice(3)}`]) {
+      const r = await fleetCli(['robots', 'list'], { FLEET_URL: cloud.http, FLEET_API_KEY: key });
+      expect({ key, code: r.code }).toEqual({ key, code: 2 });
+      expect(r.stderr).toMatch(/^fleet: the API key in FLEET_API_KEY is malformed: .+; an API key is ak_ followed by 16 to 128 letters, digits, _ or -\n$/);
+      expect(r.stderr).not.toContain(key.slice(3, 12));
+    }
+    // Surrounding whitespace (a pasted line break) is not part of the key.
+    const padded = await fleetCli(['robots', 'list', '--json'], { FLEET_URL: cloud.http, FLEET_API_KEY: ` ${cloud.adminKey}\n` });
+    expect(padded.code, padded.stderr).toBe(0);
+    const login = await fleetCli(['login', '--url', cloud.http, '--key', 'ak_...', '--config', join(tmp.path, 'conf', 'never.json')]);
+    expect(login.code).toBe(2);
+    expect(login.stderr).toMatch(/^fleet: the API key in --key is malformed: /);
+  });
+
+  test('--url is the API address with or without /v1 and trailing slashes', async () => {
+    for (const url of [`${cloud.http}/v1`, `${cloud.http}/v1/`, `${cloud.http}/`]) {
+      const r = await fleetCli(['robots', 'list', '--json', '--url', url], { FLEET_API_KEY: cloud.adminKey });
+      expect({ url, code: r.code, stderr: r.stderr }).toEqual({ url, code: 0, stderr: '' });
+      expect(r.stdout).toContain(robot);
+    }
+  });
+
+  test('tables name robots: episodes list and sync-health show the robot name, not only its id', async () => {
+    const name = (await cloud.client().robots.get(robot)).name;
+    const table = await fleetCli(['episodes', 'list', '--robot-id', robot], withKey());
+    expect(table.code, table.stderr).toBe(0);
+    const rows = table.stdout.trim().split('\n').slice(1);
+    expect(rows.length).toBeGreaterThan(0);
+    for (const row of rows) expect(row.split(/\s{2,}/)[1]).toBe(name);
+    const health = await fleetCli(['sync-health'], withKey());
+    expect(health.code, health.stderr).toBe(0);
+    expect(health.stdout.split('\n')[0]).toMatch(/^ROBOT\s+.*DISK FULL IN$/);
+    expect(health.stdout).toMatch(new RegExp(`^${name}\\s`, 'm'));
+  });
+
+  test('episodes export without --out writes NDJSON to stdout; its page size is the server cap', async () => {
+    const r = await fleetCli(['episodes', 'export', '--robot-id', robot, '--page-size', '2'], withKey());
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.trim().split('\n').map((l) => (JSON.parse(l) as { id: string }).id)).toEqual(recorded);
+    expect(r.stderr).toBe(`fleet: exported ${recorded.length} episodes (${Buffer.byteLength(r.stdout)} bytes)\n`);
+    const resume = await fleetCli(['episodes', 'export', '--resume'], withKey());
+    expect(resume.code).toBe(2);
+    expect(resume.stderr).toMatch(/--resume needs --out/);
+
+    const help = await fleetCli(['episodes', 'export', '--help']);
+    expect(help.stdout.replace(/\s+/g, ' ')).toContain(`episodes per request (1-${STREAM_PAGE_LIMIT.max}, default ${STREAM_PAGE_LIMIT.default})`);
+    const max = await fleetCli(['episodes', 'export', '--robot-id', robot, '--page-size', String(STREAM_PAGE_LIMIT.max)], withKey());
+    expect(max.code, max.stderr).toBe(0);
+    const over = await fleetCli(['episodes', 'export', '--page-size', String(STREAM_PAGE_LIMIT.max + 1)], withKey());
+    expect(over.code).toBe(2);
   });
 
   test('login writes a 0600 config that later commands use; a config others can read is refused', async () => {
@@ -264,7 +335,7 @@ describe('fleet CLI', () => {
     expect(listed.code, listed.stderr).toBe(0);
     expect(listed.stdout).toContain(robot);
 
-    const badLogin = await fleetCli(['login', '--url', cloud.http, '--key', 'ak_wrong', '--config', join(tmp.path, 'conf', 'other.json')]);
+    const badLogin = await fleetCli(['login', '--url', cloud.http, '--key', 'ak_wrong_but_well_formed_0000', '--config', join(tmp.path, 'conf', 'other.json')]);
     expect(badLogin.code).toBe(1);
     expect(existsSync(join(tmp.path, 'conf', 'other.json'))).toBe(false);
 

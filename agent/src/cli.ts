@@ -194,7 +194,7 @@ for (const verb of ['start', 'finish', 'fail', 'discard'] as const) {
 const context = program.command('context').description('the operator context episodes are stamped with');
 const setCmd = context
   .command('set')
-  .description('set context fields; an empty value clears a field, an absent option leaves it as it is')
+  .description('set context fields; an empty value clears a field, an absent option leaves it as it is, except that an id changed without its name (--task-id without --task-name) clears the name')
   .addOption(dataDirOption())
   .addOption(socketOption());
 for (const key of OPERATOR_CONTEXT_KEYS) setCmd.option(`--${key.replaceAll('_', '-')} <value>`, key);

@@ -42,12 +42,26 @@ export function emptyOperatorContext(): OperatorContext {
   return Object.fromEntries(OPERATOR_CONTEXT_KEYS.map((k) => [k, null])) as OperatorContext;
 }
 
-/** The context after `patch`. */
+/** Each name describes the id beside it. */
+const NAME_OF_ID = [
+  ['task_id', 'task_name'],
+  ['subtask_id', 'subtask_name'],
+  ['operator_id', 'operator_name'],
+] as const satisfies readonly (readonly [OperatorContextKey, OperatorContextKey])[];
+
+/**
+ * The context after `patch`. A name belongs to its id: a patch that changes an id without giving
+ * its name clears the name, so `context set --task-id stack-blocks` on a robot whose operator had
+ * set "Fold a towel" does not stamp episodes of stack-blocks as "Fold a towel".
+ */
 export function applyContextPatch(current: OperatorContext, patch: OperatorContextPatch): OperatorContext {
   const next = { ...current };
   for (const key of OPERATOR_CONTEXT_KEYS) {
     const v = patch[key];
     if (v !== undefined) next[key] = v;
+  }
+  for (const [id, name] of NAME_OF_ID) {
+    if (patch[id] !== undefined && patch[name] === undefined && patch[id] !== current[id]) next[name] = null;
   }
   return next;
 }

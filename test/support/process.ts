@@ -13,6 +13,8 @@ export interface SpawnOptions {
   cwd?: string;
   /** Merged over process.env; `undefined` removes a variable. */
   env?: Record<string, string | undefined>;
+  /** Leads a process group of its own (as a shell job does): `process.kill(-pid, …)` signals all of it, as Ctrl-C does. */
+  detached?: boolean;
 }
 
 export interface WaitOptions {
@@ -95,6 +97,7 @@ export function spawnProcess(command: string, args: readonly string[], opts: Spa
     cwd: opts.cwd,
     env: { ...process.env, ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    ...(opts.detached ? { detached: true } : {}),
   });
   if (child.pid === undefined) {
     // spawn reports ENOENT and the like as an 'error' event; swallow it and fail here instead.

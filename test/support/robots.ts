@@ -339,13 +339,12 @@ export async function startFleet(cloud: CloudProcess, opts: FleetProcessOptions)
   let robots: string[];
   try {
     const token = opts.token ?? (await createEnrollmentToken(cloud, { maxUses: opts.count })).token;
+    // The token goes in the environment, never on the command line, where `ps` shows it.
     const args = [
       SIM_CLI,
       'fleet',
       '--api',
       cloud.http,
-      '--token',
-      token,
       '--count',
       String(opts.count),
       '--data-dir',
@@ -357,7 +356,7 @@ export async function startFleet(cloud: CloudProcess, opts: FleetProcessOptions)
       ...(opts.subtaskMs !== undefined ? ['--subtask-ms', String(opts.subtaskMs)] : []),
       ...(opts.args ?? []),
     ];
-    proc = spawnProcess(process.execPath, args, { name: `fleet-sim fleet --count ${opts.count}`, cwd: REPO_ROOT, env: cleanEnv() });
+    proc = spawnProcess(process.execPath, args, { name: `fleet-sim fleet --count ${opts.count}`, cwd: REPO_ROOT, env: cleanEnv({ FLEET_SIM_TOKEN: token }) });
     const line = await proc.waitForStdout((l) => l.startsWith('{"robots":'), { timeoutMs: opts.startTimeoutMs ?? 60_000, description: 'the {"robots":[…]} line' });
     robots = (JSON.parse(line) as { robots: string[] }).robots;
     // The simulator prints once its robots are connected to the broker; the cloud learns it from

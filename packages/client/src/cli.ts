@@ -1,12 +1,12 @@
 #!/usr/bin/env node
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
-import { FleetApiError, FleetConnectionError, FleetStreamError } from './errors.js';
+import { FleetApiError, FleetConnectionError, FleetStreamError, MalformedApiKeyError } from './errors.js';
 import { registerAdmin } from './cli/commands-admin.js';
 import { registerData } from './cli/commands-data.js';
 import { registerEvents } from './cli/commands-events.js';
-import { checkUrl, defaultConfigPath, writeConfigFile } from './cli/config.js';
-import { CommandFailed, UsageError } from './cli/errors.js';
+import { checkApiKey, checkUrl, defaultConfigPath, writeConfigFile } from './cli/config.js';
+import { CommandFailed, formatErrorDetails, UsageError } from './cli/errors.js';
 import { globals, output, type CliContext } from './cli/context.js';
 import { FleetClient } from './client.js';
 
@@ -33,7 +33,7 @@ export function buildProgram(ctx: CliContext): Command {
   const program = new Command('fleet')
     .description('Query and manage a robot fleet and its episodes through the /v1 API.')
     .version(ctx.version, '-V, --version', 'print the version')
-    .option('--url <url>', 'API base URL (default: FLEET_URL, then the config file)')
+    .option('--url <url>', 'the API address, with or without /v1 (default: FLEET_URL, then the config file)')
     .option('--config <file>', 'config file (default: ~/.config/fleet/config.json)')
     .option('--json', 'print the API’s JSON instead of a table')
     .exitOverride()
@@ -48,10 +48,11 @@ export function buildProgram(ctx: CliContext): Command {
       const g = globals(cmd);
       if (!g.url) throw new UsageError('login needs --url');
       const url = checkUrl(g.url);
+      const key = checkApiKey(opts.key, '--key');
       // Any valid key may read its entitlements: a wrong URL or key fails here, not on first use.
-      await new FleetClient({ baseUrl: url, apiKey: opts.key }).entitlements();
+      await new FleetClient({ baseUrl: url, apiKey: key }).entitlements();
       const path = g.config ?? defaultConfigPath(ctx.env);
-      writeConfigFile(path, { url, api_key: opts.key });
+      writeConfigFile(path, { url, api_key: key });
       output(ctx, cmd).done(`saved ${url} to ${path}`, { url, config: path });
     });
 
@@ -76,7 +77,7 @@ export async function runCli(argv: readonly string[], ctx: CliContext): Promise<
       say(`${err.message.replace(/^error: /, '').split('\n')[0]} (see fleet --help)`);
       return 2;
     }
-    if (err instanceof UsageError) {
+    if (err instanceof UsageError || err instanceof MalformedApiKeyError) {
       say(err.message);
       return 2;
     }
@@ -86,6 +87,8 @@ export async function runCli(argv: readonly string[], ctx: CliContext): Promise<
     }
     if (err instanceof FleetApiError) {
       say(`${err.serverCode ?? err.code}: ${err.message}${err.requestId ? ` (${err.requestId})` : ''}`);
+      // Which field and why: a validation error's issues, a rate limit's numbers.
+      for (const line of formatErrorDetails(err.details)) ctx.stderr.write(`  ${line}\n`);
       return 1;
     }
     if (err instanceof FleetConnectionError) {

@@ -1,9 +1,10 @@
 import createClient, { type Client } from 'openapi-fetch';
-import { apiErrorOf } from './errors.js';
+import { apiErrorOf, apiKeyProblem, MalformedApiKeyError } from './errors.js';
 import { streamEvents, type EventStreamOptions, type FleetEvent } from './events.js';
 import { DEFAULT_MAX_LINE_LENGTH, readNdjson } from './ndjson.js';
 import { serializeQuery } from './query.js';
 import type { paths } from './schema.js';
+import { ROBOT_COMMAND_ACTIONS, type RobotCommandAction } from './robot-commands.js';
 import { retryingFetch, type TransportOptions } from './transport.js';
 import type {
   CreateApiKeyRequest,
@@ -21,10 +22,15 @@ import type {
   PatchOutcomeRequest,
 } from './types.js';
 
+export { ROBOT_COMMAND_ACTIONS, type RobotCommandAction };
+
 export interface FleetClientOptions extends TransportOptions {
-  /** e.g. https://fleet.example.com (no /v1). */
+  /** Where the API is, e.g. https://fleet.example.com; a trailing `/v1` (and slashes) is accepted and dropped. */
   baseUrl: string;
-  /** `ak_…`; only robot enrollment works without one. */
+  /**
+   * `ak_…`; only robot enrollment works without one. Surrounding whitespace is dropped; a key of
+   * another format throws {@link MalformedApiKeyError} here, before anything is sent.
+   */
   apiKey?: string;
   /** Longest export or manifest line accepted, in characters (default 16 Mi). */
   maxLineLength?: number;
@@ -40,7 +46,7 @@ export interface RequestOptions {
 
 export interface PageOptions extends RequestOptions {
   cursor?: string;
-  /** Page size: 1 to 100 for lists (default 50), up to 10,000 for export and manifest (default 1,000). */
+  /** Page size: 1 to 100 for lists (default 50); for export and manifest up to `STREAM_PAGE_LIMIT.max` (5,000; default 1,000). */
   limit?: number;
 }
 
@@ -50,23 +56,6 @@ export interface StreamPage<T> {
   requestId: string | null;
   lines: AsyncGenerator<T>;
 }
-
-export type RobotCommandAction =
-  | 'go-home'
-  | 'go-to-start'
-  | 'start-autonomous'
-  | 'stop-autonomous'
-  | 'stack/start'
-  | 'stack/stop'
-  | 'stack/status'
-  | 'episodes/start'
-  | 'episodes/finish'
-  | 'episodes/fail'
-  | 'episodes/discard';
-export const ROBOT_COMMAND_ACTIONS: readonly RobotCommandAction[] = [
-  'go-home', 'go-to-start', 'start-autonomous', 'stop-autonomous', 'stack/start', 'stack/stop', 'stack/status',
-  'episodes/start', 'episodes/finish', 'episodes/fail', 'episodes/discard',
-];
 
 type Outcome<R> = R extends { data: infer D } ? Exclude<D, undefined> : never;
 
@@ -109,6 +98,14 @@ function robotListQuery(o: RobotListOptions = {}) {
   };
 }
 
+/**
+ * The base URL the client prefixes to `/v1/…`: without trailing slashes, and without a trailing
+ * `/v1` (people copy the API's address as printed, `http://host:8080/v1`).
+ */
+export function apiBaseUrl(url: string): string {
+  return url.trim().replace(/\/+$/, '').replace(/\/v1$/i, '').replace(/\/+$/, '');
+}
+
 /** Every item of a keyset-paginated list, page after page, following `cursor` until it is null. */
 async function* follow<T>(fetchPage: (cursor: string | undefined) => Promise<{ items: readonly T[]; cursor: string | null | undefined }>, start?: string): AsyncGenerator<T> {
   let cursor = start;
@@ -135,8 +132,12 @@ export class FleetClient {
 
   constructor(options: FleetClientOptions) {
     const headers: Record<string, string> = { ...options.headers };
-    if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;
-    const baseUrl = options.baseUrl.replace(/\/+$/, '');
+    if (options.apiKey !== undefined && options.apiKey !== '') {
+      const problem = apiKeyProblem(options.apiKey);
+      if (problem !== null) throw new MalformedApiKeyError(problem);
+      headers.authorization = `Bearer ${options.apiKey.trim()}`;
+    }
+    const baseUrl = apiBaseUrl(options.baseUrl);
     this.api = createClient<paths>({ baseUrl, headers, fetch: retryingFetch(options), querySerializer: serializeQuery });
     this.maxLineLength = options.maxLineLength ?? DEFAULT_MAX_LINE_LENGTH;
     this.streamTarget = { baseUrl, headers, fetch: options.fetch };

@@ -1,4 +1,4 @@
-import { API_ERRORS, parseRetryAfter, type ApiErrorCode } from '@fleet/protocol';
+import { API_ERRORS, API_KEY_PATTERN, parseRetryAfter, type ApiErrorCode } from '@fleet/protocol';
 
 /**
  * The `code` of a {@link FleetApiError}: one of the API's documented error codes, or
@@ -57,6 +57,38 @@ export class FleetConnectionError extends Error {
   ) {
     super(message, options);
     this.name = 'FleetConnectionError';
+  }
+}
+
+/** What an API key must look like, in words. */
+export const API_KEY_FORMAT = 'ak_ followed by 16 to 128 letters, digits, _ or -';
+
+/**
+ * Why `key` is not an API key, in words that never quote it (it may be a real key with a typo);
+ * null when it has the format of one. Surrounding whitespace is not counted (it is trimmed).
+ */
+export function apiKeyProblem(key: string): string | null {
+  const k = key.trim();
+  if (API_KEY_PATTERN.test(k)) return null;
+  if (k === '') return 'it is empty';
+  if (!k.startsWith('ak_')) return `it does not start with ak_ (${k.length} characters)`;
+  const rest = k.slice(3);
+  if (/[^A-Za-z0-9_-]/.test(rest)) {
+    const what = /\s/.test(rest) ? ' (a space or a line break)' : /["'`\u2018\u2019\u201c\u201d]/.test(rest) ? ' (a quote)' : '';
+    return `it contains a character other than letters, digits, _ and -${what}`;
+  }
+  return `it has ${rest.length} characters after ak_, not 16 to 128`;
+}
+
+/**
+ * The API key given to the client is not one (a truncated paste, a quote or a space in it): it
+ * was not sent. The message says what is wrong and never contains the key.
+ */
+export class MalformedApiKeyError extends Error {
+  readonly code = 'malformed_api_key';
+  constructor(readonly problem: string) {
+    super(`malformed API key: expected ${API_KEY_FORMAT}; ${problem}`);
+    this.name = 'MalformedApiKeyError';
   }
 }
 

@@ -17,7 +17,7 @@ describe('query strings', () => {
       urls.push(input instanceof Request ? input.url : String(input));
       return new Response(JSON.stringify({ episodes: [], cursor: null }), { status: 200, headers: { 'content-type': 'application/json' } });
     };
-    const c = new FleetClient({ baseUrl: 'http://fleet.test', apiKey: 'ak_test', fetch });
+    const c = new FleetClient({ baseUrl: 'http://fleet.test', apiKey: 'ak_test_0123456789abcdef', fetch });
     const key = 'annotation.<img src=x onerror=a=1>&b';
     await c.episodes.list({ [key]: 'v=1&w', task_id: 'pick' }, { limit: 2 });
     const q = new URL(urls[0]!).searchParams;

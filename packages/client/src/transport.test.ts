@@ -67,6 +67,46 @@ describe('retryingFetch', () => {
   });
 });
 
+describe('retryingFetch: robot commands', () => {
+  const command = (action = 'go-home') => new Request(`http://api.test/v1/robots/rbt_1/${action}`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+
+  it('never sends a command again after a 4xx, a 500 (the robot refused in its state) or a 504 (the cloud waited its whole timeout)', async () => {
+    for (const status of [400, 409, 422, 429, 500, 504]) {
+      const s = scripted([status, 200]);
+      const res = await retryingFetch({ fetch: s.fetch, sleep })(command('episodes/start'));
+      expect({ status, answered: res.status, calls: s.calls.length }).toEqual({ status, answered: status, calls: 1 });
+    }
+  });
+
+  it('retries a 503 (robot_offline), a 502 and a network error twice at most, 0.25 s then 0.75 s apart, under one Idempotency-Key', async () => {
+    waits.length = 0;
+    const s = scripted([503, 502, 'reset', 200]);
+    await expect(retryingFetch({ fetch: s.fetch, sleep, random: () => 0.5 })(command())).rejects.toMatchObject({ name: 'FleetConnectionError' });
+    expect(s.calls).toHaveLength(3);
+    expect(waits).toEqual([250, 750]);
+    expect(new Set(s.calls.map((c) => c.key)).size).toBe(1);
+  });
+
+  it('starts no retry later than the window after the first attempt, however long the attempts took', async () => {
+    let t = 0;
+    const slow = scripted([503, 503, 503]);
+    const fetch = (async (url: string, init: RequestInit) => {
+      t += 1_500; // each attempt takes 1.5 s
+      return slow.fetch(url, init);
+    }) as unknown as typeof globalThis.fetch;
+    const res = await retryingFetch({ fetch, sleep: async (ms) => void (t += ms), random: () => 0.5, now: () => t })(command());
+    expect(res.status).toBe(503);
+    // 1.5 s + 0.25 s fits in 2 s: one retry; 3.25 s + 0.75 s does not.
+    expect(slow.calls).toHaveLength(2);
+  });
+
+  it('applies the general schedule to other POSTs under /v1/robots', async () => {
+    const s = scripted([500, 500, 201]);
+    expect((await retryingFetch({ fetch: s.fetch, sleep })(new Request('http://api.test/v1/robots/enrollment-tokens', { method: 'POST', body: '{}' }))).status).toBe(201);
+    expect(s.calls).toHaveLength(3);
+  });
+});
+
 describe('isRetryable', () => {
   it.each([
     ['GET', '/v1/robots', 500, true],
@@ -80,6 +120,12 @@ describe('isRetryable', () => {
     ['PATCH', '/v1/episodes/e/outcome', 500, false],
     ['PATCH', '/v1/episodes/e/outcome', 429, true],
     ['GET', '/v1/robots', 404, false],
+    ['POST', '/v1/robots/rbt_1/episodes/start', 500, false],
+    ['POST', '/v1/robots/rbt_1/episodes/start', 504, false],
+    ['POST', '/v1/robots/rbt_1/go-home', 429, false],
+    ['POST', '/v1/robots/rbt_1/go-home', 503, true],
+    ['POST', '/v1/robots/rbt_1/stack/status', null, true],
+    ['POST', '/v1/robots/rbt_1/rotate-credentials', 500, true],
   ] as const)('%s %s answered %s: %s', (method, path, status, expected) => {
     expect(isRetryable(method, path, status)).toBe(expected);
   });

@@ -1,5 +1,6 @@
 import { nextRetryDelay, parseRetryAfter, type RetryPolicy } from '@fleet/protocol';
 import { FleetConnectionError } from './errors.js';
+import { isRobotCommandPath } from './robot-commands.js';
 
 /**
  * The waits between attempts (ms) and their spread: 3 retries after 0.5 s, 1 s and 2 s, ±20 %.
@@ -8,6 +9,16 @@ import { FleetConnectionError } from './errors.js';
 export const DEFAULT_RETRY_POLICY: RetryPolicy = Object.freeze({ schedule: Object.freeze([500, 1_000, 2_000]), jitter: 0.2 });
 export const DEFAULT_MAX_RETRY_AFTER_MS = 60_000;
 
+/**
+ * Robot commands (`POST /v1/robots/{id}/go-home`, `…/episodes/start`, …) wait for the robot, up
+ * to the cloud's command timeout (10 s by default), so they have a retry rule of their own (see
+ * {@link isRetryable}): at most 2 retries, after 0.25 s and 0.75 s (±20 %), and none that would
+ * start more than {@link DEFAULT_COMMAND_RETRY_WINDOW_MS} after the first attempt. A command call
+ * therefore returns within about 2 s plus one command timeout.
+ */
+export const DEFAULT_COMMAND_RETRY_POLICY: RetryPolicy = Object.freeze({ schedule: Object.freeze([250, 750]), jitter: 0.2 });
+export const DEFAULT_COMMAND_RETRY_WINDOW_MS = 2_000;
+
 export interface TransportOptions {
   /** The fetch to send with (default: the global one); the retries wrap it. */
   fetch?: typeof fetch;
@@ -15,6 +26,12 @@ export interface TransportOptions {
   retry?: RetryPolicy | false;
   /** A `Retry-After` longer than this is not waited for: the 429 is thrown. */
   maxRetryAfterMs?: number;
+  /** The schedule of robot commands (default {@link DEFAULT_COMMAND_RETRY_POLICY}); `false` turns their retries off. */
+  commandRetry?: RetryPolicy | false;
+  /** No robot command is sent again once this long has passed since its first attempt (default 2 s). */
+  commandRetryWindowMs?: number;
+  /** Injected for tests: the clock the command retry window is measured with (default Date.now). */
+  now?: () => number;
   /** Injected for tests: waits `ms` (rejects when `signal` aborts). */
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
   random?: () => number;
@@ -29,7 +46,13 @@ const UNKEYED_POSTS = new Set(['/v1/robots/enroll']);
 
 /**
  * Whether a failed attempt may be sent again. The rule:
- * - 429: every method (the server refused before doing anything).
+ * - Robot commands (POST, always with an Idempotency-Key, which is the command id the robot
+ *   remembers): only after a network error, a 502 or a 503 (`robot_offline` included: a robot
+ *   that reconnects within a moment). Never after a 4xx (429 included: the caller sees it at
+ *   once), a 500 (the robot refused the verb in its current state, and would again) or a 504
+ *   `command_timeout` (the cloud already waited its whole command timeout; send the command
+ *   again with the same key to get the robot's answer without it acting twice).
+ * - 429: every other request (the server refused before doing anything).
  * - other 5xx and network errors: GET, HEAD, PUT, DELETE (idempotent: a full replacement or a
  *   removal that answers 204 again) and POST (its Idempotency-Key, the same on every attempt,
  *   makes the server replay the first answer instead of acting twice), except POSTs the server
@@ -37,6 +60,7 @@ const UNKEYED_POSTS = new Set(['/v1/robots/enroll']);
  * - PATCH never on those: an outcome change writes an audit row per request.
  */
 export function isRetryable(method: string, path: string, status: number | null): boolean {
+  if (method === 'POST' && isRobotCommandPath(path)) return status === null || status === 502 || status === 503;
   if (status === 429) return true;
   if (status !== null && status < 500) return false;
   switch (method) {
@@ -73,7 +97,11 @@ const defaultSleep = (ms: number, signal?: AbortSignal): Promise<void> =>
  */
 export function retryingFetch(opts: TransportOptions = {}): (input: Request) => Promise<Response> {
   const send = opts.fetch ?? globalThis.fetch;
-  const policy = opts.retry === false ? { schedule: [] } : (opts.retry ?? DEFAULT_RETRY_POLICY);
+  const none: RetryPolicy = { schedule: [] };
+  const policy = opts.retry === false ? none : (opts.retry ?? DEFAULT_RETRY_POLICY);
+  const commandPolicy = opts.retry === false || opts.commandRetry === false ? none : (opts.commandRetry ?? DEFAULT_COMMAND_RETRY_POLICY);
+  const commandWindowMs = opts.commandRetryWindowMs ?? DEFAULT_COMMAND_RETRY_WINDOW_MS;
+  const now = opts.now ?? Date.now;
   const sleep = opts.sleep ?? defaultSleep;
   const maxRetryAfterMs = opts.maxRetryAfterMs ?? DEFAULT_MAX_RETRY_AFTER_MS;
   // The global Web Crypto (Node 20 and browsers alike): the client also runs in the console.
@@ -86,6 +114,8 @@ export function retryingFetch(opts: TransportOptions = {}): (input: Request) => 
     const body = request.body === null ? undefined : new Uint8Array(await request.arrayBuffer());
     const path = new URL(request.url).pathname;
     const signal = request.signal;
+    const command = method === 'POST' && isRobotCommandPath(path);
+    const started = now();
 
     for (let attempt = 1; ; attempt++) {
       let response: Response | undefined;
@@ -99,8 +129,10 @@ export function retryingFetch(opts: TransportOptions = {}): (input: Request) => 
       const status = response?.status ?? null;
       if (response && status! < 500 && status !== 429) return response;
       const retryAfterMs = response ? parseRetryAfter(response.headers.get('retry-after') ?? undefined, Date.now()) : undefined;
-      const wait = isRetryable(method, path, status) ? nextRetryDelay(policy, attempt, { ...(retryAfterMs !== undefined ? { retryAfterMs } : {}), ...(opts.random ? { random: opts.random } : {}) }) : null;
-      if (wait === null || wait > maxRetryAfterMs) {
+      const wait = isRetryable(method, path, status)
+        ? nextRetryDelay(command ? commandPolicy : policy, attempt, { ...(retryAfterMs !== undefined ? { retryAfterMs } : {}), ...(opts.random ? { random: opts.random } : {}) })
+        : null;
+      if (wait === null || wait > maxRetryAfterMs || (command && now() - started + wait > commandWindowMs)) {
         if (response) return response;
         throw new FleetConnectionError(`${method} ${path}: ${failure instanceof Error ? failure.message : String(failure)}`, method, request.url, { cause: failure });
       }

@@ -2,6 +2,8 @@ import { Option, type Command } from 'commander';
 import type { CreateApiKeyRequest, CreateWebhookRequest } from '../types.js';
 import { UsageError } from './errors.js';
 import { clientFor, intIn, list, oneOf, output, pair, type CliContext } from './context.js';
+import { formatHoursToFull } from './output.js';
+import { robotLabels } from './robot-names.js';
 
 const SCOPES = ['robots:read', 'robots:command', 'data:read', 'data:write', 'fleet:read', 'admin'] as const;
 const EVENTS = ['episode.finalized', 'episode.synced', 'episode.verified', 'episode.failed', 'episode.pruned'] as const;
@@ -236,15 +238,18 @@ export function registerAdmin(program: Command, ctx: CliContext): void {
     .command('sync-health')
     .description('per robot: episodes not yet verified at a destination')
     .action(async (_o, cmd: Command) => {
-      const res = await clientFor(ctx, cmd).syncHealth();
-      output(ctx, cmd).list(res, res.robots, [
-        { header: 'robot', value: (r) => r.robot_id },
+      const client = clientFor(ctx, cmd);
+      const res = await client.syncHealth();
+      const out = output(ctx, cmd);
+      const robot = out.json ? (id: string) => id : await robotLabels(client, res.robots.map((r) => r.robot_id));
+      out.list(res, res.robots, [
+        { header: 'robot', value: (r) => robot(r.robot_id) },
         { header: 'reported', value: (r) => r.episodes_reported },
         { header: 'unverified', value: (r) => r.unverified },
         { header: 'over 72h', value: (r) => r.unverified_over_72h },
         { header: 'bytes unverified', value: (r) => r.bytes_unverified },
         { header: 'local missing', value: (r) => r.local_missing },
-        { header: 'hours to full', value: (r) => r.pressure?.hours_to_full },
+        { header: 'disk full in', value: (r) => (r.pressure ? formatHoursToFull(r.pressure.hours_to_full) : null) },
       ]);
     });
   program

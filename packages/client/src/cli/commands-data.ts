@@ -2,12 +2,14 @@ import { registerLeRobot } from './commands-lerobot.js';
 import { once } from 'node:events';
 import { createWriteStream } from 'node:fs';
 import { Option, type Command } from 'commander';
+import { STREAM_PAGE_LIMIT } from '@fleet/protocol';
 import { ROBOT_COMMAND_ACTIONS, type RobotCommandAction } from '../client.js';
 import type { Dataset, Episode, EpisodeFilters, Robot } from '../types.js';
 import { UsageError } from './errors.js';
 import { exportEpisodes } from './export.js';
 import { clientFor, intIn, jsonOrString, oneOf, output, pair, type CliContext } from './context.js';
 import type { Column } from './output.js';
+import { robotLabels } from './robot-names.js';
 
 const ROBOT_COLUMNS: Column<Robot>[] = [
   { header: 'id', value: (r) => r.id },
@@ -18,9 +20,10 @@ const ROBOT_COLUMNS: Column<Robot>[] = [
   { header: 'last seen', value: (r) => r.last_seen_at },
 ];
 
-const EPISODE_COLUMNS: Column<Episode>[] = [
+/** The episode table; `robot` names a robot id (its name where known, see robotLabels). */
+const episodeColumns = (robot: (id: string) => string): Column<Episode>[] => [
   { header: 'id', value: (e) => e.id },
-  { header: 'robot', value: (e) => e.robot_id },
+  { header: 'robot', value: (e) => robot(e.robot_id) },
   { header: 'task', value: (e) => e.task_id },
   { header: 'outcome', value: (e) => e.outcome },
   { header: 'started', value: (e) => e.started_at },
@@ -148,14 +151,16 @@ Examples:
     const filters = filtersOf(opts);
     const page = { ...(opts.limit !== undefined ? { limit: opts.limit } : {}), ...(opts.cursor !== undefined ? { cursor: opts.cursor } : {}) };
     const out = output(ctx, cmd);
+    // The API's JSON stays as it is; a table names the robots (one robot list read, not one per row).
+    const columns = async (rows: readonly Episode[]) => episodeColumns(out.json ? (id) => id : await robotLabels(client, rows.map((e) => e.robot_id)));
     if (opts.all) {
       const all: Episode[] = [];
       for await (const e of client.episodes.iterate(filters, page)) all.push(e);
-      out.list({ episodes: all, cursor: null }, all, EPISODE_COLUMNS);
+      out.list({ episodes: all, cursor: null }, all, await columns(all));
       return;
     }
     const res = await client.episodes.list(filters, page);
-    out.list(res, res.episodes, EPISODE_COLUMNS);
+    out.list(res, res.episodes, await columns(res.episodes));
     if (res.cursor && !out.json) out.note(`more: --cursor ${res.cursor}`);
   });
   episodes
@@ -216,31 +221,38 @@ Examples:
   withFilters(
     episodes
       .command('export')
-      .description('every matching episode with its files and locations into an NDJSON file; resumable (the cursor is kept in FILE.cursor)')
-      .requiredOption('--out <file>', 'the NDJSON file to write')
-      .option('--resume', 'continue an interrupted export of the same filters into the same file')
-      .addOption(new Option('--page-size <n>', 'episodes per request (1-10000, default 1000)').argParser(intIn(1, 10_000)))
+      .description('every matching episode with its files and locations as NDJSON, to stdout or into a file (--out: resumable, the cursor is kept in FILE.cursor)')
+      .option('--out <file>', 'the NDJSON file to write (default: stdout)')
+      .option('--resume', 'with --out: continue an interrupted export of the same filters into the same file')
+      .addOption(
+        new Option('--page-size <n>', `episodes per request (1-${STREAM_PAGE_LIMIT.max}, default ${STREAM_PAGE_LIMIT.default})`).argParser(intIn(1, STREAM_PAGE_LIMIT.max)),
+      )
       .addHelpText(
         'after',
         `
 Examples:
   $ fleet episodes export --task-id pick --out pick.ndjson
   $ fleet episodes export --task-id pick --out pick.ndjson --resume   # after an interruption
+  $ fleet episodes export --outcome failure                         # NDJSON to stdout
 
-Each line is an episode with its files and locations. While it runs, FILE.cursor holds the next
-page's cursor and how much of FILE is complete; --resume (same filters) cuts FILE back to that
-and continues. A progress line is drawn on stderr when it is a terminal.`,
+Each line is an episode with its files and locations. Without --out the lines go to stdout (and
+the summary to stderr). With --out, while it runs, FILE.cursor holds the next page's cursor and
+how much of FILE is complete; --resume (same filters) cuts FILE back to that and continues. A
+progress line is drawn on stderr when it is a terminal.`,
       ),
-  ).action(async (opts: FilterOpts & { out: string; resume?: boolean; pageSize?: number }, cmd: Command) => {
+  ).action(async (opts: FilterOpts & { out?: string; resume?: boolean; pageSize?: number }, cmd: Command) => {
     const out = output(ctx, cmd);
     const res = await exportEpisodes(clientFor(ctx, cmd), {
-      out: opts.out,
+      ...(opts.out !== undefined ? { out: opts.out } : { stdout: ctx.stdout }),
       filters: filtersOf(opts),
       resume: opts.resume === true,
       ...(opts.pageSize !== undefined ? { pageSize: opts.pageSize } : {}),
-      progress: ctx.stderr.isTTY && !out.json ? ctx.stderr : null,
+      // No progress line between lines of data printed on the same terminal.
+      progress: ctx.stderr.isTTY && !out.json && (opts.out !== undefined || !ctx.stdout.isTTY) ? ctx.stderr : null,
     });
-    out.done(`exported ${res.episodes} episodes (${res.bytes} bytes) to ${res.out}`, { ...res });
+    // On stdout the lines are the data: the summary goes to stderr.
+    if (res.out === null) out.note(`fleet: exported ${res.episodes} episodes (${res.bytes} bytes)`);
+    else out.done(`exported ${res.episodes} episodes (${res.bytes} bytes) to ${res.out}`, { ...res });
   });
 
   const datasets = program.command('datasets').description('saved episode filters and their frozen snapshots');

@@ -4,16 +4,9 @@ import { EVENT_ID_PATTERN, STREAM_EVENT_TYPES } from '@fleet/protocol';
 import type { FleetEvent, FleetEventType } from '../events.js';
 import { UsageError } from './errors.js';
 import { clientFor, globals, list, type CliContext } from './context.js';
+import { printable } from './output.js';
 
-/** Text from robots and tenants, safe on a terminal: control characters become `?`. */
-function clean(v: unknown): string {
-  let out = '';
-  for (const ch of String(v)) {
-    const c = ch.codePointAt(0)!;
-    out += c < 0x20 || (c >= 0x7f && c <= 0x9f) ? '?' : ch;
-  }
-  return out;
-}
+const clean = printable;
 
 /** One readable line per event: when it arrived, its id and type, then what changed. */
 export function formatEventLine(e: FleetEvent, at: Date): string {

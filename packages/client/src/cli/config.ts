@@ -1,6 +1,8 @@
 import { chmodSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { apiBaseUrl } from '../client.js';
+import { API_KEY_FORMAT, apiKeyProblem } from '../errors.js';
 import { UsageError } from './errors.js';
 
 /** What `fleet login` writes: where the API is and the key to use. */
@@ -66,16 +68,27 @@ export interface Connection {
 export function resolveConnection(flags: { url?: string; config?: string }, env: NodeJS.ProcessEnv): Connection {
   let url = flags.url ?? env.FLEET_URL;
   let apiKey = env.FLEET_API_KEY;
+  let keySource = 'FLEET_API_KEY';
   const path = flags.config ?? defaultConfigPath(env);
   if (flags.config !== undefined || url === undefined || apiKey === undefined) {
     const file = readConfigFile(path);
     if (file === null && flags.config !== undefined) throw new UsageError(`config file ${path} does not exist`);
     url ??= file?.url;
-    apiKey ??= file?.api_key;
+    if (apiKey === undefined && file?.api_key !== undefined) {
+      apiKey = file.api_key;
+      keySource = `the api_key of ${path}`;
+    }
   }
   if (!url) throw new UsageError('no API URL: pass --url, set FLEET_URL, or run fleet login --url URL --key KEY');
   if (!apiKey) throw new UsageError('no API key: set FLEET_API_KEY or run fleet login --url URL --key KEY');
-  return { url: checkUrl(url), apiKey };
+  return { url: checkUrl(url), apiKey: checkApiKey(apiKey, keySource) };
+}
+
+/** The key without surrounding whitespace, or a usage error naming where it came from (never the key). */
+export function checkApiKey(key: string, source: string): string {
+  const problem = apiKeyProblem(key);
+  if (problem !== null) throw new UsageError(`the API key in ${source} is malformed: ${problem}; an API key is ${API_KEY_FORMAT}`);
+  return key.trim();
 }
 
 export function checkUrl(url: string): string {
@@ -86,5 +99,6 @@ export function checkUrl(url: string): string {
     throw new UsageError(`not a URL: ${url.slice(0, 64)}`);
   }
   if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new UsageError(`the URL must be http or https: ${url.slice(0, 64)}`);
-  return url.replace(/\/+$/, '');
+  // The API's address as it is printed (`…/v1`) names the same API.
+  return apiBaseUrl(url);
 }

@@ -68,17 +68,53 @@ class ProgressLine {
 }
 
 export interface ExportResult {
-  out: string;
+  /** The file written, or null for stdout. */
+  out: string | null;
   episodes: number;
   bytes: number;
   resumed: boolean;
 }
 
-/** Streams every matching episode into `out` as NDJSON, page by page, resumable by cursor. */
+/** Streams every matching episode into `sink` (stdout: not resumable, no state file), page by page. */
+async function exportToStream(
+  client: FleetClient,
+  sink: Writable,
+  args: { filters: EpisodeFilters; pageSize?: number; progress: (Writable & { isTTY?: boolean }) | null },
+): Promise<ExportResult> {
+  const progress = new ProgressLine(args.progress);
+  let cursor: string | undefined;
+  let bytes = 0;
+  let episodes = 0;
+  for (;;) {
+    const page = await client.episodes.exportPage(args.filters, { ...(cursor !== undefined ? { cursor } : {}), ...(args.pageSize !== undefined ? { limit: args.pageSize } : {}) });
+    for await (const episode of page.lines) {
+      const line = `${JSON.stringify(episode)}\n`;
+      if (!sink.write(line)) await once(sink, 'drain');
+      bytes += Buffer.byteLength(line);
+      episodes++;
+      progress.update(episodes, bytes);
+    }
+    if (!page.nextCursor) break;
+    cursor = page.nextCursor;
+  }
+  progress.update(episodes, bytes, true);
+  progress.end();
+  return { out: null, episodes, bytes, resumed: false };
+}
+
+/**
+ * Streams every matching episode as NDJSON, page by page: into `out`, resumable by cursor, or
+ * without `out` to `stdout`.
+ */
 export async function exportEpisodes(
   client: FleetClient,
-  args: { out: string; filters: EpisodeFilters; pageSize?: number; resume: boolean; progress: (Writable & { isTTY?: boolean }) | null },
+  args: { out?: string; stdout?: Writable; filters: EpisodeFilters; pageSize?: number; resume: boolean; progress: (Writable & { isTTY?: boolean }) | null },
 ): Promise<ExportResult> {
+  if (args.out === undefined) {
+    if (args.resume) throw new UsageError('--resume needs --out: an export to stdout keeps no cursor to resume from');
+    if (!args.stdout) throw new UsageError('export needs --out FILE or stdout');
+    return exportToStream(client, args.stdout, args);
+  }
   const state = statePath(args.out);
   let cursor: string | undefined;
   let bytes = 0;

@@ -1,5 +1,30 @@
 import type { Writable } from 'node:stream';
 
+/** Text from robots, tenants or the server, safe on a terminal: control characters become `?`. */
+export function printable(v: unknown): string {
+  let out = '';
+  for (const ch of String(v)) {
+    const c = ch.codePointAt(0)!;
+    out += c < 0x20 || (c >= 0x7f && c <= 0x9f) ? '?' : ch;
+  }
+  return out;
+}
+
+const HOURS_PER_YEAR = 24 * 365;
+
+/**
+ * A disk's time to full (hours, from a robot's pressure report) as a person reads it: minutes or
+ * hours up to two days, then days, and `> 1 year` beyond a year (a robot that barely writes
+ * reports millions of hours; the number says nothing more). null: the backlog is not growing.
+ */
+export function formatHoursToFull(hours: number | null): string {
+  if (hours === null) return 'not filling';
+  if (!Number.isFinite(hours) || hours > HOURS_PER_YEAR) return '> 1 year';
+  if (hours > 48) return `${Math.round(hours / 24)} days`;
+  if (hours >= 1) return `${hours.toFixed(1)} h`;
+  return `${Math.max(1, Math.round(hours * 60))} min`;
+}
+
 export interface Column<T> {
   header: string;
   value: (row: T) => unknown;

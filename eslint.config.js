@@ -43,8 +43,8 @@ export default tseslint.config(
     },
   },
   {
-    // End-to-end tests, benchmarks and the demo may reach into a workspace's internals; nothing else may.
-    files: ['test/**/*.ts', 'bench/**/*.ts', 'demo/**/*.ts', '**/*.test.ts'],
+    // End-to-end tests, benchmarks, the soak and the demo may reach into a workspace's internals; nothing else may.
+    files: ['test/**/*.ts', 'bench/**/*.ts', 'soak/**/*.ts', 'demo/**/*.ts', '**/*.test.ts'],
     rules: { 'no-restricted-imports': 'off' },
   },
   {

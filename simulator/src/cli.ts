@@ -23,7 +23,7 @@ const program = new Command('fleet-sim')
 
 program
   .command('fleet')
-  .description('run N real agents in this process; prints {"robots":[…]} on stdout once all are connected, logs JSON to stderr')
+  .description('run N real agents in this process; prints {"robots":[…]} on stdout once all are connected, logs JSON to stderr. SIGUSR2 stops the operators (no new episodes; a recording in progress is left as it is) while the agents keep running and syncing, then prints {"operators":"stopped"}')
   .addOption(new Option('--api <url>', 'the fleet API base URL').env('FLEET_SIM_API').makeOptionMandatory())
   .addOption(new Option('--token <token>', 'enrollment token (ret_…); needed while some robot has no credentials yet').env('FLEET_SIM_TOKEN'))
   .addOption(new Option('--count <n>', 'number of robots').env('FLEET_SIM_COUNT').makeOptionMandatory())
@@ -52,6 +52,7 @@ program
   .addOption(new Option('--upload-ca-file <file>', 'PEM of extra CAs trusted for upload URLs').env('FLEET_SIM_UPLOAD_CA_FILE'))
   .option('--allow-http-uploads', 'allow plain http:// upload URLs (refused by default)')
   .option('--upload-limit <bytes/s>', 'most bytes per second each robot\u2019s uploads together may send (the agent\u2019s --upload-limit; default unlimited)')
+  .option('--disk-quota-bytes <n>', 'each robot\u2019s disk as its disk pressure sees it: free bytes are this less what its data directory holds (a file written there fills it) (default: the real file system)')
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_SIM_LOG_LEVEL').default('info'))
   .action(async (o: Record<string, string | boolean | undefined>) => {
     const str = (k: string) => (typeof o[k] === 'string' ? o[k] : undefined);
@@ -87,6 +88,7 @@ program
       ['syncPartParallel', 'syncPartParallel'],
       ['uploadCaFile', 'uploadCaFile'],
       ['uploadLimit', 'uploadLimit'],
+      ['diskQuotaBytes', 'diskQuotaBytes'],
     ];
     const schedule = str('syncRetryScheduleMs');
     if (schedule !== undefined) (input as Record<string, unknown>).syncRetryScheduleMs = schedule.split(',').map((v) => v.trim());
@@ -242,6 +244,14 @@ async function serve(opts: FleetOptions): Promise<void> {
     await fleet.stop();
     exit(0);
   }
+  // A soak or a test that wants the fleet to drain: no new episodes, everything else goes on.
+  const running = fleet;
+  process.on('SIGUSR2', () => {
+    running.stopOperators().then(
+      () => process.stdout.write(`${JSON.stringify({ operators: 'stopped' })}\n`),
+      (err: unknown) => logger.error({ err }, 'stopping the operators failed'),
+    );
+  });
   process.stdout.write(`${JSON.stringify({ robots: fleet.robotIds })}\n`);
 }
 

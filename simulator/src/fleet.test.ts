@@ -115,6 +115,26 @@ describe('the operator driving a real agent', () => {
     }
   });
 
+  test('a task id set on the robot by hand (fleet-agent context set --task-id) is not stamped with the operator task\'s name', async () => {
+    const { agent, operator, advance, episodes } = await simulatedRobot(0);
+    try {
+      operator.start();
+      await operator.settled();
+      expect(await agent.getContext()).toMatchObject({ task_id: 'task_pick_place', task_name: 'Pick and place' });
+      // What the quickstart does: a task id of its own, no name.
+      await agent.setContext({ task_id: 'stack-blocks', operator_id: 'bob' });
+      await agent.episode('start', 'mqtt');
+      await advance(1_500);
+      await agent.episode('finish', 'mqtt');
+      await agent.machine.whenSettled();
+      const [ep] = await episodes();
+      expect(ep).toMatchObject({ task_id: 'stack-blocks', task_name: null, operator_id: 'bob', operator_name: null });
+    } finally {
+      await operator.stop();
+      await agent.stop();
+    }
+  });
+
   test('with auto episodes the operator records episodes on its own with seeded outcomes and rotating tasks', async () => {
     const { agent, operator, advance, episodes } = await simulatedRobot(12);
     try {
@@ -132,6 +152,9 @@ describe('the operator driving a real agent', () => {
       const own = eps.slice(0, -1);
       for (const e of own) expect(e.segments.length).toBeGreaterThanOrEqual(2);
       expect(operator.counters.episodesStarted).toBeGreaterThanOrEqual(eps.length - 1);
+      // Each episode carries the name of its own task, never another task's.
+      const names = new Map(operatorScript(0, 'sim-0', { subtaskMs: 1000 }).tasks.map((t) => [t.id, t.name]));
+      for (const e of eps) expect({ task_id: e.task_id, task_name: e.task_name }).toEqual({ task_id: e.task_id, task_name: names.get(e.task_id!) });
     } finally {
       await operator.stop();
       await agent.stop();

@@ -18,6 +18,7 @@ import { systemClock, type Clock } from '@fleet/protocol';
 import { pino, type Logger } from 'pino';
 import { z } from 'zod';
 import { ScriptedOperator, type OperatorRobot, type OperatorScript, type OperatorTask } from './operator.js';
+import { quotaFreeBytes } from './disk-quota.js';
 import { seededRandom } from './random.js';
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -85,6 +86,11 @@ export const FleetOptionsSchema = z.strictObject({
   allowHttpUploads: z.boolean().default(false),
   /** Bytes per second each robot's uploads together may send (the agent's --upload-limit); unlimited when absent. */
   uploadLimit: z.coerce.number().int().min(1024).optional(),
+  /**
+   * A disk of this many bytes per robot as its disk pressure sees it: free bytes are this less what
+   * the robot's data directory holds (a file written there fills it). Absent: the real file system.
+   */
+  diskQuotaBytes: z.coerce.number().int().min(1).optional(),
   logLevel: z.enum(LOG_LEVELS).default('info'),
 });
 export type FleetOptions = Readonly<z.output<typeof FleetOptionsSchema>>;
@@ -119,6 +125,8 @@ export interface Fleet {
   readonly robots: readonly SimulatedRobot[];
   /** The robot ids, in index order. */
   readonly robotIds: readonly string[];
+  /** Stops every operator (no new episodes; a recording in progress is left as it is); the agents keep running and syncing. */
+  stopOperators(): Promise<void>;
   /** Stops every operator, then every agent (each publishes its offline status). */
   stop(): Promise<void>;
 }
@@ -296,6 +304,7 @@ export async function runFleet(input: FleetOptionsInput | FleetOptions, deps: Fl
       credentials: creds,
       controlSocket: opts.controlSocket,
       ...(dispatcher ? { uploadDispatcher: dispatcher } : {}),
+      ...(opts.diskQuotaBytes !== undefined ? { freeBytes: quotaFreeBytes(opts.diskQuotaBytes) } : {}),
     });
     await agent.start();
     const operator = new ScriptedOperator({
@@ -330,6 +339,10 @@ export async function runFleet(input: FleetOptionsInput | FleetOptions, deps: Fl
   return {
     robots,
     robotIds: robots.map((r) => r.robotId),
+    async stopOperators() {
+      await Promise.all(robots.map((r) => r.operator.stop()));
+      logger.info({ robots: robots.length }, 'operators stopped');
+    },
     stop() {
       stopping ??= stopAll(robots).then(() => logger.info({ robots: robots.length }, 'fleet stopped'));
       return stopping;

@@ -26,6 +26,7 @@ export {
   type ScriptedOperatorOptions,
 } from './operator.js';
 export { seededRandom, weightedPick } from './random.js';
+export { quotaFreeBytes, statfsFreeBytes, usedBytes, type FreeBytes } from './disk-quota.js';
 export { GrantProviderConfigSchema, parseGrantProviderConfig, type GrantProviderConfig, type GrantProviderConfigInput } from './grant-provider/config.js';
 export { answerGrantRequest, deferral } from './grant-provider/grants.js';
 export { episodeKeyPrefix, planUploads, type FilePlan } from './grant-provider/layout.js';

@@ -5,7 +5,7 @@
  * root). The cluster lives in a temporary directory, listens on 127.0.0.1 only, and uses a
  * generated password (scram-sha-256).
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFile, execFileSync, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -16,8 +16,14 @@ export interface PgServer {
   /** URL of database `db` on this server, as the test role. */
   url(db: string): string;
   readonly port: number;
+  /** The cluster's data directory (its `postmaster.pid` names the server's pid while it runs). */
+  readonly dataDir: string;
   /** `pg_ctl restart -m fast`: every connection drops, the data stays. */
   restart(): Promise<void>;
+  /** `pg_ctl stop -m fast` (the data stays): nothing listens until `up()`. Does not block the event loop. */
+  down(): Promise<void>;
+  /** Starts a server stopped by `down()` again, on the same port and data. */
+  up(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -94,15 +100,25 @@ export async function startPostgres(binDir: string, opts: { maxConnections?: num
     '-c synchronous_commit=off',
     '-c shared_buffers=128MB',
   ].join(' ');
-  const ctl = (...args: string[]) => run('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-w', '-t', '120', '-o', settings, ...args]);
+  const ctlArgs = (args: string[]) => ['-D', data, '-l', join(dir, 'server.log'), '-w', '-t', '120', '-o', settings, ...args];
+  const ctl = (...args: string[]) => run('pg_ctl', ctlArgs(args));
+  // The same, asynchronously: a caller that keeps serving sockets (proxies in the same process) while it waits.
+  const ctlAsync = (...args: string[]) =>
+    new Promise<void>((resolve, reject) => {
+      const [file, argv] = isRoot ? ['runuser', ['-u', 'postgres', '--', join(binDir, 'pg_ctl'), ...ctlArgs(args)]] : [join(binDir, 'pg_ctl'), ctlArgs(args)];
+      execFile(file, argv, { cwd: dir, encoding: 'utf8' }, (err, stdout, stderr) => (err ? reject(new Error(`pg_ctl ${args.join(' ')} failed: ${stderr || stdout}`)) : resolve()));
+    });
   ctl('start');
   let stopped = false;
   return {
     port,
+    dataDir: data,
     url: (db) => `postgres://fleet:${encodeURIComponent(password)}@127.0.0.1:${port}/${db}`,
     async restart() {
       ctl('restart', '-m', 'fast');
     },
+    down: () => ctlAsync('stop', '-m', 'fast'),
+    up: () => ctlAsync('start'),
     async stop() {
       if (stopped) return;
       stopped = true;

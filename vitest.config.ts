@@ -15,6 +15,9 @@ const expect = { poll: { timeout: 15_000 } };
 
 export default defineConfig({
   test: {
+    // Two files at a time: most end-to-end time is spent waiting on sockets, child processes and
+    // timers, not on the CPU, and vitest's default on a 2-core machine is one (cores - 1).
+    maxWorkers: 2,
     reporters: ['default', './test/support/summary-reporter.ts'],
     // One PostgreSQL server for the run (every engine's store suite, FLEET_TEST_DATABASE=postgres).
     globalSetup: ['./test/support/global-setup.ts'],
@@ -49,6 +52,8 @@ export default defineConfig({
           // selected by test:postgres or test:replicas (they name their projects), so it runs once,
           // in the SQLite pass of `npm test`.
           name: 'browser',
+          // One chromium at a time: two on two cores starve the cloud each drives.
+          maxWorkers: 1,
           include: ['console/test/**/*.test.ts'],
           testTimeout: 120_000,
           hookTimeout: 120_000,

@@ -58,6 +58,14 @@ export class PgDb {
     for (let attempt = 1; ; attempt++) {
       const client = await this.pool.connect();
       let broken = false;
+      // While the transaction holds the client the pool does not listen to it: a connection the
+      // server ends between two statements (a restart, "terminating connection due to
+      // administrator command") arrives as an 'error' event, which unheard would end the process.
+      // Heard here, it marks the client broken; the next statement fails and the caller sees that.
+      const onError = (): void => {
+        broken = true;
+      };
+      client.on('error', onError);
       try {
         await client.query(opts.isolation ? `BEGIN ISOLATION LEVEL ${opts.isolation.toUpperCase()}` : 'BEGIN');
         const out = await fn(client);
@@ -73,6 +81,7 @@ export class PgDb {
         if (code && RETRYABLE.has(code) && attempt < 5) continue;
         throw err;
       } finally {
+        client.off('error', onError);
         client.release(broken);
       }
     }

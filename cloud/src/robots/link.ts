@@ -394,7 +394,9 @@ export class RobotLink {
     if (s.online && retained && up === undefined && !before.connected) this.probe(robotId);
     // Robots publish their status on every connection and state change, and every replica writes
     // every status: the store logs robot.status only when presence or the recording state
-    // changed, once (the first writer), so the event stream costs per change, not per status.
+    // changed, once (the first writer), so the event stream costs per change, not per status. A
+    // replica behind the others writes statuses the robot has since replaced: the robot's clock
+    // (`at`) orders them, and a late one changes nothing (store `statusApplies`).
     const changed = await this.opts.store.robots.updateStatus(
       robotId,
       {
@@ -404,6 +406,7 @@ export class RobotLink {
         ...(s.capabilities !== undefined ? { capabilities: s.capabilities } : {}),
         ...(s.recording_state !== undefined ? { recordingState: s.recording_state } : {}),
         seenAt: this.opts.clock.now(),
+        status: { at: s.at, online: s.online },
       },
       robotStatusEvent,
     );

@@ -144,6 +144,52 @@ describeStore('event log reads', (open) => {
       expect(robot).toMatchObject({ connected: true, recordingState: 'recording', runtimeVersion: '2.0.0' });
     });
 
+    it("orders a robot's statuses by its clock: a late copy changes nothing, a will and a clock set back are written", async () => {
+      const [r] = await robotsOf('org_a', 1);
+      // What a second replica that is behind writes: statuses the first one already wrote.
+      const robotStatus = (at: number, online: boolean, recordingState?: 'idle' | 'recording') => {
+        clock.advance(1000);
+        return store.robots.updateStatus(r!, { connected: online, ...(recordingState ? { recordingState } : {}), seenAt: clock.now(), status: { at, online } }, robotStatusEvent);
+      };
+      const R = T0 + 60_000;
+      expect(await robotStatus(R, true, 'idle')).toBe(true);
+      expect(await robotStatus(R + 10, true, 'recording')).toBe(true);
+      expect(await robotStatus(R + 20, true, 'idle')).toBe(true);
+      // Late copies of the first two: nothing changes, nothing is logged, last seen still moves.
+      expect(await robotStatus(R + 10, true, 'recording')).toBe(false);
+      expect(await robotStatus(R, true, 'idle')).toBe(false);
+      expect(await store.robots.get('org_a', r!)).toMatchObject({ connected: true, recordingState: 'idle', lastSeenAt: clock.now() });
+      // The same instant twice (two statuses published in one millisecond) is written.
+      expect(await robotStatus(R + 20, true, 'recording')).toBe(true);
+      // A last will carries the time of the connection attempt, older than the statuses: written.
+      expect(await robotStatus(R - 5, false)).toBe(true);
+      // A late copy of the connection's last status after the will: the robot stays offline.
+      expect(await robotStatus(R + 20, true, 'recording')).toBe(false);
+      expect(await store.robots.get('org_a', r!)).toMatchObject({ connected: false });
+      // The next connection's status is newer.
+      expect(await robotStatus(R + 30, true, 'idle')).toBe(true);
+      // The robot's clock set back by an hour (an NTP step): followed from there.
+      expect(await robotStatus(R + 30 - 3_600_000, true, 'recording')).toBe(true);
+      expect(await robotStatus(R + 40 - 3_600_000, true, 'idle')).toBe(true);
+      expect(await robotStatus(R + 35 - 3_600_000, true, 'recording')).toBe(false);
+      // Presence the cloud saw (no robot status) is written whatever the order.
+      clock.advance(1000);
+      expect(await store.robots.updateStatus(r!, { connected: false, seenAt: clock.now() }, robotStatusEvent)).toBe(true);
+
+      const states = payloads(await store.events.listAfter('org_a', 0, { limit: 100 })).map((p) => [p.online, p.recording_state]);
+      expect(states).toEqual([
+        [true, 'idle'],
+        [true, 'recording'],
+        [true, 'idle'],
+        [true, 'recording'],
+        [false, 'recording'],
+        [true, 'idle'],
+        [true, 'recording'],
+        [true, 'idle'],
+        [false, 'idle'],
+      ]);
+    });
+
     it('is not logged for an unknown or a de-enrolled robot', async () => {
       const [r] = await robotsOf('org_a', 1);
       expect(await status('rbt_unknown', true, 'idle')).toBe(false);

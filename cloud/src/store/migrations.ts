@@ -483,4 +483,13 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
         SELECT episode_seq, destination_id, grant_id, updated_at FROM replicas;
     `,
   },
+  {
+    version: 17,
+    name: 'robot status order: the robot clock of the last status written',
+    sql: `
+      -- Every replica writes every robot status; one that is behind writes statuses the robot has
+      -- since replaced. The robot's clock of the last status written orders them (NULL: none yet).
+      ALTER TABLE robots ADD COLUMN status_at INTEGER;
+    `,
+  },
 ];

@@ -4,7 +4,7 @@ import { robotFromDb, tokenFromDb, type RobotDbRow, type TokenDbRow } from './ro
 import { robotListSql, type RobotListQuery } from './robot-list-query.js';
 import type { Db } from './sqlite-db.js';
 import { eventAppender } from './sqlite-events.js';
-import type { EnrollmentTokenRow, EnrollOutcome, RobotRow, RobotStatusUpdate, RobotStore } from './types.js';
+import { statusApplies, statusAtAfter, type EnrollmentTokenRow, type EnrollOutcome, type RobotRow, type RobotStatusUpdate, type RobotStore } from './types.js';
 
 export class SqliteRobots implements RobotStore {
   private readonly insertToken;
@@ -16,6 +16,7 @@ export class SqliteRobots implements RobotStore {
   private readonly byId;
   private readonly page;
   private readonly status;
+  private readonly seen;
   private readonly disconnectAll;
   private readonly presence;
   private readonly connectedPresence;
@@ -67,10 +68,13 @@ export class SqliteRobots implements RobotStore {
     this.status = db.prepare(
       `UPDATE robots SET connected = ?, runtime_version = COALESCE(?, runtime_version), platform = COALESCE(?, platform),
          capabilities = COALESCE(?, capabilities), recording_state = CASE WHEN ? THEN ? ELSE recording_state END,
-         last_seen_at = MAX(COALESCE(last_seen_at, 0), ?) WHERE id = ? AND deenrolled_at IS NULL`,
+         last_seen_at = MAX(COALESCE(last_seen_at, 0), ?), status_at = ? WHERE id = ? AND deenrolled_at IS NULL`,
     );
+    this.seen = db.prepare('UPDATE robots SET last_seen_at = MAX(COALESCE(last_seen_at, 0), ?) WHERE id = ?');
     this.disconnectAll = db.prepare('UPDATE robots SET connected = 0 WHERE connected = 1');
-    this.presence = db.prepare<[string], PresenceDbRow>('SELECT id, org_id, connected, recording_state, last_seen_at FROM robots WHERE id = ? AND deenrolled_at IS NULL');
+    this.presence = db.prepare<[string], PresenceDbRow & { status_at: number | null }>(
+      'SELECT id, org_id, connected, recording_state, last_seen_at, status_at FROM robots WHERE id = ? AND deenrolled_at IS NULL',
+    );
     this.connectedPresence = db.prepare<[], PresenceDbRow>('SELECT id, org_id, connected, recording_state, last_seen_at FROM robots WHERE connected = 1 AND deenrolled_at IS NULL');
     this.appendEvent = eventAppender(db);
   }
@@ -177,6 +181,11 @@ export class SqliteRobots implements RobotStore {
       .transaction((): boolean => {
         const before = this.presence.get(id);
         if (!before) return false;
+        // A status this replica is late with (another one wrote a newer one) changes nothing.
+        if (u.status && !statusApplies(u.status, before.status_at)) {
+          this.seen.run(u.seenAt, id);
+          return false;
+        }
         this.status.run(
           u.connected ? 1 : 0,
           u.runtimeVersion ?? null,
@@ -185,6 +194,7 @@ export class SqliteRobots implements RobotStore {
           u.recordingState !== undefined ? 1 : 0,
           u.recordingState ?? null,
           u.seenAt,
+          u.status ? statusAtAfter(u.status, before.status_at) : before.status_at,
           id,
         );
         const after = this.presence.get(id)!;

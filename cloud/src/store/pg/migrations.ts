@@ -44,6 +44,11 @@ export const PG_MIGRATIONS: readonly { version: number; name: string; sql: strin
       INSERT INTO issued_grants (episode_seq, destination_id, grant_id, issued_at)
         SELECT episode_seq, destination_id, grant_id, updated_at FROM replicas ON CONFLICT DO NOTHING;`,
   },
+  {
+    version: 6,
+    name: 'robot status order: the robot clock of the last status written (SQLite migration 17)',
+    sql: 'ALTER TABLE robots ADD COLUMN status_at BIGINT',
+  },
 ];
 
 /**

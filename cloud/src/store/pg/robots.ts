@@ -1,7 +1,7 @@
 import type { LoggedEvent, RobotPresence } from '../../events.js';
 import { robotListSql, type RobotListQuery } from '../robot-list-query.js';
 import { robotFromDb, tokenFromDb, type RobotDbRow, type TokenDbRow } from '../rows.js';
-import type { EnrollmentTokenRow, EnrollOutcome, RobotRow, RobotStatusUpdate, RobotStore } from '../types.js';
+import { statusApplies, statusAtAfter, type EnrollmentTokenRow, type EnrollOutcome, type RobotRow, type RobotStatusUpdate, type RobotStore } from '../types.js';
 import type { PgDb } from './db.js';
 import { appendEvents } from './events.js';
 
@@ -113,25 +113,46 @@ export class PgRobots implements RobotStore {
   }
 
   /**
-   * One statement reads the robot's presence under its row lock and writes the status: a replica
-   * writing the same status after another one waits for that lock and then reads the state the
-   * first one committed, so it sees no change and logs nothing.
+   * Reads the robot's presence under its row lock, then writes the status: a replica writing the
+   * same status after another one waits for that lock and then reads the state the first one
+   * committed, so it sees no change and logs nothing; one writing a status the robot has since
+   * replaced (it is behind) changes nothing (`statusApplies`).
    */
   async updateStatus(id: string, u: RobotStatusUpdate, logChange?: (robot: RobotPresence) => LoggedEvent): Promise<boolean> {
     return this.db.tx(async (sql) => {
-      const r = (
-        await sql.query<PresenceDbRow & { was_connected: boolean; was_recording_state: RobotRow['recordingState'] }>(
-          `WITH old AS (SELECT id, connected, recording_state FROM robots WHERE id = $8 AND deenrolled_at IS NULL FOR UPDATE)
-           UPDATE robots r SET connected = $1, runtime_version = COALESCE($2, r.runtime_version), platform = COALESCE($3, r.platform),
-             capabilities = COALESCE($4, r.capabilities), recording_state = CASE WHEN $5 THEN $6 ELSE r.recording_state END,
-             last_seen_at = GREATEST(COALESCE(r.last_seen_at, 0), $7)
-           FROM old WHERE r.id = old.id
-           RETURNING r.id, r.org_id, r.connected, r.recording_state, r.last_seen_at, old.connected AS was_connected, old.recording_state AS was_recording_state`,
-          [u.connected, u.runtimeVersion ?? null, u.platform ?? null, u.capabilities ? JSON.stringify(u.capabilities) : null, u.recordingState !== undefined, u.recordingState ?? null, u.seenAt, id],
+      const before = (
+        await sql.query<PresenceDbRow & { status_at: number | null }>(
+          'SELECT id, org_id, connected, recording_state, last_seen_at, status_at FROM robots WHERE id = $1 AND deenrolled_at IS NULL FOR UPDATE',
+          [id],
         )
       ).rows[0];
-      if (!r) return false;
-      const changed = r.connected !== r.was_connected || r.recording_state !== r.was_recording_state;
+      if (!before) return false;
+      const lastAt = before.status_at;
+      if (u.status && !statusApplies(u.status, lastAt)) {
+        await sql.query('UPDATE robots SET last_seen_at = GREATEST(COALESCE(last_seen_at, 0), $1) WHERE id = $2', [u.seenAt, id]);
+        return false;
+      }
+      const r = (
+        await sql.query<PresenceDbRow>(
+          `UPDATE robots r SET connected = $1, runtime_version = COALESCE($2, r.runtime_version), platform = COALESCE($3, r.platform),
+             capabilities = COALESCE($4, r.capabilities), recording_state = CASE WHEN $5 THEN $6 ELSE r.recording_state END,
+             last_seen_at = GREATEST(COALESCE(r.last_seen_at, 0), $7), status_at = $8
+           WHERE r.id = $9
+           RETURNING r.id, r.org_id, r.connected, r.recording_state, r.last_seen_at`,
+          [
+            u.connected,
+            u.runtimeVersion ?? null,
+            u.platform ?? null,
+            u.capabilities ? JSON.stringify(u.capabilities) : null,
+            u.recordingState !== undefined,
+            u.recordingState ?? null,
+            u.seenAt,
+            u.status ? statusAtAfter(u.status, lastAt) : lastAt,
+            id,
+          ],
+        )
+      ).rows[0]!;
+      const changed = r.connected !== before.connected || r.recording_state !== before.recording_state;
       if (changed && logChange) await appendEvents(sql, [{ orgId: r.org_id, event: logChange(presenceFromDb(r)), at: u.seenAt }]);
       return changed;
     });

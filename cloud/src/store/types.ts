@@ -221,9 +221,10 @@ export interface RobotStatusUpdate {
 /**
  * An online status more than this much older than the last one written is not a late copy from
  * a replica behind the others (that lag is the time of a few writes) but the robot's clock set
- * back (an NTP step): it is written, and the robot's clock is followed from there.
+ * back (an NTP step, a reboot on a drifted clock): it is written, and the robot's clock is
+ * followed from there. A smaller step back hides the robot's statuses for at most this long.
  */
-export const STATUS_CLOCK_STEP_MS = 10 * 60_000;
+export const STATUS_CLOCK_STEP_MS = 60_000;
 
 /**
  * Whether a robot status (`at`, robot clock) is written over the last one written (`lastAt`):

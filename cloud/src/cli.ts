@@ -68,6 +68,7 @@ program
   .description('Run the HTTP API and the embedded MQTT broker. Port 0 picks a free port; the ports are printed as one JSON line.')
   .addOption(dataDirOption())
   .addOption(databaseUrlOption())
+  .addOption(new Option('--database-wait-s <s>', 'with --database-url: how long to wait for PostgreSQL to accept connections at start (0: not at all)').env('FLEET_DATABASE_WAIT_S').default('60'))
   .addOption(new Option('--host <host>', 'listen address').env('FLEET_HOST').default('127.0.0.1'))
   .addOption(new Option('--http-port <port>', 'HTTP port (0: any free port)').env('FLEET_HTTP_PORT').default('8080'))
   .addOption(new Option('--mqtt-port <port>', 'embedded MQTT broker port (0: any free port)').env('FLEET_MQTT_PORT').default('1883'))
@@ -96,6 +97,7 @@ program
     const input: CloudConfigInput = {
       dataDir: opts.dataDir,
       databaseUrl: opts.databaseUrl,
+      databaseWaitS: opts.databaseWaitS,
       host: opts.host,
       httpPort: opts.httpPort,
       mqttPort: opts.mqttPort,

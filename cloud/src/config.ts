@@ -28,6 +28,11 @@ export const CloudConfigSchema = z.strictObject({
   dataDir: z.string().min(1).default('./data'),
   /** Keep the index in PostgreSQL (several replicas may share it) instead of SQLite in dataDir. */
   databaseUrl: z.url({ protocol: /^postgres(ql)?$/ }).optional(),
+  /**
+   * With databaseUrl: how long a starting cloud waits for PostgreSQL to accept connections
+   * (started together with it, or in a failover) before it gives up; 0 gives up at once.
+   */
+  databaseWaitS: z.coerce.number().int().min(0).max(3600).default(60),
   /** HTTP and MQTT listen address. Loopback by default; use 0.0.0.0 to serve a fleet. */
   host: z.string().min(1).default('127.0.0.1'),
   httpPort: port.default(8080),

@@ -4,7 +4,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { pino } from 'pino';
 import type { AddressInfo } from 'node:net';
 import type { Client } from 'aedes';
-import { Lifecycle, systemClock, systemScheduler, type Clock } from '@fleet/protocol';
+import { Lifecycle, retry, systemClock, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
 import { buildApp, eventHubFor, type CloudApp } from './app.js';
 import { bootstrapIfEmpty, type Bootstrapped } from './bootstrap.js';
 import { parseListen, type CloudConfig } from './config.js';
@@ -17,6 +17,7 @@ import { BrokerAccountSchema } from './mqtt/dynsec-config.js';
 import { robotStatusEvent } from './events.js';
 import { loadSecretBox } from './secret-box.js';
 import { openStore } from './store/index.js';
+import { isStoreUnavailable } from './store/unavailable.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './robots/broker-auth.js';
 import { RobotLink } from './robots/link.js';
 import { CredentialRotator } from './robots/credentials.js';
@@ -34,6 +35,8 @@ import type { Store } from './store/index.js';
 
 export interface StartCloudOptions {
   clock?: Clock;
+  /** Waits at start (the database not yet reachable). */
+  scheduler?: Scheduler;
   logger?: FastifyBaseLogger;
   /** New episode assignments, once written: the MQTT side pushes them to their robots. */
   onAssigned?: (routes: RouteRow[]) => void | Promise<void>;
@@ -101,6 +104,34 @@ function readBrokerAccount(file: string): { username: string; password: string }
   return parsed.data;
 }
 
+/**
+ * Opens the store; PostgreSQL that does not accept connections yet (a cloud started together
+ * with its database, or during a failover) is waited for, up to `databaseWaitS`, with a log line
+ * per attempt. Any other failure (a wrong password, a missing database) fails at once.
+ */
+export async function openStoreWaiting(config: Pick<CloudConfig, 'dataDir' | 'databaseUrl' | 'databaseWaitS'>, scheduler: Scheduler, logger: FastifyBaseLogger): Promise<Store> {
+  const open = () => openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl });
+  if (!config.databaseUrl || config.databaseWaitS === 0) return open();
+  return retry(open, {
+    policy: { schedule: waitSchedule(config.databaseWaitS * 1000) },
+    scheduler,
+    shouldRetry: isStoreUnavailable,
+    onRetry: (err, attempt, waitMs) =>
+      logger.warn({ err: { message: err instanceof Error ? err.message : String(err) }, attempt, retry_in_ms: waitMs }, 'the database does not accept connections yet; waiting'),
+  });
+}
+
+/** Waits of 0.5 s doubling to 5 s, that add up to `totalMs`. */
+function waitSchedule(totalMs: number): number[] {
+  const waits: number[] = [];
+  let left = totalMs;
+  for (let w = 500; left > 0; w = Math.min(w * 2, 5000)) {
+    waits.push(Math.min(w, left));
+    left -= w;
+  }
+  return waits;
+}
+
 /** The shared-subscription group of the replicas behind one external broker. */
 const REPLICA_SHARE_GROUP = 'fleet-cloud';
 
@@ -116,7 +147,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
   const life = new Lifecycle((name, err) => logger.error({ err, part: name }, 'closing failed'));
   try {
     const store = await life.add('store', async () => {
-      const s = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl });
+      const s = await openStoreWaiting(config, opts.scheduler ?? systemScheduler, logger);
       return { value: s, close: () => s.close() };
     });
     const secrets = loadSecretBox(config.dataDir, config.secretKey);

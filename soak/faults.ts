@@ -143,7 +143,11 @@ export class FaultRunner {
           break;
         }
         case 'replica-kill': {
-          const victim = sys.live[f.target % sys.live.length]!;
+          // Both replicas gone (each that exits on its own is replaced, which takes a while): no
+          // target, and this fault is not counted.
+          const alive = sys.live.filter((c) => c.process.exit === null);
+          if (alive.length === 0) throw new Error('no replica is running to kill');
+          const victim = alive[f.target % alive.length]!;
           rec.what = `kill -9 replica pid ${victim.process.pid}`;
           this.log(`fault: ${rec.what}, a new one in ${f.downS} s`);
           await sys.killReplica(victim);

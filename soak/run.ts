@@ -154,6 +154,7 @@ async function main(): Promise<number> {
   const dir = await makeTempDir('fleet-soak-');
   const api = new ApiLog();
   const sys = new SoakSystem({ dir: dir.path, seed, robots, solo, episodesPerMinute, bytesPerSecond: 16 * 1024, diskQuotaBytes: 256 * MiB, log }, api);
+  let passed = false;
   const memory = new MemoryWatch(() => sys.processes());
   let stopping = false;
   const onSignal = () => {
@@ -213,8 +214,8 @@ async function main(): Promise<number> {
     const outages = runner.records.filter((r) => r.fault.kind === 'postgres-restart').map((r) => ({ from: r.startedAt, to: (r.healedAt ?? Date.now()) + 15_000 }));
     const { invariants, outageFiveHundreds } = await checkInvariants({ sys, robots: last.robots, cloud: last.cloud, api, memory, outages });
     const failedFaults = runner.records.filter((r) => r.error).map((r) => `${r.fault.kind} at ${r.fault.atS} s (${r.what}): ${r.error}`);
-    const ok = printReport({ faults: faultCounts(runner.records), failedFaults, invariants, outageFiveHundreds, memory, api, sys, drained, drain: last.state, diskSeen: diskSeen.size });
-    return ok ? 0 : 1;
+    passed = printReport({ faults: faultCounts(runner.records), failedFaults, invariants, outageFiveHundreds, memory, api, sys, drained, drain: last.state, diskSeen: diskSeen.size });
+    return passed ? 0 : 1;
   } catch (err) {
     process.stdout.write(`SOAK ERROR (seed ${seed}): ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
     process.stdout.write(`RESULT: FAIL — replay with: npm run soak -- --minutes ${minutes} --seed ${seed}\n`);
@@ -222,7 +223,8 @@ async function main(): Promise<number> {
   } finally {
     memory.stop();
     await sys.close();
-    if (!values.keep) await dir[Symbol.asyncDispose]();
+    // A failed run keeps its data (logs of processes that exited, the robots' directories).
+    if (!values.keep && passed) await dir[Symbol.asyncDispose]();
     else log(`data kept in ${dir.path}`);
   }
 }

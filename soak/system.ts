@@ -6,7 +6,7 @@
  * off alone). Every part can be stopped and started again on the same data.
  */
 import { mkdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { createTestPki, startHttpsReceiver, type TestPki, type TestReceiver } from '../cloud/src/egress/test-https.js';
 import { ControlClient } from '../agent/src/control/client.js';
 import type { CloudProcess } from '../test/support/cloud.js';
@@ -129,8 +129,12 @@ export class SoakSystem {
     void proc.exited.then(async (exit) => {
       if (this.closing || this.stopping.has(proc.pid)) return;
       const tail = proc.stderrLines.filter((l) => !l.includes('"level":30')).slice(-8);
+      // Its whole log, kept in the data directory (kept on failure) for whoever reads the report.
+      const logFile = join(this.opts.dir, 'exits', `${label.replace(/[^\w.-]+/g, '-')}-${proc.pid}.log`);
+      mkdirSync(dirname(logFile), { recursive: true });
+      writeFileSync(logFile, proc.stderrLines.join('\n') + '\n');
       this.unexpectedExits.push(`${label} (pid ${proc.pid}) exited on its own (code ${exit.code}, signal ${exit.signal}); last log lines:\n${tail.map((l) => `              ${l.slice(0, 600)}`).join('\n')}`);
-      this.opts.log(`UNEXPECTED: ${label} (pid ${proc.pid}) exited (code ${exit.code}, signal ${exit.signal})`);
+      this.opts.log(`UNEXPECTED: ${label} (pid ${proc.pid}) exited (code ${exit.code}, signal ${exit.signal}); its log: ${logFile}`);
       await onDeath?.().catch((err: unknown) => this.opts.log(`replacing ${label} failed: ${err instanceof Error ? err.message : String(err)}`));
     });
   }

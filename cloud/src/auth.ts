@@ -1,4 +1,4 @@
-import { every, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
+import { API_KEY_PATTERN, every, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
 import { isUsable } from './api-keys.js';
 import { ApiError } from './errors.js';
 import { hashSecret } from './ids.js';
@@ -10,8 +10,9 @@ export interface Principal {
   key: ApiKeyRow;
 }
 
-// The auth scheme name is case-insensitive (RFC 9110 11.1); the key itself is not.
-const BEARER = /^[Bb][Ee][Aa][Rr][Ee][Rr][ \t]+(ak_[A-Za-z0-9_-]{16,128})[ \t]*$/;
+// The auth scheme name is case-insensitive (RFC 9110 11.1); the key itself is not, and has the
+// one pattern keys are made and checked by everywhere.
+const BEARER = new RegExp(`^[Bb][Ee][Aa][Rr][Ee][Rr][ \\t]+(${API_KEY_PATTERN.source.replace(/^\^|\$$/g, '')})[ \\t]*$`);
 
 /** How many keys (with their organizations) one process keeps; the oldest cached goes first. */
 export const DEFAULT_AUTH_CACHE_SIZE = 10_000;

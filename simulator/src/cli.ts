@@ -25,7 +25,7 @@ program
   .command('fleet')
   .description('run N real agents in this process; prints {"robots":[…]} on stdout once all are connected, logs JSON to stderr. SIGUSR2 stops the operators (no new episodes; a recording in progress is left as it is) while the agents keep running and syncing, then prints {"operators":"stopped"}')
   .addOption(new Option('--api <url>', 'the fleet API base URL').env('FLEET_SIM_API').makeOptionMandatory())
-  .addOption(new Option('--token <token>', 'enrollment token (ret_…); needed while some robot has no credentials yet').env('FLEET_SIM_TOKEN'))
+  .addOption(new Option('--token <token>', 'enrollment token (ret_…); needed while some robot has no credentials yet. Prefer FLEET_SIM_TOKEN: a flag shows in the process list').env('FLEET_SIM_TOKEN'))
   .addOption(new Option('--count <n>', 'number of robots').env('FLEET_SIM_COUNT').makeOptionMandatory())
   .addOption(new Option('--data-dir <dir>', 'one directory per robot under it: robot-0, robot-1, …').env('FLEET_SIM_DATA_DIR').makeOptionMandatory())
   .option('--legacy-runtime', 'robots without episodes.v1')
@@ -260,7 +260,7 @@ program.addHelpText(
   'after',
   `
 Examples:
-  $ fleet-sim fleet --api http://127.0.0.1:8080 --token ret_… --count 10 --data-dir ./sim --auto-episodes 6
+  $ FLEET_SIM_TOKEN=ret_… fleet-sim fleet --api http://127.0.0.1:8080 --count 10 --data-dir ./sim --auto-episodes 6
   $ FLEET_PROVIDER_SECRET=dsec_… fleet-sim grant-provider --insecure-http --port 8443 --s3-endpoint http://127.0.0.1:9000 --s3-bucket episodes --s3-path-style`,
 );
 applyUsageRules(program);

@@ -528,7 +528,10 @@ describe('datasets', () => {
     await page.getByRole('status').filter({ hasText: 'Snapshot taken' }).waitFor();
     const snapped = await api.datasets.get(id);
     expect(snapped.episode_count).toBe(picks + 1);
+    // Gone with the answer, before the dataset is read again (a second snapshot would be a 409).
     expect(await page.getByRole('button', { name: 'Snapshot…' }).count()).toBe(0);
+    await expect.poll(() => page.getByText(`${picks + 1} episodes pinned at`).count()).toBe(1);
+    await shot(page, 'dataset-snapshotted');
 
     const expected: unknown[] = [];
     for await (const line of api.datasets.manifest(id)) expected.push(line.kind === 'header' ? line.header : line.episode);

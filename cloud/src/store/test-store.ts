@@ -83,11 +83,16 @@ export async function openTwin(store: TestStore): Promise<Store> {
 
 /**
  * Runs `suite` once per engine, each under `name [engine]`; the PostgreSQL run is skipped (and
- * named so) when this test run has no PostgreSQL server.
+ * named so) when this test run has no PostgreSQL server. With FLEET_TEST_DATABASE set, only
+ * that engine's run.
  */
 export function describeStore(name: string, suite: (open: () => Promise<TestStore>, engine: TestEngine) => void): void {
-  describe(`${name} [sqlite]`, () => suite(() => openTestStore('sqlite'), 'sqlite'));
-  const pgSuite = postgresAvailable() ? describe : describe.skip;
+  // A pass that names its engine (`npm test` runs one per engine) runs that variant only; a run
+  // that names none (a developer's `vitest run <file>`) runs both.
+  const only = process.env.FLEET_TEST_DATABASE;
+  const sqliteSuite = only === 'postgres' ? describe.skip : describe;
+  const pgSuite = postgresAvailable() && only !== 'sqlite' ? describe : describe.skip;
+  sqliteSuite(`${name} [sqlite]`, () => suite(() => openTestStore('sqlite'), 'sqlite'));
   pgSuite(`${name} [postgres]`, () => suite(() => openTestStore('postgres'), 'postgres'));
 }
 

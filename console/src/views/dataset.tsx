@@ -20,7 +20,9 @@ const COUNT_DEBOUNCE_MS = 1500;
 export function DatasetView({ id }: { id: string }) {
   const { session } = useConsole();
   const ds = useAsync((signal) => session.client.datasets.get(id, { signal }), [id]);
-  const live = ds.data ? ds.data.snapshot_at === null : false;
+  const snap = useAction(() => session.client.datasets.snapshot(id));
+  // Pinned from the moment the snapshot answers (the dataset is read again after it).
+  const live = ds.data ? ds.data.snapshot_at === null && !snap.result : false;
   const count = useAsync((signal) => (live ? session.client.datasets.count(id, { signal }) : Promise.resolve(null)), [id, live]);
 
   // Refresh the live count when episodes arrive (and when sync moves, if the filter is about it).
@@ -38,7 +40,6 @@ export function DatasetView({ id }: { id: string }) {
 
   const mayWrite = can(session, 'data:write');
   const [confirming, setConfirming] = useState(false);
-  const snap = useAction(() => session.client.datasets.snapshot(id));
 
   if (!ds.data) {
     return (
@@ -51,7 +52,8 @@ export function DatasetView({ id }: { id: string }) {
       </section>
     );
   }
-  const d = ds.data;
+  // Until the dataset is read again, the snapshot's answer says what it pinned.
+  const d = snap.result ? { ...ds.data, snapshot_at: snap.result.snapshot_at, episode_count: snap.result.episode_count } : ds.data;
   const filterEntries = Object.entries(d.filter);
   const liveCount = count.data ? `${count.data.capped ? 'more than ' : ''}${count.data.episode_count.toLocaleString()}` : null;
 

@@ -110,6 +110,16 @@ describe('verifyReplica', () => {
     expect(verifyReplica(episodeOf({ 'a.bin': a, 'b.bin': b }), rows)).toMatchObject({ ok: false, code: 'receipt_mismatch' });
   });
 
+  it.each([
+    ['a part dropped', (r: UploadFileRow) => ({ ...r, parts: r.parts.filter((p) => p.partNumber !== 2) }), /part 2 is missing/],
+    ['the last part short', (r: UploadFileRow) => ({ ...r, parts: r.parts.map((p, i, all) => (i === all.length - 1 ? { ...p, size: p.size - 1 } : p)) }), /they hold \d+ of its \d+ bytes/],
+    ['a part too many', (r: UploadFileRow) => ({ ...r, parts: [...r.parts, { ...r.parts[0]!, partNumber: r.parts.length + 1 }] }), /they hold \d+ of its \d+ bytes/],
+  ])('multipart parts that are not the whole file (%s) are incomplete, not verified', async (_what, change, message) => {
+    const big = randomBytes(3 * PART + 10);
+    const row = change(await uploadMultipart('big.bin', big));
+    expect(verifyReplica(episodeOf({ 'big.bin': big }), [row])).toEqual({ ok: false, code: 'incomplete', message: expect.stringMatching(message) as unknown });
+  });
+
   it('a single PUT whose ETag contradicts the file sent is receipt_mismatch', async () => {
     const small = randomBytes(100);
     const row = await uploadPut('small.bin', small);

@@ -145,6 +145,14 @@ export function verifyReplica(episode: EpisodeRow, files: readonly UploadFileRow
         notes.push(check.note);
       }
     } else {
+      // The parts the store accepted are the whole file: numbered 1..n with no gap, their sizes
+      // adding up to the manifest's (the file's hash covers the bytes read, not what was stored).
+      const covered = f.parts.reduce((n, p) => n + p.size, 0);
+      const gap = f.parts.findIndex((p, i) => p.partNumber !== i + 1);
+      if (gap !== -1 || covered !== m.size_bytes) {
+        const why = gap !== -1 ? `part ${gap + 1} is missing` : `they hold ${covered} of its ${m.size_bytes} bytes`;
+        return { ok: false, code: 'incomplete', message: `the parts of ${m.path} at the destination are not the whole file: ${why}` };
+      }
       // Every part is checked: a part whose ETag proves nothing does not excuse a later one that contradicts.
       let note: string | undefined;
       for (const p of f.parts) {

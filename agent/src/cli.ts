@@ -46,7 +46,7 @@ program
   .command('enroll')
   .description('enroll this robot with the cloud and store its credentials (mode 0600) in the data directory')
   .addOption(new Option('--api <url>', 'the fleet API base URL').env('FLEET_AGENT_API').makeOptionMandatory())
-  .addOption(new Option('--token <token>', 'enrollment token (ret_…)').env('FLEET_AGENT_ENROLL_TOKEN').makeOptionMandatory())
+  .addOption(new Option('--token <token>', 'enrollment token (ret_…). Prefer FLEET_AGENT_ENROLL_TOKEN: a flag shows in the process list').env('FLEET_AGENT_ENROLL_TOKEN').makeOptionMandatory())
   .addOption(dataDirOption())
   .option('--name <name>', 'robot name (the cloud picks one if absent)')
   .option('--platform <platform>', 'robot platform, e.g. the arm model')

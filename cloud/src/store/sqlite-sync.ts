@@ -1,5 +1,6 @@
-import { DAY, HOUR, replicaRank, type Pressure, type ReplicaReport, type RetentionDirective } from '@fleet/protocol';
-import { prunedEvent, replicaFailedEvent, replicaReachedEvent, type EpisodeRef } from '../events.js';
+import { DAY, HOUR, type Pressure, type ReplicaReport, type RetentionDirective } from '@fleet/protocol';
+import { prunedEvent, type EpisodeRef } from '../events.js';
+import { replicaTransition } from '../sync/replica-transition.js';
 import { hasAutonomous } from '../sync/facts.js';
 import type { Db } from './sqlite-db.js';
 import { newClaimToken } from './sqlite-webhooks.js';
@@ -372,33 +373,17 @@ export class SqliteSync implements SyncStore {
     const old = this.db
       .prepare<[number, string], ReplicaDbRow>('SELECT state, grant_id, error, object_key, reported_at FROM replicas WHERE episode_seq = ? AND destination_id = ?')
       .get(ep.seq, report.destination_id);
-    const newRank = replicaRank(report.state);
-    const oldRank = old ? replicaRank(old.state) : -1;
-    if (old && newRank < oldRank) return 'unchanged';
-    if (old && newRank === oldRank) {
-      // Same state: only a newer report (robot clock) changes anything; an exact repeat (a
-      // resend of the same outbox message) is older-or-equal, so it never appends a second event.
-      if (old.reported_at !== null && report.at <= old.reported_at) return 'unchanged';
-    }
-
-    const objectKey = report.object_key ?? old?.object_key ?? null;
+    const episode: EpisodeRef = { episode_id: report.episode_id, robot_id: ep.robot_id, recording_session_id: ep.recording_session_id, episode_seq: ep.episode_seq };
+    const write = replicaTransition(old && { state: old.state, objectKey: old.object_key, reportedAt: old.reported_at }, report, episode);
+    if (!write) return 'unchanged';
     this.db
       .prepare(
         `INSERT INTO replicas (episode_seq, destination_id, state, grant_id, error, object_key, updated_at, reported_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (episode_seq, destination_id) DO UPDATE SET state = excluded.state, grant_id = excluded.grant_id, error = excluded.error,
            object_key = excluded.object_key, updated_at = excluded.updated_at, reported_at = excluded.reported_at`,
       )
-      .run(ep.seq, report.destination_id, report.state, report.grant_id, report.error, objectKey, receivedAt, report.at);
-
-    const episode: EpisodeRef = { episode_id: report.episode_id, robot_id: ep.robot_id, recording_session_id: ep.recording_session_id, episode_seq: ep.episode_seq };
-    const replica = { destination_id: report.destination_id, grant_id: report.grant_id, object_key: objectKey, state: report.state };
-    // A replica that jumps past `synced` (the synced report was lost or is still on its way)
-    // still tells subscribers that the files arrived, then that they were verified.
-    const synced = replicaRank('synced');
-    const verified = replicaRank('verified');
-    if (oldRank < synced && newRank >= synced) this.appendEvent(ep.org_id, replicaReachedEvent('episode.synced', episode, replica), receivedAt);
-    if (oldRank < verified && newRank >= verified) this.appendEvent(ep.org_id, replicaReachedEvent('episode.verified', episode, replica), receivedAt);
-    if (report.error !== null) this.appendEvent(ep.org_id, replicaFailedEvent(episode, replica, report.error), receivedAt);
+      .run(ep.seq, report.destination_id, write.state, write.grantId, write.error, write.objectKey, receivedAt, write.reportedAt);
+    for (const event of write.events) this.appendEvent(ep.org_id, event, receivedAt);
     return 'applied';
   }
 

@@ -2,10 +2,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DAY, HOUR, ManualClock, WebhookPayloadSchema, type EpisodeReport, type ReplicaReport, type ReplicaState } from '@fleet/protocol';
+import { DAY, HOUR, ManualClock, WebhookPayloadSchema, type EpisodeReport, type ReplicaReport } from '@fleet/protocol';
+import { REPLICA_TRANSITIONS } from '../sync/replica-transitions.fixture.js';
 import { SyncRouter } from '../sync/router.js';
 import { testReport } from '../test-support.js';
-import type { ReplicaIngestResult, RouteRow } from './sync-types.js';
+import type { RouteRow } from './sync-types.js';
 import { describeStore, openTestStore, openTwin, postgresAvailable, sqliteDb, type TestEngine, type TestStore } from './test-store.js';
 import type { Store } from './types.js';
 
@@ -351,42 +352,8 @@ describeStore('SyncStore', (open, engine) => {
       expect((await events()).map((e) => e.type)).toEqual(['episode.synced', 'episode.verified']);
     });
 
-    /**
-     * Every (current state, reported state) pair: what the report returns, the events it appends
-     * and the replica it leaves. `at` is the report's robot clock against the current one's.
-     * Events follow the transition only: reaching a state a second time announces nothing.
-     */
-    const transitions: [ReplicaState | null, ReplicaState, 'newer' | 'repeat' | 'older', ReplicaIngestResult, string[], ReplicaState][] = [
-      [null, 'granted', 'newer', 'applied', [], 'granted'],
-      [null, 'syncing', 'newer', 'applied', [], 'syncing'],
-      [null, 'synced', 'newer', 'applied', ['episode.synced'], 'synced'],
-      [null, 'verified', 'newer', 'applied', ['episode.synced', 'episode.verified'], 'verified'],
-      ['granted', 'granted', 'newer', 'applied', [], 'granted'],
-      ['granted', 'granted', 'repeat', 'unchanged', [], 'granted'],
-      ['granted', 'syncing', 'newer', 'applied', [], 'syncing'],
-      ['granted', 'synced', 'newer', 'applied', ['episode.synced'], 'synced'],
-      ['granted', 'verified', 'newer', 'applied', ['episode.synced', 'episode.verified'], 'verified'],
-      ['syncing', 'granted', 'newer', 'unchanged', [], 'syncing'],
-      ['syncing', 'syncing', 'newer', 'applied', [], 'syncing'],
-      ['syncing', 'syncing', 'repeat', 'unchanged', [], 'syncing'],
-      ['syncing', 'synced', 'newer', 'applied', ['episode.synced'], 'synced'],
-      ['syncing', 'verified', 'newer', 'applied', ['episode.synced', 'episode.verified'], 'verified'],
-      ['synced', 'granted', 'newer', 'unchanged', [], 'synced'],
-      ['synced', 'syncing', 'newer', 'unchanged', [], 'synced'],
-      ['synced', 'synced', 'newer', 'applied', [], 'synced'],
-      ['synced', 'synced', 'repeat', 'unchanged', [], 'synced'],
-      ['synced', 'synced', 'older', 'unchanged', [], 'synced'],
-      ['synced', 'verified', 'newer', 'applied', ['episode.verified'], 'verified'],
-      ['verified', 'granted', 'newer', 'unchanged', [], 'verified'],
-      ['verified', 'syncing', 'newer', 'unchanged', [], 'verified'],
-      ['verified', 'synced', 'newer', 'unchanged', [], 'verified'],
-      ['verified', 'verified', 'newer', 'applied', [], 'verified'],
-      ['verified', 'verified', 'repeat', 'unchanged', [], 'verified'],
-      ['verified', 'verified', 'older', 'unchanged', [], 'verified'],
-    ];
-
     it('every (current, reported) pair: only a transition appends episode.synced / episode.verified; a newer same-state report updates, announcing nothing', async () => {
-      for (const [from, to, when, result, appended, after] of transitions) {
+      for (const [from, to, when, result, appended, after] of REPLICA_TRANSITIONS) {
         const pair = `${from ?? 'none'} -> ${to} (${when})`;
         const [e] = await ingest([testReport()]);
         const mine = async () => (await events()).filter((x) => x.payload.episode_id === e!.id);

@@ -1,5 +1,6 @@
-import { DAY, replicaRank, type Pressure, type ReplicaReport } from '@fleet/protocol';
-import { prunedEvent, replicaFailedEvent, replicaReachedEvent, type EpisodeEvent, type EpisodeRef } from '../../events.js';
+import { DAY, type Pressure, type ReplicaReport } from '@fleet/protocol';
+import { prunedEvent, type EpisodeRef } from '../../events.js';
+import { replicaTransition } from '../../sync/replica-transition.js';
 import {
   destinationFromDb,
   FORWARD_KEEP_MS,
@@ -308,27 +309,16 @@ export class PgSync implements SyncStore {
           report.destination_id,
         ])
       ).rows[0];
-      const newRank = replicaRank(report.state);
-      const oldRank = old ? replicaRank(old.state) : -1;
-      if (old && newRank < oldRank) return 'unchanged';
-      if (old && newRank === oldRank && old.reported_at !== null && report.at <= old.reported_at) return 'unchanged';
-
-      const objectKey = report.object_key ?? old?.object_key ?? null;
+      const episode: EpisodeRef = { episode_id: report.episode_id, robot_id: ep.robot_id, recording_session_id: ep.recording_session_id, episode_seq: ep.episode_seq };
+      const write = replicaTransition(old && { state: old.state, objectKey: old.object_key, reportedAt: old.reported_at }, report, episode);
+      if (!write) return 'unchanged';
       await sql.query(
         `INSERT INTO replicas (episode_seq, destination_id, state, grant_id, error, object_key, updated_at, reported_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (episode_seq, destination_id) DO UPDATE SET state = excluded.state, grant_id = excluded.grant_id, error = excluded.error,
            object_key = excluded.object_key, updated_at = excluded.updated_at, reported_at = excluded.reported_at`,
-        [ep.seq, report.destination_id, report.state, report.grant_id, report.error, objectKey, receivedAt, report.at],
+        [ep.seq, report.destination_id, write.state, write.grantId, write.error, write.objectKey, receivedAt, write.reportedAt],
       );
-
-      const episode: EpisodeRef = { episode_id: report.episode_id, robot_id: ep.robot_id, recording_session_id: ep.recording_session_id, episode_seq: ep.episode_seq };
-      const replica = { destination_id: report.destination_id, grant_id: report.grant_id, object_key: objectKey, state: report.state };
-      const events: EpisodeEvent[] = [];
-      const synced = replicaRank('synced');
-      const verified = replicaRank('verified');
-      if (oldRank < synced && newRank >= synced) events.push(replicaReachedEvent('episode.synced', episode, replica));
-      if (oldRank < verified && newRank >= verified) events.push(replicaReachedEvent('episode.verified', episode, replica));
-      if (report.error !== null) events.push(replicaFailedEvent(episode, replica, report.error));
+      const events = write.events;
       await appendEvents(sql, events.map((event) => ({ orgId: ep.org_id, event, at: receivedAt })));
       return 'applied';
     });

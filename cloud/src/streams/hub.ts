@@ -115,6 +115,8 @@ export class EventHub {
   private readonly pageSize: number;
   private stopTimers: (() => void) | null = null;
   private checking: Promise<void> | null = null;
+  /** A heartbeat came while a check ran: check once more after it. */
+  private checkAgain = false;
   private closed = false;
 
   constructor(private readonly opts: EventHubOptions) {
@@ -265,10 +267,16 @@ export class EventHub {
    * entitlements changed since a stream's last check (one read of the auth revision for the
    * whole process), its key is read again and the stream ends if it may no longer read what it
    * carries (revoked, expired, a scope or a feature taken away). The client's reconnection is
-   * then answered 401 or 403.
+   * then answered 401 or 403. A heartbeat during a check makes one more check after it (so a
+   * change made before a heartbeat is always read by a check that starts after it).
    */
   private checkGrants(): void {
-    if (this.checking || this.closed) return;
+    if (this.closed) return;
+    if (this.checking) {
+      this.checkAgain = true;
+      return;
+    }
+    this.checkAgain = false;
     const run = (async () => {
       const now = this.opts.clock.now();
       const revision = await this.opts.store.apiKeys.authRevision();
@@ -289,6 +297,7 @@ export class EventHub {
       .finally(() => {
         this.checking = null;
         this.inFlight.delete(run);
+        if (this.checkAgain) this.checkGrants();
       });
     this.checking = run;
     this.inFlight.add(run);

@@ -1,5 +1,5 @@
 import type { AddressInfo } from 'node:net';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { SECOND, WEBHOOK_EVENTS, type Scope } from '@fleet/protocol';
 import { robotStatusEvent } from '../../events.js';
 import { createEnrollmentToken, enrollRobot } from '../../robots/enrollment.js';
@@ -354,6 +354,42 @@ describe('GET /v1/events/stream', () => {
     // Reconnecting is refused as any request would be.
     expect((await get('', { key: revoked.key })).status).toBe(401);
     expect((await get('?types=episode.finalized', { key: other.adminKey })).status).toBe(403);
+  });
+
+  it('a heartbeat while the previous check is still reading (a slow database) is checked after it, not skipped', async () => {
+    const revoked = await t.createKey(tenant.org.id, ['data:read']);
+    const s = await open('', { key: revoked.key });
+    // The second check's read answers only when released, with what it read before: a slow database.
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const read = t.store.apiKeys.authRevision.bind(t.store.apiKeys);
+    let reads = 0;
+    const revisions = vi.spyOn(t.store.apiKeys, 'authRevision').mockImplementation(async () => {
+      const revision = await read();
+      if (++reads === 2) await gate;
+      return revision;
+    });
+    const orgRead = t.store.orgs.get.bind(t.store.orgs);
+    let rechecked = 0;
+    const orgs = vi.spyOn(t.store.orgs, 'get').mockImplementation(async (id) => {
+      const org = await orgRead(id);
+      rechecked++;
+      return org;
+    });
+    // The first check reads the key again (a stream's first) and notes the revision.
+    t.scheduler.advance(1000);
+    await expect.poll(() => rechecked).toBe(1);
+    await new Promise((resolve) => setImmediate(resolve));
+    // The second check reads the revision, then waits; the key is revoked meanwhile, and the
+    // next heartbeat comes before that check ends.
+    t.scheduler.advance(1000);
+    await expect.poll(() => reads).toBe(2);
+    expect(await t.store.apiKeys.revoke(tenant.org.id, revoked.id, t.clock.now())).toBe(true);
+    t.scheduler.advance(1000);
+    release();
+    await expect.poll(() => s.ended).toBe(true);
+    revisions.mockRestore();
+    orgs.mockRestore();
   });
 
   it("reads another writer's events with the poll, without a wake", async () => {

@@ -118,9 +118,9 @@ export class RobotLink {
     client.on('connect', () => disableNagle(client.stream));
     client.on('message', (topic, payload, packet) => {
       if (topic === BROKER_LOG_TOPIC) return this.onBrokerLog(payload);
-      // Behind a shared broker retained statuses are read once, by the start-up snapshot. mosquitto
-      // 2.0.11 also hands them to a new shared subscription (the MQTT 5 rule and later brokers do
-      // not); relying on that would make presence after a restart depend on the broker version.
+      // Behind an external broker retained messages are the presence snapshot's (below): it reads
+      // them on a connection of its own and knows when it has read them all, so each is handled
+      // once and a starting replica knows when presence is read.
       if (this.opts.shareGroup && packet.retain) return;
       this.onMessage(topic, payload, packet.retain).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'robot message handling failed'));
     });
@@ -154,12 +154,13 @@ export class RobotLink {
   }
 
   /**
-   * Under the MQTT 5 rule a new shared subscription gets no retained messages: a replica that
-   * (re)connects reads the retained statuses on a connection of its own with a plain
-   * subscription, so robots that changed while no replica (or not this one) was connected are
-   * seen. Only messages flagged retained count (live ones are the shared subscription's); a
-   * marker published after the subscription arrives after them (one client's messages keep their
-   * order), which ends the snapshot.
+   * A replica that (re)connects to an external broker reads the retained statuses on a
+   * connection of its own, so robots that changed while no replica (or not this one) was
+   * connected are seen, and it knows when it has read them all: a marker published after the
+   * subscription arrives after them (one client's messages keep their order) and ends the
+   * snapshot. Only messages flagged retained count (live ones are the link's own subscription's).
+   * It dates from when statuses were a shared subscription (which gets no retained messages
+   * under the MQTT 5 rule); the end marker is why it stays.
    */
   private presenceSnapshot(): Promise<void> {
     const run = this.readRetainedStatuses().finally(() => this.snapshots.delete(run));

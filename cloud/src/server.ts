@@ -233,6 +233,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         ...linkAuth,
         store,
         clock,
+        ...(opts.scheduler ? { scheduler: opts.scheduler } : {}),
         logger,
         commandTimeoutMs: config.commandTimeoutMs,
         ...(config.mqttUrl ? { shareGroup: REPLICA_SHARE_GROUP } : {}),

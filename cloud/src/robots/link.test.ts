@@ -1,7 +1,7 @@
 import mqtt from 'mqtt';
 import { pino } from 'pino';
 import { afterEach, describe, expect, test } from 'vitest';
-import { ManualClock, topics, WEBHOOK_EVENTS, type RobotStatus, type RobotStatusPayload } from '@fleet/protocol';
+import { ManualClock, ManualScheduler, topics, WEBHOOK_EVENTS, type RobotStatus, type RobotStatusPayload } from '@fleet/protocol';
 import { startEmbeddedBroker, type EmbeddedBroker } from '../mqtt/broker.js';
 import type { Store } from '../store/index.js';
 import type { RobotStatusUpdate } from '../store/types.js';
@@ -44,6 +44,35 @@ function withSlowFirstStatus(store: Store): { store: Store; release(): void; fir
   const slow = new Proxy(store, { get: (target, prop, receiver) => (prop === 'robots' ? robots : (Reflect.get(target, prop, receiver) as unknown)) });
   return { store: slow, release, firstStarted, firstDone, calls: () => calls };
 }
+
+test('a command the robot does not answer times out on the injected scheduler, not before', async () => {
+  const clock = new ManualClock();
+  const scheduler = new ManualScheduler(clock);
+  const { store, robots } = await storeWithRobots(clock, 1);
+  cleanups.push(() => store.close());
+  const broker: EmbeddedBroker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: { authenticate: (_c, _u, _p, done) => done(null, true) } });
+  cleanups.push(() => broker.close());
+  const link = new RobotLink({ url: broker.url, store, clock, scheduler, logger: pino({ level: 'silent' }), commandTimeoutMs: 5_000 });
+  await link.start();
+  cleanups.push(() => link.stop());
+  // The robot is there and hears the command, but never answers.
+  const robot = await mqtt.connectAsync(broker.url, { protocolVersion: 4, clientId: robots[0]!.id, reconnectPeriod: 0 });
+  cleanups.push(() => robot.endAsync(true));
+  await robot.subscribeAsync(topics.command(robots[0]!.id), { qos: 1 });
+  const heard = new Promise<void>((resolve) => robot.once('message', () => resolve()));
+  let outcome: unknown = 'waiting';
+  const sent = link.send(robots[0]!.id, 'stack.status', 'cmd_1').then(
+    () => 'answered',
+    (err: unknown) => err,
+  );
+  void sent.then((o) => (outcome = o));
+  await heard;
+  scheduler.advance(4_999);
+  await new Promise((resolve) => setImmediate(resolve));
+  expect(outcome).toBe('waiting');
+  scheduler.advance(1);
+  expect(await sent).toMatchObject({ code: 'command_timeout' });
+});
 
 test("a robot's statuses are written in the order they came, also when an earlier write is slower", async () => {
   const clock = new ManualClock();

@@ -8,13 +8,16 @@ import {
   parseRobotTopic,
   RobotIdSchema,
   RobotStatusSchema,
+  systemScheduler,
   topics,
   type Clock,
   type CommandReply,
   type OutboxAck,
   type RobotCommand,
   type RobotCommandName,
+  type Scheduler,
   type SyncMessage,
+  type TimerHandle,
 } from '@fleet/protocol';
 import { ApiError } from '../errors.js';
 import { BrokerConnectionLog } from '../mqtt/broker-log.js';
@@ -24,7 +27,7 @@ import type { Store } from '../store/index.js';
 
 interface Pending {
   resolve: (reply: CommandReply) => void;
-  timer: NodeJS.Timeout;
+  timer: TimerHandle;
 }
 
 /** Largest MQTT payload the cloud parses from a robot; larger ones are dropped and logged. */
@@ -77,6 +80,10 @@ export class RobotLink {
   /** Receives every robot sync request (grant and assignment requests). */
   onSyncRequest: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
 
+  private get scheduler(): Scheduler {
+    return this.opts.scheduler ?? systemScheduler;
+  }
+
   constructor(
     private readonly opts: {
       url: string;
@@ -84,6 +91,8 @@ export class RobotLink {
       password?: string;
       store: Store;
       clock: Clock;
+      /** Command and snapshot timeouts (the system's by default). */
+      scheduler?: Scheduler;
       logger: FastifyBaseLogger;
       commandTimeoutMs: number;
       /**
@@ -182,13 +191,13 @@ export class RobotLink {
     let statuses = 0;
     try {
       const done = new Promise<void>((resolve) => {
-        const timer = setTimeout(() => {
+        const timer = this.scheduler.setTimeout(() => {
           this.opts.logger.warn({ statuses }, 'presence snapshot: the marker did not come back; going on with what arrived');
           resolve();
         }, this.opts.snapshotTimeoutMs ?? 10_000);
         client.on('message', (topic, payload, packet) => {
           if (topic === marker) {
-            clearTimeout(timer);
+            this.scheduler.clearTimeout(timer);
             resolve();
             return;
           }
@@ -219,7 +228,7 @@ export class RobotLink {
   }
 
   async stop(): Promise<void> {
-    for (const [, p] of this.pending) clearTimeout(p.timer);
+    for (const [, p] of this.pending) this.scheduler.clearTimeout(p.timer);
     this.pending.clear();
     this.stopSessions?.();
     this.stopSessions = null;
@@ -241,7 +250,7 @@ export class RobotLink {
     if (this.pending.has(key)) throw new ApiError('idempotency_key_in_use', 'this command id is already waiting for the robot');
     const msg: RobotCommand = { cmd_id: cmdId, command, sent_at: this.opts.clock.now(), ...(args ? { args } : {}) };
     const reply = new Promise<CommandReply>((resolve, reject) => {
-      const timer = setTimeout(() => {
+      const timer = this.scheduler.setTimeout(() => {
         this.pending.delete(key);
         reject(new ApiError('command_timeout', `robot did not answer within ${this.opts.commandTimeoutMs} ms; retry with the same Idempotency-Key`));
       }, this.opts.commandTimeoutMs);
@@ -255,7 +264,7 @@ export class RobotLink {
       await client.publishAsync(topics.command(robotId), JSON.stringify(msg), { qos: 0 });
     } catch (err) {
       const p = this.pending.get(key);
-      if (p) clearTimeout(p.timer);
+      if (p) this.scheduler.clearTimeout(p.timer);
       this.pending.delete(key);
       throw err;
     }
@@ -424,7 +433,7 @@ export class RobotLink {
     const key = `${robotId}\n${parsed.data.cmd_id}`;
     const p = this.pending.get(key);
     if (!p) return;
-    clearTimeout(p.timer);
+    this.scheduler.clearTimeout(p.timer);
     this.pending.delete(key);
     p.resolve(parsed.data);
   }

@@ -210,6 +210,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
       const e = new EgressClient({
         allowLoopback: config.egressAllowLoopback,
         ...(config.egressCaFile ? { ca: readFileSync(config.egressCaFile, 'utf8') } : {}),
+        ...(opts.scheduler ? { scheduler: opts.scheduler } : {}),
       });
       return { value: e, close: () => e.close() };
     });

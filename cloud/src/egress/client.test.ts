@@ -1,5 +1,6 @@
 import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { ManualClock, ManualScheduler } from '@fleet/protocol';
 import { EgressClient, EgressError, readJsonAnswer, type EgressFailure, type ResolvedAddress, type Resolver } from './client.js';
 import { createTestPki, startHttpsReceiver, type TestPki, type TestReceiver } from './test-https.js';
 
@@ -164,6 +165,20 @@ describe('EgressClient against a real HTTPS receiver', () => {
   it('times out on a receiver that never answers', async () => {
     const { failure } = await failureOf(loopbackClient().post(`${receiver.origin()}/hang`, { timeoutMs: 300 }));
     expect(failure).toBe('timeout');
+  });
+
+  it("times out when the injected scheduler's deadline passes, not before", async () => {
+    const scheduler = new ManualScheduler(new ManualClock(0));
+    const hang = client({ allowLoopback: true, resolve: tableResolver({ localhost: ['127.0.0.1'] }).resolve, scheduler });
+    const before = receiver.requests.filter((r) => r.url === '/hang').length;
+    let settled = false;
+    const outcome = failureOf(hang.post(`${receiver.origin()}/hang`, { timeoutMs: 60_000 })).finally(() => (settled = true));
+    await expect.poll(() => receiver.requests.filter((r) => r.url === '/hang').length).toBe(before + 1);
+    scheduler.advance(59_999);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(settled).toBe(false);
+    scheduler.advance(1);
+    expect((await outcome).failure).toBe('timeout');
   });
 
   it('reports a connection reset as unreachable', async () => {

@@ -17,7 +17,7 @@ import { BlockList, isIP } from 'node:net';
 import { createSecureContext, rootCertificates, type SecureContext } from 'node:tls';
 import { performance } from 'node:perf_hooks';
 import { Pool } from 'undici';
-import { parseBoundedJson, type BoundedJsonResult } from '@fleet/protocol';
+import { parseBoundedJson, systemScheduler, type BoundedJsonResult, type Scheduler } from '@fleet/protocol';
 import { classifyAddress, parseHostLiteral, type AddressRefusal } from './addresses.js';
 
 export type EgressFailure =
@@ -88,6 +88,8 @@ export interface EgressClientOptions {
   resolve?: Resolver;
   /** Pinned connection pools kept for keep-alive reuse (per origin and address set). */
   maxPools?: number;
+  /** The request deadline's timer (the system's by default). */
+  scheduler?: Scheduler;
 }
 
 export interface EgressPostOptions {
@@ -208,6 +210,7 @@ export class EgressClient implements AsyncDisposable {
   private readonly secureContext: SecureContext | undefined;
   private readonly resolve: Resolver;
   private readonly maxPools: number;
+  private readonly scheduler: Scheduler;
   /** Pools keyed by origin and the checked addresses they are pinned to (insertion = age). */
   private readonly pools = new Map<string, Pool>();
 
@@ -217,6 +220,7 @@ export class EgressClient implements AsyncDisposable {
     this.secureContext = extra.length > 0 ? createSecureContext({ ca: [...rootCertificates, ...extra] }) : undefined;
     this.resolve = opts.resolve ?? defaultResolver;
     this.maxPools = opts.maxPools ?? 64;
+    this.scheduler = opts.scheduler ?? systemScheduler;
   }
 
   /** POSTs `body` to `url`; see the module comment for the rules. */
@@ -227,7 +231,7 @@ export class EgressClient implements AsyncDisposable {
     const target = this.parseUrl(url);
 
     const controller = new AbortController();
-    const timer = setTimeout(() => controller.abort(), timeoutMs);
+    const timer = this.scheduler.setTimeout(() => controller.abort(), timeoutMs);
     const timedOut = () => new EgressError('timeout', `no complete answer from ${target.host} within ${timeoutMs} ms`);
     try {
       const addresses = await this.checkedAddresses(target, controller.signal);
@@ -279,7 +283,7 @@ export class EgressClient implements AsyncDisposable {
         throw new EgressError(failure, `${failure} POST ${target.origin}: ${describe(err)}`, { cause: err }, `${failure} POST ${target.origin}: ${describePublicly(failure, err)}`);
       }
     } finally {
-      clearTimeout(timer);
+      this.scheduler.clearTimeout(timer);
     }
   }
 

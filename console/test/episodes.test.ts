@@ -338,7 +338,7 @@ describe('episodes list', () => {
     await shot(page, 'episodes-new', false);
     await page.getByRole('button', { name: 'Show', exact: true }).click();
     await expect.poll(() => shownIds(page)).toEqual([late]);
-    expect(await page.getByText(/new episodes? match/).count()).toBe(0);
+    await expect.poll(() => page.getByText(/new episodes? match/).count()).toBe(0);
     await clean(w);
   });
 });

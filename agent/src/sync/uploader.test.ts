@@ -529,6 +529,28 @@ describe('Uploader', () => {
     expect(r.logs.messages()).toContain('dropped a sync message that is not bounded JSON');
   });
 
+  it('asks for the complete list again a while after each answer, so an assignment whose push was lost is still seen without a reconnection', async () => {
+    const r = await rig();
+    const e = await r.episode({ 'a.bin': 10 });
+    r.cloud.answer = () => null; // hold grants
+    r.uploader.connected();
+    const asked = () => r.cloud.requests.filter((q) => q.type === 'assignments.request').length;
+    await expect.poll(asked).toBe(1);
+    await expect.poll(() => r.logs.messages()).toContain('assignments reconciled with the cloud');
+    expect(await r.replica(e)).toBeUndefined();
+    // The cloud routes the episode now; its push never arrives (the link or a replica went down).
+    r.cloud.assignments.push({ episode_id: e.id, destination_id: DEST });
+    r.scheduler.advance(5 * 60_000 - 1);
+    expect(asked()).toBe(1);
+    r.scheduler.advance(1);
+    await expect.poll(asked).toBe(2);
+    await expect.poll(async () => (await r.replica(e))?.state).toBe('assigned');
+    // Offline, nothing is asked.
+    r.uploader.disconnected();
+    r.scheduler.advance(10 * 60_000);
+    expect(asked()).toBe(2);
+  });
+
   it('after a stop mid-upload a new uploader on the reopened store resumes the same upload id and sends only the missing parts', async () => {
     const r = await rig({ partParallel: 1 });
     r.storage.behaviour.partDelayMs = 40;

@@ -32,6 +32,12 @@ export interface UploaderOptions {
   partParallel?: number;
   /** A grant request unanswered this long is retried like a failure (default 30 s). */
   grantTimeoutMs?: number;
+  /**
+   * While online, the complete assignment list is asked for again this long after the last
+   * answer (default 5 min): an assignment the cloud pushed while the link or a replica was going
+   * down is otherwise not seen before the next reconnection.
+   */
+  assignmentsRefreshMs?: number;
   /** Waits after the 1st, 2nd, … failed attempt; the last one repeats. */
   retryScheduleMs?: readonly number[];
   /** Each wait (retries and deferrals) is spread by ± this fraction (default 0.2). */
@@ -85,6 +91,7 @@ export class Uploader {
   private readonly concurrency: number;
   private readonly partParallel: number;
   private readonly grantTimeoutMs: number;
+  private readonly assignmentsRefreshMs: number;
   private readonly schedule: readonly number[];
   private readonly jitter: number;
   /** Since start: bytes handed to upload connections (resent ones included) and attempts by result. */
@@ -94,6 +101,7 @@ export class Uploader {
     this.concurrency = opts.concurrency ?? 2;
     this.partParallel = opts.partParallel ?? 3;
     this.grantTimeoutMs = opts.grantTimeoutMs ?? 30_000;
+    this.assignmentsRefreshMs = opts.assignmentsRefreshMs ?? 5 * 60_000;
     this.schedule = opts.retryScheduleMs ?? DEFAULT_SYNC_RETRY_SCHEDULE_MS;
     this.jitter = opts.jitter ?? 0.2;
     if (this.schedule.length === 0) throw new RangeError('retryScheduleMs must not be empty');
@@ -224,7 +232,11 @@ export class Uploader {
       }
       this.assignmentsReqId = undefined;
       if (this.assignmentsTimer !== undefined) this.opts.scheduler.clearTimeout(this.assignmentsTimer);
-      this.assignmentsTimer = undefined;
+      // Asked again later: a pushed assignment lost on its way is then seen without a reconnection.
+      this.assignmentsTimer = this.opts.scheduler.setTimeout(() => {
+        this.assignmentsTimer = undefined;
+        if (this.online && !this.stopped && this.assignmentsReqId === undefined) this.requestAssignments();
+      }, this.assignmentsRefreshMs);
       const { added, removed } = await store.sync.reconcile(msg.assignments, clock.now());
       // The cloud no longer wants these: stop working on them (a grant wait ends at once).
       for (const a of removed) this.active.get(key({ episodeId: a.episode_id, destinationId: a.destination_id }))?.abort();

@@ -86,6 +86,10 @@ const FLEET_ARGS = (o: SoakOptions) => [
   '--allow-http-uploads',
   '--sync-retry-schedule-ms',
   '1000,2000,4000',
+  // An assignment whose push a fault lost is asked for again within the drain (the agent's
+  // default of 5 minutes is longer than a short run's drain).
+  '--sync-assignments-refresh-ms',
+  '20000',
   '--disk-quota-bytes',
   String(o.diskQuotaBytes),
   '--start-concurrency',

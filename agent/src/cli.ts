@@ -93,6 +93,7 @@ program
   .addOption(new Option('--sync-part-parallel <n>', 'multipart parts on the wire at once per file (default 3)').env('FLEET_AGENT_SYNC_PART_PARALLEL'))
   .addOption(new Option('--sync-retry-schedule-ms <list>', 'waits after the 1st, 2nd, … failed upload attempt, comma-separated ms; the last repeats (default 10000,60000,300000,900000,3600000)').env('FLEET_AGENT_SYNC_RETRY_SCHEDULE_MS'))
   .addOption(new Option('--sync-grant-timeout-ms <ms>', 'retry a grant request unanswered this long (default 30000)').env('FLEET_AGENT_SYNC_GRANT_TIMEOUT_MS'))
+  .addOption(new Option('--sync-assignments-refresh-ms <ms>', 'while connected, ask for the complete assignment list again this long after each answer (default 300000)').env('FLEET_AGENT_SYNC_ASSIGNMENTS_REFRESH_MS'))
   .addOption(new Option('--upload-timeout-ms <ms>', 'an upload request without answer or progress this long fails (default 120000)').env('FLEET_AGENT_UPLOAD_TIMEOUT_MS'))
   .addOption(new Option('--upload-ca-file <file>', 'PEM of extra CAs trusted for upload URLs (besides the system CAs and NODE_EXTRA_CA_CERTS)').env('FLEET_AGENT_UPLOAD_CA_FILE'))
   .addOption(new Option('--allow-http-uploads', 'allow plain http:// upload URLs (refused by default)').env('FLEET_AGENT_ALLOW_HTTP_UPLOADS'))
@@ -121,6 +122,7 @@ program
     set('syncConcurrency', str('syncConcurrency'));
     set('syncPartParallel', str('syncPartParallel'));
     set('syncGrantTimeoutMs', str('syncGrantTimeoutMs'));
+    set('syncAssignmentsRefreshMs', str('syncAssignmentsRefreshMs'));
     const schedule = str('syncRetryScheduleMs');
     if (schedule !== undefined) input.syncRetryScheduleMs = schedule.split(',').map((v) => v.trim());
     set('uploadTimeoutMs', str('uploadTimeoutMs'));

@@ -53,6 +53,8 @@ export const AgentConfigSchema = z
     syncPartParallel: z.coerce.number().int().min(1).max(32).default(3),
     /** A grant request unanswered this long is retried with backoff. */
     syncGrantTimeoutMs: ms(100).max(10 * 60_000).default(30_000),
+    /** While connected, ask for the complete assignment list again this long after each answer. */
+    syncAssignmentsRefreshMs: ms(1000).max(24 * 60 * 60_000).default(5 * 60_000),
     /** Waits after the 1st, 2nd, … failed upload attempt; the last one repeats (10 s, 1 min, 5 min, 15 min, 1 h). */
     syncRetryScheduleMs: z.array(ms(1)).min(1).max(32).default([10_000, 60_000, 300_000, 900_000, 3_600_000]),
     /** Retry and deferral waits are spread by ± this fraction. */

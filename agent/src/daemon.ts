@@ -288,6 +288,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
             concurrency: config.syncConcurrency,
             partParallel: config.syncPartParallel,
             grantTimeoutMs: config.syncGrantTimeoutMs,
+            assignmentsRefreshMs: config.syncAssignmentsRefreshMs,
             retryScheduleMs: config.syncRetryScheduleMs,
             jitter: config.syncJitter,
             ...(deps.freeBytes ? { freeBytes: deps.freeBytes } : {}),

@@ -48,6 +48,7 @@ program
   .option('--no-sync', 'robots do not upload episodes (sync is on by default, as on a real agent)')
   .option('--sync-concurrency <n>', 'replicas each robot uploads at once (default 2)')
   .option('--sync-part-parallel <n>', 'multipart parts on the wire at once per file (default 3)')
+  .option('--sync-assignments-refresh-ms <ms>', 'while connected, ask for the complete assignment list again this long after each answer (the agent default when absent)')
   .option('--sync-retry-schedule-ms <list>', 'waits after failed upload attempts, comma-separated ms (the agent default when absent)')
   .addOption(new Option('--upload-ca-file <file>', 'PEM of extra CAs trusted for upload URLs').env('FLEET_SIM_UPLOAD_CA_FILE'))
   .option('--allow-http-uploads', 'allow plain http:// upload URLs (refused by default)')
@@ -86,6 +87,7 @@ program
       ['connectTimeoutMs', 'connectTimeoutMs'],
       ['syncConcurrency', 'syncConcurrency'],
       ['syncPartParallel', 'syncPartParallel'],
+      ['syncAssignmentsRefreshMs', 'syncAssignmentsRefreshMs'],
       ['uploadCaFile', 'uploadCaFile'],
       ['uploadLimit', 'uploadLimit'],
       ['diskQuotaBytes', 'diskQuotaBytes'],

@@ -78,6 +78,8 @@ export const FleetOptionsSchema = z.strictObject({
   syncPartParallel: z.coerce.number().int().min(1).max(32).default(3),
   /** Waits after failed upload attempts (the agent's --sync-retry-schedule-ms); the agent's default when absent. */
   syncRetryScheduleMs: z.array(z.coerce.number().int().min(1)).min(1).max(32).optional(),
+  /** The agent's --sync-assignments-refresh-ms; the agent's default when absent. */
+  syncAssignmentsRefreshMs: z.coerce.number().int().min(1000).max(24 * 60 * 60_000).optional(),
   /** Extra CAs trusted for upload URLs (the agent's --upload-ca-file). */
   uploadCaFile: z.string().min(1).optional(),
   /** The file NODE_EXTRA_CA_CERTS names (handed over by the CLI). */
@@ -278,6 +280,7 @@ export async function runFleet(input: FleetOptionsInput | FleetOptions, deps: Fl
       syncConcurrency: opts.syncConcurrency,
       syncPartParallel: opts.syncPartParallel,
       ...(opts.syncRetryScheduleMs ? { syncRetryScheduleMs: opts.syncRetryScheduleMs } : {}),
+      ...(opts.syncAssignmentsRefreshMs !== undefined ? { syncAssignmentsRefreshMs: opts.syncAssignmentsRefreshMs } : {}),
       allowHttpUploads: opts.allowHttpUploads,
       ...(opts.uploadLimit !== undefined ? { uploadLimit: opts.uploadLimit } : {}),
       ...(opts.uploadCaFile ? { uploadCaFile: opts.uploadCaFile } : {}),

@@ -406,7 +406,7 @@ export class RobotLink {
     // every status: the store logs robot.status only when presence or the recording state
     // changed, once (the first writer), so the event stream costs per change, not per status. A
     // replica behind the others writes statuses the robot has since replaced: the robot's clock
-    // (`at`) orders them, and a late one changes nothing (store `statusApplies`).
+    // (`at`) orders them, and a late one changes nothing (`statusApplies`, robots/status-order.ts).
     const changed = await this.opts.store.robots.updateStatus(
       robotId,
       {

@@ -4,7 +4,8 @@ import { robotFromDb, tokenFromDb, type RobotDbRow, type TokenDbRow } from './ro
 import { robotListSql, type RobotListQuery } from './robot-list-query.js';
 import type { Db } from './sqlite-db.js';
 import { eventAppender } from './sqlite-events.js';
-import { statusApplies, statusAtAfter, type EnrollmentTokenRow, type EnrollOutcome, type RobotRow, type RobotStatusUpdate, type RobotStore } from './types.js';
+import { statusApplies, statusAtAfter } from '../robots/status-order.js';
+import type { EnrollmentTokenRow, EnrollOutcome, RobotRow, RobotStatusUpdate, RobotStore } from './types.js';
 
 export class SqliteRobots implements RobotStore {
   private readonly insertToken;

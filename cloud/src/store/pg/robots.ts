@@ -1,7 +1,8 @@
 import type { LoggedEvent, RobotPresence } from '../../events.js';
 import { robotListSql, type RobotListQuery } from '../robot-list-query.js';
 import { robotFromDb, tokenFromDb, type RobotDbRow, type TokenDbRow } from '../rows.js';
-import { statusApplies, statusAtAfter, type EnrollmentTokenRow, type EnrollOutcome, type RobotRow, type RobotStatusUpdate, type RobotStore } from '../types.js';
+import { statusApplies, statusAtAfter } from '../../robots/status-order.js';
+import type { EnrollmentTokenRow, EnrollOutcome, RobotRow, RobotStatusUpdate, RobotStore } from '../types.js';
 import type { PgDb } from './db.js';
 import { appendEvents } from './events.js';
 

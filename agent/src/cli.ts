@@ -3,19 +3,14 @@ import { applyUsageRules, EXIT_USAGE, systemClock } from '@fleet/protocol';
 import { Command, Option } from 'commander';
 import { pino } from 'pino';
 import { ZodError } from 'zod';
-import { SimulatedRobotActions } from './actions.js';
 import { AGENT_RUNTIME_VERSION, LEGACY_RUNTIME_VERSION, parseAgentConfig, type AgentConfig, type AgentConfigInput } from './config.js';
 import { OPERATOR_CONTEXT_KEYS, type OperatorContextPatch } from './context.js';
 import { controlCall, controlSocketPath, ControlError } from './control/client.js';
 import { MAX_EPISODES_LISTED, type ControlResponse } from './control/protocol.js';
-import { Agent, NotEnrolledError } from './daemon.js';
-import { enroll, EnrollError } from './enroll.js';
 import { formatEpisode, formatEpisodeList } from './episodes-format.js';
 import type { EpisodeView } from './episodes-view.js';
 import { EPISODE_ID_PATTERN } from './ids.js';
-import { SyntheticRecorder } from './recording/synthetic-recorder.js';
 import { formatStatus, type StatusForView } from './status-view.js';
-import { systemScheduler } from './time.js';
 
 /** Exit codes: 1 refused or failed, 2 bad usage or configuration, 3 no agent running. */
 const EXIT_REFUSED = 1;
@@ -55,6 +50,9 @@ program
   .addOption(new Option('--mqtt-url <url>', 'broker address to store instead of the one the cloud answers with').env('FLEET_AGENT_MQTT_URL'))
   .option('--force', 'replace existing credentials (the robot becomes a new robot)')
   .action(async (o: { api: string; token: string; dataDir: string; name?: string; platform?: string; runtimeVersion?: string; legacyRuntime?: boolean; mqttUrl?: string; force?: boolean }) => {
+    // Loaded when used (as the daemon below): the control commands (status, record, episodes)
+    // start without the HTTP and MQTT clients.
+    const { enroll, EnrollError } = await import('./enroll.js');
     try {
       const creds = await enroll({
         api: o.api,
@@ -135,6 +133,12 @@ program
 
 async function runDaemon(config: AgentConfig): Promise<void> {
   const logger = pino({ level: config.logLevel, base: { pid: process.pid }, redact: ['password', '*.password'] }, pino.destination({ dest: 2, sync: true }));
+  const [{ SimulatedRobotActions }, { Agent, NotEnrolledError }, { SyntheticRecorder }, { systemScheduler }] = await Promise.all([
+    import('./actions.js'),
+    import('./daemon.js'),
+    import('./recording/synthetic-recorder.js'),
+    import('./time.js'),
+  ]);
   const recorder = new SyntheticRecorder({ clock: systemClock, scheduler: systemScheduler, bytesPerSecond: config.bytesPerSecond, chunkIntervalMs: config.chunkIntervalMs });
   const agent = new Agent(config, { clock: systemClock, scheduler: systemScheduler, logger, recorder, actions: new SimulatedRobotActions() });
   try {

@@ -40,7 +40,8 @@ const DOWN_S: Record<FaultKind, [number, number]> = {
   'postgres-restart': [2, 8],
   'store-down': [5, 15],
   'provider-down': [5, 15],
-  'network-cut': [5, 20],
+  // Minutes, as a robot out of coverage is: it records offline and reports when it is back.
+  'network-cut': [60, 180],
   'disk-fill': [10, 30],
 };
 
@@ -63,7 +64,8 @@ export function planFaults(seed: number, seconds: number, groups: readonly Pick<
   const slot = (seconds * 0.8) / kinds.length;
   return kinds.map((kind, i) => {
     const [lo, hi] = DOWN_S[kind];
-    const downS = Math.min(int(lo, hi), Math.max(lo, Math.floor(seconds * 0.1)));
+    // No fault is down for more than a tenth of the phase (a 3-minute run cuts a network for 18 s).
+    const downS = Math.min(int(lo, hi), Math.max(1, Math.floor(seconds * 0.1)));
     // Agent kills fall mostly on one robot, now and then on a whole fleet process.
     const target =
       kind === 'network-cut' || (kind === 'agent-kill' && random() < 0.75 && solo.length > 0)

@@ -37,9 +37,29 @@ export default tseslint.config(
             { name: 'better-sqlite3', message: 'Only cloud/src/store talks to the database; use the Store interface.' },
             { name: 'pg', message: 'Only cloud/src/store talks to the database; use the Store interface.' },
           ],
-          patterns: [...workspacePatterns, { group: ['**/store/sqlite*', '**/store/pg/*'], message: 'Use the Store interface (store/index.js), not an engine module.' }],
+          patterns: [...workspacePatterns, { group: ['**/store/sqlite/*', '**/store/postgres/*'], message: 'Use the Store interface (store/index.js), not an engine module.' }],
         },
       ],
+    },
+  },
+  {
+    // The store's layout: shared/ (interfaces, row types, mappers) imports neither engine, and
+    // each engine imports shared/ but never the other engine.
+    files: ['cloud/src/store/shared/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { patterns: [...workspacePatterns, { group: ['**/sqlite/*', '**/postgres/*'], message: 'shared/ knows no engine.' }] }],
+    },
+  },
+  {
+    files: ['cloud/src/store/sqlite/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { patterns: [...workspacePatterns, { group: ['**/postgres/*', 'pg'], message: 'The SQLite engine imports shared/, never the PostgreSQL engine.' }] }],
+    },
+  },
+  {
+    files: ['cloud/src/store/postgres/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { patterns: [...workspacePatterns, { group: ['**/sqlite/*', 'better-sqlite3'], message: 'The PostgreSQL engine imports shared/, never the SQLite engine.' }] }],
     },
   },
   {

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { describe, expect, inject, test } from 'vitest';
-import { openPgStore } from '../cloud/src/store/pg/store.js';
+import { openPgStore } from '../cloud/src/store/postgres/store.js';
 import { REPO_ROOT } from './support/cloud.js';
 
 /**

@@ -17,7 +17,7 @@ import { BrokerAccountSchema } from './mqtt/dynsec-config.js';
 import { robotStatusEvent } from './events.js';
 import { loadSecretBox } from './secret-box.js';
 import { openStore } from './store/index.js';
-import { isStoreUnavailable } from './store/unavailable.js';
+import { isStoreUnavailable } from './store/shared/unavailable.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './robots/broker-auth.js';
 import { RobotLink } from './robots/link.js';
 import { CredentialRotator } from './robots/credentials.js';

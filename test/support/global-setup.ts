@@ -6,7 +6,7 @@
  */
 import type { TestProject } from 'vitest/node';
 import pg from 'pg';
-import { openPgStore } from '../../cloud/src/store/pg/store.js';
+import { openPgStore } from '../../cloud/src/store/postgres/store.js';
 import { ensurePostgresBinaries, startPostgres, type PgServer } from './postgres.js';
 
 export interface FleetPostgres {

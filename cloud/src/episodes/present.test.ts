@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { safeJsonStringify } from '@fleet/protocol';
 import { testReport } from '../test-support.js';
-import { isEpisodeLineSource, type EpisodeFilter, type EpisodeLineBatch } from '../store/index.js';
+import type { EpisodeFilter, EpisodeLineBatch } from '../store/index.js';
 import { openTestStore, type TestStore } from '../store/test-store.js';
 import { episodeLines, toEpisodeWithLocations } from './present.js';
 
@@ -20,9 +20,7 @@ afterEach(async () => {
 
 /** The export's line rows (every engine offers them). */
 function lines(filter: EpisodeFilter, afterSeq: number, limit: number): Promise<EpisodeLineBatch> {
-  const source = store.episodes;
-  if (!isEpisodeLineSource(source)) throw new Error('this store has no line rows');
-  return source.list(ORG, filter, afterSeq, limit, undefined, 'lines');
+  return store.episodes.list(ORG, filter, afterSeq, limit, undefined, 'lines');
 }
 
 describe('episodeLines', () => {

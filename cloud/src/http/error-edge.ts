@@ -5,7 +5,7 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors, isResponseSerializationError } from 'fastify-type-provider-zod';
 import { API_ERRORS, type ApiErrorCode } from '@fleet/protocol';
 import { ApiError, quote, unrecognizedKeys, validationError, type IssueLocation, type ValidationIssue } from '../errors.js';
-import { isStoreUnavailable } from '../store/unavailable.js';
+import { isStoreUnavailable } from '../store/shared/unavailable.js';
 
 /**
  * The one edge where anything thrown becomes the documented error body

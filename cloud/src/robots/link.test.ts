@@ -4,7 +4,7 @@ import { afterEach, describe, expect, test } from 'vitest';
 import { ManualClock, ManualScheduler, topics, WEBHOOK_EVENTS, type RobotStatus, type RobotStatusPayload } from '@fleet/protocol';
 import { startEmbeddedBroker, type EmbeddedBroker } from '../mqtt/broker.js';
 import type { Store } from '../store/index.js';
-import type { RobotStatusUpdate } from '../store/types.js';
+import type { RobotStatusUpdate } from '../store/shared/types.js';
 import { openTwin } from '../store/test-store.js';
 import { errorCode, startTestCloud, storeWithRobots } from '../test-support.js';
 import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './broker-auth.js';

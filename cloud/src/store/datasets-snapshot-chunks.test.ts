@@ -5,9 +5,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { EpisodeReport } from '@fleet/protocol';
 import { snapshotFilter } from '../routes/v1/datasets.js';
 import { testReport } from '../test-support.js';
-import { openSqliteStore, type SqliteStore } from './sqlite.js';
-import type { SqliteDatasets } from './sqlite-datasets.js';
-import type { IngestItem } from './types.js';
+import { openSqliteStore, type SqliteStore } from './sqlite/store.js';
+import type { SqliteDatasets } from './sqlite/datasets.js';
+import type { IngestItem } from './shared/types.js';
 
 // A snapshot of a file database is written in chunks from a consistent read view (the in-memory
 // databases of the other tests take the one-transaction path).

@@ -6,7 +6,7 @@ import type { EpisodeReport } from '@fleet/protocol';
 import { snapshotFilter } from '../routes/v1/datasets.js';
 import { testReport } from '../test-support.js';
 import { describeStore, openTestStore, openTwin, postgresAvailable, type TestEngine, type TestStore } from './test-store.js';
-import type { DatasetRow, EpisodeFilter, IngestItem, Store } from './types.js';
+import type { DatasetRow, EpisodeFilter, IngestItem, Store } from './shared/types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';

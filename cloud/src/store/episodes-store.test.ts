@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { EpisodeReport } from '@fleet/protocol';
 import { describeStore, sqliteDb, type TestStore } from './test-store.js';
-import type { EpisodeFilter, EpisodeRow, IngestItem } from './types.js';
+import type { EpisodeFilter, EpisodeRow, IngestItem } from './shared/types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';

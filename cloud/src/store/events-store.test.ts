@@ -4,7 +4,7 @@ import { robotStatusEvent } from '../events.js';
 import { createEnrollmentToken, enrollRobot } from '../robots/enrollment.js';
 import { testReport } from '../test-support.js';
 import { describeStore, type TestStore } from './test-store.js';
-import type { EventRow } from './types.js';
+import type { EventRow } from './shared/types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 

@@ -2,9 +2,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '@fleet/protocol';
 import { hashSecret } from '../ids.js';
 import { createEnrollmentToken, enrollRobot } from '../robots/enrollment.js';
-import { ROBOT_SORTS, robotSortValue, type RobotListPosition, type RobotListQuery, type RobotSort } from './robot-list-query.js';
+import { ROBOT_SORTS, robotSortValue, type RobotListPosition, type RobotListQuery, type RobotSort } from './shared/robot-list-query.js';
 import { describeStore, sqliteDb, type TestStore } from './test-store.js';
-import { ATTEMPTS_KEPT_PER_SUBSCRIPTION } from './types.js';
+import { ATTEMPTS_KEPT_PER_SUBSCRIPTION } from './shared/types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 

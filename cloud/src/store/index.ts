@@ -1,8 +1,8 @@
-export type * from './types.js';
-export { ATTEMPTS_KEPT_PER_SUBSCRIPTION, EPISODE_EQ_COLUMNS } from './types.js';
-export { openSqliteStore, SqliteStore, DATABASE_FILE, MissingDatabaseError } from './sqlite.js';
+export type * from './shared/types.js';
+export { ATTEMPTS_KEPT_PER_SUBSCRIPTION, EPISODE_EQ_COLUMNS } from './shared/types.js';
+export { openSqliteStore, SqliteStore, DATABASE_FILE, MissingDatabaseError } from './sqlite/store.js';
 export { openStore, type StoreConfig } from './open.js';
-export { openPgStore, PgStore, MissingPgSchemaError, redactDatabaseUrl } from './pg/store.js';
-export type * from './sync-types.js';
-export { ROBOT_SORTS, robotSortValue, type RobotListPosition, type RobotListQuery, type RobotSort } from './robot-list-query.js';
-export { isEpisodeLineSource, isMemberLineSource, type EpisodeLineBatch, type EpisodeLineRow, type EpisodeLineSource } from './line-source.js';
+export { openPgStore, PgStore, MissingPgSchemaError, redactDatabaseUrl } from './postgres/store.js';
+export type * from './shared/sync-types.js';
+export { ROBOT_SORTS, robotSortValue, type RobotListPosition, type RobotListQuery, type RobotSort } from './shared/robot-list-query.js';
+export type { EpisodeLineRow } from './shared/episode-lines.js';

@@ -1,6 +1,6 @@
-import { openSqliteStore } from './sqlite.js';
-import { openPgStore } from './pg/store.js';
-import type { Store } from './types.js';
+import { openSqliteStore } from './sqlite/store.js';
+import { openPgStore } from './postgres/store.js';
+import type { Store } from './shared/types.js';
 
 export interface StoreConfig {
   /** The data directory: the SQLite database lives here unless a database URL is given. */

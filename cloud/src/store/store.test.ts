@@ -3,12 +3,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DAY, HOUR } from '@fleet/protocol';
-import { MIGRATIONS } from './migrations.js';
-import { openSqliteStore } from './sqlite.js';
-import { openPgStore } from './pg/store.js';
-import { PG_MIGRATIONS } from './pg/migrations.js';
+import { MIGRATIONS } from './sqlite/migrations.js';
+import { openSqliteStore } from './sqlite/store.js';
+import { openPgStore } from './postgres/store.js';
+import { PG_MIGRATIONS } from './postgres/migrations.js';
 import { createTestDatabase, openTestStore, postgresAvailable } from './test-store.js';
-import type { ApiKeyRow, Store, StoredResponse } from './types.js';
+import type { ApiKeyRow, Store, StoredResponse } from './shared/types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 

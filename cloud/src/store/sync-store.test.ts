@@ -6,9 +6,9 @@ import { DAY, HOUR, ManualClock, WebhookPayloadSchema, type EpisodeReport, type 
 import { REPLICA_TRANSITIONS } from '../sync/replica-transitions.fixture.js';
 import { SyncRouter } from '../sync/router.js';
 import { testReport } from '../test-support.js';
-import type { RouteRow } from './sync-types.js';
+import type { RouteRow } from './shared/sync-types.js';
 import { describeStore, openTestStore, openTwin, postgresAvailable, sqliteDb, type TestEngine, type TestStore } from './test-store.js';
-import type { Store } from './types.js';
+import type { Store } from './shared/types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';

@@ -8,9 +8,9 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { describe, inject } from 'vitest';
-import { openPgStore, type PgStore } from './pg/store.js';
-import { openSqliteStore, type SqliteStore } from './sqlite.js';
-import type { Store } from './types.js';
+import { openPgStore, type PgStore } from './postgres/store.js';
+import { openSqliteStore, type SqliteStore } from './sqlite/store.js';
+import type { Store } from './shared/types.js';
 
 export type TestEngine = 'sqlite' | 'postgres';
 

@@ -5,7 +5,7 @@
  */
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { describeStore, openTwin, type TestStore } from './test-store.js';
-import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type ClaimedDelivery, type Store } from './types.js';
+import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type ClaimedDelivery, type Store } from './shared/types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const LEASE = 60_000;

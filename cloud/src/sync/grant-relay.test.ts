@@ -17,7 +17,7 @@ import { createTestPki, startHttpsReceiver, type ReceivedRequest, type TestPki, 
 import { SecretBox } from '../secret-box.js';
 import type { EpisodeRow, Store } from '../store/index.js';
 import { openTestStore, openTwin, postgresAvailable, type TestEngine, type TestStore } from '../store/test-store.js';
-import type { DestinationRow, ForwardClaim, ForwardOutcome, RouteRow, SyncStore } from '../store/sync-types.js';
+import type { DestinationRow, ForwardClaim, ForwardOutcome, RouteRow, SyncStore } from '../store/shared/sync-types.js';
 import { testReport } from '../test-support.js';
 import { GrantRelay, type GrantRelayOptions } from './grant-relay.js';
 

@@ -16,7 +16,7 @@ import { EgressError, readJsonAnswer, type EgressClient } from '../egress/client
 import type { CloudMetrics } from '../metrics.js';
 import type { SecretBox } from '../secret-box.js';
 import type { EpisodeRow, EpisodeStore } from '../store/index.js';
-import type { DestinationRow, SyncStore } from '../store/sync-types.js';
+import type { DestinationRow, SyncStore } from '../store/shared/sync-types.js';
 import { checkGrantAnswer, type CheckedAnswer } from './grant-answer.js';
 
 /** The spec's bounds on a grant provider: an answer within 10 s, at most 1 MiB. */

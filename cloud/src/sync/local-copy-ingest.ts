@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { EpisodePrunedSchema, LocalMissingSchema, type Clock } from '@fleet/protocol';
 import { summarizeIssues, type OutboxKindHandler, type OutboxReply } from '../robots/outbox-router.js';
-import type { SyncStore } from '../store/sync-types.js';
+import type { SyncStore } from '../store/shared/sync-types.js';
 import { answerSyncReport as answer } from './replica-ingest.js';
 
 type MarkResult = 'applied' | 'unchanged' | 'unknown_episode' | 'conflict';

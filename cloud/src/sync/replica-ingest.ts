@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { ReplicaReportSchema, type Clock } from '@fleet/protocol';
 import { summarizeIssues, type OutboxKindHandler, type OutboxReply } from '../robots/outbox-router.js';
-import type { ReplicaIngestResult, SyncStore } from '../store/sync-types.js';
+import type { ReplicaIngestResult, SyncStore } from '../store/shared/sync-types.js';
 
 /** A replica state that arrives before its episode is indexed is offered again this much later. */
 export const REPLICA_BEFORE_EPISODE_RETRY_S = 30;

@@ -1,6 +1,6 @@
 import type { Clock } from '@fleet/protocol';
 import type { Store } from '../store/index.js';
-import type { RouteRow } from '../store/sync-types.js';
+import type { RouteRow } from '../store/shared/sync-types.js';
 import { decideRoute } from './routing.js';
 
 export interface SyncRouterOptions {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { RoutingFacts } from '../store/sync-types.js';
+import type { RoutingFacts } from '../store/shared/sync-types.js';
 import { hasAutonomous } from './facts.js';
 import { decideRoute, matches } from './routing.js';
 

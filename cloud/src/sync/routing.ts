@@ -1,5 +1,5 @@
 import type { RoutingMatchField } from '@fleet/protocol';
-import type { DestinationRow, RoutingFacts, RoutingRuleRow } from '../store/sync-types.js';
+import type { DestinationRow, RoutingFacts, RoutingRuleRow } from '../store/shared/sync-types.js';
 
 /**
  * Where an episode syncs, decided from its facts alone (spec, Routing rules):

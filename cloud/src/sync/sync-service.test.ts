@@ -1,7 +1,7 @@
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import type { SyncMessage } from '@fleet/protocol';
-import type { RouteRow, SyncStore } from '../store/sync-types.js';
+import type { RouteRow, SyncStore } from '../store/shared/sync-types.js';
 import { ASSIGNMENTS_PER_MESSAGE, SyncService } from './sync-service.js';
 
 const route = (i: number, robotId = 'rbt_a'): RouteRow => ({ orgId: 'org', robotId, episodeId: `ep_${i}`, episodeSeq: i, destinationId: 'dst', decidedAt: 0 });

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { parseBoundedJson, SyncRequestSchema, type SyncMessage, type SyncRequest } from '@fleet/protocol';
-import type { RouteRow, SyncStore } from '../store/sync-types.js';
+import type { RouteRow, SyncStore } from '../store/shared/sync-types.js';
 import type { GrantRelay } from './grant-relay.js';
 
 /** Largest sync request a robot may send (a resume block of many parts fits easily). */

@@ -1,14 +1,13 @@
 import { z } from 'zod';
-import { CreateDatasetBodySchema, DatasetCountSchema, DatasetSchema, EpisodeWithLocationsSchema, iso, ManifestHeaderSchema, safeJsonStringify, SnapshotResultSchema, STREAM_PAGE_LIMIT, type Dataset } from '@fleet/protocol';
+import { CreateDatasetBodySchema, DatasetCountSchema, DatasetSchema, EpisodeWithLocationsSchema, iso, ManifestHeaderSchema, SnapshotResultSchema, STREAM_PAGE_LIMIT, type Dataset } from '@fleet/protocol';
 import { parseEpisodeFilter } from '../../episodes/filter.js';
 import { queryInt } from '../query.js';
-import { episodeLines, toEpisodeWithLocations } from '../../episodes/present.js';
+import { episodeLines } from '../../episodes/present.js';
 import { ApiError, jsonPointer, notFound, type ValidationIssue } from '../../errors.js';
 import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { newId } from '../../ids.js';
 import type { DatasetRow, EpisodeFilter } from '../../store/index.js';
-import { isMemberLineSource } from '../../store/index.js';
 import { decodeCursor, encodeCursor } from '../cursor.js';
 import { NDJSON, sendNdjson } from '../ndjson.js';
 import type { V1Plugin } from './types.js';
@@ -223,17 +222,9 @@ export const datasetRoutes: V1Plugin = async (app, { store, clock }) => {
       };
       async function* lines(): AsyncGenerator<string> {
         if (after === 0) yield `${JSON.stringify(header)}\n`;
-        const source = store.datasets;
-        if (isMemberLineSource(source)) {
-          for (let pos = after; pos < end; pos += MANIFEST_CHUNK) {
-            const batch = await source.memberLineRows(ds!.id, pos, Math.min(MANIFEST_CHUNK, end - pos));
-            if (batch.rows.length > 0) yield episodeLines(batch);
-          }
-          return;
-        }
         for (let pos = after; pos < end; pos += MANIFEST_CHUNK) {
-          const rows = await store.datasets.members(ds!.id, pos, Math.min(MANIFEST_CHUNK, end - pos));
-          for (const row of rows) yield `${safeJsonStringify(toEpisodeWithLocations(row))}\n`;
+          const batch = await store.datasets.memberLineRows(ds!.id, pos, Math.min(MANIFEST_CHUNK, end - pos));
+          if (batch.rows.length > 0) yield episodeLines(batch);
         }
       }
       return sendNdjson(reply, end < ds.episodeCount ? encodeCursor({ d: ds.id, p: end }) : null, lines());

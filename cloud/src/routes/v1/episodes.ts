@@ -13,12 +13,11 @@ import {
   STREAM_PAGE_LIMIT,
 } from '@fleet/protocol';
 import { parseEpisodeFilter } from '../../episodes/filter.js';
-import { episodeLines, toEpisode, toEpisodeWithLocations } from '../../episodes/present.js';
+import { episodeLines, toEpisode } from '../../episodes/present.js';
 import { notFound, validationError } from '../../errors.js';
 import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import type { EpisodeFilter, Store } from '../../store/index.js';
-import { isEpisodeLineSource } from '../../store/index.js';
 import { decodeCursor, encodeCursor } from '../cursor.js';
 import { NDJSON, sendNdjson } from '../ndjson.js';
 import { queryInt } from '../query.js';
@@ -82,20 +81,12 @@ export async function streamEpisodePage(
   async function* lines(): AsyncGenerator<string> {
     if (lastSeq === undefined) return;
     let after = afterSeq;
-    if (isEpisodeLineSource(source)) {
-      // One string per chunk of rows, built straight from the stored columns (no EpisodeRow).
-      for (;;) {
-        const batch = await source.list(orgId, filter, after, EXPORT_CHUNK, lastSeq, 'lines');
-        if (batch.rows.length > 0) yield episodeLines(batch);
-        if (batch.rows.length < EXPORT_CHUNK) return;
-        after = batch.rows[batch.rows.length - 1]![0];
-      }
-    }
+    // One string per chunk of rows, built straight from the stored columns (no EpisodeRow).
     for (;;) {
-      const rows = await store.episodes.list(orgId, filter, after, EXPORT_CHUNK, lastSeq);
-      for (const row of rows) yield `${safeJsonStringify(toEpisodeWithLocations(row))}\n`;
-      if (rows.length < EXPORT_CHUNK) return;
-      after = rows[rows.length - 1]!.seq;
+      const batch = await source.list(orgId, filter, after, EXPORT_CHUNK, lastSeq, 'lines');
+      if (batch.rows.length > 0) yield episodeLines(batch);
+      if (batch.rows.length < EXPORT_CHUNK) return;
+      after = batch.rows[batch.rows.length - 1]![0];
     }
   }
   return { nextCursor: seqs.length > limit && lastSeq !== undefined ? encodeSeqCursor(lastSeq) : null, lines: lines() };

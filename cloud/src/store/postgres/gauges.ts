@@ -1,7 +1,7 @@
-import type { GaugeStore, ReplicaGaugeState } from '../types.js';
+import type { GaugeStore, ReplicaGaugeState } from '../shared/types.js';
 import type { PgDb } from './db.js';
 
-/** Whole-service counts for the metrics scrape (sqlite-gauges.ts on PostgreSQL). */
+/** Whole-service counts for the metrics scrape (sqlite/gauges.ts on PostgreSQL). */
 export class PgGauges implements GaugeStore {
   constructor(private readonly db: PgDb) {}
 

@@ -1,66 +1,27 @@
 import type { Statement } from 'better-sqlite3';
 import { safeJsonStringify, type EpisodeOutcome } from '@fleet/protocol';
-import { finalizedEvent } from '../events.js';
-import type { Db } from './sqlite-db.js';
-import { eventAppender } from './sqlite-events.js';
-import { EQ_INDEX, ListPlanner, type IndexCondition, type ListDriver } from './sqlite-list-plan.js';
+import { finalizedEvent } from '../../events.js';
+import type { Db } from './db.js';
+import { eventAppender } from './events.js';
+import { EQ_INDEX, ListPlanner, type IndexCondition, type ListDriver } from './list-plan.js';
 import type {
   EpisodeFilter,
+  EpisodeLineBatch,
   EpisodeRow,
   EpisodeStore,
   IngestItem,
   IngestResult,
   OutcomeChangeRow,
   ReplicaRow,
-} from './types.js';
-import { EPISODE_EQ_COLUMNS } from './types.js';
-import { episodeFromDb, replicaFromDb, type EpisodeColumns, type ReplicaDbRow } from './rows.js';
+} from '../shared/types.js';
+import { EPISODE_EQ_COLUMNS } from '../shared/types.js';
+import { attrString, EPISODE_LINE_SELECT, MAX_INDEXED_ATTR_VALUE, type EpisodeLineRow } from '../shared/episode-lines.js';
+import { episodeFromDb, replicaFromDb, type EpisodeColumns, type ReplicaDbRow } from '../shared/rows.js';
 
-/** Attribute values longer than this are kept in the episode but not indexed for filters. */
-export const MAX_INDEXED_ATTR_VALUE = 512;
 const MAX_INDEXED_ATTR_KEY = 256;
-
-/** The string form an `annotation.<key>` / `metadata.<key>` filter compares against. */
-export function attrString(value: unknown): string {
-  return typeof value === 'string' ? value : safeJsonStringify(value);
-}
 
 export interface EpisodeDbRow extends EpisodeColumns {
   interrupted: number;
-}
-
-/**
- * The columns an export line or a manifest line is made of, in this order: no segments (not part
- * of the line), metadata, annotations and manifest as their stored JSON text, parsed only by the
- * presenter. Rows come as arrays (better-sqlite3 raw mode), half the cost of an object per row.
- */
-export const EPISODE_LINE_COLUMNS = [
-  'seq', 'id', 'robot_id', 'recording_session_id', 'episode_seq', 'session_name', 'task_id', 'task_name', 'subtask_id',
-  'operator_id', 'operator_name', 'outcome', 'recorded_outcome', 'control_mode', 'policy_version_id', 'eval_id',
-  'started_at', 'ended_at', 'duration_s', 'message_count', 'bag_size_bytes', 'bag_uri', 'metadata', 'annotations',
-  'manifest', 'reported_at',
-] as const;
-type LineColumn = (typeof EPISODE_LINE_COLUMNS)[number];
-type ToTuple<T extends readonly LineColumn[]> = { readonly [K in keyof T]: EpisodeDbRow[T[K] & LineColumn] };
-export type EpisodeLineRow = ToTuple<typeof EPISODE_LINE_COLUMNS>;
-
-/** Rows for NDJSON lines, with each row's replicas (by seq; absent when it has none). */
-export interface EpisodeLineBatch {
-  rows: EpisodeLineRow[];
-  replicas: Map<number, ReplicaRow[]>;
-}
-
-/**
- * A store whose `list` can also hand out line rows (shape 'lines') instead of an EpisodeRow per
- * row: the export streams them. Same query, same chunks, same order as the plain `list`.
- */
-export interface EpisodeLineSource {
-  readonly listsLines: true;
-  list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq: number | undefined, shape: 'lines'): Promise<EpisodeLineBatch>;
-}
-
-export function isEpisodeLineSource(store: object): store is EpisodeLineSource {
-  return (store as Partial<EpisodeLineSource>).listsLines === true;
 }
 
 export class SqliteEpisodes implements EpisodeStore {
@@ -163,8 +124,6 @@ export class SqliteEpisodes implements EpisodeStore {
     const r = this.byOrgId.get(orgId, id);
     return r && this.hydrate([r])[0];
   }
-
-  readonly listsLines = true;
 
   list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq?: number): Promise<EpisodeRow[]>;
   list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq: number | undefined, shape: 'lines'): Promise<EpisodeLineBatch>;
@@ -293,8 +252,6 @@ export class SqliteEpisodes implements EpisodeStore {
     return this.countStmt.get(orgId)!.n;
   }
 }
-
-export const EPISODE_LINE_SELECT = EPISODE_LINE_COLUMNS.map((c) => `e.${c}`).join(', ');
 
 /**
  * One SQL text per filter shape (which keys are present, which one drives), values bound as

@@ -1,11 +1,11 @@
 import { safeJsonStringify, type EpisodeOutcome } from '@fleet/protocol';
 import { finalizedEvent } from '../../events.js';
-import { attrString, EPISODE_LINE_COLUMNS, MAX_INDEXED_ATTR_VALUE, type EpisodeLineBatch, type EpisodeLineRow } from '../sqlite-episodes.js';
-import type { EpisodeFilter, EpisodeRow, EpisodeStore, IngestItem, IngestResult, OutcomeChangeRow, ReplicaRow } from '../types.js';
-import { EPISODE_EQ_COLUMNS } from '../types.js';
+import { attrString, EPISODE_LINE_SELECT, MAX_INDEXED_ATTR_VALUE, type EpisodeLineRow } from '../shared/episode-lines.js';
+import type { EpisodeFilter, EpisodeLineBatch, EpisodeRow, EpisodeStore, IngestItem, IngestResult, OutcomeChangeRow, ReplicaRow } from '../shared/types.js';
+import { EPISODE_EQ_COLUMNS } from '../shared/types.js';
 import { LOCKS, type PgDb, type Sql } from './db.js';
 import { appendEvents } from './events.js';
-import { episodeFromDb, replicaFromDb, type EpisodeColumns, type ReplicaDbRow } from '../rows.js';
+import { episodeFromDb, replicaFromDb, type EpisodeColumns, type ReplicaDbRow } from '../shared/rows.js';
 
 const MAX_INDEXED_ATTR_KEY = 256;
 
@@ -31,7 +31,6 @@ export const EPISODE_ROW_SELECT = [
   'interrupted', 'reported_at',
 ].map((c) => `e.${c}`).join(', ');
 
-export const EPISODE_LINE_SELECT = EPISODE_LINE_COLUMNS.map((c) => `e.${c}`).join(', ');
 
 /** The episode columns an ingest writes, in the order of the unnest arrays below. */
 const INSERT_COLUMNS = [
@@ -107,7 +106,7 @@ const RANGE_PROBE = 20_000;
 /**
  * One SQL text per filter shape (which keys are present), values bound as parameters, every
  * condition in one WHERE: PostgreSQL keeps statistics of how many episodes carry each value, so
- * unlike SQLite (see sqlite-list-plan.ts) its planner can choose the driving index itself: an
+ * unlike SQLite (see sqlite/list-plan.ts) its planner can choose the driving index itself: an
  * (org_id, <column>, seq) index or an attribute's (org_id, layer, key, value, seq) range, both in
  * seq order, with the other conditions as index lookups or a merge join on seq.
  */
@@ -234,7 +233,6 @@ export class PgEpisodes implements EpisodeStore {
     return r && (await this.hydrate(this.db, [r]))[0];
   }
 
-  readonly listsLines = true;
 
   list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq?: number): Promise<EpisodeRow[]>;
   list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq: number | undefined, shape: 'lines'): Promise<EpisodeLineBatch>;

@@ -1,7 +1,10 @@
 import type { EpisodeOutcome, EpisodeReport, RecordingState, Scope } from '@fleet/protocol';
+import type { EpisodeColumns } from './episode-lines.js';
 import type { ApiKeyRow, DatasetRow, EnrollmentTokenRow, EpisodeRow, ReplicaRow, RobotRow } from './types.js';
 
 // Rows as both engines return them (snake_case columns) and their domain form.
+
+export type { EpisodeColumns } from './episode-lines.js';
 
 export interface ApiKeyDbRow {
   id: string;
@@ -104,39 +107,6 @@ export function tokenFromDb(t: TokenDbRow): EnrollmentTokenRow {
   };
 }
 
-/** The columns of an episode row, as both engines store them. */
-export interface EpisodeColumns {
-  seq: number;
-  id: string;
-  org_id: string;
-  robot_id: string;
-  recording_session_id: string;
-  episode_seq: number;
-  session_name: string | null;
-  task_id: string | null;
-  task_name: string | null;
-  subtask_id: string | null;
-  operator_id: string | null;
-  operator_name: string | null;
-  control_mode: string | null;
-  policy_version_id: string | null;
-  eval_id: string | null;
-  outcome: string;
-  recorded_outcome: string | null;
-  started_at: number;
-  ended_at: number | null;
-  duration_s: number | null;
-  message_count: number | null;
-  bag_size_bytes: number | null;
-  bag_uri: string | null;
-  metadata: string;
-  annotations: string;
-  segments: string;
-  manifest: string;
-  /** 0/1 in SQLite, a boolean in PostgreSQL. */
-  interrupted: number | boolean;
-  reported_at: number;
-}
 
 export interface ReplicaDbRow {
   episode_seq: number;

@@ -1,11 +1,11 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EpisodeReport } from '@fleet/protocol';
-import { openSqliteStore, type SqliteStore } from './sqlite.js';
-import type { SqliteEpisodes } from './sqlite-episodes.js';
-import { buildListQuery } from './sqlite-episodes.js';
-import { ListPlanner, type IndexCondition, type ListDriver } from './sqlite-list-plan.js';
-import type { EpisodeEqColumn, EpisodeFilter, EpisodeRow } from './types.js';
+import { openSqliteStore, type SqliteStore } from './store.js';
+import type { SqliteEpisodes } from './episodes.js';
+import { buildListQuery } from './episodes.js';
+import { ListPlanner, type IndexCondition, type ListDriver } from './list-plan.js';
+import type { EpisodeEqColumn, EpisodeFilter, EpisodeRow } from '../shared/types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';

@@ -1,7 +1,8 @@
 import type { EpisodeOutcome, EpisodeReport, Feature, RecordingState, Scope } from '@fleet/protocol';
-import type { LoggedEvent, RobotPresence } from '../events.js';
+import type { LoggedEvent, RobotPresence } from '../../events.js';
 import type { SyncStore } from './sync-types.js';
 import type { RobotListQuery } from './robot-list-query.js';
+import type { EpisodeLineRow } from './episode-lines.js';
 
 /**
  * The cloud's durable state, behind an async interface so that a second implementation
@@ -354,6 +355,12 @@ export interface OutcomeChangeRow {
   reason: string;
 }
 
+/** Rows for NDJSON lines, with each row's replicas (by seq; absent when it has none). */
+export interface EpisodeLineBatch {
+  rows: EpisodeLineRow[];
+  replicas: Map<number, ReplicaRow[]>;
+}
+
 export interface EpisodeStore {
   /**
    * Indexes a batch in one transaction, idempotent on the episode id, and appends an
@@ -363,6 +370,11 @@ export interface EpisodeStore {
   get(orgId: string, id: string): Promise<EpisodeRow | undefined>;
   /** Rows with afterSeq < seq (<= maxSeq) matching the filter, in seq order. */
   list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq?: number): Promise<EpisodeRow[]>;
+  /**
+   * The same rows as line rows (shape 'lines') instead of an EpisodeRow each: what the export
+   * streams. Same query, same chunks, same order as the plain `list`.
+   */
+  list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq: number | undefined, shape: 'lines'): Promise<EpisodeLineBatch>;
   /** Only the seqs of what `list` would return: cheap, to size a page before streaming it. */
   listSeqs(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number): Promise<number[]>;
   /** Shallow merge; a null value deletes the key. Undefined for an unknown episode. */
@@ -397,6 +409,8 @@ export interface DatasetStore {
   snapshot(orgId: string, id: string, filter: EpisodeFilter, at: number): Promise<DatasetRow | 'already' | null>;
   /** Members at positions afterPos+1 .. afterPos+limit, with their current episode data. */
   members(datasetId: string, afterPos: number, limit: number): Promise<EpisodeRow[]>;
+  /** What `members` returns, as line rows for the manifest. */
+  memberLineRows(datasetId: string, afterPos: number, limit: number): Promise<EpisodeLineBatch>;
 }
 
 export interface WebhookRow {

@@ -1,5 +1,5 @@
-import type { SyncStore } from '../sync-types.js';
-import type { ApiKeyStore, DatasetStore, EpisodeStore, EventStore, GaugeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, SharedCounterStore, Store, WebhookStore } from '../types.js';
+import type { SyncStore } from '../shared/sync-types.js';
+import type { ApiKeyStore, DatasetStore, EpisodeStore, EventStore, GaugeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, SharedCounterStore, Store, WebhookStore } from '../shared/types.js';
 import { PgApiKeys, PgOrgs } from './accounts.js';
 import { PgDb } from './db.js';
 import { PgDatasets } from './datasets.js';

@@ -1,5 +1,5 @@
-import type { Db } from './sqlite-db.js';
-import type { GaugeStore, ReplicaGaugeState } from './types.js';
+import type { Db } from './db.js';
+import type { GaugeStore, ReplicaGaugeState } from '../shared/types.js';
 
 /** Whole-service counts for the metrics scrape: one small aggregate query each, over every organization. */
 export class SqliteGauges implements GaugeStore {

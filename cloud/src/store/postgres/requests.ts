@@ -1,4 +1,4 @@
-import type { IdempotencyBegin, IdempotencyClaim, IdempotencyStore, MeterStore, SharedCounterStore, StoredResponse, UsageRow } from '../types.js';
+import type { IdempotencyBegin, IdempotencyClaim, IdempotencyStore, MeterStore, SharedCounterStore, StoredResponse, UsageRow } from '../shared/types.js';
 import type { PgDb } from './db.js';
 
 interface IdemDbRow {

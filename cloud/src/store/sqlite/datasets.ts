@@ -1,17 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
-import { datasetFromDb, type DatasetDbRow } from './rows.js';
-import type { Db } from './sqlite-db.js';
-import { ListPlanner } from './sqlite-list-plan.js';
-import {
-  buildListQuery,
-  EPISODE_LINE_SELECT,
-  type EpisodeDbRow,
-  type EpisodeLineBatch,
-  type EpisodeLineRow,
-  type SqliteEpisodes,
-} from './sqlite-episodes.js';
-import type { DatasetRow, DatasetStore, EpisodeFilter, EpisodeRow } from './types.js';
+import { datasetFromDb, type DatasetDbRow } from '../shared/rows.js';
+import type { Db } from './db.js';
+import { ListPlanner } from './list-plan.js';
+import { buildListQuery, type EpisodeDbRow, type SqliteEpisodes } from './episodes.js';
+import { EPISODE_LINE_SELECT, type EpisodeLineRow } from '../shared/episode-lines.js';
+import type { DatasetRow, DatasetStore, EpisodeFilter, EpisodeLineBatch, EpisodeRow } from '../shared/types.js';
 
 /** How long a snapshot in progress keeps its claim without writing a chunk (a dead process's claim expires). */
 const SNAPSHOT_LEASE_MS = 30_000;
@@ -217,7 +211,6 @@ export class SqliteDatasets implements DatasetStore {
     }
   }
 
-  /** What `members` returns, as line rows for the manifest (see EpisodeLineSource). */
   async memberLineRows(datasetId: string, afterPos: number, limit: number): Promise<EpisodeLineBatch> {
     return this.episodes.lineBatch(this.memberLines.all(datasetId, afterPos, limit));
   }
@@ -225,9 +218,4 @@ export class SqliteDatasets implements DatasetStore {
   async members(datasetId: string, afterPos: number, limit: number): Promise<EpisodeRow[]> {
     return this.episodes.hydrate(this.memberRows.all(datasetId, afterPos, limit));
   }
-}
-
-/** A dataset store that hands out manifest line rows without an EpisodeRow per member. */
-export function isMemberLineSource(store: object): store is Pick<SqliteDatasets, 'memberLineRows'> {
-  return typeof (store as Partial<SqliteDatasets>).memberLineRows === 'function';
 }

@@ -1,5 +1,5 @@
-import type { Db } from './sqlite-db.js';
-import type { IdempotencyBegin, IdempotencyClaim, IdempotencyStore, MeterStore, StoredResponse, UsageRow } from './types.js';
+import type { Db } from './db.js';
+import type { IdempotencyBegin, IdempotencyClaim, IdempotencyStore, MeterStore, StoredResponse, UsageRow } from '../shared/types.js';
 
 interface IdemDbRow {
   fingerprint: string;

@@ -1,10 +1,25 @@
-import { DAY, HOUR, type Pressure, type ReplicaReport, type RetentionDirective } from '@fleet/protocol';
-import { prunedEvent, type EpisodeRef } from '../events.js';
-import { replicaTransition } from '../sync/replica-transition.js';
-import { hasAutonomous } from '../sync/facts.js';
-import type { Db } from './sqlite-db.js';
-import { newClaimToken } from './sqlite-webhooks.js';
-import { eventAppender } from './sqlite-events.js';
+import { DAY, type Pressure, type ReplicaReport } from '@fleet/protocol';
+import { prunedEvent, type EpisodeRef } from '../../events.js';
+import { replicaTransition } from '../../sync/replica-transition.js';
+import type { Db } from './db.js';
+import {
+  destinationFromDb,
+  FORWARD_KEEP_MS,
+  ROUTE_COLUMNS,
+  routeFromDb,
+  ruleFromDb,
+  UNROUTED_COLUMNS,
+  unroutedFromDb,
+  UNVERIFIED_ALERT_MS,
+  type DestinationDbRow,
+  type EpisodeRefDbRow,
+  type ReplicaStateDbRow,
+  type RouteDbRow,
+  type RuleDbRow,
+  type UnroutedDbRow,
+} from '../shared/sync-rows.js';
+import { newClaimToken } from '../shared/webhook-rows.js';
+import { eventAppender } from './events.js';
 import type {
   DestinationHealth,
   DestinationRow,
@@ -16,122 +31,7 @@ import type {
   RoutingRuleRow,
   SyncHealthRow,
   SyncStore,
-} from './sync-types.js';
-import type { ReplicaRow } from './types.js';
-
-export interface DestinationDbRow {
-  id: string;
-  org_id: string;
-  type: 'external';
-  url: string;
-  secret_sealed: string;
-  retention: RetentionDirective;
-  created_at: number;
-  revoked_at: number | null;
-  last_forward_at: number | null;
-}
-
-export interface RuleDbRow {
-  id: string;
-  org_id: string;
-  destination_id: string;
-  match: string;
-  position: number;
-  created_at: number;
-}
-
-export interface RouteDbRow {
-  episode_seq: number;
-  episode_id: string;
-  destination_id: string;
-  org_id: string;
-  robot_id: string;
-  decided_at: number;
-}
-
-export interface ReplicaDbRow {
-  state: ReplicaRow['state'];
-  grant_id: string;
-  error: string | null;
-  object_key: string | null;
-  reported_at: number | null;
-}
-
-export interface EpisodeRefDbRow {
-  seq: number;
-  org_id: string;
-  robot_id: string;
-  recording_session_id: string;
-  episode_seq: number;
-}
-
-export function destinationFromDb(r: DestinationDbRow): DestinationRow {
-  return {
-    id: r.id,
-    orgId: r.org_id,
-    type: r.type,
-    url: r.url,
-    secretSealed: r.secret_sealed,
-    retention: r.retention,
-    createdAt: r.created_at,
-    revokedAt: r.revoked_at,
-  };
-}
-
-export function ruleFromDb(r: RuleDbRow): RoutingRuleRow {
-  return {
-    id: r.id,
-    orgId: r.org_id,
-    destinationId: r.destination_id,
-    match: JSON.parse(r.match) as Record<string, string[]>,
-    position: r.position,
-    createdAt: r.created_at,
-  };
-}
-
-export function routeFromDb(r: RouteDbRow): RouteRow {
-  return { orgId: r.org_id, robotId: r.robot_id, episodeId: r.episode_id, episodeSeq: r.episode_seq, destinationId: r.destination_id, decidedAt: r.decided_at };
-}
-
-/** Forwards older than this are pruned; the health counts look back 24 h. */
-export const FORWARD_KEEP_MS = DAY + HOUR;
-export const UNVERIFIED_ALERT_MS = 72 * HOUR;
-
-export const ROUTE_COLUMNS = 'r.episode_seq, e.id AS episode_id, r.destination_id, r.org_id, r.robot_id, r.decided_at';
-
-/** An episode without a route yet, with what the routing rules match on (both engines). */
-export interface UnroutedDbRow {
-  seq: number;
-  id: string;
-  robot_id: string;
-  task_id: string | null;
-  recording_session_id: string;
-  episode_seq: number;
-  outcome: string;
-  control_mode: string | null;
-  metadata: string;
-  platform: string | null;
-}
-
-export const UNROUTED_COLUMNS = `e.seq, e.id, e.robot_id, e.task_id, e.recording_session_id, e.episode_seq, e.outcome, e.control_mode, e.metadata,
-  (SELECT platform FROM robots b WHERE b.id = e.robot_id) AS platform`;
-
-export function unroutedFromDb(r: UnroutedDbRow): { seq: number; robotId: string; facts: RoutingFacts } {
-  return {
-    seq: r.seq,
-    robotId: r.robot_id,
-    facts: {
-      episode_id: r.id,
-      robot_id: r.robot_id,
-      task_id: r.task_id,
-      recording_session_id: r.recording_session_id,
-      episode_seq: r.episode_seq,
-      outcome: r.outcome,
-      robot_platform: r.platform,
-      has_autonomous: hasAutonomous(r.control_mode, JSON.parse(r.metadata) as Record<string, unknown>),
-    },
-  };
-}
+} from '../shared/sync-types.js';
 
 export class SqliteSync implements SyncStore {
   private readonly appendEvent;
@@ -371,7 +271,7 @@ export class SqliteSync implements SyncStore {
     if (!dest) return 'unknown_destination';
 
     const old = this.db
-      .prepare<[number, string], ReplicaDbRow>('SELECT state, grant_id, error, object_key, reported_at FROM replicas WHERE episode_seq = ? AND destination_id = ?')
+      .prepare<[number, string], ReplicaStateDbRow>('SELECT state, grant_id, error, object_key, reported_at FROM replicas WHERE episode_seq = ? AND destination_id = ?')
       .get(ep.seq, report.destination_id);
     const episode: EpisodeRef = { episode_id: report.episode_id, robot_id: ep.robot_id, recording_session_id: ep.recording_session_id, episode_seq: ep.episode_seq };
     const write = replicaTransition(old && { state: old.state, objectKey: old.object_key, reportedAt: old.reported_at }, report, episode);

@@ -1,5 +1,5 @@
 import type { LoggedEvent } from '../../events.js';
-import type { EventReadOptions, EventRow, EventStore } from '../types.js';
+import type { EventReadOptions, EventRow, EventStore } from '../shared/types.js';
 import { LOCKS, type PgDb, type Sql } from './db.js';
 
 /**

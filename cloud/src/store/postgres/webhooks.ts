@@ -1,5 +1,5 @@
-import { attemptFromDb, deliveryFromDb, newClaimToken, subFromDb, type AttemptDbRow, type DeliveryDbRow, type SubDbRow } from '../sqlite-webhooks.js';
-import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type ClaimedDelivery, type DeliveryAttemptRow, type DeliveryOutcome, type DeliveryRow, type WebhookRow, type WebhookStore } from '../types.js';
+import { attemptFromDb, deliveryFromDb, newClaimToken, subFromDb, type AttemptDbRow, type DeliveryDbRow, type SubDbRow } from '../shared/webhook-rows.js';
+import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type ClaimedDelivery, type DeliveryAttemptRow, type DeliveryOutcome, type DeliveryRow, type WebhookRow, type WebhookStore } from '../shared/types.js';
 import { LOCKS, type PgDb, type Sql } from './db.js';
 
 const SUB_COLUMNS = `s.*, (SELECT COUNT(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.state = 'pending') AS pending`;

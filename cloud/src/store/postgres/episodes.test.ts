@@ -6,7 +6,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { testReport } from '../../test-support.js';
 import { openTestStore, openTwin, postgresAvailable, type TestStore } from '../test-store.js';
-import type { EpisodeFilter, IngestItem, Store } from '../types.js';
+import type { EpisodeFilter, IngestItem, Store } from '../shared/types.js';
 import type { PgStore } from './store.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');

@@ -1,8 +1,8 @@
-import type { EpisodeLineBatch } from '../sqlite-episodes.js';
-import type { DatasetRow, DatasetStore, EpisodeFilter, EpisodeRow } from '../types.js';
-import { datasetFromDb, type DatasetDbRow } from '../rows.js';
+import type { DatasetRow, DatasetStore, EpisodeFilter, EpisodeLineBatch, EpisodeRow } from '../shared/types.js';
+import { datasetFromDb, type DatasetDbRow } from '../shared/rows.js';
 import type { PgDb } from './db.js';
-import { buildPgListQuery, EPISODE_LINE_SELECT, EPISODE_ROW_SELECT, type PgEpisodeDbRow, type PgEpisodes } from './episodes.js';
+import { EPISODE_LINE_SELECT } from '../shared/episode-lines.js';
+import { buildPgListQuery, EPISODE_ROW_SELECT, type PgEpisodeDbRow, type PgEpisodes } from './episodes.js';
 
 
 const DATASET_COLUMNS = 'id, org_id, name, description, filter, snapshot_at, episode_count, created_by, created_at';
@@ -75,7 +75,6 @@ export class PgDatasets implements DatasetStore {
     });
   }
 
-  /** What `members` returns, as line rows for the manifest (see EpisodeLineSource). */
   async memberLineRows(datasetId: string, afterPos: number, limit: number): Promise<EpisodeLineBatch> {
     return this.episodes.lineBatch(this.db, await this.episodes.lineRows(`SELECT ${EPISODE_LINE_SELECT} ${MEMBERS_FROM}`, [datasetId, afterPos, limit]));
   }

@@ -1,6 +1,6 @@
-import type { LoggedEvent } from '../events.js';
-import type { Db } from './sqlite-db.js';
-import type { EventReadOptions, EventRow, EventStore } from './types.js';
+import type { LoggedEvent } from '../../events.js';
+import type { Db } from './db.js';
+import type { EventReadOptions, EventRow, EventStore } from '../shared/types.js';
 
 /**
  * Appends a built event to the log; call it inside the transaction of the change it records, so

@@ -12,13 +12,13 @@ import {
   UNVERIFIED_ALERT_MS,
   type DestinationDbRow,
   type EpisodeRefDbRow,
-  type ReplicaDbRow,
+  type ReplicaStateDbRow,
   type RouteDbRow,
   type RuleDbRow,
   type UnroutedDbRow,
-} from '../sqlite-sync.js';
-import { newClaimToken } from '../sqlite-webhooks.js';
-import type { DestinationHealth, DestinationRow, ForwardClaim, ForwardOutcome, ReplicaIngestResult, RouteRow, RoutingFacts, RoutingRuleRow, SyncHealthRow, SyncStore } from '../sync-types.js';
+} from '../shared/sync-rows.js';
+import { newClaimToken } from '../shared/webhook-rows.js';
+import type { DestinationHealth, DestinationRow, ForwardClaim, ForwardOutcome, ReplicaIngestResult, RouteRow, RoutingFacts, RoutingRuleRow, SyncHealthRow, SyncStore } from '../shared/sync-types.js';
 import type { PgDb, Sql } from './db.js';
 import { appendEvents } from './events.js';
 
@@ -28,7 +28,7 @@ const ORG_RULES_LOCK = 7_315_102;
 type MarkResult = 'applied' | 'unchanged' | 'unknown_episode' | 'conflict';
 
 /**
- * Cloud sync on PostgreSQL, the SQLite store's behaviour (sqlite-sync.ts) with the races of
+ * Cloud sync on PostgreSQL, the SQLite store's behaviour (sqlite/sync.ts) with the races of
  * several replicas closed in the database: reports on one episode are serialized by its row lock,
  * route and grant-id writes are first-writer-wins on their keys, rule positions are renumbered
  * under a per-organization lock, and a route is only written while its destination's row is
@@ -299,12 +299,12 @@ export class PgSync implements SyncStore {
       const ep = await this.lockEpisode(sql, report.episode_id);
       if (!ep) return 'unknown_episode';
       if (ep.robot_id !== robotId) return 'conflict';
-      // A destination of the org is enough, route or not, live or revoked (see sqlite-sync.ts).
+      // A destination of the org is enough, route or not, live or revoked (see sqlite/sync.ts).
       const dest = (await sql.query('SELECT 1 FROM destinations WHERE org_id = $1 AND id = $2', [ep.org_id, report.destination_id])).rows[0];
       if (!dest) return 'unknown_destination';
 
       const old = (
-        await sql.query<ReplicaDbRow>('SELECT state, grant_id, error, object_key, reported_at FROM replicas WHERE episode_seq = $1 AND destination_id = $2', [
+        await sql.query<ReplicaStateDbRow>('SELECT state, grant_id, error, object_key, reported_at FROM replicas WHERE episode_seq = $1 AND destination_id = $2', [
           ep.seq,
           report.destination_id,
         ])
@@ -347,7 +347,7 @@ export class PgSync implements SyncStore {
 
   async markGranted(orgId: string, episodeSeq: number, destinationId: string, grantId: string, objectKey: string | null, at: number): Promise<void> {
     // A new grant for a replica still uploading takes the new grant id; synced or verified stays.
-    // The grant is recorded as issued either way (see sqlite-sync.ts).
+    // The grant is recorded as issued either way (see sqlite/sync.ts).
     await this.db.tx(async (sql) => {
       await sql.query(
         `INSERT INTO issued_grants (episode_seq, destination_id, grant_id, issued_at)

@@ -1,6 +1,6 @@
 import type { Statement } from 'better-sqlite3';
-import type { Db } from './sqlite-db.js';
-import type { EpisodeEqColumn, EpisodeFilter } from './types.js';
+import type { Db } from './db.js';
+import type { EpisodeEqColumn, EpisodeFilter } from '../shared/types.js';
 
 /**
  * The index behind each equality filter: (org_id, column, seq), so one value's episodes come out

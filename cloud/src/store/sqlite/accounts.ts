@@ -1,7 +1,7 @@
 import type { Feature } from '@fleet/protocol';
-import { apiKeyFromDb, type ApiKeyDbRow } from './rows.js';
-import type { Db } from './sqlite-db.js';
-import type { ApiKeyRow, ApiKeyStore, OrgRow, OrgStore } from './types.js';
+import { apiKeyFromDb, type ApiKeyDbRow } from '../shared/rows.js';
+import type { Db } from './db.js';
+import type { ApiKeyRow, ApiKeyStore, OrgRow, OrgStore } from '../shared/types.js';
 
 interface OrgDbRow {
   id: string;

@@ -1,6 +1,6 @@
 import type { Feature } from '@fleet/protocol';
-import { apiKeyFromDb, type ApiKeyDbRow } from '../rows.js';
-import type { ApiKeyRow, ApiKeyStore, OrgRow, OrgStore } from '../types.js';
+import { apiKeyFromDb, type ApiKeyDbRow } from '../shared/rows.js';
+import type { ApiKeyRow, ApiKeyStore, OrgRow, OrgStore } from '../shared/types.js';
 import type { PgDb } from './db.js';
 
 interface OrgDbRow {

@@ -1,0 +1,63 @@
+// An episode's stored columns, and the subset an export or manifest line is built from, shared by
+// both engines (no EpisodeRow per line: see episodes/present.ts).
+import { safeJsonStringify } from '@fleet/protocol';
+
+/** The columns of an episode row, as both engines store them. */
+export interface EpisodeColumns {
+  seq: number;
+  id: string;
+  org_id: string;
+  robot_id: string;
+  recording_session_id: string;
+  episode_seq: number;
+  session_name: string | null;
+  task_id: string | null;
+  task_name: string | null;
+  subtask_id: string | null;
+  operator_id: string | null;
+  operator_name: string | null;
+  control_mode: string | null;
+  policy_version_id: string | null;
+  eval_id: string | null;
+  outcome: string;
+  recorded_outcome: string | null;
+  started_at: number;
+  ended_at: number | null;
+  duration_s: number | null;
+  message_count: number | null;
+  bag_size_bytes: number | null;
+  bag_uri: string | null;
+  metadata: string;
+  annotations: string;
+  segments: string;
+  manifest: string;
+  /** 0/1 in SQLite, a boolean in PostgreSQL. */
+  interrupted: number | boolean;
+  reported_at: number;
+}
+
+/** Attribute values longer than this are kept in the episode but not indexed for filters. */
+export const MAX_INDEXED_ATTR_VALUE = 512;
+
+/** The string form an `annotation.<key>` / `metadata.<key>` filter compares against. */
+export function attrString(value: unknown): string {
+  return typeof value === 'string' ? value : safeJsonStringify(value);
+}
+
+/**
+ * The columns an export line or a manifest line is made of, in this order: no segments (not part
+ * of the line), metadata, annotations and manifest as their stored JSON text, parsed only by the
+ * presenter. Rows come as arrays (better-sqlite3 raw mode), half the cost of an object per row.
+ */
+export const EPISODE_LINE_COLUMNS = [
+  'seq', 'id', 'robot_id', 'recording_session_id', 'episode_seq', 'session_name', 'task_id', 'task_name', 'subtask_id',
+  'operator_id', 'operator_name', 'outcome', 'recorded_outcome', 'control_mode', 'policy_version_id', 'eval_id',
+  'started_at', 'ended_at', 'duration_s', 'message_count', 'bag_size_bytes', 'bag_uri', 'metadata', 'annotations',
+  'manifest', 'reported_at',
+] as const;
+type LineColumn = (typeof EPISODE_LINE_COLUMNS)[number];
+type ToTuple<T extends readonly LineColumn[]> = { readonly [K in keyof T]: EpisodeColumns[T[K] & LineColumn] };
+export type EpisodeLineRow = ToTuple<typeof EPISODE_LINE_COLUMNS>;
+
+/** The line columns with the episodes table's alias, for a SELECT list. */
+export const EPISODE_LINE_SELECT = EPISODE_LINE_COLUMNS.map((c) => `e.${c}`).join(', ');

@@ -492,4 +492,13 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       ALTER TABLE robots ADD COLUMN status_at INTEGER;
     `,
   },
+  {
+    version: 18,
+    name: 'schema parity with PostgreSQL (found by the schema drift test): the pending deliveries of a subscription (PostgreSQL migration 7)',
+    sql: `
+      -- The delivery queue's head and its pending count read only pending rows; the partial index
+      -- holds just those (PostgreSQL has had it from its first migration).
+      CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (subscription_id, id) WHERE state = 'pending';
+    `,
+  },
 ];

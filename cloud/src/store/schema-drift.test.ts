@@ -1,8 +1,8 @@
 /**
  * The two engines' schemas, read back from the databases after every migration ran, must say the
  * same thing: the same tables, the same columns with the same type family, nullability and
- * default-ness, the same primary keys, foreign keys, unique constraints and indexes (by their
- * columns, uniqueness and partial-ness; names differ by engine). Two migration histories are
+ * default-ness, the same primary keys, foreign keys, unique constraints, indexes (by their
+ * columns, uniqueness and partial-ness; names differ by engine) and CHECKs (column and values). Two migration histories are
  * kept in step by hand; this is what notices when one moves without the other.
  */
 import { describe, expect, it } from 'vitest';
@@ -17,6 +17,29 @@ export interface SchemaShape {
   primaryKeys: string[];
   foreignKeys: string[];
   indexes: string[];
+  /** `table.column check {values}`: the CHECKs, each a column and the values it allows. */
+  checks: string[];
+}
+
+/** A CHECK's body (`state IN ('a', 'b')`, `id = 1`, PostgreSQL's `(state = ANY (ARRAY['a'::text]))`) in neutral words. */
+export function checkShape(table: string, body: string): string {
+  const column = /^[\s(]*"?([a-z_]+)"?/.exec(body)?.[1] ?? '?';
+  const quoted = [...body.matchAll(/'([^']*)'/g)].map((m) => m[1]!);
+  const values = quoted.length > 0 ? quoted : [...body.matchAll(/=\s*\(?(-?\d+)/g)].map((m) => m[1]!);
+  return `${table}.${column} check {${values.sort().join(', ')}}`;
+}
+
+/** The bodies of the CHECK (...) clauses in a CREATE TABLE statement. */
+function sqliteChecks(sql: string): string[] {
+  const out: string[] = [];
+  const re = /CHECK\s*\(/gi;
+  for (let m = re.exec(sql); m; m = re.exec(sql)) {
+    let depth = 1;
+    let i = re.lastIndex;
+    for (; i < sql.length && depth > 0; i++) depth += sql[i] === '(' ? 1 : sql[i] === ')' ? -1 : 0;
+    out.push(sql.slice(re.lastIndex, i - 1));
+  }
+  return out;
 }
 
 /** Tables of one engine's own bookkeeping, not the product's. */
@@ -46,7 +69,10 @@ export function sqliteShape(store: SqliteStore): SchemaShape {
   const primaryKeys: string[] = [];
   const foreignKeys: string[] = [];
   const indexes: string[] = [];
+  const checks: string[] = [];
   for (const table of tables) {
+    const create = db.prepare("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?").pluck().get(table) as string;
+    for (const body of sqliteChecks(create)) checks.push(checkShape(table, body));
     const info = db.prepare(`PRAGMA table_info("${table}")`).all() as { name: string; type: string; notnull: number; dflt_value: string | null; pk: number }[];
     const pk = info.filter((c) => c.pk > 0).sort((a, b) => a.pk - b.pk);
     for (const c of info) {
@@ -73,7 +99,7 @@ export function sqliteShape(store: SqliteStore): SchemaShape {
       indexes.push(`${table}(${cols.join(', ')})${ix.unique ? ' unique' : ''}${ix.partial ? ' partial' : ''}`);
     }
   }
-  return { tables: sorted(tables), columns: sorted(columns), primaryKeys: sorted(primaryKeys), foreignKeys: sorted(foreignKeys), indexes: sorted(indexes) };
+  return { tables: sorted(tables), columns: sorted(columns), primaryKeys: sorted(primaryKeys), foreignKeys: sorted(foreignKeys), indexes: sorted(indexes), checks: sorted(checks) };
 }
 
 function pkColumns(db: SqliteStore['db'], table: string): string[] {
@@ -130,7 +156,12 @@ export async function postgresShape(store: PgStore): Promise<SchemaShape> {
     if (!tables.includes(i.table)) continue;
     indexes.push(`${i.table}(${i.cols.join(', ')})${i.unique ? ' unique' : ''}${i.partial ? ' partial' : ''}`);
   }
-  return { tables: sorted(tables), columns: sorted(columns), primaryKeys: sorted(primaryKeys), foreignKeys: sorted(foreignKeys), indexes: sorted(indexes) };
+  const checkRows = await db.many<{ table: string; def: string }>(
+    `SELECT c.conrelid::regclass::text AS table, pg_get_constraintdef(c.oid) AS def
+       FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace WHERE n.nspname = 'public' AND c.contype = 'c'`,
+  );
+  const checks = checkRows.filter((c) => tables.includes(c.table)).map((c) => checkShape(c.table, c.def.replace(/^CHECK\s*/, '')));
+  return { tables: sorted(tables), columns: sorted(columns), primaryKeys: sorted(primaryKeys), foreignKeys: sorted(foreignKeys), indexes: sorted(indexes), checks: sorted(checks) };
 }
 
 /** Differences by design, each with its reason; nothing else may differ. */
@@ -158,19 +189,22 @@ const INTENDED = {
 const runs = postgresAvailable() && process.env.FLEET_TEST_DATABASE !== 'sqlite' ? describe : describe.skip;
 
 runs('the schemas of the two engines', () => {
-  it('have the same tables, columns (type family, null, default), keys and indexes after every migration', async () => {
+  it('have the same tables, columns (type family, null, default), keys, indexes and checks after every migration', async () => {
     const lite = await openTestStore('sqlite');
     const pgStore = await openTestStore('postgres');
     try {
       const a = sqliteShape(lite as SqliteStore);
       const b = await postgresShape(pgStore as PgStore);
       const drift: Record<string, { onlySqlite: string[]; onlyPostgres: string[] }> = {};
-      for (const part of ['tables', 'columns', 'primaryKeys', 'foreignKeys', 'indexes'] as const) {
+      for (const part of ['tables', 'columns', 'primaryKeys', 'foreignKeys', 'indexes', 'checks'] as const) {
         const onlySqlite = a[part].filter((x) => !b[part].includes(x) && !INTENDED.sqlite.has(x));
         const onlyPostgres = b[part].filter((x) => !a[part].includes(x) && !INTENDED.postgres.has(x));
         if (onlySqlite.length + onlyPostgres.length > 0) drift[part] = { onlySqlite, onlyPostgres };
       }
       expect(drift).toEqual({});
+      // The reading itself works: every CHECK both engines declare is seen (ten today).
+      expect(a.checks.length).toBeGreaterThanOrEqual(10);
+      expect(a.checks).toContain("replicas.state check {granted, synced, syncing, verified}");
       // Each intended difference still exists (else it goes from the list).
       for (const x of INTENDED.sqlite) expect(Object.values(a).flat()).toContain(x);
       for (const x of INTENDED.postgres) expect(Object.values(b).flat()).toContain(x);

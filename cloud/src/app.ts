@@ -142,7 +142,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     idempotencyLeaseMs: config.idempotencyLeaseMs,
   });
   decorateOpenApi(fastify);
-  await installRateLimits(fastify, { unauthenticatedPerMinutePerIp: config.ipRequestsPerMinute, ...(store.sharedCounters ? { shared: store.sharedCounters } : {}) });
+  await installRateLimits(fastify, { clock, unauthenticatedPerMinutePerIp: config.ipRequestsPerMinute, ...(store.sharedCounters ? { shared: store.sharedCounters } : {}) });
 
   await fastify.register(fastifySwagger, {
     openapi: {

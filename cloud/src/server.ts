@@ -4,7 +4,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { pino } from 'pino';
 import type { AddressInfo } from 'node:net';
 import type { Client } from 'aedes';
-import { Lifecycle, retry, systemClock, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
+import { every, Lifecycle, retry, systemClock, systemScheduler, type Clock, type Scheduler, type TimeSource } from '@fleet/protocol';
 import { buildApp, eventHubFor, type CloudApp } from './app.js';
 import { bootstrapIfEmpty, type Bootstrapped } from './bootstrap.js';
 import { parseListen, type CloudConfig } from './config.js';
@@ -109,8 +109,13 @@ function readBrokerAccount(file: string): { username: string; password: string }
  * with its database, or during a failover) is waited for, up to `databaseWaitS`, with a log line
  * per attempt. Any other failure (a wrong password, a missing database) fails at once.
  */
-export async function openStoreWaiting(config: Pick<CloudConfig, 'dataDir' | 'databaseUrl' | 'databaseWaitS'>, scheduler: Scheduler, logger: FastifyBaseLogger): Promise<Store> {
-  const open = () => openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl });
+export async function openStoreWaiting(
+  config: Pick<CloudConfig, 'dataDir' | 'databaseUrl' | 'databaseWaitS'>,
+  time: TimeSource,
+  logger: FastifyBaseLogger,
+): Promise<Store> {
+  const { clock, scheduler } = time;
+  const open = () => openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, clock, scheduler });
   if (!config.databaseUrl || config.databaseWaitS === 0) return open();
   return retry(open, {
     policy: { schedule: waitSchedule(config.databaseWaitS * 1000) },
@@ -147,7 +152,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
   const life = new Lifecycle((name, err) => logger.error({ err, part: name }, 'closing failed'));
   try {
     const store = await life.add('store', async () => {
-      const s = await openStoreWaiting(config, opts.scheduler ?? systemScheduler, logger);
+      const s = await openStoreWaiting(config, { clock, scheduler: opts.scheduler ?? systemScheduler }, logger);
       return { value: s, close: () => s.close() };
     });
     const secrets = loadSecretBox(config.dataDir, config.secretKey);
@@ -335,11 +340,12 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
           // fastify closes the idle keep-alive connections once, when the shutdown starts. A
           // connection whose in-flight request finishes later would idle on until the client or
           // keepAliveTimeout (72 s) drops it and hold the exit that long; sweep them meanwhile.
-          const sweep = setInterval(() => a.app.server.closeIdleConnections(), 50);
+          // On the system's time even where a test drives the rest by hand: a shutdown must end.
+          const stopSweep = every(systemScheduler, 50, () => a.app.server.closeIdleConnections());
           try {
             await a.close();
           } finally {
-            clearInterval(sweep);
+            stopSweep();
           }
         },
       };

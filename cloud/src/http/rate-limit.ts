@@ -1,6 +1,6 @@
 import fastifyRateLimit from '@fastify/rate-limit';
 import type { FastifyInstance, FastifyRequest, preParsingAsyncHookHandler } from 'fastify';
-import { MINUTE } from '@fleet/protocol';
+import { MINUTE, type Clock } from '@fleet/protocol';
 import { entitlementsOfRow } from '../entitlements.js';
 import { ApiError } from '../errors.js';
 import { prependHook } from './route-hooks.js';
@@ -9,6 +9,8 @@ import type { SharedCounterStore } from '../store/index.js';
 export interface RateLimitOptions {
   /** Counters shared by every replica (PostgreSQL); without it each process counts in memory. */
   shared?: SharedCounterStore;
+  /** The shared counters' windows are on this clock (the cloud's). */
+  clock: Clock;
   /** Requests per minute per client address on /v1 routes that take no API key (enrollment). */
   unauthenticatedPerMinutePerIp: number;
   /** How many counters (keys, organizations, addresses) are kept; the least recent go first. */
@@ -35,10 +37,10 @@ type RateStoreCallback = (err: Error | null, res?: { current: number; ttl: numbe
  * window (one upsert per check). The plugin constructs it and asks each route for a child; they
  * all share one table, the keys carry their kind (`key:`, `org:`, `ip:`).
  */
-function sharedRateStore(counters: SharedCounterStore) {
+function sharedRateStore(counters: SharedCounterStore, clock: Clock) {
   return class SharedRateStore {
     incr(key: string, cb: RateStoreCallback, timeWindow: number): void {
-      const now = Date.now();
+      const now = clock.now();
       counters.hit(key, now, timeWindow).then(
         (r) => cb(null, { current: r.count, ttl: Math.max(0, r.windowStart + timeWindow - now) }),
         (err: unknown) => cb(err instanceof Error ? err : new Error(String(err))),
@@ -72,7 +74,7 @@ export async function installRateLimits(app: FastifyInstance, opts: RateLimitOpt
     cache: opts.cacheSize ?? 10_000,
     // A shared counter that cannot be reached does not turn every request into a 500: the request
     // goes on (and meets the same database, which answers for itself).
-    ...(opts.shared ? { store: sharedRateStore(opts.shared), skipOnError: true } : {}),
+    ...(opts.shared ? { store: sharedRateStore(opts.shared, opts.clock), skipOnError: true } : {}),
   });
   const perKey: Check = app.createRateLimit({ keyGenerator: (req) => `key:${req.principal!.key.id}`, max: (req) => limitOf(req, KEY_LIMIT) });
   const perOrg: Check = app.createRateLimit({ keyGenerator: (req) => `org:${req.principal!.org.id}`, max: (req) => limitOf(req, ORG_LIMIT) });

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import mqtt, { type MqttClient } from 'mqtt';
 import type { FastifyBaseLogger } from 'fastify';
 import { z } from 'zod';
-import { topics } from '@fleet/protocol';
+import { systemScheduler, topics, type Scheduler, type TimerHandle } from '@fleet/protocol';
 
 const CONTROL_TOPIC = '$CONTROL/dynamic-security/v1';
 const RESPONSE_TOPIC = '$CONTROL/dynamic-security/v1/response';
@@ -27,7 +27,7 @@ export class DynsecError extends Error {
 
 interface Waiting {
   resolve: (error: string | undefined) => void;
-  timer: NodeJS.Timeout;
+  timer: TimerHandle;
 }
 
 /**
@@ -40,10 +40,13 @@ export class DynsecControl {
   private readonly waiting = new Map<string, Waiting>();
   private readonly prefix = randomBytes(6).toString('hex');
   private seq = 0;
+  private readonly scheduler: Scheduler;
 
   constructor(
-    private readonly opts: { url: string; username: string; password: string; logger: FastifyBaseLogger; timeoutMs: number },
-  ) {}
+    private readonly opts: { url: string; username: string; password: string; logger: FastifyBaseLogger; timeoutMs: number; scheduler?: Scheduler },
+  ) {
+    this.scheduler = opts.scheduler ?? systemScheduler;
+  }
 
   async start(): Promise<void> {
     const client = await mqtt.connectAsync(this.opts.url, {
@@ -67,7 +70,7 @@ export class DynsecControl {
 
   async stop(): Promise<void> {
     for (const [, w] of this.waiting) {
-      clearTimeout(w.timer);
+      this.scheduler.clearTimeout(w.timer);
       w.resolve('the cloud is shutting down');
     }
     this.waiting.clear();
@@ -85,7 +88,7 @@ export class DynsecControl {
     const answers = commands.map((c) => {
       const id = `${this.prefix}-${++this.seq}`;
       const answer = new Promise<string | undefined>((resolve, reject) => {
-        const timer = setTimeout(() => {
+        const timer = this.scheduler.setTimeout(() => {
           this.waiting.delete(id);
           reject(new Error(`mosquitto did not answer ${c.command} within ${this.opts.timeoutMs} ms`));
         }, this.opts.timeoutMs);
@@ -98,7 +101,8 @@ export class DynsecControl {
       await client.publishAsync(CONTROL_TOPIC, JSON.stringify(message), { qos: 1 });
     } catch (err) {
       for (const a of answers) {
-        clearTimeout(this.waiting.get(a.id)?.timer);
+        const w = this.waiting.get(a.id);
+        if (w) this.scheduler.clearTimeout(w.timer);
         this.waiting.delete(a.id);
       }
       throw err;
@@ -117,7 +121,7 @@ export class DynsecControl {
     for (const r of parsed.data.responses) {
       const w = r.correlationData === undefined ? undefined : this.waiting.get(r.correlationData);
       if (!w) continue;
-      clearTimeout(w.timer);
+      this.scheduler.clearTimeout(w.timer);
       this.waiting.delete(r.correlationData!);
       w.resolve(r.error);
     }

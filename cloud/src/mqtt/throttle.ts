@@ -1,4 +1,4 @@
-import { systemClock, type Clock } from '@fleet/protocol';
+import { systemClock, systemScheduler, type Clock, type Scheduler, type TimerHandle } from '@fleet/protocol';
 
 export interface ThrottleOptions<K> {
   /** Sustained PUBLISH packets per second per client. */
@@ -8,6 +8,8 @@ export interface ThrottleOptions<K> {
   /** How many seconds of the rate a quiet client may spend at once (bucket size). Default 2. */
   burstSeconds?: number;
   clock?: Clock;
+  /** Paces the release of held packets (the system's by default). */
+  scheduler?: Scheduler;
   /**
    * Whether a client has gone. Its held packets are then dropped, not released: a status held
    * from before a disconnect must not land after the broker published the client's will.
@@ -25,7 +27,7 @@ interface Bucket {
   bytes: number;
   at: number;
   queue: Pending[];
-  timer: NodeJS.Timeout | null;
+  timer: TimerHandle | null;
 }
 
 /**
@@ -41,11 +43,13 @@ interface Bucket {
 export class PublishThrottle<K extends object = object> {
   private readonly buckets = new WeakMap<K, Bucket>();
   private readonly clock: Clock;
+  private readonly scheduler: Scheduler;
   private readonly messageCap: number;
   private readonly byteCap: number;
 
   constructor(private readonly opts: ThrottleOptions<K>) {
     this.clock = opts.clock ?? systemClock;
+    this.scheduler = opts.scheduler ?? systemScheduler;
     const burst = opts.burstSeconds ?? 2;
     this.messageCap = Math.max(1, opts.messagesPerSecond * burst);
     this.byteCap = Math.max(1, opts.bytesPerSecond * burst);
@@ -90,8 +94,7 @@ export class PublishThrottle<K extends object = object> {
         const waitS = Math.max((1 - b.messages) / this.opts.messagesPerSecond, (needBytes - b.bytes) / this.opts.bytesPerSecond);
         // Bounded so that a clock moved by hand (tests) is noticed soon.
         const waitMs = Math.min(1000, Math.max(5, Math.ceil(waitS * 1000)));
-        b.timer = setTimeout(() => this.drain(client, b), waitMs);
-        b.timer.unref();
+        b.timer = this.scheduler.setTimeout(() => this.drain(client, b), waitMs);
         return;
       }
       b.messages -= 1;

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { EpisodeReport } from '@fleet/protocol';
+import { ManualClock, ManualScheduler, type EpisodeReport } from '@fleet/protocol';
 import { snapshotFilter } from '../routes/v1/datasets.js';
 import { testReport } from '../test-support.js';
 import { openSqliteStore, type SqliteStore } from './sqlite/store.js';
@@ -103,6 +103,33 @@ describe('chunked dataset snapshots', () => {
     db.prepare("INSERT INTO dataset_members (dataset_id, position, episode_seq) VALUES ('ds_dead', 1, 999), ('ds_dead', 2, 998)").run();
     expect(await store.datasets.snapshot(ORG, 'ds_dead', snapshotFilter({}), T0)).toMatchObject({ episodeCount: 10 });
     expect(await members('ds_dead')).toEqual(ids);
+  });
+
+  it("waits behind another process's live claim, on the store's clock, and takes it over once the lease has run out", async () => {
+    const ids = await ingest(ORG, Array.from({ length: 5 }, () => testReport()));
+    await createDataset('ds_held', {});
+    // Another process holds the claim, its lease 30 s from now on the store's clock.
+    const clock = new ManualClock(T0);
+    const scheduler = new ManualScheduler(clock);
+    const timed = openSqliteStore(dir, { create: false, clock, scheduler });
+    try {
+      store.db.prepare("UPDATE datasets SET snapshot_claim = 'other', snapshot_lease_until = ? WHERE id = 'ds_held'").run(T0 + 30_000);
+      let settled = false;
+      const snapshot = timed.datasets.snapshot(ORG, 'ds_held', snapshotFilter({}), T0).finally(() => (settled = true));
+      // Busy: it waits for its next look on the scheduler, and looks again with the lease alive.
+      await expect.poll(() => scheduler.pending).toBe(1);
+      clock.set(T0 + 29_000);
+      scheduler.advance(500);
+      await expect.poll(() => scheduler.pending).toBe(1);
+      expect(settled).toBe(false);
+      expect(await store.datasets.get(ORG, 'ds_held')).toMatchObject({ snapshotAt: null });
+      // The lease has run out: the next look takes the claim over and the snapshot completes.
+      scheduler.advance(501);
+      expect(await snapshot).toMatchObject({ episodeCount: 5, snapshotAt: T0 });
+      expect(await members('ds_held')).toEqual(ids);
+    } finally {
+      await timed.close();
+    }
   });
 
   it('an empty membership pins count 0', async () => {

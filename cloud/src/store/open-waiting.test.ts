@@ -6,6 +6,11 @@ import { startTcpProxy, type TcpProxy } from '../../../test/support/tcp-proxy.js
 import { openStoreWaiting } from '../server.js';
 import { createTestDatabase, postgresAvailable } from './test-store.js';
 
+function manualTime() {
+  const scheduler = new ManualScheduler(new ManualClock(0));
+  return { clock: scheduler.clock, scheduler };
+}
+
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
@@ -32,7 +37,7 @@ describe('a starting cloud waits for PostgreSQL to accept connections', () => {
     const scheduler = new ManualScheduler(new ManualClock(0));
     const { logger, lines } = recordingLogger();
     const port = await freePort();
-    const opening = openStoreWaiting({ dataDir: ':memory:', databaseUrl: `postgres://fleet:secret@127.0.0.1:${port}/fleet`, databaseWaitS: 2 }, scheduler, logger);
+    const opening = openStoreWaiting({ dataDir: ':memory:', databaseUrl: `postgres://fleet:secret@127.0.0.1:${port}/fleet`, databaseWaitS: 2 }, { clock: scheduler.clock, scheduler }, logger);
     const settled = opening.then(
       () => 'opened',
       (err: unknown) => err,
@@ -57,7 +62,7 @@ describe('a starting cloud waits for PostgreSQL to accept connections', () => {
   test('no wait with --database-wait-s 0', async () => {
     const { logger, lines } = recordingLogger();
     const port = await freePort();
-    await expect(openStoreWaiting({ dataDir: ':memory:', databaseUrl: `postgres://u:p@127.0.0.1:${port}/fleet`, databaseWaitS: 0 }, new ManualScheduler(new ManualClock(0)), logger)).rejects.toThrow();
+    await expect(openStoreWaiting({ dataDir: ':memory:', databaseUrl: `postgres://u:p@127.0.0.1:${port}/fleet`, databaseWaitS: 0 }, manualTime(), logger)).rejects.toThrow();
     expect(lines).toEqual([]);
   });
 
@@ -73,7 +78,7 @@ describe('a starting cloud waits for PostgreSQL to accept connections', () => {
     const url = new URL(db.url);
     url.hostname = '127.0.0.1';
     url.port = String(port);
-    const opening = openStoreWaiting({ dataDir: ':memory:', databaseUrl: url.toString(), databaseWaitS: 60 }, scheduler, logger);
+    const opening = openStoreWaiting({ dataDir: ':memory:', databaseUrl: url.toString(), databaseWaitS: 60 }, { clock: scheduler.clock, scheduler }, logger);
     await vi.waitFor(() => expect(lines).toHaveLength(1), { timeout: 20_000 });
     // PostgreSQL comes up (here: a proxy to it on the address the cloud was given).
     const proxy: TcpProxy = await startTcpProxy({ host: target.hostname, port: Number(target.port) }, port);
@@ -92,7 +97,7 @@ describe('a starting cloud waits for PostgreSQL to accept connections', () => {
     url.username = 'nobody_here';
     url.password = 'wrong';
     const { logger, lines } = recordingLogger();
-    await expect(openStoreWaiting({ dataDir: ':memory:', databaseUrl: url.toString(), databaseWaitS: 60 }, new ManualScheduler(new ManualClock(0)), logger)).rejects.toThrow(/nobody_here|password|authentication|role/);
+    await expect(openStoreWaiting({ dataDir: ':memory:', databaseUrl: url.toString(), databaseWaitS: 60 }, manualTime(), logger)).rejects.toThrow(/nobody_here|password|authentication|role/);
     expect(lines).toEqual([]);
   });
 });

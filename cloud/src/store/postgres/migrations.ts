@@ -74,7 +74,8 @@ export async function migratePg(db: PgDb): Promise<void> {
         await client.query('BEGIN');
         try {
           await client.query(m.sql);
-          await client.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [m.version, m.name, Date.now()]);
+          // The database's own clock: the record of when a migration ran, not a time the cloud acts on.
+          await client.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)', [m.version, m.name]);
           await client.query('COMMIT');
         } catch (err) {
           await client.query('ROLLBACK');

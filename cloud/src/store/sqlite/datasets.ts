@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
+import type { Clock, Scheduler } from '@fleet/protocol';
 import { datasetFromDb, type DatasetDbRow } from '../shared/rows.js';
 import type { Db } from './db.js';
 import { ListPlanner } from './list-plan.js';
@@ -14,7 +15,6 @@ const CHUNK_TARGET_MS = 10;
 const WAIT_POLL_MS = 20;
 
 const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 interface DatasetClaimDbRow extends DatasetDbRow {
   snapshot_claim?: string | null;
@@ -38,9 +38,15 @@ export class SqliteDatasets implements DatasetStore {
   private readonly addMembers;
   private readonly dropMembers;
 
+  /**
+   * `clock` stamps the snapshot claim's lease (a wall-clock time in the database, read by every
+   * process on the file); `scheduler` paces the wait behind another process's snapshot.
+   */
   constructor(
     private readonly db: Db,
     private readonly episodes: SqliteEpisodes,
+    private readonly clock: Clock,
+    private readonly scheduler: Scheduler,
   ) {
     this.insert = db.prepare(
       'INSERT INTO datasets (id, org_id, name, description, filter, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
@@ -123,7 +129,7 @@ export class SqliteDatasets implements DatasetStore {
           const row = this.byId.get(orgId, id);
           if (!row) return null;
           if (row.snapshot_at !== null) return 'already';
-          const now = Date.now();
+          const now = this.clock.now();
           if (row.snapshot_claim && (row.snapshot_lease_until ?? 0) > now) return 'busy';
           this.claim.run(token, now + SNAPSHOT_LEASE_MS, id);
           return row;
@@ -135,7 +141,7 @@ export class SqliteDatasets implements DatasetStore {
         ds = claimed;
         break;
       }
-      await sleep(WAIT_POLL_MS);
+      await new Promise<void>((resolve) => this.scheduler.setTimeout(resolve, WAIT_POLL_MS));
     }
     let pinned = false;
     const reader = new Database(this.db.name, { readonly: true, fileMustExist: true });
@@ -165,7 +171,7 @@ export class SqliteDatasets implements DatasetStore {
         if (seqs.length > 0) {
           const written = this.db
             .transaction(() => {
-              if (this.renew.run(Date.now() + SNAPSHOT_LEASE_MS, id, token).changes === 0) return false;
+              if (this.renew.run(this.clock.now() + SNAPSHOT_LEASE_MS, id, token).changes === 0) return false;
               this.addMembers.run(id, count, JSON.stringify(seqs));
               return true;
             })
@@ -202,7 +208,7 @@ export class SqliteDatasets implements DatasetStore {
     for (;;) {
       const removed = this.db
         .transaction(() => {
-          if (this.renew.run(Date.now() + SNAPSHOT_LEASE_MS, id, token).changes === 0) return 0;
+          if (this.renew.run(this.clock.now() + SNAPSHOT_LEASE_MS, id, token).changes === 0) return 0;
           return this.dropMembers.run(id, id, 10_000).changes;
         })
         .immediate();

@@ -1,4 +1,5 @@
 import Database from 'better-sqlite3';
+import { systemClock, systemScheduler, type Clock, type Scheduler, type TimeSource } from '@fleet/protocol';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { MIGRATIONS } from './migrations.js';
@@ -24,7 +25,7 @@ export const DATABASE_FILE = 'cloud.sqlite';
  * second writer wait instead of failing.
  */
 /** `dataDir` ':memory:' gives a private in-memory database (tests, OpenAPI generation). */
-export function openSqliteStore(dataDir: string, opts: { create?: boolean } = {}): SqliteStore {
+export function openSqliteStore(dataDir: string, opts: { create?: boolean; clock?: Clock; scheduler?: Scheduler } = {}): SqliteStore {
   const inMemory = dataDir === ':memory:';
   const file = join(dataDir, DATABASE_FILE);
   // Only `serve` creates a database: an administration command pointed at the wrong directory
@@ -36,8 +37,9 @@ export function openSqliteStore(dataDir: string, opts: { create?: boolean } = {}
   db.pragma('synchronous = NORMAL');
   db.pragma('foreign_keys = ON');
   db.pragma('busy_timeout = 5000');
-  migrate(db);
-  return new SqliteStore(db);
+  const clock = opts.clock ?? systemClock;
+  migrate(db, clock);
+  return new SqliteStore(db, { clock, scheduler: opts.scheduler ?? systemScheduler });
 }
 
 /** `openSqliteStore(dir, { create: false })` on a directory without a database. */
@@ -51,7 +53,7 @@ export class MissingDatabaseError extends Error {
   }
 }
 
-function migrate(db: Db): void {
+function migrate(db: Db, clock: Clock): void {
   db.exec('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT');
   const applied = new Set(
     db.prepare('SELECT version FROM schema_migrations').pluck().all() as number[],
@@ -63,7 +65,7 @@ function migrate(db: Db): void {
       const again = db.prepare('SELECT 1 FROM schema_migrations WHERE version = ?').get(m.version);
       if (again) return;
       db.exec(m.sql);
-      db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, Date.now());
+      db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, clock.now());
     }).immediate();
   }
 }
@@ -81,7 +83,10 @@ export class SqliteStore implements Store {
   readonly sync: SyncStore;
   readonly gauges: GaugeStore;
 
-  constructor(readonly db: Db) {
+  constructor(
+    readonly db: Db,
+    time: TimeSource = { clock: systemClock, scheduler: systemScheduler },
+  ) {
     this.orgs = new SqliteOrgs(db);
     this.apiKeys = new SqliteApiKeys(db);
     this.idempotency = new SqliteIdempotency(db);
@@ -89,7 +94,7 @@ export class SqliteStore implements Store {
     this.robots = new SqliteRobots(db);
     const episodes = new SqliteEpisodes(db);
     this.episodes = episodes;
-    this.datasets = new SqliteDatasets(db, episodes);
+    this.datasets = new SqliteDatasets(db, episodes, time.clock, time.scheduler);
     this.webhooks = new SqliteWebhooks(db);
     this.events = new SqliteEvents(db);
     this.sync = new SqliteSync(db);

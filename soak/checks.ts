@@ -110,7 +110,12 @@ export async function checkInvariants(opts: {
       if (!rep?.object_key) continue;
       for (const f of e.manifest.files) expected.set(`${rep.object_key}${f.path}`, { sha256: f.sha256, size: f.size_bytes });
     }
-    const objects = await sys.s3.listObjects();
+    let objects: Awaited<ReturnType<SoakSystem['s3']['listObjects']>> = [];
+    try {
+      objects = await retried(() => sys.s3.listObjects());
+    } catch (err) {
+      v.push(`the store could not list the bucket (${err instanceof Error ? err.message : String(err)})`);
+    }
     for (const o of objects) {
       const want = expected.get(o.key);
       if (!want) {
@@ -121,7 +126,7 @@ export async function checkInvariants(opts: {
       // kill -9 left half written) is tried again, then reported as what it is: no crash.
       let got: Awaited<ReturnType<typeof sys.s3.getObject>>;
       try {
-        got = await readObject(sys, o.key);
+        got = await retried(() => sys.s3.getObject(o.key));
       } catch (err) {
         v.push(`${o.key}: the store could not read it back (${err instanceof Error ? err.message : String(err)})`);
         continue;
@@ -248,11 +253,11 @@ export async function checkInvariants(opts: {
 
 export const mib = (n: number): string => `${(n / 1024 / 1024).toFixed(0)} MiB`;
 
-/** An object of the soak's bucket, read up to three times a second apart. */
-async function readObject(sys: SoakSystem, key: string): ReturnType<SoakSystem['s3']['getObject']> {
+/** A read of the soak's bucket, tried up to three times a second apart (the store may just be back). */
+async function retried<T>(read: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await sys.s3.getObject(key);
+      return await read();
     } catch (err) {
       if (attempt >= 3) throw err;
       await new Promise((resolve) => setTimeout(resolve, 1000));

@@ -1,15 +1,49 @@
-/* global process, console */
+/* global process, console, Buffer */
 // The S3-compatible server of the end-to-end tests, run as its own process by `startS3Server()`
 // (s3-server.ts): @20minutes/s3rver with SigV4 signature checking on, plus the one call it
 // lacks that the grant provider needs (ListMultipartUploads, answered from s3rver's own upload
 // directory after s3rver's own signature check). Prints `{"endpoint":"http://127.0.0.1:PORT"}`.
 //
 // Usage: node s3-server-main.js <dataDir> <bucket> [port]
+import { createHash } from 'node:crypto';
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 
 const require = createRequire(import.meta.url);
+
+// S3 stores an object whole or not at all. s3rver writes its files in place, so a stop that
+// cuts a write short (the soak stops this process while robots upload) leaves a truncated object
+// or a half-written metadata file that fails every later listing of the bucket. Every file it
+// writes goes to a temporary name first and is renamed over the real one once complete, so a
+// stop at any point leaves the old file or the new one. (Temporary names end in `.tmp-…`, which
+// s3rver's listing does not take for objects.)
+const fsp = require('node:fs').promises;
+const writeFileInPlace = fsp.writeFile.bind(fsp);
+let tmpSeq = 0;
+const tmpName = (file) => `${file}.tmp-${process.pid}-${++tmpSeq}`;
+fsp.writeFile = async (file, data, options) => {
+  if (typeof file !== 'string') return writeFileInPlace(file, data, options);
+  const tmp = tmpName(file);
+  await writeFileInPlace(tmp, data, options);
+  await fsp.rename(tmp, file);
+};
+const FilesystemStore = require('@20minutes/s3rver/lib/stores/filesystem');
+const putContentInPlace = FilesystemStore.prototype.putContent;
+FilesystemStore.prototype.putContent = async function putContent(objectPath, content) {
+  const tmp = tmpName(objectPath);
+  let result;
+  if (Buffer.isBuffer(content)) {
+    // s3rver answers a buffer before its stream has written it; write it whole here instead.
+    await writeFileInPlace(tmp, content);
+    result = [content.length, createHash('md5').update(content).digest('hex')];
+  } else {
+    result = await putContentInPlace.call(this, tmp, content);
+  }
+  await fsp.rename(tmp, objectPath);
+  return result;
+};
+
 const S3rver = require('@20minutes/s3rver');
 const authentication = require('@20minutes/s3rver/lib/middleware/authentication');
 const S3Error = require('@20minutes/s3rver/lib/models/error');

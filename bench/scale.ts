@@ -8,6 +8,11 @@
  * - list: closed-loop GET /v1/episodes pages with two equality filters, spread round-robin over
  *   the replicas; requests/s and p50/p99, next to the one-replica figure of the same engine
  *   (PostgreSQL x1 next to SQLite).
+ * On PostgreSQL with two replicas it also measures ingest of one organization alone against two
+ * organizations at once (half the robots each, the same replicas), with the time ingest spent
+ * waiting on the ordering locks: PostgreSQL's own view of waiting backends (pg_stat_activity,
+ * wait_event 'advisory'), sampled every 10 ms. Episode seqs and event ids are ordered per
+ * organization, so the second organization's ingest should add no wait to the first's.
  * Any failed request or missing ack fails the run. Nothing here asserts a duration. All parts
  * share the machine's cores: replicas add processes, not hardware, so the figures show what
  * replicas cost and whether the shared database serializes them, not a cluster's throughput.
@@ -133,6 +138,83 @@ async function listLoop(replicas: readonly CloudProcess[], key: string, robotIds
   return { rps: (times.length / ms) * 1000, p50: percentile(times, 50), p99: percentile(times, 99), requests: times.length };
 }
 
+/** Samples PostgreSQL's waiting backends until stopped; resolves with backend-milliseconds spent waiting on advisory locks. */
+function sampleLockWaits(url: string, everyMs = 10): { stop(): Promise<number> } {
+  const c = new pg.Client({ connectionString: url });
+  let running = true;
+  let waitedMs = 0;
+  const loop = (async () => {
+    await c.connect();
+    let last = performance.now();
+    while (running) {
+      const r = await c.query<{ n: number }>(
+        "SELECT COUNT(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'",
+      );
+      const now = performance.now();
+      waitedMs += r.rows[0]!.n * (now - last);
+      last = now;
+      await new Promise((resolve) => setTimeout(resolve, everyMs));
+    }
+    await c.end();
+  })();
+  return {
+    async stop() {
+      running = false;
+      await loop;
+      return waitedMs;
+    },
+  };
+}
+
+interface OrgsResult {
+  replicas: number;
+  robotsPerOrg: number;
+  reportsPerOrg: number;
+  aloneRps: number;
+  aloneWaitMs: number;
+  bothRps: number;
+  bothWaitMs: number;
+}
+
+/**
+ * One organization's robots ingest alone, then its robots and a second organization's ingest at
+ * once; each phase with PostgreSQL's advisory-lock waits.
+ */
+async function measureOrgs(replicas: readonly CloudProcess[], storeEnv: Record<string, string>, o: { robots: number; perRobot: number; inFlight: number; tag: string }): Promise<OrgsResult> {
+  const first = replicas[0]!;
+  const made = await first.cli(['orgs', 'create', '--name', 'bench-second', '--tier', 'enterprise'], { env: storeEnv });
+  if (made.code !== 0) throw new BenchFailure(`orgs create: ${made.stderr}`);
+  const orgB = made.stdout.trim();
+  const keyed = await first.cli(['keys', 'create', '--org', orgB, '--name', 'bench', '--scopes', 'admin'], { env: storeEnv });
+  if (keyed.code !== 0) throw new BenchFailure(`keys create: ${keyed.stderr}`);
+  await liftLimits(first, storeEnv);
+  const half = Math.max(1, Math.floor(o.robots / 2));
+  const a = await enrollRobots(first, half);
+  const b = await enrollRobots(replicas[replicas.length - 1]!, half, keyed.stdout.trim());
+  const url = storeEnv.FLEET_DATABASE_URL!;
+  try {
+    log(`two organizations: ${half} robots of one organization alone...`);
+    let s = sampleLockWaits(url);
+    const alone = await publishReports(a, o.perRobot, o.inFlight, report(`${o.tag}a1`));
+    const aloneWaitMs = await s.stop();
+    log(`two organizations: ${half} robots of each at once...`);
+    s = sampleLockWaits(url);
+    const [ra, rb] = await Promise.all([publishReports(a, o.perRobot, o.inFlight, report(`${o.tag}a2`)), publishReports(b, o.perRobot, o.inFlight, report(`${o.tag}b2`))]);
+    const bothWaitMs = await s.stop();
+    return {
+      replicas: replicas.length,
+      robotsPerOrg: half,
+      reportsPerOrg: half * o.perRobot,
+      aloneRps: (alone.acked / alone.ms) * 1000,
+      aloneWaitMs,
+      bothRps: ((ra.acked + rb.acked) / Math.max(ra.ms, rb.ms)) * 1000,
+      bothWaitMs,
+    };
+  } finally {
+    await Promise.all([...a, ...b].map(({ c }) => c.endAsync().catch(() => undefined)));
+  }
+}
+
 interface Result {
   label: string;
   engine: 'sqlite' | 'postgres';
@@ -190,6 +272,7 @@ export const scale: BenchModule = {
     const server = await startPostgres(binDir, { durable: true });
     let broker: MosquittoBroker | null = null;
     const results: Result[] = [];
+    let orgs: OrgsResult | null = null;
     let rawSqlite = 0;
     let rawPg = 0;
     try {
@@ -212,6 +295,7 @@ export const scale: BenchModule = {
         const set = await startReplicas({ broker, count: r, storeEnv, args: [...BENCH_SERVE_ARGS, '--log-level', 'warn'] });
         try {
           results.push(await measureSetUp({ label: `postgres x${r} (mosquitto)`, engine: 'postgres', replicas: set.clouds, storeEnv, close: async () => undefined }, { ...o, tag: `p${r}` }));
+          if (r === Math.min(2, maxReplicas)) orgs = await measureOrgs(set.clouds, storeEnv, { ...o, tag: `o${r}` });
         } finally {
           await set[Symbol.asyncDispose]();
         }
@@ -237,6 +321,33 @@ export const scale: BenchModule = {
       )}\n`,
     );
     const rows: SummaryRow[] = [];
+    if (orgs) {
+      const g = orgs;
+      const per1k = (waitMs: number, reports: number) => (waitMs / reports) * 1000;
+      process.stdout.write(
+        `\nscale: ingest of two organizations at once on postgres x${g.replicas}, ${g.robotsPerOrg} robots x ${o.perRobot} reports each; advisory-lock waits sampled from pg_stat_activity every 10 ms\n`,
+      );
+      process.stdout.write(
+        `${table(
+          ['phase', 'reports', 'ingest/s', 'lock wait, backend-ms', 'wait per 1,000 reports, ms'],
+          [
+            ['one organization alone', String(g.reportsPerOrg), fmt(g.aloneRps, 0), fmt(g.aloneWaitMs, 0), fmt(per1k(g.aloneWaitMs, g.reportsPerOrg), 1)],
+            ['two organizations at once', String(2 * g.reportsPerOrg), fmt(g.bothRps, 0), fmt(g.bothWaitMs, 0), fmt(per1k(g.bothWaitMs, 2 * g.reportsPerOrg), 1)],
+          ],
+        )}\n`,
+      );
+      rows.push(
+        row({
+          name: `scale ingest, two organizations at once, postgres x${g.replicas}`,
+          figure: g.bothRps,
+          unit: 'reports/s',
+          baseline: g.aloneRps,
+          baselineUnit: 'reports/s',
+          baselineName: 'one organization alone, same replicas',
+          note: `lock wait per 1,000 reports ${fmt(per1k(g.bothWaitMs, 2 * g.reportsPerOrg), 1)} ms (alone ${fmt(per1k(g.aloneWaitMs, g.reportsPerOrg), 1)} ms)`,
+        }),
+      );
+    }
     for (const r of results) {
       rows.push(row({ name: `scale ingest, ${r.label}`, figure: r.ingestRps, unit: 'reports/s', baseline: rawOf(r), baselineUnit: 'rows/s', baselineName: `raw batched insert, ${r.engine}`, note: `${n} reports over MQTT` }));
       const b = listBase(r);

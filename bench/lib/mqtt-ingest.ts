@@ -69,8 +69,9 @@ export async function publishReports(
 }
 
 /** Enrolls `robots` robots through `cloud` and connects each to the broker it was told, subscribed to its acks. */
-export async function enrollRobots(cloud: CloudProcess, robots: number): Promise<{ id: string; c: mqtt.MqttClient }[]> {
-  const tokenRes = await cloud.fetch('/v1/robots/enrollment-tokens', { method: 'POST', json: { max_uses: robots } });
+/** Enrolls and connects `robots` robots in the organization of `key` (the cloud's admin key by default). */
+export async function enrollRobots(cloud: CloudProcess, robots: number, key?: string): Promise<{ id: string; c: mqtt.MqttClient }[]> {
+  const tokenRes = await cloud.fetch('/v1/robots/enrollment-tokens', { method: 'POST', json: { max_uses: robots }, ...(key ? { key } : {}) });
   if (tokenRes.status !== 201) throw new BenchFailure(`enrollment token: HTTP ${tokenRes.status} ${await tokenRes.text()}`);
   const { token } = (await tokenRes.json()) as { token: string };
   const clients: { id: string; c: mqtt.MqttClient }[] = [];

@@ -97,12 +97,26 @@ export const LOCKS = {
   /** Held while migrations run, so that replicas starting together apply each once. */
   migrations: 7_315_001,
   /**
-   * Taken just before an event is inserted and held to commit: events commit in id order, so a
-   * reader that has seen event N has seen every event below N (the webhook fan-out's cursor).
+   * Key space (first key of the two-key lock, the organization's hash the second) taken just
+   * before an organization's events are inserted and held to commit: an organization's events
+   * commit in id order, so a reader of that organization that has seen event N has seen every
+   * one of its events below N (the webhook fan-out's and the event stream's cursors, which are
+   * per organization). Two organizations never wait on each other.
    */
   events: 7_315_002,
-  /** The same for episodes and their seq (the keyset of every listing and of routing). */
+  /** The same for an organization's episodes and their seq (the keyset of every listing and of routing). */
   episodes: 7_315_003,
   /** One webhook fan-out at a time across replicas (queue order per subscription). */
   fanOut: 7_315_004,
 } as const;
+
+/**
+ * Takes `space`'s lock for each organization, held to commit, in one order (sorted, each once),
+ * so that two transactions locking overlapping sets never deadlock. Organizations whose names
+ * hash alike share a lock: they wait on each other, which costs time, never correctness.
+ */
+export async function lockOrgs(sql: Sql, space: number, orgIds: Iterable<string>): Promise<void> {
+  const orgs = [...new Set(orgIds)].sort();
+  if (orgs.length === 0) return;
+  await sql.query('SELECT pg_advisory_xact_lock($1, hashtext(o)) FROM unnest($2::text[]) WITH ORDINALITY AS t(o, i) ORDER BY i', [space, orgs]);
+}

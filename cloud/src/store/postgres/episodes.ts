@@ -3,7 +3,7 @@ import { finalizedEvent } from '../../events.js';
 import { attrString, EPISODE_LINE_SELECT, MAX_INDEXED_ATTR_VALUE, type EpisodeLineRow } from '../shared/episode-lines.js';
 import type { EpisodeFilter, EpisodeLineBatch, EpisodeRow, EpisodeStore, IngestItem, IngestResult, OutcomeChangeRow, ReplicaRow } from '../shared/types.js';
 import { EPISODE_EQ_COLUMNS } from '../shared/types.js';
-import { LOCKS, type PgDb, type Sql } from './db.js';
+import { LOCKS, lockOrgs, type PgDb, type Sql } from './db.js';
 import { appendEvents } from './events.js';
 import { episodeFromDb, replicaFromDb, type EpisodeColumns, type ReplicaDbRow } from '../shared/rows.js';
 
@@ -49,6 +49,7 @@ const INSERT_COLUMNS = [
  */
 const INSERT_EPISODES = `INSERT INTO episodes (${INSERT_COLUMNS.map(([c]) => c).join(', ')})
   SELECT * FROM unnest(${INSERT_COLUMNS.map(([, t], i) => `$${i + 1}::${t}[]`).join(', ')})
+  ON CONFLICT (id) DO NOTHING
   RETURNING seq, id`;
 
 function insertParams(items: readonly IngestItem[]): unknown[][] {
@@ -174,20 +175,23 @@ export class PgEpisodes implements EpisodeStore {
   constructor(private readonly db: PgDb) {}
 
   /**
-   * The batch in one transaction. The 'episodes' advisory lock is taken before the existing ids
-   * are read and the new rows get their seqs, and held to commit (the transaction's end releases
-   * it): ingests then commit in seq order across every replica. Without it a transaction that
-   * took seq N but commits after one that took N+1 would be invisible to a reader paging with
-   * `seq > N-1` at that moment and skipped for good once the reader moved past N+1 (GET
-   * /v1/episodes cursors, the sync router's walk). With it, a reader that sees seq N sees every
-   * seq below N. Lock order is episodes, then events (appendEvents), in every transaction that
-   * takes both, so two ingests never deadlock. Holding the lock also makes the duplicate check
-   * below race-free between replicas (the UNIQUE on id stays as the last word).
+   * The batch in one transaction. The 'episodes' lock of each organization in the batch is taken
+   * before the existing ids are read and the new rows get their seqs, and held to commit (the
+   * transaction's end releases it): an organization's ingests then commit in seq order across
+   * every replica. Without it a transaction that took seq N but commits after one that took N+1
+   * would be invisible to a reader paging with `seq > N-1` at that moment and skipped for good
+   * once the reader moved past N+1 (GET /v1/episodes cursors, the sync router's walk). With it,
+   * a reader of an organization that sees its seq N sees every one of its seqs below N; every
+   * such reader is scoped to one organization, so two organizations' ingests never wait on each
+   * other. Lock order is episodes, then events (appendEvents), each set sorted, in every
+   * transaction that takes both, so two ingests never deadlock. Holding the lock also makes the
+   * duplicate check below race-free between replicas within an organization; an id reported in
+   * two organizations at once meets the UNIQUE on id, and the batch is retried (see the catch).
    */
   async ingest(items: readonly IngestItem[]): Promise<IngestResult[]> {
     if (items.length === 0) return [];
     return this.db.tx(async (sql) => {
-      await sql.query('SELECT pg_advisory_xact_lock($1)', [LOCKS.episodes]);
+      await lockOrgs(sql, LOCKS.episodes, items.map((i) => i.orgId));
       const ids = [...new Set(items.map((i) => i.report.id))];
       const existing = new Map(
         (await sql.query<{ id: string; org_id: string; robot_id: string }>('SELECT id, org_id, robot_id FROM episodes WHERE id = ANY($1::text[])', [ids])).rows.map(
@@ -196,6 +200,7 @@ export class PgEpisodes implements EpisodeStore {
       );
       const results: IngestResult[] = [];
       const fresh: IngestItem[] = [];
+      const freshAt: number[] = [];
       for (const item of items) {
         const prior = existing.get(item.report.id);
         if (prior) {
@@ -205,16 +210,26 @@ export class PgEpisodes implements EpisodeStore {
         // A second copy inside the batch meets the first as an existing row, like on SQLite.
         existing.set(item.report.id, { id: item.report.id, org_id: item.orgId, robot_id: item.robotId });
         fresh.push(item);
+        freshAt.push(results.length);
         results.push('inserted');
       }
-      if (fresh.length > 0) await this.insert(sql, fresh);
+      if (fresh.length > 0) {
+        // Another organization's ingest of the same id (it holds another organization's lock)
+        // may commit first: that row wins and this report is the conflict it would have met.
+        const inserted = await this.insert(sql, fresh);
+        fresh.forEach((item, i) => {
+          if (!inserted.has(item.report.id)) results[freshAt[i]!] = 'conflict';
+        });
+      }
       return results;
     });
   }
 
-  private async insert(sql: Sql, items: readonly IngestItem[]): Promise<void> {
-    const inserted = (await sql.query<{ seq: number; id: string }>(INSERT_EPISODES, insertParams(items))).rows;
-    const seqOf = new Map(inserted.map((r) => [r.id, r.seq]));
+  /** Inserts the rows, their attributes and `episode.finalized` events; the ids inserted. */
+  private async insert(sql: Sql, all: readonly IngestItem[]): Promise<Set<string>> {
+    const rows = (await sql.query<{ seq: number; id: string }>(INSERT_EPISODES, insertParams(all))).rows;
+    const seqOf = new Map(rows.map((r) => [r.id, r.seq]));
+    const items = all.filter((i) => seqOf.has(i.report.id));
     const attrs = new AttrRows();
     for (const { orgId, report } of items) attrs.add(orgId, 'm', report.metadata, seqOf.get(report.id)!);
     if (attrs.size > 0) await sql.query(INSERT_ATTRS, attrs.params());
@@ -226,6 +241,7 @@ export class PgEpisodes implements EpisodeStore {
         at: reportedAt,
       })),
     );
+    return new Set(seqOf.keys());
   }
 
   async get(orgId: string, id: string): Promise<EpisodeRow | undefined> {

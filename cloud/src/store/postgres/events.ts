@@ -1,16 +1,18 @@
 import type { LoggedEvent } from '../../events.js';
 import type { EventReadOptions, EventRow, EventStore } from '../shared/types.js';
-import { LOCKS, type PgDb, type Sql } from './db.js';
+import { LOCKS, lockOrgs, type PgDb, type Sql } from './db.js';
 
 /**
  * Appends built events to the log inside the caller's transaction, so that a change and its
- * events commit together. The 'events' advisory lock is taken first and held to commit: event ids
- * then commit in id order across every replica, and the webhook fan-out and the event stream,
- * which move a cursor past the ids they have read, can never pass an id that commits later.
+ * events commit together. The 'events' lock of each organization is taken first and held to
+ * commit: an organization's event ids then commit in id order across every replica, and the
+ * webhook fan-out and the event stream, which move a per-organization cursor past the ids they
+ * have read, can never pass an id of that organization that commits later. Another
+ * organization's events are neither waited for nor read.
  */
 export async function appendEvents(sql: Sql, rows: readonly { orgId: string; event: LoggedEvent; at: number }[]): Promise<void> {
   if (rows.length === 0) return;
-  await sql.query('SELECT pg_advisory_xact_lock($1)', [LOCKS.events]);
+  await lockOrgs(sql, LOCKS.events, rows.map((r) => r.orgId));
   const params: unknown[] = [];
   const values = rows.map((r, i) => {
     params.push(r.orgId, r.event.type, r.event.episodeId, JSON.stringify(r.event.payload), r.at);

@@ -11,7 +11,7 @@ const FAN_OUT_BATCH = 5000;
 /**
  * Webhooks on PostgreSQL. Every cross-replica rule is a database one: the active-subscription
  * limit under a per-organization lock, one fan-out at a time (LOCKS.fanOut) reading only event
- * ids already committed in order (see events.ts), and claims on queue heads taken with
+ * ids its organization has already committed in order (see events.ts), and claims on queue heads taken with
  * FOR UPDATE SKIP LOCKED and held as a lease until the outcome is recorded.
  */
 export class PgWebhooks implements WebhookStore {
@@ -98,28 +98,43 @@ export class PgWebhooks implements WebhookStore {
 
   /**
    * One fan-out at a time across replicas (LOCKS.fanOut), so each queue gets its events in id
-   * order. The bound is read first: every id at or below the newest visible one has committed
-   * (events commit in id order, pg/events.ts), so moving a cursor up to it skips nothing.
+   * order. Each subscription's bound is its own organization's newest visible event: an
+   * organization's events commit in id order (events.ts), so every one of its ids at or below
+   * that bound has committed and moving the cursor up to it skips nothing. Another
+   * organization's newer events say nothing about this one's (they commit under another lock),
+   * so no bound is taken across organizations.
    */
   async fanOut(now: number): Promise<number> {
     return this.db.tx(async (sql) => {
       await sql.query('SELECT pg_advisory_xact_lock($1)', [LOCKS.fanOut]);
-      const newest = (await sql.query<{ m: number | null }>('SELECT MAX(id) AS m FROM events')).rows[0]?.m ?? 0;
-      // The subscriptions behind, fixed now: one created meanwhile starts at its own cursor.
-      const subs = (await sql.query<{ id: string; c: number }>('SELECT id, event_cursor AS c FROM webhook_subscriptions WHERE event_cursor < $1', [newest])).rows;
+      // The subscriptions behind, each with its bound, fixed now: one created meanwhile starts at its own cursor.
+      const subs = (
+        await sql.query<{ id: string; c: number; newest: number }>(
+          `SELECT s.id, s.event_cursor AS c, n.newest
+             FROM webhook_subscriptions s
+             CROSS JOIN LATERAL (SELECT MAX(e.id) AS newest FROM events e WHERE e.org_id = s.org_id) n
+            WHERE n.newest > s.event_cursor`,
+        )
+      ).rows;
       if (subs.length === 0) return 0;
-      const lowest = Math.min(...subs.map((s) => s.c));
-      const top = Math.min(newest, lowest + FAN_OUT_BATCH);
       const ids = subs.map((s) => s.id);
+      const tops = subs.map((s) => Math.min(s.newest, s.c + FAN_OUT_BATCH));
       const inserted = await sql.query(
         `INSERT INTO webhook_deliveries (subscription_id, event_id, event_type, payload, state, next_attempt_at, created_at)
          SELECT s.id, 'evt_' || e.id, e.type, e.payload, 'pending', $1, $1
-         FROM webhook_subscriptions s JOIN events e ON e.org_id = s.org_id AND e.id > s.event_cursor AND e.id <= $2
-         WHERE s.id = ANY($3) AND s.events::jsonb ? e.type
+         FROM unnest($2::text[], $3::bigint[]) AS b(id, top)
+         JOIN webhook_subscriptions s ON s.id = b.id
+         JOIN events e ON e.org_id = s.org_id AND e.id > s.event_cursor AND e.id <= b.top
+         WHERE s.events::jsonb ? e.type
          ORDER BY s.id, e.id`,
-        [now, top, ids],
+        [now, ids, tops],
       );
-      await sql.query('UPDATE webhook_subscriptions SET event_cursor = $1 WHERE id = ANY($2) AND event_cursor < $1', [top, ids]);
+      await sql.query(
+        `UPDATE webhook_subscriptions s SET event_cursor = b.top
+           FROM unnest($1::text[], $2::bigint[]) AS b(id, top)
+          WHERE s.id = b.id AND s.event_cursor < b.top`,
+        [ids, tops],
+      );
       return inserted.rowCount ?? 0;
     });
   }

@@ -114,7 +114,8 @@ export async function checkInvariants(opts: {
     try {
       objects = await retried(() => sys.s3.listObjects());
     } catch (err) {
-      v.push(`the store could not list the bucket (${err instanceof Error ? err.message : String(err)})`);
+      const cause = sys.s3.process.stderrLines.filter((l) => l.trim() !== '').slice(-6).join(' | ');
+      v.push(`the store could not list the bucket (${err instanceof Error ? err.message : String(err)})${cause ? `; the S3 server said: ${cause}` : ''}`);
     }
     for (const o of objects) {
       const want = expected.get(o.key);

@@ -116,6 +116,12 @@ server.middleware.splice(server.middleware.length - 1, 0, async (ctx, next) => {
   await checkSignature(ctx, () => listUploads(ctx));
 });
 
+// An internal error's cause goes to stderr (the answer only says InternalError): whoever runs
+// this process (a test, the soak) can show why a request failed.
+server.on('error', (err) => {
+  if ((err?.status ?? 500) >= 500) console.error(`s3rver internal error: ${err?.stack ?? String(err)}`);
+});
+
 const { port } = await server.run();
 console.log(JSON.stringify({ endpoint: `http://127.0.0.1:${port}` }));
 

@@ -1,6 +1,6 @@
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { GetObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
+import { GetObjectCommand, ListObjectsCommand, S3Client } from '@aws-sdk/client-s3';
 import { cleanEnv, makeTempDir, REPO_ROOT } from './cloud.js';
 import { spawnProcess, type SpawnedProcess } from './process.js';
 
@@ -123,14 +123,18 @@ export async function startS3Server(opts: StartS3ServerOptions = {}): Promise<S3
       return running.proc;
     },
     async listObjects() {
+      // ListObjects (v1), paged by the last key: s3rver's v2 continuation token is made with DES,
+      // which Node 20's OpenSSL 3 refuses, so any v2 listing of more than one page fails there
+      // with InternalError (the 30-minute soak's bucket passed 1,000 objects and met it).
       const out: S3Object[] = [];
-      let token: string | undefined;
-      do {
-        const page = await client.send(new ListObjectsV2Command({ Bucket: bucket, ContinuationToken: token }));
-        for (const o of page.Contents ?? []) out.push({ key: o.Key!, size: o.Size ?? 0, etag: o.ETag ?? '' });
-        token = page.IsTruncated ? page.NextContinuationToken : undefined;
-      } while (token);
-      return out;
+      let marker: string | undefined;
+      for (;;) {
+        const page = await client.send(new ListObjectsCommand({ Bucket: bucket, MaxKeys: 500, ...(marker ? { Marker: marker } : {}) }));
+        const contents = page.Contents ?? [];
+        for (const o of contents) out.push({ key: o.Key!, size: o.Size ?? 0, etag: o.ETag ?? '' });
+        if (!page.IsTruncated || contents.length === 0) return out;
+        marker = contents[contents.length - 1]!.Key!;
+      }
     },
     async getObject(key) {
       try {

@@ -1,4 +1,5 @@
 import { connect, createServer, type Socket } from 'node:net';
+import { closeAll, listenLoopback, splice } from './tcp.js';
 
 /** A TCP front that hands each new connection to the next of several HTTP servers. */
 export interface RoundRobin extends AsyncDisposable {
@@ -19,33 +20,12 @@ export async function startRoundRobin(upstreams: () => readonly URL[], port = 0)
   const server = createServer({ allowHalfOpen: true }, (client) => {
     const targets = upstreams();
     const target = targets[turn++ % targets.length]!;
-    const upstream = connect({ host: target.hostname, port: Number(target.port), allowHalfOpen: true });
-    for (const s of [client, upstream]) {
-      open.add(s);
-      s.once('close', () => open.delete(s));
-    }
-    client.pipe(upstream);
-    upstream.pipe(client);
-    // One side failing (a replica killed, a client gone) ends the other: no socket left hanging.
-    client.once('error', () => upstream.destroy());
-    upstream.once('error', () => client.destroy());
-    client.once('close', () => upstream.destroy());
-    upstream.once('close', () => client.destroy());
+    splice(client, connect({ host: target.hostname, port: Number(target.port), allowHalfOpen: true }), open);
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, '127.0.0.1', () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const bound = (server.address() as { port: number }).port;
+  const bound = await listenLoopback(server, port);
   return {
     url: `http://127.0.0.1:${bound}`,
     port: bound,
-    async [Symbol.asyncDispose]() {
-      for (const s of open) s.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
+    [Symbol.asyncDispose]: () => closeAll(server, open),
   };
 }

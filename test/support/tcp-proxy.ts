@@ -1,4 +1,5 @@
 import { connect, createServer, type Socket } from 'node:net';
+import { closeAll, listenLoopback, splice } from './tcp.js';
 
 /**
  * A TCP proxy on 127.0.0.1 in front of one address, whose link can be cut: what a robot's network
@@ -32,29 +33,10 @@ export async function startTcpProxy(target: { host: string; port: number }, port
       return;
     }
     forwarded++;
-    const upstream = connect({ host: target.host, port: target.port });
-    upstream.on('error', () => undefined);
-    for (const s of [client, upstream]) {
-      live.add(s);
-      s.once('close', () => live.delete(s));
-    }
-    client.pipe(upstream);
-    upstream.pipe(client);
-    client.once('close', () => upstream.destroy());
-    upstream.once('close', () => client.destroy());
+    splice(client, connect({ host: target.host, port: target.port }), live);
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, '127.0.0.1', () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const bound = (server.address() as { port: number }).port;
-  const close = async () => {
-    for (const s of [...live, ...held]) s.destroy();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  };
+  const bound = await listenLoopback(server, port);
+  const close = () => closeAll(server, [...live, ...held]);
   return {
     port: bound,
     get isCut() {

@@ -111,12 +111,13 @@ export const LOCKS = {
 } as const;
 
 /**
- * Takes `space`'s lock for each organization, held to commit, in one order (sorted, each once),
- * so that two transactions locking overlapping sets never deadlock. Organizations whose names
- * hash alike share a lock: they wait on each other, which costs time, never correctness.
+ * Takes `space`'s lock for each organization, held to commit, in one order: by the lock's own
+ * key (the name's hash), each key once, so that two transactions locking overlapping sets never
+ * deadlock, also when two names hash alike (they share a lock: they wait on each other, which
+ * costs time, never correctness).
  */
 export async function lockOrgs(sql: Sql, space: number, orgIds: Iterable<string>): Promise<void> {
-  const orgs = [...new Set(orgIds)].sort();
+  const orgs = [...new Set(orgIds)];
   if (orgs.length === 0) return;
-  await sql.query('SELECT pg_advisory_xact_lock($1, hashtext(o)) FROM unnest($2::text[]) WITH ORDINALITY AS t(o, i) ORDER BY i', [space, orgs]);
+  await sql.query('SELECT pg_advisory_xact_lock($1, k) FROM (SELECT DISTINCT hashtext(o) AS k FROM unnest($2::text[]) AS t(o) ORDER BY k) keys', [space, orgs]);
 }

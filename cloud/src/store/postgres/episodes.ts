@@ -1,11 +1,11 @@
 import { safeJsonStringify, type EpisodeOutcome } from '@fleet/protocol';
 import { finalizedEvent } from '../../events.js';
-import { attrString, EPISODE_LINE_SELECT, MAX_INDEXED_ATTR_VALUE, type EpisodeLineRow } from '../shared/episode-lines.js';
+import { attrString, EPISODE_LINE_SELECT, MAX_INDEXED_ATTR_VALUE, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
 import type { EpisodeFilter, EpisodeLineBatch, EpisodeRow, EpisodeStore, IngestItem, IngestResult, OutcomeChangeRow, ReplicaRow } from '../shared/types.js';
 import { EPISODE_EQ_COLUMNS } from '../shared/types.js';
 import { LOCKS, lockOrgs, type PgDb, type Sql } from './db.js';
 import { appendEvents } from './events.js';
-import { episodeFromDb, replicaFromDb, type EpisodeColumns, type ReplicaDbRow } from '../shared/rows.js';
+import { episodeFromDb, replicaFromDb, type ReplicaDbRow } from '../shared/rows.js';
 
 const MAX_INDEXED_ATTR_KEY = 256;
 

@@ -1,6 +1,6 @@
 import { attemptFromDb, deliveryFromDb, newClaimToken, subFromDb, type AttemptDbRow, type DeliveryDbRow, type SubDbRow } from '../shared/webhook-rows.js';
 import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type ClaimedDelivery, type DeliveryAttemptRow, type DeliveryOutcome, type DeliveryRow, type WebhookRow, type WebhookStore } from '../shared/types.js';
-import { LOCKS, type PgDb, type Sql } from './db.js';
+import { LOCKS, lockOrgs, type PgDb, type Sql } from './db.js';
 
 const SUB_COLUMNS = `s.*, (SELECT COUNT(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.state = 'pending') AS pending`;
 /** Key space (first key of the two-key advisory lock) of the per-organization subscription limit. */
@@ -18,7 +18,7 @@ export class PgWebhooks implements WebhookStore {
   constructor(private readonly db: PgDb) {}
 
   private async lockOrg(sql: Sql, orgId: string): Promise<void> {
-    await sql.query('SELECT pg_advisory_xact_lock($1, hashtext($2))', [ORG_SUBSCRIPTIONS_LOCK, orgId]);
+    await lockOrgs(sql, ORG_SUBSCRIPTIONS_LOCK, [orgId]);
   }
 
   private async activeCount(sql: Sql, orgId: string): Promise<number> {

@@ -4,8 +4,6 @@ import type { ApiKeyRow, DatasetRow, EnrollmentTokenRow, EpisodeRow, ReplicaRow,
 
 // Rows as both engines return them (snake_case columns) and their domain form.
 
-export type { EpisodeColumns } from './episode-lines.js';
-
 export interface ApiKeyDbRow {
   id: string;
   org_id: string;

@@ -15,8 +15,8 @@ import type {
   ReplicaRow,
 } from '../shared/types.js';
 import { EPISODE_EQ_COLUMNS } from '../shared/types.js';
-import { attrString, EPISODE_LINE_SELECT, MAX_INDEXED_ATTR_VALUE, type EpisodeLineRow } from '../shared/episode-lines.js';
-import { episodeFromDb, replicaFromDb, type EpisodeColumns, type ReplicaDbRow } from '../shared/rows.js';
+import { attrString, EPISODE_LINE_SELECT, MAX_INDEXED_ATTR_VALUE, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
+import { episodeFromDb, replicaFromDb, type ReplicaDbRow } from '../shared/rows.js';
 
 const MAX_INDEXED_ATTR_KEY = 256;
 

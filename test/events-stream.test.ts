@@ -184,10 +184,16 @@ describe('GET /v1/events/stream end to end', () => {
       expect(finalized.data).toMatchObject({ schema_version: 1, episode_id: episode, robot_id: robot, state: 'reported' });
       await expect.poll(() => statusesOf(live, robot).at(-1)).toBe('online/idle');
       expect(statusesOf(live, robot)).toContain('online/recording');
-      // Ids are the log's, increasing; none twice.
-      const numbers = live.ids.map((id) => Number(id.slice(4)));
-      expect(numbers).toEqual([...numbers].sort((a, b) => a - b));
-      expect(new Set(numbers).size).toBe(numbers.length);
+      // Ids are opaque handles, none twice, in the log's order (a replay from its start has them in the same order).
+      for (const id of live.ids) expect(id).toMatch(/^evt_[a-z2-7]{26}$/);
+      expect(new Set(live.ids).size).toBe(live.ids.length);
+      const replay = await collect(cloud.adminKey, { lastEventId: 'evt_0' });
+      try {
+        await expect.poll(() => replay.ids.includes(live.ids.at(-1)!)).toBe(true);
+        expect(replay.ids.filter((id) => live.ids.includes(id))).toEqual(live.ids);
+      } finally {
+        await replay.stop();
+      }
 
       // The CLI: NDJSON of the same events, and readable lines of the statuses.
       await expect.poll(() => json.stdoutLines.map((l) => (JSON.parse(l) as FleetEvent).id)).toEqual(live.ids);
@@ -234,14 +240,15 @@ describe('GET /v1/events/stream end to end', () => {
     const log = await collect(cloud.adminKey, { lastEventId: 'evt_0' });
     const upTo = c.events.find((e) => e.type === 'episode.finalized' && e.data.episode_id === last)!.id;
     await expect.poll(() => log.ids.includes(upTo)).toBe(true);
-    const n = (id: string) => Number(id.slice(4));
+    // Ids are opaque: their place in the replayed log orders them.
+    const n = (id: string) => log.ids.indexOf(id);
     const received = c.ids.filter((id) => n(id) <= n(upTo));
-    const expected = log.ids.filter((id) => n(id) >= n(received[0]!) && n(id) <= n(upTo));
+    const expected = log.ids.slice(n(received[0]!), n(upTo) + 1);
     expect(received).toEqual(expected);
     expect(new Set(c.ids).size).toBe(c.ids.length);
     expect(c.events.filter((e) => e.type === 'episode.finalized').map((e) => e.type === 'episode.finalized' && e.data.episode_id)).toEqual(episodes);
     // The same events, byte for byte the same data.
-    expect(c.events.filter((e) => n(e.id) <= n(upTo))).toEqual(log.events.filter((e) => n(e.id) >= n(received[0]!) && n(e.id) <= n(upTo)));
+    expect(c.events.filter((e) => n(e.id) <= n(upTo))).toEqual(log.events.slice(n(received[0]!), n(upTo) + 1));
     await c.stop();
     await log.stop();
   });

@@ -165,7 +165,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   });
   await fastify.register(fastifySwaggerUi, { routePrefix: '/docs', uiConfig: { url: '/v1/openapi.json' } });
 
-  const streams = deps.streams ?? eventHubFor(config, { store, clock, scheduler, logger: fastify.log });
+  const streams = deps.streams ?? eventHubFor(config, { store, clock, scheduler, logger: fastify.log, secrets });
   // Before the server stops: open streams never finish by themselves, and close waits for every
   // request in flight.
   fastify.addHook('preClose', async () => streams.close());
@@ -245,7 +245,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
 }
 
 /** The event hub the config describes. */
-export function eventHubFor(config: CloudConfig, deps: { store: Store; clock: Clock; scheduler: Scheduler; logger: FastifyBaseLogger }): EventHub {
+export function eventHubFor(config: CloudConfig, deps: { store: Store; clock: Clock; scheduler: Scheduler; logger: FastifyBaseLogger; secrets: SecretBox }): EventHub {
   return new EventHub({
     store: deps.store,
     clock: deps.clock,
@@ -254,6 +254,7 @@ export function eventHubFor(config: CloudConfig, deps: { store: Store; clock: Cl
     pollMs: config.eventStreamPollMs,
     heartbeatMs: config.eventStreamHeartbeatMs,
     maxStreamsPerOrg: config.eventStreamsPerOrg,
+    ids: deps.secrets.opaqueIds(),
   });
 }
 

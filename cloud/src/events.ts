@@ -3,6 +3,7 @@ import {
   ROBOT_STATUS_EVENT,
   RobotStatusPayloadSchema,
   WebhookPayloadSchema,
+  type EpisodeReport,
   type RecordingState,
   type RobotStatusPayload,
   type WebhookEvent,
@@ -67,6 +68,11 @@ function ref(ep: EpisodeRef): Pick<WebhookPayload, 'schema_version' | 'episode_i
 /** An episode's report was first indexed. */
 export function finalizedEvent(ep: EpisodeRef): EpisodeEvent {
   return build('episode.finalized', { ...ref(ep), state: 'reported' });
+}
+
+/** The event an ingest announces for a report it indexed (every engine appends this one). */
+export function indexedEvent({ robotId, report: r }: { robotId: string; report: Pick<EpisodeReport, 'id' | 'recording_session_id' | 'episode_seq'> }): EpisodeEvent {
+  return finalizedEvent({ episode_id: r.id, robot_id: robotId, recording_session_id: r.recording_session_id, episode_seq: r.episode_seq });
 }
 
 /** The robot's retention deleted the episode's local copy (no destination: it is per episode). */

@@ -1,6 +1,7 @@
 import { createCipheriv, createDecipheriv, createHmac, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { OpaqueIds } from './opaque-ids.js';
 
 export const SECRET_KEY_FILE = 'secret.key';
 
@@ -10,6 +11,8 @@ export const SECRET_KEY_FILE = 'secret.key';
  * signing secrets of webhooks and destinations, which must be usable, so cannot be hashed.
  */
 export class SecretBox {
+  private ids: OpaqueIds | undefined;
+
   constructor(private readonly key: Buffer) {
     if (key.length !== 32) throw new Error('secret key must be 32 bytes');
   }
@@ -21,6 +24,11 @@ export class SecretBox {
   /** Names the key without revealing it: an HMAC of a fixed label (hex, 32 characters). */
   fingerprint(): string {
     return createHmac('sha256', this.key).update('fleet secret key fingerprint v1').digest('hex').slice(0, 32);
+  }
+
+  /** Handles for globally numbered rows (opaque-ids.ts), under a key derived from this one. */
+  opaqueIds(): OpaqueIds {
+    return (this.ids ??= new OpaqueIds(createHmac('sha256', this.key).update('fleet opaque ids v1').digest()));
   }
 
   seal(plain: string): string {

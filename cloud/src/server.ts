@@ -228,7 +228,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
 
     // The event streams of the HTTP API, woken by what this process appends to the event log
     // (the app ends them when it closes); another replica's events come with the poll.
-    const streams = eventHubFor(config, { store, clock, scheduler: systemScheduler, logger });
+    const streams = eventHubFor(config, { store, clock, scheduler: systemScheduler, logger, secrets });
 
     // The robot link: presence, commands, the durable outboxes routed by message kind, and sync
     // (assignments pushed as routes are decided, grant requests relayed to grant providers).

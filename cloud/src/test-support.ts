@@ -9,6 +9,7 @@ import { createApiKey } from './api-keys.js';
 import { buildApp, type AppDeps, type CloudApp } from './app.js';
 import { parseCloudConfig, type CloudConfig, type CloudConfigInput } from './config.js';
 import { newId } from './ids.js';
+import { SecretBox } from './secret-box.js';
 import { createEnrollmentToken, enrollRobot } from './robots/enrollment.js';
 import type { OrgRow } from './store/index.js';
 import { openTestStore, type TestStore } from './store/test-store.js';
@@ -30,6 +31,10 @@ export interface TestCloud extends AsyncDisposable {
   /** Moves `clock` and fires the app's background timers that fall due. */
   scheduler: ManualScheduler;
   config: CloudConfig;
+  /** The installation key the app seals with (and makes its opaque ids with). */
+  secrets: SecretBox;
+  /** The wire id (`evt_…`) of the event log's row `n`, as the stream and webhooks show it. */
+  eventId(n: number): string;
   /** Creates an organization (enterprise tier unless told otherwise). */
   createOrg(opts?: { tier?: string; name?: string }): Promise<OrgRow>;
   /** Creates a key for `org` directly through `createApiKey` (not metered). */
@@ -47,7 +52,8 @@ export async function startTestCloud(
   const clock = new ManualClock();
   // Background work (last-use flushes, the purge) runs only when a test moves time.
   const scheduler = new ManualScheduler(clock);
-  const cloud = await buildApp(config, { scheduler, ...opts.deps, store, clock });
+  const secrets = opts.deps?.secrets ?? SecretBox.random();
+  const cloud = await buildApp(config, { scheduler, ...opts.deps, secrets, store, clock });
 
   const freshOrg = async (org: OrgRow | string): Promise<OrgRow> => {
     const row = await store.orgs.get(typeof org === 'string' ? org : org.id);
@@ -62,6 +68,8 @@ export async function startTestCloud(
     clock,
     scheduler,
     config,
+    secrets,
+    eventId: (n) => secrets.opaqueIds().eventId(n),
     async createOrg(o = {}) {
       const id = newId('org');
       await store.orgs.create({ id, name: o.name ?? 'test org', tier: o.tier ?? 'enterprise', createdAt: clock.now() });

@@ -20,7 +20,7 @@ afterEach(async () => {
 
 /** The export's line rows (every engine offers them). */
 function lines(filter: EpisodeFilter, afterSeq: number, limit: number): Promise<EpisodeLineBatch> {
-  return store.episodes.list(ORG, filter, afterSeq, limit, undefined, 'lines');
+  return store.episodes.listLines(ORG, filter, afterSeq, limit);
 }
 
 describe('episodeLines', () => {

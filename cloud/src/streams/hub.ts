@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { every, type Clock, type Scheduler } from '@fleet/protocol';
 import { ApiError } from '../errors.js';
+import type { OpaqueIds } from '../opaque-ids.js';
 import type { EventRow, Store } from '../store/index.js';
 import { eventFrame, type SseConnection } from './sse.js';
 
@@ -17,6 +18,8 @@ export interface EventHubOptions {
   logger: FastifyBaseLogger;
   /** Rows per read of the log, for the shared tail and each stream's catch-up (default 500). */
   pageSize?: number;
+  /** Makes the wire ids of log positions (opaque handles: the log's ids count every organization's events). */
+  ids: Pick<OpaqueIds, 'eventId'>;
 }
 
 /** What a stream passes on. */
@@ -204,12 +207,12 @@ export class EventHub {
     }
     // Where the stream starts, as an id without data: a client that reconnects before any event
     // came (EventSource too) resumes from here instead of from a later present.
-    conn.send(`id: evt_${pos}\n\n`);
+    conn.send(`id: ${this.opts.ids.eventId(pos)}\n\n`);
     const types = [...filter.types];
     while (!conn.closed && pos < tail.cursor) {
       const upTo = tail.cursor;
       const rows = await events.listAfter(tail.orgId, pos, { limit: this.pageSize, upTo, types, ...(filter.robotId !== null ? { robotId: filter.robotId } : {}) });
-      if (rows.length > 0) conn.send(rows.map((r) => eventFrame(r.id, r.type, r.payload)).join(''));
+      if (rows.length > 0) conn.send(rows.map((r) => eventFrame(this.opts.ids.eventId(r.id), r.type, r.payload)).join(''));
       pos = rows.length < this.pageSize ? upTo : rows[rows.length - 1]!.id;
       // A reader slower than the log is paced here, a page at a time, instead of being dropped.
       await conn.drained();
@@ -333,14 +336,14 @@ export class EventHub {
       if (rows.length === 0) return;
       // The cursor moves and the rows go out in this one turn (see EventStream).
       tail.cursor = rows[rows.length - 1]!.id;
-      const events = rows.map(tailEvent);
+      const events = rows.map((r) => tailEvent(r, this.opts.ids.eventId(r.id)));
       for (const s of tail.streams) s.offer(events);
       if (rows.length < this.pageSize) return;
     }
   }
 }
 
-function tailEvent(row: EventRow): TailEvent {
+function tailEvent(row: EventRow, wireId: string): TailEvent {
   let robotId: string | null = null;
   try {
     const v = (JSON.parse(row.payload) as { robot_id?: unknown }).robot_id;
@@ -348,5 +351,5 @@ function tailEvent(row: EventRow): TailEvent {
   } catch {
     // Every payload is built as JSON (events.ts); one that is not names no robot.
   }
-  return { id: row.id, type: row.type, robotId, frame: eventFrame(row.id, row.type, row.payload) };
+  return { id: row.id, type: row.type, robotId, frame: eventFrame(wireId, row.type, row.payload) };
 }

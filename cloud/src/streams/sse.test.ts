@@ -52,7 +52,7 @@ describe('SseConnection', () => {
       status: 200,
       headers: { 'x-request-id': 'req_1', 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache, no-transform', 'x-accel-buffering': 'no' },
     });
-    conn.send(eventFrame(7, 'robot.status', '{"a":1}'));
+    conn.send(eventFrame('evt_7', 'robot.status', '{"a":1}'));
     conn.heartbeat();
     expect(res.written).toBe('retry: 2000\n\nid: evt_7\nevent: robot.status\ndata: {"a":1}\n\n: heartbeat\n\n');
   });
@@ -62,7 +62,7 @@ describe('SseConnection', () => {
     let closed = 0;
     conn.onClose(() => closed++);
     conn.start({}, 2000);
-    const frame = eventFrame(1, 'episode.finalized', JSON.stringify({ pad: 'x'.repeat(1000) }));
+    const frame = eventFrame('evt_1', 'episode.finalized', JSON.stringify({ pad: 'x'.repeat(1000) }));
     let sent = 0;
     while (conn.send(frame)) sent++;
     expect(sent).toBeGreaterThan(50);
@@ -92,6 +92,6 @@ describe('SseConnection', () => {
   });
 
   it('writes a payload with a line break as several data lines', () => {
-    expect(eventFrame(3, 'x', 'a\nb\r\nc')).toBe('id: evt_3\nevent: x\ndata: a\ndata: b\ndata: c\n\n');
+    expect(eventFrame('evt_3', 'x', 'a\nb\r\nc')).toBe('id: evt_3\nevent: x\ndata: a\ndata: b\ndata: c\n\n');
   });
 });

@@ -95,8 +95,8 @@ export class SseConnection {
   }
 }
 
-/** One event as an SSE frame. The payload is JSON on one line; a line break in it would still make valid `data:` lines. */
-export function eventFrame(id: number, type: string, payload: string): string {
+/** One event as an SSE frame (`id` the event's wire id). The payload is JSON on one line; a line break in it would still make valid `data:` lines. */
+export function eventFrame(id: string, type: string, payload: string): string {
   const data = /[\r\n]/.test(payload) ? payload.split(/\r\n|\r|\n/).join('\ndata: ') : payload;
-  return `id: evt_${id}\nevent: ${type}\ndata: ${data}\n\n`;
+  return `id: ${id}\nevent: ${type}\ndata: ${data}\n\n`;
 }

@@ -142,9 +142,9 @@ async function post(url: string, auth = env.tenant.auth) {
 const eventIds = (rx: TestReceiver = env.rx): string[] => rx.requests.map((r) => String(r.headers['x-service-event-id']));
 const tick = () => env.worker.tick();
 const advance = (ms: number) => env.t.clock.advance(ms);
-const evt = (n: number) => `evt_${n}`;
+const evt = (n: number) => env.secrets.opaqueIds().eventId(n);
 
-/** The `evt_<n>` ids of the event log, oldest first. */
+/** The wire ids of the event log's rows, oldest first. */
 function loggedEventIds(): string[] {
   return [...env.logged];
 }
@@ -308,7 +308,7 @@ describe('ordering and the retry schedule', () => {
     const dead = await deadLetters(sub.id);
     expect(dead).toHaveLength(1);
     expect(dead[0]).toMatchObject({ event_id: e1, event: 'episode.finalized', attempts: 7, last_status: 503 });
-    expect(dead[0]!.id).toMatch(/^\d+$/);
+    expect(dead[0]!.id).toMatch(/^dlv_[a-z2-7]{26}$/);
     expect(dead[0]!.payload).toMatchObject({ schema_version: 1, episode_id: first!.id, state: 'reported' });
     expect(dead[0]!.last_error).toContain('HTTP 503');
     expect(dead[0]!.dead_lettered_at).toBe(new Date(start + cumulative[6]!).toISOString());
@@ -509,10 +509,20 @@ describe('dead letters and redelivery', () => {
     expect((await listed(sub.id)).pending_deliveries).toBe(0);
   });
 
-  it('redeliver of an unknown delivery is 404', async () => {
+  it('redeliver of an unknown delivery is 404: a number, a made-up handle, an attempt id', async () => {
     const sub = await subscribe();
-    const res = await post(`/v1/webhooks/${sub.id}/dead-letters/999999/redeliver`);
-    expect(res.statusCode).toBe(404);
+    await ingest();
+    env.behave.fn = (_req, res) => res.writeHead(400).end();
+    await tick();
+    const [dead] = await deadLetters(sub.id);
+    const attempts = (await env.t.app.inject({ method: 'GET', url: `/v1/webhooks/${sub.id}/deliveries`, headers: env.tenant.auth })).json<{ deliveries: { id: string }[] }>();
+    const attemptId = attempts.deliveries[0]!.id;
+    expect(attemptId).toMatch(/^att_[a-z2-7]{26}$/);
+    for (const bad of ['1', '999999', 'dlv_aaaaaaaaaaaaaaaaaaaaaaaaaa', `dlv_${attemptId.slice(4)}`, attemptId, `${dead!.id}x`]) {
+      const res = await post(`/v1/webhooks/${sub.id}/dead-letters/${bad}/redeliver`);
+      expect(res.statusCode, bad).toBe(404);
+    }
+    expect((await post(`/v1/webhooks/${sub.id}/dead-letters/${dead!.id}/redeliver`)).statusCode).toBe(202);
   });
 });
 
@@ -747,7 +757,7 @@ describe('claims across processes', () => {
     // The dead process's claim, taken on the shared clock just before it died.
     await env.t.store.webhooks.fanOut(env.t.clock.now());
     const [held] = await env.t.store.webhooks.claimDue(env.t.clock.now(), 10, lease);
-    expect(held?.eventId).toBe(e1);
+    expect(held && env.secrets.opaqueIds().publicEventId(held.eventId)).toBe(e1);
     expect(await tick()).toBe(0);
     advance(lease - 1);
     expect(await tick()).toBe(0);

@@ -292,7 +292,7 @@ export class DeliveryWorker {
       'content-type': 'application/json',
       'user-agent': 'fleet-webhooks/1',
       'x-service-event': d.eventType,
-      'x-service-event-id': d.eventId,
+      'x-service-event-id': this.opts.secrets.opaqueIds().publicEventId(d.eventId),
       [SIGNATURE_HEADER.toLowerCase()]: signPayload(d.payload, signing, Math.floor(now / 1000)),
     };
   }

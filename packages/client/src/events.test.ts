@@ -110,6 +110,15 @@ describe('client.events.stream', () => {
     expect(reconnects).toEqual(['evt_2', 'evt_3', 'evt_3', 'evt_3']);
   });
 
+  it('takes ids as opaque: their text has no order, and a replayed one is neither yielded again nor the resume position', async () => {
+    const [z, a, m] = ['evt_' + 'z'.repeat(26), 'evt_' + 'a'.repeat(26), 'evt_' + 'm'.repeat(26)];
+    const opaque = (id: string) => `id: ${id}\nevent: episode.finalized\ndata: {}\n\n`;
+    const { fetch, seen } = scripted([{ sse: ['retry: 1\n\n', opaque(z), opaque(a)] }, { sse: [opaque(z), opaque(a), opaque(m)] }]);
+    const events = await take(client(fetch).events.stream(), 3);
+    expect(events.map((e) => e.id)).toEqual([z, a, m]);
+    expect(seen.map((s) => s.headers['last-event-id'])).toEqual([undefined, a]);
+  });
+
   it('replaces a connection that delivers nothing, not even a heartbeat, for idleTimeoutMs', async () => {
     // Heartbeats keep a connection alive; after the last one, silence.
     const { fetch, seen } = scripted([{ sse: ['retry: 1\n\n', frame(1), ': heartbeat\n\n'], stall: true }, { sse: [frame(2)] }]);

@@ -1,4 +1,4 @@
-import { STREAM_EVENT_TYPES, nextRetryDelay, parseEventId, type WebhookEvent } from '@fleet/protocol';
+import { STREAM_EVENT_TYPES, nextRetryDelay, type WebhookEvent } from '@fleet/protocol';
 import { apiErrorOf, FleetConnectionError, FleetStreamError } from './errors.js';
 import { readSse } from './sse.js';
 import type { components } from './schema.js';
@@ -10,7 +10,7 @@ export type FleetEventType = EpisodeEventType | 'robot.status';
 export type EpisodeEventData = components['schemas']['WebhookPayload'];
 export type RobotStatusEventData = components['schemas']['RobotStatusEvent'];
 
-/** One event of the stream: `id` is `evt_<n>` (the id webhooks send as `X-Service-Event-Id`). */
+/** One event of the stream: `id` is the event's opaque id, `evt_…` (the id webhooks send as `X-Service-Event-Id`). */
 export type FleetEvent = { id: string; type: EpisodeEventType; data: EpisodeEventData } | { id: string; type: 'robot.status'; data: RobotStatusEventData };
 
 export interface EventStreamOptions {
@@ -18,7 +18,7 @@ export interface EventStreamOptions {
   types?: readonly FleetEventType[];
   /** Only this robot's events. */
   robotId?: string;
-  /** Resume after this event (`evt_<n>`): every later event is sent first. Default: from the present. */
+  /** Resume after this event (its `evt_…` id): every later event is sent first. Default: from the present. */
   lastEventId?: string;
   /** Aborting ends the iteration (no error). */
   signal?: AbortSignal;
@@ -84,7 +84,11 @@ export async function* streamEvents(target: StreamTarget, o: EventStreamOptions 
   const url = `${target.baseUrl}/v1/events/stream${qs === '' ? '' : `?${qs}`}`;
 
   let lastId = o.lastEventId;
-  let lastNumber = lastId === undefined ? -1 : (parseEventId(lastId) ?? -1);
+  // Ids are opaque, not ordered by their text: the ones seen lately are remembered, so that an
+  // event a server sends again after a reconnection is neither yielded twice nor taken as the
+  // position to resume from.
+  const seen = new RecentIds(RECENT_IDS);
+  if (lastId !== undefined) seen.add(lastId);
   let retryMs = DEFAULT_RETRY_MS;
   let opened = false;
   let failures = 0;
@@ -147,13 +151,10 @@ export async function* streamEvents(target: StreamTarget, o: EventStreamOptions 
       o.onOpen?.();
       try {
         if (!response.body) throw new Error('the answer has no body');
+        // An id line alone is where the server started this stream (or a passed-over position).
         const position = (id: string) => {
           touch();
-          const n = parseEventId(id);
-          if (n !== null && n > lastNumber) {
-            lastId = id;
-            lastNumber = n;
-          }
+          if (!seen.has(id)) lastId = id;
         };
         const sse = readSse(response.body, {
           onRetry: (ms) => {
@@ -167,10 +168,9 @@ export async function* streamEvents(target: StreamTarget, o: EventStreamOptions 
         for await (const m of sse) {
           touch();
           if (m.id === undefined) continue;
-          const n = parseEventId(m.id);
-          if (n !== null && n <= lastNumber) continue;
+          if (seen.has(m.id)) continue;
+          seen.add(m.id);
           lastId = m.id;
-          if (n !== null) lastNumber = n;
           // A type this client does not know (a newer server's) is passed over, its id noted.
           if (!KNOWN_TYPES.has(m.event)) continue;
           let data: unknown;
@@ -204,5 +204,25 @@ export async function* streamEvents(target: StreamTarget, o: EventStreamOptions 
     const waitMs = nextRetryDelay({ schedule: [base], jitter: 0.2 }, 1, retryAfterMs !== undefined ? { retryAfterMs } : {})!;
     o.onReconnect?.({ attempt: failures, waitMs, lastEventId: lastId, error: failure });
     await sleep(waitMs, o.signal);
+  }
+}
+
+/** Event ids remembered against a server's repeats: far more than one reconnection can replay. */
+const RECENT_IDS = 10_000;
+
+/** A set that keeps only its newest `bound` entries. */
+class RecentIds {
+  private readonly ids = new Set<string>();
+
+  constructor(private readonly bound: number) {}
+
+  has(id: string): boolean {
+    return this.ids.has(id);
+  }
+
+  add(id: string): void {
+    this.ids.add(id);
+    // A Set iterates in insertion order: the first key is the oldest.
+    if (this.ids.size > this.bound) this.ids.delete(this.ids.values().next().value!);
   }
 }

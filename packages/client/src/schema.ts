@@ -1093,7 +1093,7 @@ export interface paths {
         };
         /**
          * Follow the event log live (server-sent events)
-         * @description A `text/event-stream` answer that stays open. Each event is a frame `id: evt_<n>`, `event: <type>`, `data: <JSON>`; the data of an episode event is the body its webhook carries, byte for byte. The stream opens with `retry: 2000` and sends a `: heartbeat` comment line every 15 s. `Last-Event-ID: evt_<n>` (or `?last_event_id=`) resumes: every later event the key may read is sent, then live ones, none lost and none twice; without it the stream starts at the present. Episode events (`episode.*`) need `data:read` and the `data.metadata` feature; `robot.status` needs `robots:read` or `fleet:read`. Open streams are bounded per organization (429 `rate_limited`).
+         * @description A `text/event-stream` answer that stays open. Each event is a frame `id: evt_…`, `event: <type>`, `data: <JSON>`; the data of an episode event is the body its webhook carries, byte for byte. The stream opens with `retry: 2000` and sends a `: heartbeat` comment line every 15 s. `Last-Event-ID: evt_…` (or `?last_event_id=`) resumes: every later event the key may read is sent, then live ones, none lost and none twice; without it the stream starts at the present. Episode events (`episode.*`) need `data:read` and the `data.metadata` feature; `robot.status` needs `robots:read` or `fleet:read`. Open streams are bounded per organization (429 `rate_limited`).
          *
          *     Scope: data:read or robots:read or fleet:read. Entitlement: none.
          */
@@ -6719,6 +6719,7 @@ export interface operations {
             };
             path: {
                 id: string;
+                /** @description the dead letter's id (dlv_…) */
                 delivery_id: string;
             };
             cookie?: never;
@@ -8096,7 +8097,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Server-sent events: `retry:`, then frames `id: evt_<n>` / `event: <type>` / `data: <payload JSON>` and `: heartbeat` comments */
+            /** @description Server-sent events: `retry:`, then frames `id: evt_…` / `event: <type>` / `data: <payload JSON>` and `: heartbeat` comments */
             200: {
                 headers: {
                     [name: string]: unknown;

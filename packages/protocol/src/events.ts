@@ -30,7 +30,7 @@ export const RobotStatusPayloadSchema = z
   .meta({ id: 'RobotStatusEvent' });
 export type RobotStatusPayload = z.infer<typeof RobotStatusPayloadSchema>;
 
-/** One event of the stream: `id` is `evt_<n>`, the id webhooks send as `X-Service-Event-Id`. */
+/** One event of the stream: `id` is the event's id (`evt_…`), the id webhooks send as `X-Service-Event-Id`. */
 export type StreamEvent =
   | { id: string; type: WebhookEvent; data: WebhookPayload }
   | { id: string; type: typeof ROBOT_STATUS_EVENT; data: RobotStatusPayload };
@@ -38,17 +38,10 @@ export type StreamEvent =
 /** The `data` of any stream event (OpenAPI: the text/event-stream answer's schema). */
 export const StreamEventDataSchema = z.union([WebhookPayloadSchema, RobotStatusPayloadSchema]);
 
-/** `evt_<n>`: n a decimal id of the log without leading zeros (0 means "before the first event"). */
-export const EVENT_ID_PATTERN = /^evt_(0|[1-9][0-9]{0,15})$/;
-
-/** The log id of an `evt_<n>` event id; null when it is not one. */
-export function parseEventId(id: string): number | null {
-  const m = EVENT_ID_PATTERN.exec(id);
-  if (!m) return null;
-  const n = Number(m[1]);
-  return Number.isSafeInteger(n) ? n : null;
-}
-
-export function formatEventId(n: number): string {
-  return `evt_${n}`;
-}
+/**
+ * The shape of an event id: `evt_` and an opaque handle (26 base32 characters), unique across
+ * every organization and telling nothing of other organizations' events; `evt_0` (before the
+ * first event); or `evt_<n>`, the form earlier versions sent, still taken to resume. Ids are not
+ * ordered by their text: the stream's order is the order events come in.
+ */
+export const EVENT_ID_PATTERN = /^evt_(0|[1-9][0-9]{0,15}|[a-z2-7]{26})$/;

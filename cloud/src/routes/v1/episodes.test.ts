@@ -228,6 +228,18 @@ describe('GET /v1/episodes', () => {
     expect(seen).toEqual(expected);
   });
 
+  it("shows no position in the index: a cursor is an opaque handle, the same for the same position whatever other organizations write", async () => {
+    await ingest(Array.from({ length: 4 }, () => report()));
+    const p1 = await list('?limit=2');
+    expect(p1.cursor).toMatch(/^[A-Za-z0-9_-]{22}$/);
+    expect(() => JSON.parse(Buffer.from(p1.cursor!, 'base64url').toString('utf8')) as unknown).toThrow();
+    const again = await list('?limit=2');
+    expect(again.cursor).toBe(p1.cursor);
+    const p2 = await list(`?limit=1&cursor=${encodeURIComponent(p1.cursor!)}`);
+    expect(p2.cursor).not.toBe(p1.cursor);
+    expect(p2.cursor!.slice(0, 6)).not.toBe(p1.cursor!.slice(0, 6));
+  });
+
   it('ends with cursor null when the last page is exactly full', async () => {
     await ingest(Array.from({ length: 4 }, () => report()));
     const p1 = await list('?limit=2');
@@ -239,6 +251,9 @@ describe('GET /v1/episodes', () => {
   it.each([
     'not-a-cursor!!',
     Buffer.from('{"s":"x"}').toString('base64url'),
+    // The earlier form showed the index's seq, one counter for every organization: no longer read.
+    Buffer.from('{"s":1}').toString('base64url'),
+    'AAAAAAAAAAAAAAAAAAAAAA',
     Buffer.from('{"s":-1}').toString('base64url'),
     Buffer.from('{"s":1.5}').toString('base64url'),
     Buffer.from('[]').toString('base64url'),
@@ -643,7 +658,7 @@ describe('GET /v1/episodes/export', () => {
 
   it('defaults to 1000 rows, carries X-Next-Cursor while more remain, and pages to the end', async () => {
     const reports = await ingest(Array.from({ length: 1203 }, () => report()));
-    const listSpy = vi.spyOn(t.store.episodes, 'list');
+    const listSpy = vi.spyOn(t.store.episodes, 'listLines');
     const p1 = await get('/v1/episodes/export');
     expect(p1.statusCode).toBe(200);
     const l1 = exportLines(p1);

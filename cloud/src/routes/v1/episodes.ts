@@ -18,7 +18,8 @@ import { notFound, validationError } from '../../errors.js';
 import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import type { EpisodeFilter, Store } from '../../store/index.js';
-import { decodeCursor, encodeCursor } from '../cursor.js';
+import { decodeRowCursor } from '../cursor.js';
+import type { OpaqueIds } from '../../opaque-ids.js';
 import { NDJSON, sendNdjson } from '../ndjson.js';
 import { queryInt } from '../query.js';
 import type { V1Plugin } from './types.js';
@@ -48,15 +49,10 @@ const Catchall = z.union([z.string(), z.array(z.string())]).describe('metadata.<
 
 const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 
-export function decodeSeqCursor(cursor: string | undefined): number {
-  if (cursor === undefined) return 0;
-  return decodeCursor(cursor, (v) => {
-    const s = (v as { s?: unknown } | null)?.s;
-    return typeof s === 'number' && Number.isSafeInteger(s) && s >= 0 ? s : null;
-  });
+/** The position after which a page starts: 0 without a cursor. */
+export function decodeSeqCursor(ids: OpaqueIds, cursor: string | undefined): number {
+  return cursor === undefined ? 0 : decodeRowCursor(ids, 'episodeCursor', cursor);
 }
-
-export const encodeSeqCursor = (seq: number): string => encodeCursor({ s: seq });
 
 function filterFrom(query: Record<string, unknown>): EpisodeFilter {
   const { cursor: _c, limit: _l, ...rest } = query;
@@ -69,6 +65,7 @@ function filterFrom(query: Record<string, unknown>): EpisodeFilter {
  */
 export async function streamEpisodePage(
   store: Store,
+  ids: OpaqueIds,
   orgId: string,
   filter: EpisodeFilter,
   afterSeq: number,
@@ -83,17 +80,18 @@ export async function streamEpisodePage(
     let after = afterSeq;
     // One string per chunk of rows, built straight from the stored columns (no EpisodeRow).
     for (;;) {
-      const batch = await source.list(orgId, filter, after, EXPORT_CHUNK, lastSeq, 'lines');
+      const batch = await source.listLines(orgId, filter, after, EXPORT_CHUNK, lastSeq);
       if (batch.rows.length > 0) yield episodeLines(batch);
       if (batch.rows.length < EXPORT_CHUNK) return;
       after = batch.rows[batch.rows.length - 1]![0];
     }
   }
-  return { nextCursor: seqs.length > limit && lastSeq !== undefined ? encodeSeqCursor(lastSeq) : null, lines: lines() };
+  return { nextCursor: seqs.length > limit && lastSeq !== undefined ? ids.encode('episodeCursor', lastSeq) : null, lines: lines() };
 }
 
 /** /v1/episodes: the index (spec, Episodes). */
-export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
+export const episodeRoutes: V1Plugin = async (app, { store, clock, secrets }) => {
+  const ids = secrets.opaqueIds();
   const read = { auth: 'key', scope: 'data:read', feature: 'data.metadata' } as const;
   const write = { auth: 'key', scope: 'data:write', feature: 'data.metadata' } as const;
 
@@ -112,9 +110,9 @@ export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
       const { org } = principalOf(request);
       const { limit, cursor } = request.query;
       const filter = filterFrom(request.query);
-      const rows = await store.episodes.list(org.id, filter, decodeSeqCursor(cursor), limit + 1);
+      const rows = await store.episodes.list(org.id, filter, decodeSeqCursor(ids, cursor), limit + 1);
       const page = rows.slice(0, limit);
-      const next = rows.length > limit ? encodeSeqCursor(page[page.length - 1]!.seq) : null;
+      const next = rows.length > limit ? ids.encode('episodeCursor', page[page.length - 1]!.seq) : null;
       return { episodes: page.map(toEpisode), cursor: next };
     },
   });
@@ -133,7 +131,7 @@ export const episodeRoutes: V1Plugin = async (app, { store, clock }) => {
     handler: async (request, reply) => {
       const { org } = principalOf(request);
       const { limit, cursor } = request.query;
-      const page = await streamEpisodePage(store, org.id, filterFrom(request.query), decodeSeqCursor(cursor), limit);
+      const page = await streamEpisodePage(store, ids, org.id, filterFrom(request.query), decodeSeqCursor(ids, cursor), limit);
       return sendNdjson(reply, page.nextCursor, page.lines);
     },
   });

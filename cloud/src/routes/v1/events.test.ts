@@ -136,7 +136,7 @@ async function statusChange(orgId: string, robotId: string, connected: boolean, 
 }
 
 async function logIds(orgId: string): Promise<string[]> {
-  return (await t.store.events.listAfter(orgId, 0, { limit: 1000 })).map((e) => `evt_${e.id}`);
+  return (await t.store.events.listAfter(orgId, 0, { limit: 1000 })).map((e) => t.eventId(e.id));
 }
 
 async function key(scopes: Scope[], orgId = tenant.org.id): Promise<string> {
@@ -185,7 +185,7 @@ describe('GET /v1/events/stream', () => {
       deliveries.push(d);
       await t.store.webhooks.record(d.id, { kind: 'delivered', status: 200, at: t.clock.now() }, d.claim);
     }
-    expect(s.frames.map((f) => [f.id, f.event, f.data])).toEqual(deliveries.map((d) => [d.eventId, d.eventType, d.payload]));
+    expect(s.frames.map((f) => [f.id, f.event, f.data])).toEqual(deliveries.map((d) => [t.secrets.opaqueIds().publicEventId(d.eventId), d.eventType, d.payload]));
   });
 
   it('lets each key read only the families its scopes and its organization allow (403 naming what is missing)', async () => {
@@ -252,6 +252,9 @@ describe('GET /v1/events/stream', () => {
       ['', { 'last-event-id': 'nope' }],
       ['', { 'last-event-id': 'evt_-1' }],
       ['?last_event_id=evt_1', { 'last-event-id': 'evt_1x' }],
+      // Shaped like a handle, but not one this service gave out.
+      ['', { 'last-event-id': `evt_${'a'.repeat(26)}` }],
+      ['', { 'last-event-id': `evt_${'a'.repeat(25)}` }],
     ];
     for (const [query, headers] of bad) {
       const res = await get(query, { headers });
@@ -288,6 +291,24 @@ describe('GET /v1/events/stream', () => {
     await expect.poll(() => ahead.frames.map((f) => (JSON.parse(f.data) as { episode_id?: string }).episode_id)).toEqual([next]);
   });
 
+  it("shows ids that are opaque and unique, telling nothing of other organizations' events; an earlier version's evt_<n> still resumes", async () => {
+    const other = await t.createTenant();
+    const [mine, theirs] = [await robotIn(tenant.org.id), await robotIn(other.org.id)];
+    const s = await open();
+    await finalized(tenant.org.id, mine);
+    for (let i = 0; i < 3; i++) await finalized(other.org.id, theirs);
+    await finalized(tenant.org.id, mine);
+    await expect.poll(() => s.ids.length).toBe(2);
+    for (const id of s.ids) expect(id).toMatch(/^evt_[a-z2-7]{26}$/);
+    // The log's own numbers (3 of the other organization's between them) appear nowhere.
+    const rows = await t.store.events.listAfter(tenant.org.id, 0, { limit: 10 });
+    expect(rows.map((r) => r.id)).toEqual([rows[0]!.id, rows[0]!.id + 4]);
+    expect(s.ids.join(' ')).not.toMatch(new RegExp(`\\b(${rows[0]!.id}|${rows[1]!.id})\\b`));
+    // A client that kept evt_<n> from before the upgrade resumes after that event.
+    const legacy = await open(`?last_event_id=evt_${rows[0]!.id}`);
+    await expect.poll(() => legacy.ids).toEqual([s.ids[1]]);
+  });
+
   it('filters by type and robot, on replay as live', async () => {
     const [r1, r2] = [await robotIn(tenant.org.id), await robotIn(tenant.org.id)];
     await statusChange(tenant.org.id, r1, true);
@@ -298,7 +319,7 @@ describe('GET /v1/events/stream', () => {
     await statusChange(tenant.org.id, r1, false);
     await statusChange(tenant.org.id, r2, true, 'recording');
     const replay = await open(`?types=episode.finalized,robot.status&robot_id=${r2}&last_event_id=evt_0`);
-    const expected = (await t.store.events.listAfter(tenant.org.id, 0, { limit: 100, robotId: r2 })).map((e) => `evt_${e.id}`);
+    const expected = (await t.store.events.listAfter(tenant.org.id, 0, { limit: 100, robotId: r2 })).map((e) => t.eventId(e.id));
     await expect.poll(() => replay.ids).toEqual(expected);
     expect(expected).toHaveLength(4);
     await expect.poll(() => live.frames.map((f) => JSON.parse(f.data) as { robot_id: string; recording_state: string }).map((p) => [p.robot_id, p.recording_state])).toEqual([
@@ -443,6 +464,6 @@ describe('bounds', () => {
     for (let more = await t.store.events.listAfter(tenant.org.id, log.at(-1)!, { limit: 1000 }); more.length > 0; more = await t.store.events.listAfter(tenant.org.id, log.at(-1)!, { limit: 1000 })) log.push(...more.map((e) => e.id));
     expect(log).toHaveLength(1220);
     await expect.poll(() => s.frames.length).toBe(1220);
-    expect(s.ids).toEqual(log.map((id) => `evt_${id}`));
+    expect(s.ids).toEqual(log.map((id) => t.eventId(id)));
   });
 });

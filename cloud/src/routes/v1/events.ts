@@ -2,7 +2,6 @@ import type { OutgoingHttpHeaders } from 'node:http';
 import { z } from 'zod';
 import {
   EVENT_ID_PATTERN,
-  parseEventId,
   ROBOT_STATUS_EVENT,
   scopeSatisfies,
   STREAM_EVENT_TYPES,
@@ -33,7 +32,7 @@ const FAMILIES: readonly { types: readonly StreamEventType[]; scopes: readonly S
 ];
 const READ_SCOPES = [...new Set(FAMILIES.flatMap((f) => f.scopes))];
 
-const EventIdText = z.string().regex(EVENT_ID_PATTERN, 'must be an event id, evt_<n>');
+const EventIdText = z.string().regex(EVENT_ID_PATTERN, 'must be an event id (evt_…)');
 
 const StreamQuery = z.strictObject({
   types: z
@@ -92,7 +91,8 @@ export function streamTypes(principal: Principal, asked: readonly StreamEventTyp
 }
 
 /** GET /v1/events/stream: the organization's event log as server-sent events (docs/api.md, Event stream). */
-export const eventRoutes: V1Plugin = async (app, { streams, store, clock }) => {
+export const eventRoutes: V1Plugin = async (app, { streams, store, clock, secrets }) => {
+  const ids = secrets.opaqueIds();
   app.route({
     method: 'GET',
     url: '/events/stream',
@@ -101,9 +101,9 @@ export const eventRoutes: V1Plugin = async (app, { streams, store, clock }) => {
       operationId: 'streamEvents',
       summary: 'Follow the event log live (server-sent events)',
       description: [
-        'A `text/event-stream` answer that stays open. Each event is a frame `id: evt_<n>`, `event: <type>`, `data: <JSON>`;',
+        'A `text/event-stream` answer that stays open. Each event is a frame `id: evt_…`, `event: <type>`, `data: <JSON>`;',
         'the data of an episode event is the body its webhook carries, byte for byte. The stream opens with `retry: 2000`',
-        'and sends a `: heartbeat` comment line every 15 s. `Last-Event-ID: evt_<n>` (or `?last_event_id=`) resumes:',
+        'and sends a `: heartbeat` comment line every 15 s. `Last-Event-ID: evt_…` (or `?last_event_id=`) resumes:',
         'every later event the key may read is sent, then live ones, none lost and none twice; without it the stream',
         'starts at the present. Episode events (`episode.*`) need `data:read` and the `data.metadata` feature;',
         '`robot.status` needs `robots:read` or `fleet:read`. Open streams are bounded per organization (429 `rate_limited`).',
@@ -112,7 +112,7 @@ export const eventRoutes: V1Plugin = async (app, { streams, store, clock }) => {
       headers: StreamHeaders,
       response: {
         200: {
-          description: 'Server-sent events: `retry:`, then frames `id: evt_<n>` / `event: <type>` / `data: <payload JSON>` and `: heartbeat` comments',
+          description: 'Server-sent events: `retry:`, then frames `id: evt_…` / `event: <type>` / `data: <payload JSON>` and `: heartbeat` comments',
           content: { 'text/event-stream': { schema: StreamEventDataSchema } },
         },
         ...errorResponses('entitlement_required'),
@@ -123,8 +123,8 @@ export const eventRoutes: V1Plugin = async (app, { streams, store, clock }) => {
       const { types, robot_id: robotId, last_event_id: queryLastId } = request.query;
       const wanted = streamTypes(principal, types === undefined ? null : parseTypes(types));
       const lastId = request.headers['last-event-id'] ?? queryLastId;
-      const after = lastId === undefined ? null : parseEventId(lastId);
-      if (lastId !== undefined && after === null) throw validationError('headers', '/last-event-id', 'must be an event id, evt_<n>');
+      const after = lastId === undefined ? null : ids.parseEventId(lastId);
+      if (lastId !== undefined && after === null) throw validationError('headers', '/last-event-id', 'is not an event id this service gave out');
       // HEAD (fastify's twin of every GET) gets the head alone, and holds no stream.
       if (request.method === 'HEAD') {
         reply.hijack();

@@ -17,7 +17,7 @@ import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { newId, newSecret } from '../../ids.js';
 import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type OrgRow, type WebhookRow } from '../../store/index.js';
-import { decodeCursor, encodeCursor } from '../cursor.js';
+import { decodeRowCursor } from '../cursor.js';
 import { queryInt } from '../query.js';
 import { checkEgressUrl } from '../../egress/url-check.js';
 import type { V1Plugin } from './types.js';
@@ -46,6 +46,7 @@ const NoBody = z.strictObject({}).nullish();
 
 /** /v1/webhooks: subscriptions, dead letters, rotation and the test event (admin). */
 export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deliveries, egressAllowLoopback }) => {
+  const ids = secrets.opaqueIds();
   const admin = { auth: 'key', scope: 'admin', feature: 'api.access', meter: null } as const;
 
   app.route({
@@ -126,8 +127,8 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
       if (!rows) throw notFound('webhook');
       return {
         dead_letters: rows.map((d) => ({
-          id: String(d.id),
-          event_id: d.eventId,
+          id: ids.encode('delivery', d.id),
+          event_id: ids.publicEventId(d.eventId),
           event: d.eventType,
           payload: JSON.parse(d.payload) as Record<string, unknown>,
           attempts: d.attempts,
@@ -155,14 +156,14 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
     },
     handler: async (request) => {
       const { limit, cursor } = request.query;
-      const before = cursor === undefined ? null : decodeCursor(cursor, (v) => (Number.isSafeInteger(v) && (v as number) > 0 ? (v as number) : null));
+      const before = cursor === undefined ? null : decodeRowCursor(ids, 'attempt', cursor);
       const rows = await store.webhooks.attempts(principalOf(request).org.id, request.params.id, before, limit + 1);
       if (!rows) throw notFound('webhook');
       const page = rows.slice(0, limit);
       return {
         deliveries: page.map((a) => ({
-          id: String(a.id),
-          event_id: a.eventId,
+          id: ids.encode('attempt', a.id),
+          event_id: ids.publicEventId(a.eventId),
           event: a.eventType,
           attempt: a.attempt,
           status_code: a.statusCode,
@@ -171,7 +172,7 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
           outcome: a.outcome,
           at: iso(a.at),
         })),
-        cursor: rows.length > limit ? encodeCursor(page[page.length - 1]!.id) : null,
+        cursor: rows.length > limit ? ids.encode('attempt', page[page.length - 1]!.id) : null,
       };
     },
   });
@@ -183,15 +184,16 @@ export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deli
     schema: {
       operationId: 'redeliverWebhookDeadLetter',
       summary: 'Put a dead letter back at the end of its queue (same event id)',
-      params: z.strictObject({ id: z.string().min(1).max(128), delivery_id: z.string().regex(/^\d{1,15}$/) }),
+      params: z.strictObject({ id: z.string().min(1).max(128), delivery_id: z.string().min(1).max(64).describe('the dead letter\'s id (dlv_…)') }),
       body: NoBody,
       response: { 202: z.object({ delivery_id: z.string(), event_id: z.string() }), ...errorResponses('not_found') },
     },
     handler: async (request, reply) => {
-      const d = await store.webhooks.redeliver(principalOf(request).org.id, request.params.id, Number(request.params.delivery_id), clock.now());
+      const deliveryId = ids.decode('delivery', request.params.delivery_id);
+      const d = deliveryId === null ? undefined : await store.webhooks.redeliver(principalOf(request).org.id, request.params.id, deliveryId, clock.now());
       if (!d) throw notFound('dead letter');
       deliveries.notify();
-      return reply.code(202).send({ delivery_id: String(d.id), event_id: d.eventId });
+      return reply.code(202).send({ delivery_id: ids.encode('delivery', d.id), event_id: ids.publicEventId(d.eventId) });
     },
   });
 

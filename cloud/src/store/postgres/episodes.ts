@@ -1,11 +1,11 @@
 import { safeJsonStringify, type EpisodeOutcome } from '@fleet/protocol';
-import { finalizedEvent } from '../../events.js';
+import { indexedEvent } from '../../events.js';
 import { attrString, EPISODE_LINE_SELECT, MAX_INDEXED_ATTR_VALUE, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
 import type { EpisodeFilter, EpisodeLineBatch, EpisodeRow, EpisodeStore, IngestItem, IngestResult, OutcomeChangeRow, ReplicaRow } from '../shared/types.js';
 import { EPISODE_EQ_COLUMNS } from '../shared/types.js';
 import { LOCKS, lockOrgs, type PgDb, type Sql } from './db.js';
 import { appendEvents } from './events.js';
-import { episodeFromDb, replicaFromDb, type ReplicaDbRow } from '../shared/rows.js';
+import { EPISODE_INSERT_COLUMNS, episodeFromDb, episodeInsertValues, replicaFromDb, type ReplicaDbRow } from '../shared/rows.js';
 
 const MAX_INDEXED_ATTR_KEY = 256;
 
@@ -32,36 +32,29 @@ export const EPISODE_ROW_SELECT = [
 ].map((c) => `e.${c}`).join(', ');
 
 
-/** The episode columns an ingest writes, in the order of the unnest arrays below. */
-const INSERT_COLUMNS = [
-  ['id', 'text'], ['org_id', 'text'], ['robot_id', 'text'], ['recording_session_id', 'text'], ['episode_seq', 'int8'],
-  ['session_name', 'text'], ['task_id', 'text'], ['task_name', 'text'], ['subtask_id', 'text'], ['operator_id', 'text'],
-  ['operator_name', 'text'], ['control_mode', 'text'], ['policy_version_id', 'text'], ['eval_id', 'text'], ['outcome', 'text'],
-  ['recorded_outcome', 'text'], ['started_at', 'int8'], ['ended_at', 'int8'], ['duration_s', 'float8'], ['message_count', 'int8'],
-  ['bag_size_bytes', 'int8'], ['bag_uri', 'text'], ['metadata', 'text'], ['segments', 'text'], ['manifest', 'text'],
-  ['interrupted', 'bool'], ['reported_at', 'int8'],
-] as const;
+/** The array type of each column an ingest writes (EPISODE_INSERT_COLUMNS), for the unnest below. */
+const INSERT_TYPES: Record<(typeof EPISODE_INSERT_COLUMNS)[number], string> = {
+  id: 'text', org_id: 'text', robot_id: 'text', recording_session_id: 'text', episode_seq: 'int8', session_name: 'text',
+  task_id: 'text', task_name: 'text', subtask_id: 'text', operator_id: 'text', operator_name: 'text', control_mode: 'text',
+  policy_version_id: 'text', eval_id: 'text', outcome: 'text', recorded_outcome: 'text', started_at: 'int8', ended_at: 'int8',
+  duration_s: 'float8', message_count: 'int8', bag_size_bytes: 'int8', bag_uri: 'text', metadata: 'text', segments: 'text',
+  manifest: 'text', interrupted: 'bool', reported_at: 'int8',
+};
 
 /**
  * One INSERT for a whole batch: each column goes as one array parameter and `unnest` zips them
  * into rows (in array order, so seqs follow the batch order). The statement text does not depend
  * on the batch size, so PostgreSQL parses and plans it once per connection.
  */
-const INSERT_EPISODES = `INSERT INTO episodes (${INSERT_COLUMNS.map(([c]) => c).join(', ')})
-  SELECT * FROM unnest(${INSERT_COLUMNS.map(([, t], i) => `$${i + 1}::${t}[]`).join(', ')})
+const INSERT_EPISODES = `INSERT INTO episodes (${EPISODE_INSERT_COLUMNS.join(', ')})
+  SELECT * FROM unnest(${EPISODE_INSERT_COLUMNS.map((c, i) => `$${i + 1}::${INSERT_TYPES[c]}[]`).join(', ')})
   ON CONFLICT (id) DO NOTHING
   RETURNING seq, id`;
 
 function insertParams(items: readonly IngestItem[]): unknown[][] {
-  const cols: unknown[][] = INSERT_COLUMNS.map(() => []);
-  for (const { orgId, robotId, report: r, reportedAt } of items) {
-    const row = [
-      r.id, orgId, robotId, r.recording_session_id, r.episode_seq, r.session_name, r.task_id, r.task_name, r.subtask_id,
-      r.operator_id, r.operator_name, r.control_mode, r.policy_version_id, r.eval_id, r.outcome, r.outcome,
-      Date.parse(r.started_at), r.ended_at === null ? null : Date.parse(r.ended_at), r.duration_s, r.message_count,
-      r.bag_size_bytes, r.bag_uri ?? null, JSON.stringify(r.metadata), JSON.stringify(r.segments), JSON.stringify(r.manifest),
-      r.interrupted === true, reportedAt,
-    ];
+  const cols: unknown[][] = EPISODE_INSERT_COLUMNS.map(() => []);
+  for (const item of items) {
+    const row = episodeInsertValues(item);
     for (let i = 0; i < row.length; i++) cols[i]!.push(row[i]);
   }
   return cols;
@@ -235,11 +228,7 @@ export class PgEpisodes implements EpisodeStore {
     if (attrs.size > 0) await sql.query(INSERT_ATTRS, attrs.params());
     await appendEvents(
       sql,
-      items.map(({ orgId, robotId, report: r, reportedAt }) => ({
-        orgId,
-        event: finalizedEvent({ episode_id: r.id, robot_id: robotId, recording_session_id: r.recording_session_id, episode_seq: r.episode_seq }),
-        at: reportedAt,
-      })),
+      items.map((item) => ({ orgId: item.orgId, event: indexedEvent(item), at: item.reportedAt })),
     );
     return new Set(seqOf.keys());
   }
@@ -250,22 +239,14 @@ export class PgEpisodes implements EpisodeStore {
   }
 
 
-  list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq?: number): Promise<EpisodeRow[]>;
-  list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq: number | undefined, shape: 'lines'): Promise<EpisodeLineBatch>;
-  async list(
-    orgId: string,
-    filter: EpisodeFilter,
-    afterSeq: number,
-    limit: number,
-    maxSeq?: number,
-    shape?: 'lines',
-  ): Promise<EpisodeRow[] | EpisodeLineBatch> {
-    if (shape === 'lines') {
-      const { sql, params } = buildPgListQuery(orgId, filter, afterSeq, limit, EPISODE_LINE_SELECT, maxSeq);
-      return this.lineBatch(this.db, await this.lineRows(sql, params));
-    }
+  async list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq?: number): Promise<EpisodeRow[]> {
     const { sql, params } = buildPgListQuery(orgId, filter, afterSeq, limit, EPISODE_ROW_SELECT, maxSeq);
     return this.hydrate(this.db, await this.db.many<PgEpisodeDbRow>(sql, params));
+  }
+
+  async listLines(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq?: number): Promise<EpisodeLineBatch> {
+    const { sql, params } = buildPgListQuery(orgId, filter, afterSeq, limit, EPISODE_LINE_SELECT, maxSeq);
+    return this.lineBatch(this.db, await this.lineRows(sql, params));
   }
 
   async listSeqs(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number): Promise<number[]> {

@@ -1,15 +1,6 @@
 import type { IdempotencyBegin, IdempotencyClaim, IdempotencyStore, MeterStore, SharedCounterStore, StoredResponse, UsageRow } from '../shared/types.js';
+import { existingKeyVerdict, type IdemDbRow } from '../shared/idempotency.js';
 import type { PgDb } from './db.js';
-
-interface IdemDbRow {
-  fingerprint: string;
-  state: 'in_flight' | 'completed';
-  status: number | null;
-  content_type: string | null;
-  body: string | null;
-  lease_until: number | null;
-  expires_at: number | null;
-}
 
 export class PgIdempotency implements IdempotencyStore {
   constructor(private readonly db: PgDb) {}
@@ -26,14 +17,8 @@ export class PgIdempotency implements IdempotencyStore {
       );
       if (inserted.rowCount) return { kind: 'started' };
       const row = (await sql.query<IdemDbRow>('SELECT * FROM idempotency_keys WHERE org_id = $1 AND key = $2 FOR UPDATE', [orgId, key])).rows[0];
-      const live =
-        row &&
-        ((row.state === 'completed' && (row.expires_at ?? 0) > now) || (row.state === 'in_flight' && (row.lease_until ?? 0) > now));
-      if (row && live) {
-        if (row.fingerprint !== fingerprint) return { kind: 'mismatch' };
-        if (row.state === 'in_flight') return { kind: 'in_flight' };
-        return { kind: 'replay', response: { status: row.status ?? 200, contentType: row.content_type, body: row.body ?? '' } };
-      }
+      const verdict = existingKeyVerdict(row, fingerprint, now);
+      if (verdict) return verdict;
       // Expired (a completed entry past its time, or the lease of a process that died): take it over.
       await sql.query(
         `INSERT INTO idempotency_keys (org_id, key, fingerprint, state, claim_token, lease_until, created_at)

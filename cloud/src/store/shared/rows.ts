@@ -1,6 +1,6 @@
 import type { EpisodeOutcome, EpisodeReport, RecordingState, Scope } from '@fleet/protocol';
 import type { EpisodeColumns } from './episode-lines.js';
-import type { ApiKeyRow, DatasetRow, EnrollmentTokenRow, EpisodeRow, ReplicaRow, RobotRow } from './types.js';
+import type { ApiKeyRow, DatasetRow, EnrollmentTokenRow, EpisodeRow, IngestItem, ReplicaRow, RobotRow } from './types.js';
 
 // Rows as both engines return them (snake_case columns) and their domain form.
 
@@ -118,6 +118,29 @@ export interface ReplicaDbRow {
 
 export function replicaFromDb(r: ReplicaDbRow): ReplicaRow {
   return { destinationId: r.destination_id, state: r.state, grantId: r.grant_id, error: r.error, objectKey: r.object_key, updatedAt: r.updated_at };
+}
+
+/** The episode columns an ingest writes, in the order of episodeInsertValues. */
+export const EPISODE_INSERT_COLUMNS = [
+  'id', 'org_id', 'robot_id', 'recording_session_id', 'episode_seq', 'session_name', 'task_id', 'task_name', 'subtask_id',
+  'operator_id', 'operator_name', 'control_mode', 'policy_version_id', 'eval_id', 'outcome', 'recorded_outcome', 'started_at',
+  'ended_at', 'duration_s', 'message_count', 'bag_size_bytes', 'bag_uri', 'metadata', 'segments', 'manifest', 'interrupted',
+  'reported_at',
+] as const;
+
+/**
+ * What an ingested report writes, column by column (EPISODE_INSERT_COLUMNS), on every engine: the
+ * outcome also as the recorded one, times in ms, JSON as text, `interrupted` as 1 or 0 (SQLite's
+ * integer, which PostgreSQL reads as a boolean). episodeFromDb reads it back.
+ */
+export function episodeInsertValues({ orgId, robotId, report: r, reportedAt }: IngestItem): unknown[] {
+  return [
+    r.id, orgId, robotId, r.recording_session_id, r.episode_seq, r.session_name, r.task_id, r.task_name, r.subtask_id,
+    r.operator_id, r.operator_name, r.control_mode, r.policy_version_id, r.eval_id, r.outcome, r.outcome,
+    Date.parse(r.started_at), r.ended_at === null ? null : Date.parse(r.ended_at), r.duration_s, r.message_count,
+    r.bag_size_bytes, r.bag_uri ?? null, JSON.stringify(r.metadata), JSON.stringify(r.segments), JSON.stringify(r.manifest),
+    r.interrupted ? 1 : 0, reportedAt,
+  ];
 }
 
 export function episodeFromDb(r: EpisodeColumns, replicas: ReplicaRow[]): EpisodeRow {

@@ -371,10 +371,10 @@ export interface EpisodeStore {
   /** Rows with afterSeq < seq (<= maxSeq) matching the filter, in seq order. */
   list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq?: number): Promise<EpisodeRow[]>;
   /**
-   * The same rows as line rows (shape 'lines') instead of an EpisodeRow each: what the export
-   * streams. Same query, same chunks, same order as the plain `list`.
+   * The same rows as `list`, as line rows instead of an EpisodeRow each: what the export
+   * streams. Same query, same chunks, same order.
    */
-  list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq: number | undefined, shape: 'lines'): Promise<EpisodeLineBatch>;
+  listLines(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq?: number): Promise<EpisodeLineBatch>;
   /** Only the seqs of what `list` would return: cheap, to size a page before streaming it. */
   listSeqs(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number): Promise<number[]>;
   /** Shallow merge; a null value deletes the key. Undefined for an unknown episode. */

@@ -1,6 +1,6 @@
 import type { Statement } from 'better-sqlite3';
 import { safeJsonStringify, type EpisodeOutcome } from '@fleet/protocol';
-import { finalizedEvent } from '../../events.js';
+import { indexedEvent } from '../../events.js';
 import type { Db } from './db.js';
 import { eventAppender } from './events.js';
 import { EQ_INDEX, ListPlanner, type IndexCondition, type ListDriver } from './list-plan.js';
@@ -16,7 +16,7 @@ import type {
 } from '../shared/types.js';
 import { EPISODE_EQ_COLUMNS } from '../shared/types.js';
 import { attrString, EPISODE_LINE_SELECT, MAX_INDEXED_ATTR_VALUE, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
-import { episodeFromDb, replicaFromDb, type ReplicaDbRow } from '../shared/rows.js';
+import { EPISODE_INSERT_COLUMNS, episodeFromDb, episodeInsertValues, replicaFromDb, type ReplicaDbRow } from '../shared/rows.js';
 
 const MAX_INDEXED_ATTR_KEY = 256;
 
@@ -44,14 +44,7 @@ export class SqliteEpisodes implements EpisodeStore {
   constructor(private readonly db: Db) {
     this.byId = db.prepare<[string], { seq: number; org_id: string; robot_id: string }>('SELECT seq, org_id, robot_id FROM episodes WHERE id = ?');
     this.byOrgId = db.prepare<[string, string], EpisodeDbRow>('SELECT * FROM episodes WHERE org_id = ? AND id = ?');
-    this.insert = db.prepare(
-      `INSERT INTO episodes (id, org_id, robot_id, recording_session_id, episode_seq, session_name, task_id, task_name, subtask_id,
-         operator_id, operator_name, control_mode, policy_version_id, eval_id, outcome, recorded_outcome, started_at, ended_at,
-         duration_s, message_count, bag_size_bytes, bag_uri, metadata, segments, manifest, interrupted, reported_at)
-       VALUES (@id, @org_id, @robot_id, @recording_session_id, @episode_seq, @session_name, @task_id, @task_name, @subtask_id,
-         @operator_id, @operator_name, @control_mode, @policy_version_id, @eval_id, @outcome, @outcome, @started_at, @ended_at,
-         @duration_s, @message_count, @bag_size_bytes, @bag_uri, @metadata, @segments, @manifest, @interrupted, @reported_at)`,
-    );
+    this.insert = db.prepare(`INSERT INTO episodes (${EPISODE_INSERT_COLUMNS.join(', ')}) VALUES (${EPISODE_INSERT_COLUMNS.map(() => '?').join(', ')})`);
     this.insertAttr = db.prepare('INSERT OR IGNORE INTO episode_attrs (org_id, layer, key, value, seq) VALUES (?, ?, ?, ?, ?)');
     this.deleteAttrs = db.prepare('DELETE FROM episode_attrs WHERE org_id = ? AND layer = ? AND key = ? AND value = ? AND seq = ?');
     this.appendEvent = eventAppender(db);
@@ -74,40 +67,14 @@ export class SqliteEpisodes implements EpisodeStore {
     return this.db.transaction(() => items.map((item) => this.ingestOne(item)))();
   }
 
-  private ingestOne({ orgId, robotId, report: r, reportedAt }: IngestItem): IngestResult {
+  private ingestOne(item: IngestItem): IngestResult {
+    const { orgId, robotId, report: r, reportedAt } = item;
     const existing = this.byId.get(r.id);
     if (existing) return existing.org_id === orgId && existing.robot_id === robotId ? 'duplicate' : 'conflict';
-    const info = this.insert.run({
-      id: r.id,
-      org_id: orgId,
-      robot_id: robotId,
-      recording_session_id: r.recording_session_id,
-      episode_seq: r.episode_seq,
-      session_name: r.session_name,
-      task_id: r.task_id,
-      task_name: r.task_name,
-      subtask_id: r.subtask_id,
-      operator_id: r.operator_id,
-      operator_name: r.operator_name,
-      control_mode: r.control_mode,
-      policy_version_id: r.policy_version_id,
-      eval_id: r.eval_id,
-      outcome: r.outcome,
-      started_at: Date.parse(r.started_at),
-      ended_at: r.ended_at === null ? null : Date.parse(r.ended_at),
-      duration_s: r.duration_s,
-      message_count: r.message_count,
-      bag_size_bytes: r.bag_size_bytes,
-      bag_uri: r.bag_uri ?? null,
-      metadata: JSON.stringify(r.metadata),
-      segments: JSON.stringify(r.segments),
-      manifest: JSON.stringify(r.manifest),
-      interrupted: r.interrupted ? 1 : 0,
-      reported_at: reportedAt,
-    });
+    const info = this.insert.run(...episodeInsertValues(item));
     const seq = Number(info.lastInsertRowid);
     this.indexAttrs(orgId, 'm', r.metadata, seq);
-    this.appendEvent(orgId, finalizedEvent({ episode_id: r.id, robot_id: robotId, recording_session_id: r.recording_session_id, episode_seq: r.episode_seq }), reportedAt);
+    this.appendEvent(orgId, indexedEvent(item), reportedAt);
     return 'inserted';
   }
 
@@ -125,25 +92,18 @@ export class SqliteEpisodes implements EpisodeStore {
     return r && this.hydrate([r])[0];
   }
 
-  list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq?: number): Promise<EpisodeRow[]>;
-  list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq: number | undefined, shape: 'lines'): Promise<EpisodeLineBatch>;
-  async list(
-    orgId: string,
-    filter: EpisodeFilter,
-    afterSeq: number,
-    limit: number,
-    maxSeq?: number,
-    shape?: 'lines',
-  ): Promise<EpisodeRow[] | EpisodeLineBatch> {
+  async list(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq?: number): Promise<EpisodeRow[]> {
     const driver = this.planner.plan(orgId, filter, afterSeq, maxSeq);
-    if (shape === 'lines') {
-      if (driver === 'empty') return { rows: [], replicas: new Map() };
-      const { sql, params } = buildListQuery(orgId, filter, afterSeq, limit, EPISODE_LINE_SELECT, maxSeq, driver);
-      return this.lineBatch(this.preparedRaw(sql).all(...params) as EpisodeLineRow[]);
-    }
     if (driver === 'empty') return [];
     const { sql, params } = buildListQuery(orgId, filter, afterSeq, limit, 'e.*', maxSeq, driver);
     return this.hydrate(this.prepared(sql).all(...params) as EpisodeDbRow[]);
+  }
+
+  async listLines(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number, maxSeq?: number): Promise<EpisodeLineBatch> {
+    const driver = this.planner.plan(orgId, filter, afterSeq, maxSeq);
+    if (driver === 'empty') return { rows: [], replicas: new Map() };
+    const { sql, params } = buildListQuery(orgId, filter, afterSeq, limit, EPISODE_LINE_SELECT, maxSeq, driver);
+    return this.lineBatch(this.preparedRaw(sql).all(...params) as EpisodeLineRow[]);
   }
 
   async listSeqs(orgId: string, filter: EpisodeFilter, afterSeq: number, limit: number): Promise<number[]> {

@@ -114,7 +114,7 @@ describe('planned list queries', () => {
             after = page[page.length - 1]!.seq;
           }
           expect(got).toEqual(expected);
-          const lines = await (store.episodes as SqliteEpisodes).list(ORG, f, 0, 10_000, maxSeq, 'lines');
+          const lines = await (store.episodes as SqliteEpisodes).listLines(ORG, f, 0, 10_000, maxSeq);
           expect(lines.rows.map((r) => r[0])).toEqual(expected);
           if (maxSeq === undefined) expect(await store.episodes.listSeqs(ORG, f, 0, 10_000)).toEqual(expected);
         },

@@ -1,15 +1,6 @@
+import { existingKeyVerdict, type IdemDbRow } from '../shared/idempotency.js';
 import type { Db } from './db.js';
 import type { IdempotencyBegin, IdempotencyClaim, IdempotencyStore, MeterStore, StoredResponse, UsageRow } from '../shared/types.js';
-
-interface IdemDbRow {
-  fingerprint: string;
-  state: 'in_flight' | 'completed';
-  status: number | null;
-  content_type: string | null;
-  body: string | null;
-  lease_until: number | null;
-  expires_at: number | null;
-}
 
 export class SqliteIdempotency implements IdempotencyStore {
   private readonly select;
@@ -49,19 +40,8 @@ export class SqliteIdempotency implements IdempotencyStore {
     // concurrent requests with one key (even from two processes) cannot both start.
     return this.db
       .transaction((): IdempotencyBegin => {
-        const row = this.select.get(orgId, key);
-        const live =
-          row &&
-          ((row.state === 'completed' && (row.expires_at ?? 0) > now) ||
-            (row.state === 'in_flight' && (row.lease_until ?? 0) > now));
-        if (row && live) {
-          if (row.fingerprint !== fingerprint) return { kind: 'mismatch' };
-          if (row.state === 'in_flight') return { kind: 'in_flight' };
-          return {
-            kind: 'replay',
-            response: { status: row.status ?? 200, contentType: row.content_type, body: row.body ?? '' },
-          };
-        }
+        const verdict = existingKeyVerdict(this.select.get(orgId, key), fingerprint, now);
+        if (verdict) return verdict;
         this.claim.run(orgId, key, fingerprint, token, now + leaseMs, now);
         return { kind: 'started' };
       })

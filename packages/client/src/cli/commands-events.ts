@@ -30,7 +30,7 @@ export function registerEvents(program: Command, ctx: CliContext): void {
     .description('print events as they happen (like `stripe listen`): a line each, or NDJSON with --json; reconnects by itself, Ctrl-C stops')
     .option('--type <type>', `only this type (repeatable or comma-separated): ${STREAM_EVENT_TYPES.join(', ')}`, list)
     .option('--robot <robot-id>', "only this robot's events")
-    .option('--since <event-id>', 'first every event after this one (evt_<n>), then live ones')
+    .option('--since <event-id>', 'first every event after this one (its evt_… id), then live ones')
     .addHelpText(
       'after',
       `
@@ -38,7 +38,7 @@ Examples:
   $ fleet events tail
   $ fleet events tail --type robot.status --robot rbt_123
   $ fleet events tail --type episode.finalized,episode.verified --json
-  $ fleet events tail --since evt_1200      # what happened after evt_1200, then live
+  $ fleet events tail --since evt_k5vq…     # what happened after that event, then live
 
 Without --type, every event the key may read: episode events with data:read, robot.status with
 robots:read or fleet:read. Each line starts with the time it arrived and the event id; --since
@@ -47,7 +47,7 @@ takes an id to resume from after an interruption. Connection notes go to stderr.
     .action(async (opts: { type?: string[]; robot?: string; since?: string }, cmd: Command) => {
       const bad = opts.type?.find((t) => !(STREAM_EVENT_TYPES as readonly string[]).includes(t));
       if (bad !== undefined) throw new UsageError(`unknown event type '${bad.slice(0, 64)}': one of ${STREAM_EVENT_TYPES.join(', ')}`);
-      if (opts.since !== undefined && !EVENT_ID_PATTERN.test(opts.since)) throw new UsageError(`--since takes an event id, evt_<n>, not '${opts.since.slice(0, 64)}'`);
+      if (opts.since !== undefined && !EVENT_ID_PATTERN.test(opts.since)) throw new UsageError(`--since takes an event id (evt_…, as a line of this command shows it), not '${opts.since.slice(0, 64)}'`);
       const json = globals(cmd).json === true;
       const note = (text: string) => ctx.stderr.write(`${text}\n`);
       let opened = 0;

@@ -8,6 +8,8 @@ import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { cloudLogFiveHundreds, memoryBounds, splitByOutage, type ApiLog, type MemoryWatch, type Window } from './watch.js';
 import type { LocalEpisode, RobotState } from './robot-state.js';
+import { FleetClient } from '@fleet/client';
+import { WEBHOOK_EVENTS } from '@fleet/protocol';
 import { ROUTING, type OrgName, type SoakSystem } from './system.js';
 
 export interface Invariant {
@@ -48,6 +50,31 @@ export async function listCloudEpisodes(sys: SoakSystem, org: OrgName): Promise<
 export interface RobotOf {
   org: OrgName;
   state: RobotState;
+}
+
+/**
+ * The position in the organization's event log of each of its episode events, read through the
+ * event stream from its start (`evt_0`) until every id in `want` has come, or for at most two
+ * minutes (the drained log is replayed in seconds; an id that never comes is a violation).
+ */
+async function logOrder(sys: SoakSystem, org: OrgName, want: ReadonlySet<string>): Promise<Map<string, number>> {
+  const order = new Map<string, number>();
+  let missing = want.size;
+  if (missing === 0) return order;
+  const ac = new AbortController();
+  const timer = setTimeout(() => ac.abort(), 120_000);
+  try {
+    const client = new FleetClient({ baseUrl: sys.cloud().http, apiKey: sys.orgs[org].key });
+    for await (const e of client.events.stream({ lastEventId: 'evt_0', types: [...WEBHOOK_EVENTS], signal: ac.signal })) {
+      if (order.has(e.id)) continue;
+      order.set(e.id, order.size);
+      if (want.has(e.id) && --missing === 0) break;
+    }
+  } finally {
+    clearTimeout(timer);
+    ac.abort();
+  }
+  return order;
 }
 
 const limitList = (xs: string[], n = 20): string[] => (xs.length > n ? [...xs.slice(0, n), `… and ${xs.length - n} more`] : xs);
@@ -187,16 +214,18 @@ export async function checkInvariants(opts: {
           if (!seen.has(w)) v.push(`org ${org}: ${w.trim()} never delivered`);
         }
       }
-      // Order: the event log's sequence (evt_<n>) of first arrivals only grows.
+      // Order: first arrivals come in the order of the organization's event log (ids are opaque:
+      // the log's order is read back through the event stream, replayed from its start), and
+      // every delivered id is one of this organization's events.
+      const firsts = [...new Set(o.deliveries.map((d) => d.eventId))];
+      const position = await logOrder(sys, org, new Set(firsts));
       let last = -1;
-      const firsts = new Set<string>();
-      for (const d of o.deliveries) {
-        if (firsts.has(d.eventId)) continue;
-        firsts.add(d.eventId);
-        const n = Number(/^evt_(\d+)$/.exec(d.eventId)?.[1] ?? NaN);
-        if (!Number.isFinite(n)) v.push(`org ${org}: event id ${d.eventId} is not evt_<n>`);
-        else if (n < last) v.push(`org ${org}: ${d.eventId} (${d.event}) arrived after evt_${last}`);
-        else last = n;
+      let lastId = '';
+      for (const id of firsts) {
+        const at = position.get(id);
+        if (at === undefined) v.push(`org ${org}: delivered ${id}, which is not in the organization's event log`);
+        else if (at < last) v.push(`org ${org}: ${id} arrived after ${lastId}, which the log has later`);
+        else [last, lastId] = [at, id];
       }
       // Isolation: every delivery is about this organization's robots and episodes.
       const robotsOfOrg = new Set(robots.filter((r) => r.org === org).flatMap((r) => r.state.episodes.map((e) => e.robotId)));

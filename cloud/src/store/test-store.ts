@@ -7,7 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { describe, inject } from 'vitest';
+import { afterEach, beforeEach, describe, inject } from 'vitest';
 import { openPgStore, type PgStore } from './postgres/store.js';
 import { openSqliteStore, type SqliteStore } from './sqlite/store.js';
 import type { Store } from './shared/types.js';
@@ -133,4 +133,22 @@ export async function countRows(store: Store, table: string): Promise<number> {
   const t = store as TestStore;
   if (t.engine === 'postgres') return (await (t as PgStore).db.one<{ n: number }>(`SELECT COUNT(*) AS n FROM ${table}`))!.n;
   return sqliteDb(store).prepare(`SELECT COUNT(*) FROM ${table}`).pluck().get() as number;
+}
+
+/**
+ * Two PostgreSQL stores on one new database, as two replicas would hold it: opened before each
+ * test of the suite that calls this (then `setup` on the first), closed after it.
+ */
+export function pgTwinsPerTest(setup?: (first: PgStore) => Promise<void>): { readonly first: PgStore; readonly second: PgStore } {
+  const pair = {} as { first: PgStore; second: PgStore };
+  beforeEach(async () => {
+    pair.first = (await openTestStore('postgres')) as PgStore;
+    pair.second = (await openTwin(pair.first as TestStore)) as PgStore;
+    await setup?.(pair.first);
+  });
+  afterEach(async () => {
+    await pair.second.close();
+    await pair.first.close();
+  });
+  return pair;
 }

@@ -4,6 +4,7 @@ import { replicaTransition } from '../../sync/replica-transition.js';
 import {
   destinationFromDb,
   FORWARD_KEEP_MS,
+  forwardColumns,
   ROUTE_COLUMNS,
   routeFromDb,
   ruleFromDb,
@@ -218,9 +219,7 @@ export class PgSync implements SyncStore {
         orgId,
         destinationId,
         at,
-        outcome.kind,
-        outcome.kind === 'granted' ? outcome.grantId : null,
-        outcome.kind === 'deferred' ? outcome.reason : null,
+        ...forwardColumns(outcome),
       ]);
       await sql.query('UPDATE destinations SET last_forward_at = GREATEST(COALESCE(last_forward_at, 0), $1) WHERE org_id = $2 AND id = $3', [at, orgId, destinationId]);
       await sql.query('DELETE FROM grant_forwards WHERE destination_id = $1 AND at < $2', [destinationId, at - FORWARD_KEEP_MS]);

@@ -4,10 +4,10 @@
  * it checks (commit order of event ids, one fan-out at a time) has no SQLite counterpart: SQLite
  * has one writer.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { finalizedEvent, prunedEvent } from '../../events.js';
 import { testReport } from '../../test-support.js';
-import { openTestStore, openTwin, postgresAvailable } from '../test-store.js';
+import { pgTwinsPerTest, postgresAvailable } from '../test-store.js';
 import type { PgDb } from './db.js';
 import { appendEvents } from './events.js';
 import type { PgStore } from './store.js';
@@ -16,17 +16,8 @@ const T0 = Date.parse('2026-01-01T00:00:00Z');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 (postgresAvailable() ? describe : describe.skip)('webhook fan-out on PostgreSQL, two replicas', () => {
-  let a: PgStore;
-  let b: PgStore;
-
-  beforeEach(async () => {
-    a = (await openTestStore('postgres')) as PgStore;
-    b = (await openTwin(a as never)) as PgStore;
-    for (const org of ['org_a', 'org_b']) await a.db.query("INSERT INTO orgs (id, name, tier, created_at) VALUES ($1, $1, 'enterprise', $2)", [org, T0]);
-  });
-  afterEach(async () => {
-    await b.close();
-    await a.close();
+  const twins = pgTwinsPerTest(async (first) => {
+    for (const org of ['org_a', 'org_b']) await first.db.query("INSERT INTO orgs (id, name, tier, created_at) VALUES ($1, $1, 'enterprise', $2)", [org, T0]);
   });
 
   const ref = (i: number) => ({ episode_id: `ep_${i}`, robot_id: 'rbt_1', recording_session_id: 'rs_1', episode_seq: i });
@@ -43,6 +34,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
   }
 
   it('every event reaches every matching subscription once, in id order, while both replicas append and fan out', async () => {
+    const { first: a, second: b } = twins;
     const subs = [
       { id: 'whk_all', org: 'org_a', events: ['episode.finalized', 'episode.pruned'] },
       { id: 'whk_fin', org: 'org_a', events: ['episode.finalized'] },
@@ -74,6 +66,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
   });
 
   it('events appended by store writes on both replicas (replica reports, prunes) reach each subscription once, in id order', async () => {
+    const { first: a, second: b } = twins;
     const reports = Array.from({ length: 40 }, () => testReport());
     await a.episodes.ingest(reports.map((report) => ({ orgId: 'org_a', robotId: 'rbt_1', report, reportedAt: T0 })));
     await a.sync.createDestination({ id: 'dst_1', orgId: 'org_a', type: 'external', url: 'https://grants.test/x', secretSealed: 's', retention: 'keep', createdAt: T0 });
@@ -114,6 +107,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
   });
 
   it('a queue head delivered and released while another replica claims is never handed out again', async () => {
+    const { first: a, second: b } = twins;
     // Replica B's claim sorts many due queues before it locks the first; while it does, replica A
     // claims, delivers and releases the first queue's head again and again. B must lock that queue
     // only with its current head, never the one its statement saw when it started.

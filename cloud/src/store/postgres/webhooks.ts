@@ -148,45 +148,37 @@ export class PgWebhooks implements WebhookStore {
     return r!.id;
   }
 
-  /**
-   * SKIP LOCKED passes over subscriptions another replica is claiming this instant; a claim
-   * committed before ours is seen on the re-checked row (its lease is live) and passed over too.
-   */
   async claimDue(now: number, limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {
-    if (limit <= 0) return [];
+    return limit <= 0 ? [] : this.claimHeads(now, leaseMs, { limit });
+  }
+
+  async dueHead(subscriptionId: string, now: number, leaseMs: number): Promise<ClaimedDelivery | undefined> {
+    return (await this.claimHeads(now, leaseMs, { subscriptionId }))[0];
+  }
+
+  /**
+   * Claims the subscriptions whose head is due (the `limit` most overdue, or the one named) and
+   * returns their heads. SKIP LOCKED passes over subscriptions another replica is claiming this
+   * instant; a claim committed before ours is seen on the re-checked row (its lease is live) and
+   * passed over too.
+   */
+  private claimHeads(now: number, leaseMs: number, which: { limit: number } | { subscriptionId: string }): Promise<ClaimedDelivery[]> {
     const token = newClaimToken();
+    const one = 'subscriptionId' in which;
     return this.db.tx(async (sql) => {
       const claimed = await sql.query<{ id: string }>(
         `WITH due AS (
            SELECT s.id FROM webhook_subscriptions s
            CROSS JOIN LATERAL (SELECT d.next_attempt_at FROM webhook_deliveries d
                                WHERE d.subscription_id = s.id AND d.state = 'pending' ORDER BY d.id LIMIT 1) h
-           WHERE s.status = 'active' AND h.next_attempt_at <= $1 AND (s.claimed_until IS NULL OR s.claimed_until <= $1)
+           WHERE ${one ? 's.id = $5 AND ' : ''}s.status = 'active' AND h.next_attempt_at <= $1 AND (s.claimed_until IS NULL OR s.claimed_until <= $1)
            ORDER BY h.next_attempt_at LIMIT $2
            FOR UPDATE OF s SKIP LOCKED
          )
          UPDATE webhook_subscriptions s SET claim_token = $3, claimed_until = $4 FROM due WHERE s.id = due.id RETURNING s.id`,
-        [now, limit, token, now + leaseMs],
+        one ? [now, 1, token, now + leaseMs, which.subscriptionId] : [now, which.limit, token, now + leaseMs],
       );
       return headsOfClaimed(sql, claimed.rows.map((r) => r.id), now, token);
-    });
-  }
-
-  async dueHead(subscriptionId: string, now: number, leaseMs: number): Promise<ClaimedDelivery | undefined> {
-    const token = newClaimToken();
-    return this.db.tx(async (sql) => {
-      const claimed = await sql.query<{ id: string }>(
-        `WITH due AS (
-           SELECT s.id FROM webhook_subscriptions s
-           CROSS JOIN LATERAL (SELECT d.next_attempt_at FROM webhook_deliveries d
-                               WHERE d.subscription_id = s.id AND d.state = 'pending' ORDER BY d.id LIMIT 1) h
-           WHERE s.id = $1 AND s.status = 'active' AND h.next_attempt_at <= $2 AND (s.claimed_until IS NULL OR s.claimed_until <= $2)
-           FOR UPDATE OF s SKIP LOCKED
-         )
-         UPDATE webhook_subscriptions s SET claim_token = $3, claimed_until = $4 FROM due WHERE s.id = due.id RETURNING s.id`,
-        [subscriptionId, now, token, now + leaseMs],
-      );
-      return (await headsOfClaimed(sql, claimed.rows.map((r) => r.id), now, token))[0];
     });
   }
 

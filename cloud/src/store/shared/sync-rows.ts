@@ -2,7 +2,7 @@
 // domain form, and the column lists both engines select.
 import { DAY, HOUR, type RetentionDirective } from '@fleet/protocol';
 import { hasAutonomous } from '../../sync/facts.js';
-import type { DestinationRow, RouteRow, RoutingFacts, RoutingRuleRow } from './sync-types.js';
+import type { DestinationRow, ForwardOutcome, RouteRow, RoutingFacts, RoutingRuleRow } from './sync-types.js';
 import type { ReplicaRow } from './types.js';
 
 export interface DestinationDbRow {
@@ -118,4 +118,9 @@ export function unroutedFromDb(r: UnroutedDbRow): { seq: number; robotId: string
       has_autonomous: hasAutonomous(r.control_mode, JSON.parse(r.metadata) as Record<string, unknown>),
     },
   };
+}
+
+/** A grant forward's outcome as the columns of its `grant_forwards` row: (outcome, grant_id, reason). */
+export function forwardColumns(outcome: ForwardOutcome): [kind: ForwardOutcome['kind'], grantId: string | null, reason: string | null] {
+  return [outcome.kind, outcome.kind === 'granted' ? outcome.grantId : null, outcome.kind === 'deferred' ? outcome.reason : null];
 }

@@ -5,6 +5,7 @@ import type { Db } from './db.js';
 import {
   destinationFromDb,
   FORWARD_KEEP_MS,
+  forwardColumns,
   ROUTE_COLUMNS,
   routeFromDb,
   ruleFromDb,
@@ -198,7 +199,7 @@ export class SqliteSync implements SyncStore {
     this.db.transaction(() => {
       this.db
         .prepare('INSERT INTO grant_forwards (org_id, destination_id, at, outcome, grant_id, reason) VALUES (?, ?, ?, ?, ?, ?)')
-        .run(orgId, destinationId, at, outcome.kind, outcome.kind === 'granted' ? outcome.grantId : null, outcome.kind === 'deferred' ? outcome.reason : null);
+        .run(orgId, destinationId, at, ...forwardColumns(outcome));
       this.db
         .prepare('UPDATE destinations SET last_forward_at = MAX(COALESCE(last_forward_at, 0), ?) WHERE org_id = ? AND id = ?')
         .run(at, orgId, destinationId);

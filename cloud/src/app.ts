@@ -22,7 +22,7 @@ import { installPipeline } from './http/pipeline.js';
 import { boundedSerializerCompiler } from './http/serializer.js';
 import type { CatalogEntry } from './http/policy.js';
 import { installRateLimits } from './http/rate-limit.js';
-import { V1_PLUGINS, type CommandSender, type ZodApp } from './routes/v1/index.js';
+import { registerV1, type CommandSender, type ZodApp } from './routes/v1/index.js';
 import { offlineFleetAdmin, type FleetAdmin } from './robots/credentials.js';
 import { SecretBox } from './secret-box.js';
 import { SyncRouter } from './sync/router.js';
@@ -130,9 +130,12 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   const sync =
     deps.sync ??
     new SyncRouter({ store, clock, onError: (err, orgId) => fastify.log.error({ err, org_id: orgId }, 'routing episodes failed') });
+  fastify.decorate('cloudConfig', config).decorate('egressAllowLoopback', config.egressAllowLoopback);
+  fastify.decorate('store', store).decorate('clock', clock).decorate('lastUsed', lastUsed).decorate('secrets', secrets).decorate('sync', sync);
   // The grant relay's forwarding (the destination check); the server passes its own.
   const ownEgress = deps.relay ? null : new EgressClient({ allowLoopback: config.egressAllowLoopback, ...(config.egressCaFile ? { ca: readFileSync(config.egressCaFile, 'utf8') } : {}) });
   const relay = deps.relay ?? new GrantRelay({ store, egress: ownEgress!, secrets, clock, logger: fastify.log });
+  fastify.decorate('relay', relay);
   const catalog = installPipeline(fastify, {
     store,
     clock,
@@ -170,24 +173,16 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   // request in flight.
   fastify.addHook('preClose', async () => streams.close());
 
-  const v1Deps = {
-    config,
-    store,
-    clock,
-    lastUsed,
-    robots: measuredCommands(deps.robots ?? noRobotLink, metrics),
-    fleet: deps.fleet ?? offlineFleetAdmin,
-    mqttPublicUrl: deps.mqttPublicUrl ?? config.mqttPublicUrl ?? '',
-    secrets,
-    deliveries: deps.deliveries ?? { notify: () => undefined },
-    egressAllowLoopback: config.egressAllowLoopback,
-    sync,
-    relay,
-    streams,
-  };
+  fastify.decorate('streams', streams);
+  // The robot link's command sender and fleet administration (the server's), the delivery
+  // worker's wake-up, or their stand-ins where this app runs without them.
+  fastify.decorate('robotCommands', measuredCommands(deps.robots ?? noRobotLink, metrics));
+  fastify.decorate('fleetAdmin', deps.fleet ?? offlineFleetAdmin);
+  fastify.decorate('deliveries', deps.deliveries ?? { notify: () => undefined });
+  fastify.decorate('mqttPublicUrl', deps.mqttPublicUrl ?? config.mqttPublicUrl ?? '');
   await fastify.register(
     async (v1) => {
-      for (const plugin of V1_PLUGINS) await plugin(v1, v1Deps);
+      await registerV1(v1);
       v1.get(
         '/openapi.json',
         { config: { policy: { auth: 'none' } }, schema: { hide: true } },

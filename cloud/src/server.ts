@@ -247,8 +247,8 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         ...(broker ? { sessions: broker } : { brokerLog: true }),
       });
       const rot = new CredentialRotator({ store, clock, secrets, link: l, sessions: broker, accounts, logger });
-      l.onRobotOnline = (robotId) => rot.robotOnline(robotId);
-      l.onStatusLogged = (orgId) => streams.notify([orgId]);
+      l.on('robotOnline', (robotId) => rot.robotOnline(robotId));
+      l.on('statusLogged', (orgId) => streams.notify([orgId]));
       const syncService = new SyncService({ store, relay, publish: (robotId, msg) => l.publishSync(robotId, msg), logger });
       const r = new SyncRouter({
         store,

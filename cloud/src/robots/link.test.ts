@@ -168,7 +168,7 @@ test('two replicas write every status; each change of presence or recording stat
   const logged: string[] = [];
   for (const r of replicas) {
     const link = new RobotLink({ url: broker.url, store: r.store, clock, logger: pino({ level: 'silent' }), commandTimeoutMs: 5_000 });
-    link.onStatusLogged = (orgId) => logged.push(orgId);
+    link.on('statusLogged', (orgId) => logged.push(orgId));
     await link.start();
     cleanups.push(() => link.stop());
   }

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import mqtt, { type MqttClient } from 'mqtt';
 import type { FastifyBaseLogger } from 'fastify';
 import {
@@ -58,7 +59,12 @@ export interface BrokerSessions {
  * replicas) outbox messages and sync requests come through MQTT shared subscriptions, so each is
  * handled by one replica; every replica writes every status, in order.
  */
-export class RobotLink {
+export class RobotLink extends EventEmitter<{
+  /** A robot's status turned it from offline to online (a pending credential rotation goes out). */
+  robotOnline: [robotId: string];
+  /** A status changed a robot's presence or recording state: a robot.status event was logged for the organization. */
+  statusLogged: [orgId: string];
+}> {
   private client: MqttClient | null = null;
   private readonly pending = new Map<string, Pending>();
   /** Presence snapshots in flight (awaited by `stop`, so none writes after the store closed). */
@@ -71,13 +77,12 @@ export class RobotLink {
   private stopSessions: (() => void) | null = null;
   /** Robots being asked whether they are there (see `probe`). */
   private readonly probing = new Set<string>();
-  /** Receives every robot outbox message (the outbox router). */
+  /**
+   * The handlers of robots' messages, awaited before the next message of the subscription (so
+   * they pace the broker): every outbox message (the outbox router), every sync request (grant
+   * and assignment requests). What the link only tells of goes out as events instead.
+   */
   onOutbox: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
-  /** Told when a robot's status turns from offline to online (a pending credential rotation goes out). */
-  onRobotOnline: ((robotId: string) => void) | null = null;
-  /** Told when a status changed a robot's presence or recording state (a robot.status event was logged). */
-  onStatusLogged: ((orgId: string) => void) | null = null;
-  /** Receives every robot sync request (grant and assignment requests). */
   onSyncRequest: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
 
   private get scheduler(): Scheduler {
@@ -111,7 +116,9 @@ export class RobotLink {
        */
       brokerLog?: boolean;
     },
-  ) {}
+  ) {
+    super();
+  }
 
   async start(): Promise<void> {
     const client = await mqtt.connectAsync(this.opts.url, {
@@ -381,8 +388,8 @@ export class RobotLink {
     const before = await this.opts.store.robots.getById(robotId);
     if (!before || before.deenrolledAt !== null || before.connected === connected) return;
     const changed = await this.opts.store.robots.updateStatus(robotId, { connected, seenAt: this.opts.clock.now() }, robotStatusEvent);
-    if (changed) this.onStatusLogged?.(before.orgId);
-    if (connected) this.onRobotOnline?.(robotId);
+    if (changed) this.emit('statusLogged', before.orgId);
+    if (connected) this.emit('robotOnline', robotId);
   }
 
   private async onStatus(robotId: string, json: unknown, retained: boolean): Promise<void> {
@@ -420,8 +427,8 @@ export class RobotLink {
       },
       robotStatusEvent,
     );
-    if (changed) this.onStatusLogged?.(before.orgId);
-    if (online && !before.connected) this.onRobotOnline?.(robotId);
+    if (changed) this.emit('statusLogged', before.orgId);
+    if (online && !before.connected) this.emit('robotOnline', robotId);
   }
 
   private onReply(robotId: string, json: unknown): void {

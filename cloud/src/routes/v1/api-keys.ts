@@ -9,7 +9,8 @@ import type { V1Plugin } from './types.js';
 const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 
 /** /v1/api-keys: scope admin, entitlement api.access (spec: API keys). */
-export const apiKeyRoutes: V1Plugin = async (app, { store, clock, lastUsed }) => {
+export const apiKeyRoutes: V1Plugin = async (app) => {
+  const { store, clock, lastUsed } = app;
   app.route({
     method: 'POST',
     url: '/api-keys',

@@ -56,7 +56,8 @@ export function snapshotFilter(filter: Record<string, string>): EpisodeFilter {
 const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 
 /** /v1/datasets: live filters, one-shot snapshots, paged NDJSON manifests (spec, Datasets). */
-export const datasetRoutes: V1Plugin = async (app, { store, clock }) => {
+export const datasetRoutes: V1Plugin = async (app) => {
+  const { store, clock } = app;
   const read = { auth: 'key', scope: 'data:read', feature: 'data.metadata' } as const;
   const write = { auth: 'key', scope: 'data:write', feature: 'data.metadata' } as const;
 

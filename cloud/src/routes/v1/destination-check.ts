@@ -14,7 +14,8 @@ const NoBody = z.strictObject({}).nullish();
  * path (the relay's own `forward`), so a customer sees what a robot would get. A deferral passes;
  * nothing is persisted (no forward counted, no grant id claimed, no replica).
  */
-export const destinationCheckRoutes: V1Plugin = async (app, { store, relay }) => {
+export const destinationCheckRoutes: V1Plugin = async (app) => {
+  const { store, relay } = app;
   app.route({
     method: 'POST',
     url: '/destinations/:id/check',

@@ -9,7 +9,8 @@ import type { V1Plugin } from './types.js';
 const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 
 /** /v1/destinations: a customer's grant providers (admin). The check lives with the grant relay. */
-export const destinationRoutes: V1Plugin = async (app, { store, clock, secrets, egressAllowLoopback, sync }) => {
+export const destinationRoutes: V1Plugin = async (app) => {
+  const { store, clock, secrets, egressAllowLoopback, sync } = app;
   const admin = { auth: 'key', scope: 'admin', feature: 'data.metadata', meter: null } as const;
 
   app.route({

@@ -90,7 +90,8 @@ export async function streamEpisodePage(
 }
 
 /** /v1/episodes: the index (spec, Episodes). */
-export const episodeRoutes: V1Plugin = async (app, { store, clock, secrets }) => {
+export const episodeRoutes: V1Plugin = async (app) => {
+  const { store, clock, secrets } = app;
   const ids = secrets.opaqueIds();
   const read = { auth: 'key', scope: 'data:read', feature: 'data.metadata' } as const;
   const write = { auth: 'key', scope: 'data:write', feature: 'data.metadata' } as const;

@@ -91,7 +91,8 @@ export function streamTypes(principal: Principal, asked: readonly StreamEventTyp
 }
 
 /** GET /v1/events/stream: the organization's event log as server-sent events (docs/api.md, Event stream). */
-export const eventRoutes: V1Plugin = async (app, { streams, store, clock, secrets }) => {
+export const eventRoutes: V1Plugin = async (app) => {
+  const { streams, store, clock, secrets } = app;
   const ids = secrets.opaqueIds();
   app.route({
     method: 'GET',

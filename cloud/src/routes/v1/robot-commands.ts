@@ -90,7 +90,8 @@ const EPISODE_REFUSAL_TO_ERROR = {
 } as const satisfies Record<Exclude<CommandRefusal, 'unsupported'>, ApiErrorCode>;
 
 /** POST /v1/robots/{id}/…: send the command over MQTT and answer with the robot's reply. */
-export const robotCommandRoutes: V1Plugin = async (app, { store, robots }) => {
+export const robotCommandRoutes: V1Plugin = async (app) => {
+  const { store, robotCommands: robots } = app;
   for (const def of COMMAND_ROUTES) {
     app.route({
       method: 'POST',

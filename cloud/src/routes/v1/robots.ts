@@ -99,7 +99,8 @@ const NoBody = z.strictObject({}).nullish();
 const stringCursor = (v: unknown) => (typeof v === 'string' ? v : null);
 
 /** Enrollment, enrollment tokens, the robot records, de-enrollment and credential rotation (decisions.md, Robots). */
-export const robotRoutes: V1Plugin = async (app, { store, clock, mqttPublicUrl, fleet }) => {
+export const robotRoutes: V1Plugin = async (app) => {
+  const { store, clock, mqttPublicUrl, fleetAdmin: fleet } = app;
   const admin = { auth: 'key', scope: 'admin', feature: 'api.access' } as const;
 
   app.route({

@@ -10,7 +10,8 @@ const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 const RulesList = z.object({ routing_rules: z.array(RoutingRuleSchema) });
 
 /** /v1/routing-rules: which episodes sync where; the first matching rule wins (admin). */
-export const routingRuleRoutes: V1Plugin = async (app, { store, clock, sync }) => {
+export const routingRuleRoutes: V1Plugin = async (app) => {
+  const { store, clock, sync } = app;
   const admin = { auth: 'key', scope: 'admin', feature: 'data.metadata', meter: null } as const;
 
   app.route({

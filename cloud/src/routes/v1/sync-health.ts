@@ -19,7 +19,8 @@ function toRow(r: SyncHealthRow): SyncHealthRowBody {
 }
 
 /** /v1/sync-health: per robot, what has not reached a destination yet. */
-export const syncHealthRoutes: V1Plugin = async (app, { store, clock }) => {
+export const syncHealthRoutes: V1Plugin = async (app) => {
+  const { store, clock } = app;
   app.route({
     method: 'GET',
     url: '/sync-health/robots',

@@ -18,34 +18,59 @@ export type ZodApp = FastifyInstance<
   ZodTypeProvider
 >;
 
-/** What every /v1 resource module is given. */
-export interface V1Deps {
-  config: CloudConfig;
-  store: Store;
-  clock: Clock;
-  lastUsed: LastUsedTracker;
-  /** Sends robot commands and waits for the reply (the MQTT RobotLink in production). */
-  robots: CommandSender;
-  /** De-enrollment's broker disconnect and credential rotation (the CredentialRotator in production). */
-  fleet: FleetAdmin;
-  /** The broker address handed to enrolling robots. */
-  mqttPublicUrl: string;
-  /** Seals stored secrets (webhook and destination signing secrets). */
-  secrets: SecretBox;
-  /** Wakes the webhook delivery worker. */
-  deliveries: { notify(): void };
-  /** Tests and local development: webhook URLs may point at loopback. */
-  egressAllowLoopback: boolean;
-  /** Routes the backlog after rules or destinations change (in the background). */
-  sync: Pick<SyncRouter, 'schedule'>;
-  /** Forwards grant requests to grant providers (the destination check uses it). */
-  relay: Pick<GrantRelay, 'forward'>;
-  /** The event streams of this process (GET /v1/events/stream). */
-  streams: EventHub;
+/**
+ * What the /v1 resource modules use, as decorators of the fastify instance: each is decorated in
+ * app.ts where the component that owns it is built (the store and clock given to the app, the
+ * event hub, the sync router, the grant relay, …), and a module takes what it needs from `app`.
+ * A decorator missing at registration is an error at start (fastify's `hasDecorator` checks in
+ * registerV1), not an undefined at the first request.
+ */
+declare module 'fastify' {
+  interface FastifyInstance {
+    cloudConfig: CloudConfig;
+    store: Store;
+    clock: Clock;
+    lastUsed: LastUsedTracker;
+    /** Sends robot commands and waits for the reply (the MQTT RobotLink in production). */
+    robotCommands: CommandSender;
+    /** De-enrollment's broker disconnect and credential rotation (the CredentialRotator in production). */
+    fleetAdmin: FleetAdmin;
+    /** The broker address handed to enrolling robots. */
+    mqttPublicUrl: string;
+    /** Seals stored secrets (webhook and destination signing secrets) and makes opaque ids. */
+    secrets: SecretBox;
+    /** Wakes the webhook delivery worker. */
+    deliveries: { notify(): void };
+    /** Tests and local development: webhook URLs may point at loopback. */
+    egressAllowLoopback: boolean;
+    /** Routes the backlog after rules or destinations change (in the background). */
+    sync: Pick<SyncRouter, 'schedule'>;
+    /** Forwards grant requests to grant providers (the destination check uses it). */
+    relay: Pick<GrantRelay, 'forward'>;
+    /** The event streams of this process (GET /v1/events/stream). */
+    streams: EventHub;
+  }
 }
+
+/** The decorators every /v1 module may read (registerV1 checks each is there). */
+export const V1_DECORATORS = [
+  'cloudConfig',
+  'store',
+  'clock',
+  'lastUsed',
+  'robotCommands',
+  'fleetAdmin',
+  'mqttPublicUrl',
+  'secrets',
+  'deliveries',
+  'egressAllowLoopback',
+  'sync',
+  'relay',
+  'streams',
+] as const;
 
 export interface CommandSender {
   send(robotId: string, command: RobotCommandName, cmdId: string, args?: Record<string, unknown>): Promise<CommandReply>;
 }
 
-export type V1Plugin = (app: ZodApp, deps: V1Deps) => Promise<void>;
+export type V1Plugin = (app: ZodApp) => Promise<void>;

@@ -16,7 +16,8 @@ const Day = z
 const MAX_DAYS = 366;
 
 /** GET /v1/usage: per-meter, per-day counters of the caller's organization (admin). */
-export const usageRoutes: V1Plugin = async (app, { store, clock }) => {
+export const usageRoutes: V1Plugin = async (app) => {
+  const { store, clock } = app;
   app.route({
     method: 'GET',
     url: '/usage',

@@ -45,7 +45,8 @@ const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 const NoBody = z.strictObject({}).nullish();
 
 /** /v1/webhooks: subscriptions, dead letters, rotation and the test event (admin). */
-export const webhookRoutes: V1Plugin = async (app, { store, clock, secrets, deliveries, egressAllowLoopback }) => {
+export const webhookRoutes: V1Plugin = async (app) => {
+  const { store, clock, secrets, deliveries, egressAllowLoopback } = app;
   const ids = secrets.opaqueIds();
   const admin = { auth: 'key', scope: 'admin', feature: 'api.access', meter: null } as const;
 

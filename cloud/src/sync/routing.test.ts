@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { RoutingFacts } from '../store/shared/sync-types.js';
 import { hasAutonomous } from './facts.js';
-import { decideRoute, matches } from './routing.js';
+import { decideRoute, matches, sameRuleSet } from './routing.js';
 
 const facts = (over: Partial<RoutingFacts> = {}): RoutingFacts => ({
   episode_id: 'ep_000000000001',
@@ -103,5 +103,20 @@ describe('hasAutonomous', () => {
     expect(hasAutonomous('teleop', { has_autonomous: true })).toBe(true);
     expect(hasAutonomous(null, { has_autonomous: 'true' })).toBe(true);
     expect(hasAutonomous(null, { has_autonomous: 'yes' })).toBe(false);
+  });
+});
+
+describe('sameRuleSet: a reorder names every rule exactly once', () => {
+  it.each([
+    [['r1', 'r2', 'r3'], ['r3', 'r1', 'r2'], true],
+    [['r1', 'r2'], ['r1', 'r2'], true],
+    [[], [], true],
+    [['r1', 'r2'], ['r1'], false],
+    [['r1', 'r2'], ['r1', 'r2', 'r3'], false],
+    [['r1', 'r2'], ['r1', 'r1'], false],
+    [['r1', 'r2'], ['r1', 'r3'], false],
+    [['r1', 'r2', 'r2x'], ['r1', 'r2', 'r2'], false],
+  ] as const)('%j reordered as %j: %s', (current, wanted, ok) => {
+    expect(sameRuleSet(current, wanted)).toBe(ok);
   });
 });

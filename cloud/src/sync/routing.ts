@@ -53,3 +53,12 @@ function factString(facts: RoutingFacts, field: RoutingMatchField): string | nul
       return null;
   }
 }
+
+/**
+ * A new order of the routing rules is accepted only as a permutation of the rules there are:
+ * each of them named exactly once, nothing else.
+ */
+export function sameRuleSet(current: readonly string[], wanted: readonly string[]): boolean {
+  const set = new Set(wanted);
+  return set.size === wanted.length && set.size === current.length && current.every((id) => set.has(id));
+}

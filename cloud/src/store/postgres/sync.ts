@@ -1,21 +1,29 @@
 import { DAY, type Pressure, type ReplicaReport } from '@fleet/protocol';
-import { prunedEvent, type EpisodeRef } from '../../events.js';
-import { replicaTransition } from '../../sync/replica-transition.js';
+import { decidePruned, decideReplicaReport, refuseReport } from '../../sync/episode-reports.js';
+import { sameRuleSet } from '../../sync/routing.js';
 import {
   destinationFromDb,
   FORWARD_KEEP_MS,
   forwardColumns,
+  REPORTED_EPISODE_COLUMNS,
+  replicaFactColumns,
+  replicaFactsFromDb,
+  reportedEpisodeFromDb,
   ROUTE_COLUMNS,
   routeFromDb,
   ruleFromDb,
+  syncHealthRows,
+  withPressure,
   UNROUTED_COLUMNS,
   unroutedFromDb,
   UNVERIFIED_ALERT_MS,
   type DestinationDbRow,
-  type EpisodeRefDbRow,
-  type ReplicaStateDbRow,
+  type PressureDbRow,
+  type ReplicaFactsDbRow,
+  type ReportedEpisodeDbRow,
   type RouteDbRow,
   type RuleDbRow,
+  type SyncCountsDbRow,
   type UnroutedDbRow,
 } from '../shared/sync-rows.js';
 import { newClaimToken } from '../shared/webhook-rows.js';
@@ -125,8 +133,7 @@ export class PgSync implements SyncStore {
     return this.db.tx(async (sql) => {
       await this.lockRules(sql, orgId);
       const current = (await sql.query<{ id: string }>('SELECT id FROM routing_rules WHERE org_id = $1', [orgId])).rows.map((r) => r.id);
-      const wanted = new Set(ruleIds);
-      if (wanted.size !== ruleIds.length || wanted.size !== current.length || !current.every((id) => wanted.has(id))) return false;
+      if (!sameRuleSet(current, ruleIds)) return false;
       await sql.query(
         `UPDATE routing_rules r SET position = o.position FROM unnest($2::text[]) WITH ORDINALITY AS o(id, position)
          WHERE r.org_id = $1 AND r.id = o.id`,
@@ -283,63 +290,45 @@ export class PgSync implements SyncStore {
 
   // ---- replicas ----------------------------------------------------------------------------
 
-  /** The episode, row-locked to commit: reports, prunes and marks on one episode go one at a time. */
-  private async lockEpisode(sql: Sql, episodeId: string): Promise<(EpisodeRefDbRow & { pruned_at: number | null; local_missing: number }) | undefined> {
-    return (
-      await sql.query<EpisodeRefDbRow & { pruned_at: number | null; local_missing: number }>(
-        'SELECT seq, org_id, robot_id, recording_session_id, episode_seq, pruned_at, local_missing FROM episodes WHERE id = $1 FOR NO KEY UPDATE',
-        [episodeId],
-      )
-    ).rows[0];
-  }
-
   async applyReplicaReport(robotId: string, report: ReplicaReport, receivedAt: number): Promise<ReplicaIngestResult> {
     return this.db.tx(async (sql): Promise<ReplicaIngestResult> => {
-      const ep = await this.lockEpisode(sql, report.episode_id);
-      if (!ep) return 'unknown_episode';
-      if (ep.robot_id !== robotId) return 'conflict';
-      // A destination of the org is enough, route or not, live or revoked (see sqlite/sync.ts).
-      const dest = (await sql.query('SELECT 1 FROM destinations WHERE org_id = $1 AND id = $2', [ep.org_id, report.destination_id])).rows[0];
-      if (!dest) return 'unknown_destination';
-
-      const old = (
-        await sql.query<ReplicaStateDbRow>('SELECT state, grant_id, error, object_key, reported_at FROM replicas WHERE episode_seq = $1 AND destination_id = $2', [
-          ep.seq,
-          report.destination_id,
-        ])
+      // The episode row is locked to commit: reports, prunes and marks on one episode go one at a time.
+      const facts = (
+        await sql.query<ReplicaFactsDbRow>(
+          `SELECT ${replicaFactColumns('$1')} FROM episodes e LEFT JOIN replicas p ON p.episode_seq = e.seq AND p.destination_id = $1
+           WHERE e.id = $2 FOR NO KEY UPDATE OF e`,
+          [report.destination_id, report.episode_id],
+        )
       ).rows[0];
-      const episode: EpisodeRef = { episode_id: report.episode_id, robot_id: ep.robot_id, recording_session_id: ep.recording_session_id, episode_seq: ep.episode_seq };
-      const write = replicaTransition(old && { state: old.state, objectKey: old.object_key, reportedAt: old.reported_at }, report, episode);
-      if (!write) return 'unchanged';
+      const decision = decideReplicaReport(robotId, report, replicaFactsFromDb(facts));
+      if (decision.result !== 'applied') return decision.result;
+      const { episode, write } = decision;
       await sql.query(
         `INSERT INTO replicas (episode_seq, destination_id, state, grant_id, error, object_key, updated_at, reported_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (episode_seq, destination_id) DO UPDATE SET state = excluded.state, grant_id = excluded.grant_id, error = excluded.error,
            object_key = excluded.object_key, updated_at = excluded.updated_at, reported_at = excluded.reported_at`,
-        [ep.seq, report.destination_id, write.state, write.grantId, write.error, write.objectKey, receivedAt, write.reportedAt],
+        [episode.seq, report.destination_id, write.state, write.grantId, write.error, write.objectKey, receivedAt, write.reportedAt],
       );
-      const events = write.events;
-      await appendEvents(sql, events.map((event) => ({ orgId: ep.org_id, event, at: receivedAt })));
+      await appendEvents(sql, write.events.map((event) => ({ orgId: episode.orgId, event, at: receivedAt })));
       return 'applied';
     });
   }
 
   async markLocalMissing(robotId: string, episodeId: string): Promise<MarkResult> {
-    const ep = await this.db.one<EpisodeRefDbRow>('SELECT seq, org_id, robot_id, recording_session_id, episode_seq FROM episodes WHERE id = $1', [episodeId]);
-    if (!ep) return 'unknown_episode';
-    if (ep.robot_id !== robotId) return 'conflict';
-    const r = await this.db.query('UPDATE episodes SET local_missing = 1 WHERE seq = $1 AND local_missing = 0', [ep.seq]);
+    const episode = reportedEpisodeFromDb(await this.db.one<ReportedEpisodeDbRow>(`SELECT ${REPORTED_EPISODE_COLUMNS} FROM episodes e WHERE e.id = $1`, [episodeId]));
+    const refused = refuseReport(episode, robotId);
+    if (refused) return refused;
+    const r = await this.db.query('UPDATE episodes SET local_missing = 1 WHERE seq = $1 AND local_missing = 0', [episode!.seq]);
     return (r.rowCount ?? 0) > 0 ? 'applied' : 'unchanged';
   }
 
   async markPruned(robotId: string, episodeId: string, prunedAt: number, receivedAt: number): Promise<MarkResult> {
     return this.db.tx(async (sql): Promise<MarkResult> => {
-      const ep = await this.lockEpisode(sql, episodeId);
-      if (!ep) return 'unknown_episode';
-      if (ep.robot_id !== robotId) return 'conflict';
-      if (ep.pruned_at !== null) return 'unchanged';
-      await sql.query('UPDATE episodes SET pruned_at = $1 WHERE seq = $2', [prunedAt, ep.seq]);
-      const ref: EpisodeRef = { episode_id: episodeId, robot_id: ep.robot_id, recording_session_id: ep.recording_session_id, episode_seq: ep.episode_seq };
-      await appendEvents(sql, [{ orgId: ep.org_id, event: prunedEvent(ref), at: receivedAt }]);
+      const row = (await sql.query<ReportedEpisodeDbRow>(`SELECT ${REPORTED_EPISODE_COLUMNS} FROM episodes e WHERE e.id = $1 FOR NO KEY UPDATE`, [episodeId])).rows[0];
+      const decision = decidePruned(robotId, episodeId, reportedEpisodeFromDb(row), row?.pruned_at ?? null);
+      if (decision.result !== 'applied') return decision.result;
+      await sql.query('UPDATE episodes SET pruned_at = $1 WHERE seq = $2', [prunedAt, decision.episode.seq]);
+      await appendEvents(sql, [{ orgId: decision.episode.orgId, event: decision.event, at: receivedAt }]);
       return 'applied';
     });
   }
@@ -379,7 +368,7 @@ export class PgSync implements SyncStore {
   async syncHealth(orgId: string, now: number, opts: { robotIds?: readonly string[] } = {}): Promise<SyncHealthRow[]> {
     const only = opts.robotIds === undefined ? [] : [[...opts.robotIds]];
     const onlyEpisodes = opts.robotIds === undefined ? '' : ' AND e.robot_id = ANY($3::text[])';
-    const rows = await this.db.many<{ robot_id: string; reported: number; unverified: number; over: number; bytes: number; missing: number }>(
+    const counts = await this.db.many<SyncCountsDbRow>(
       `SELECT robot_id, COUNT(*) AS reported, SUM(u)::bigint AS unverified, SUM(CASE WHEN reported_at < $1 THEN u ELSE 0 END)::bigint AS over,
          SUM(u * bytes)::bigint AS bytes, SUM(local_missing)::bigint AS missing
        FROM (SELECT e.robot_id, e.reported_at, e.local_missing, COALESCE((e.manifest::jsonb ->> 'total_bytes')::numeric, 0) AS bytes,
@@ -388,24 +377,13 @@ export class PgSync implements SyncStore {
        GROUP BY robot_id`,
       [now - UNVERIFIED_ALERT_MS, orgId, ...only],
     );
-    const byRobot = new Map<string, SyncHealthRow>();
-    for (const { id } of await this.db.many<{ id: string }>(`SELECT id FROM robots WHERE org_id = $1${opts.robotIds === undefined ? '' : ' AND id = ANY($2::text[])'}`, [orgId, ...only])) {
-      byRobot.set(id, { robotId: id, episodesReported: 0, unverified: 0, unverifiedOver72h: 0, bytesUnverified: 0, localMissing: 0, pressure: null });
-    }
-    for (const r of rows) {
-      byRobot.set(r.robot_id, { robotId: r.robot_id, episodesReported: r.reported, unverified: r.unverified, unverifiedOver72h: r.over, bytesUnverified: r.bytes, localMissing: r.missing, pressure: null });
-    }
-    const out = [...byRobot.values()].sort((a, b) => (a.robotId < b.robotId ? -1 : a.robotId > b.robotId ? 1 : 0));
-    if (out.length === 0) return out;
-    const pressure = await this.db.many<{ robot_id: string; free_bytes: number; backlog_bytes: number; hours_to_full: number | null; reported_at: number }>(
-      'SELECT robot_id, free_bytes, backlog_bytes, hours_to_full, reported_at FROM robot_pressure WHERE robot_id = ANY($1)',
-      [out.map((r) => r.robotId)],
-    );
-    const byId = new Map(pressure.map((p) => [p.robot_id, p]));
-    for (const row of out) {
-      const p = byId.get(row.robotId);
-      if (p) row.pressure = { free_bytes: p.free_bytes, backlog_bytes: p.backlog_bytes, hours_to_full: p.hours_to_full, reportedAt: p.reported_at };
-    }
-    return out;
+    const onlyRobots = opts.robotIds === undefined ? '' : ' AND id = ANY($2::text[])';
+    const robotIds = (await this.db.many<{ id: string }>(`SELECT id FROM robots WHERE org_id = $1${onlyRobots}`, [orgId, ...only])).map((r) => r.id);
+    const rows = syncHealthRows(robotIds, counts);
+    if (rows.length === 0) return rows;
+    const pressure = await this.db.many<PressureDbRow>('SELECT robot_id, free_bytes, backlog_bytes, hours_to_full, reported_at FROM robot_pressure WHERE robot_id = ANY($1)', [
+      rows.map((r) => r.robotId),
+    ]);
+    return withPressure(rows, pressure);
   }
 }

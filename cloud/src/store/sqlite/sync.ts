@@ -1,22 +1,30 @@
 import { DAY, type Pressure, type ReplicaReport } from '@fleet/protocol';
-import { prunedEvent, type EpisodeRef } from '../../events.js';
-import { replicaTransition } from '../../sync/replica-transition.js';
+import { decidePruned, decideReplicaReport, refuseReport } from '../../sync/episode-reports.js';
+import { sameRuleSet } from '../../sync/routing.js';
 import type { Db } from './db.js';
 import {
   destinationFromDb,
   FORWARD_KEEP_MS,
   forwardColumns,
+  REPORTED_EPISODE_COLUMNS,
+  replicaFactColumns,
+  replicaFactsFromDb,
+  reportedEpisodeFromDb,
   ROUTE_COLUMNS,
   routeFromDb,
   ruleFromDb,
   UNROUTED_COLUMNS,
+  syncHealthRows,
+  withPressure,
   unroutedFromDb,
   UNVERIFIED_ALERT_MS,
   type DestinationDbRow,
-  type EpisodeRefDbRow,
-  type ReplicaStateDbRow,
+  type PressureDbRow,
+  type ReplicaFactsDbRow,
+  type ReportedEpisodeDbRow,
   type RouteDbRow,
   type RuleDbRow,
+  type SyncCountsDbRow,
   type UnroutedDbRow,
 } from '../shared/sync-rows.js';
 import { newClaimToken } from '../shared/webhook-rows.js';
@@ -114,8 +122,7 @@ export class SqliteSync implements SyncStore {
     return this.db
       .transaction((): boolean => {
         const current = this.db.prepare<[string], { id: string }>('SELECT id FROM routing_rules WHERE org_id = ?').all(orgId).map((r) => r.id);
-        const wanted = new Set(ruleIds);
-        if (wanted.size !== ruleIds.length || wanted.size !== current.length || !current.every((id) => wanted.has(id))) return false;
+        if (!sameRuleSet(current, ruleIds)) return false;
         const set = this.db.prepare('UPDATE routing_rules SET position = ? WHERE org_id = ? AND id = ?');
         ruleIds.forEach((id, i) => set.run(i + 1, orgId, id));
         return true;
@@ -262,54 +269,44 @@ export class SqliteSync implements SyncStore {
   }
 
   private applyReport(robotId: string, report: ReplicaReport, receivedAt: number): ReplicaIngestResult {
-    const ep = this.episodeRef(report.episode_id);
-    if (!ep) return 'unknown_episode';
-    if (ep.robot_id !== robotId) return 'conflict';
-    // A destination of the org is enough, route or not, live or revoked: the route may have been
-    // decided and then dropped while the robot was uploading, and what reached the customer's
-    // storage is a fact the index must show.
-    const dest = this.db.prepare('SELECT 1 FROM destinations WHERE org_id = ? AND id = ?').get(ep.org_id, report.destination_id);
-    if (!dest) return 'unknown_destination';
-
-    const old = this.db
-      .prepare<[number, string], ReplicaStateDbRow>('SELECT state, grant_id, error, object_key, reported_at FROM replicas WHERE episode_seq = ? AND destination_id = ?')
-      .get(ep.seq, report.destination_id);
-    const episode: EpisodeRef = { episode_id: report.episode_id, robot_id: ep.robot_id, recording_session_id: ep.recording_session_id, episode_seq: ep.episode_seq };
-    const write = replicaTransition(old && { state: old.state, objectKey: old.object_key, reportedAt: old.reported_at }, report, episode);
-    if (!write) return 'unchanged';
+    const facts = this.db
+      .prepare<[{ dest: string; ep: string }], ReplicaFactsDbRow>(
+        `SELECT ${replicaFactColumns('@dest')} FROM episodes e LEFT JOIN replicas p ON p.episode_seq = e.seq AND p.destination_id = @dest WHERE e.id = @ep`,
+      )
+      .get({ dest: report.destination_id, ep: report.episode_id });
+    const decision = decideReplicaReport(robotId, report, replicaFactsFromDb(facts));
+    if (decision.result !== 'applied') return decision.result;
+    const { episode, write } = decision;
     this.db
       .prepare(
         `INSERT INTO replicas (episode_seq, destination_id, state, grant_id, error, object_key, updated_at, reported_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (episode_seq, destination_id) DO UPDATE SET state = excluded.state, grant_id = excluded.grant_id, error = excluded.error,
            object_key = excluded.object_key, updated_at = excluded.updated_at, reported_at = excluded.reported_at`,
       )
-      .run(ep.seq, report.destination_id, write.state, write.grantId, write.error, write.objectKey, receivedAt, write.reportedAt);
-    for (const event of write.events) this.appendEvent(ep.org_id, event, receivedAt);
+      .run(episode.seq, report.destination_id, write.state, write.grantId, write.error, write.objectKey, receivedAt, write.reportedAt);
+    for (const event of write.events) this.appendEvent(episode.orgId, event, receivedAt);
     return 'applied';
   }
 
-  private episodeRef(episodeId: string): EpisodeRefDbRow | undefined {
-    return this.db
-      .prepare<[string], EpisodeRefDbRow>('SELECT seq, org_id, robot_id, recording_session_id, episode_seq FROM episodes WHERE id = ?')
-      .get(episodeId);
+  private reportedEpisode(episodeId: string): ReportedEpisodeDbRow | undefined {
+    return this.db.prepare<[string], ReportedEpisodeDbRow>(`SELECT ${REPORTED_EPISODE_COLUMNS} FROM episodes e WHERE e.id = ?`).get(episodeId);
   }
 
   async markLocalMissing(robotId: string, episodeId: string): Promise<'applied' | 'unchanged' | 'unknown_episode' | 'conflict'> {
-    const ep = this.episodeRef(episodeId);
-    if (!ep) return 'unknown_episode';
-    if (ep.robot_id !== robotId) return 'conflict';
-    return this.db.prepare('UPDATE episodes SET local_missing = 1 WHERE seq = ? AND local_missing = 0').run(ep.seq).changes > 0 ? 'applied' : 'unchanged';
+    const episode = reportedEpisodeFromDb(this.reportedEpisode(episodeId));
+    const refused = refuseReport(episode, robotId);
+    if (refused) return refused;
+    return this.db.prepare('UPDATE episodes SET local_missing = 1 WHERE seq = ? AND local_missing = 0').run(episode!.seq).changes > 0 ? 'applied' : 'unchanged';
   }
 
   async markPruned(robotId: string, episodeId: string, prunedAt: number, receivedAt: number): Promise<'applied' | 'unchanged' | 'unknown_episode' | 'conflict'> {
     return this.db
       .transaction(() => {
-        const ep = this.episodeRef(episodeId);
-        if (!ep) return 'unknown_episode' as const;
-        if (ep.robot_id !== robotId) return 'conflict' as const;
-        if (this.db.prepare('UPDATE episodes SET pruned_at = ? WHERE seq = ? AND pruned_at IS NULL').run(prunedAt, ep.seq).changes === 0) return 'unchanged' as const;
-        const ref: EpisodeRef = { episode_id: episodeId, robot_id: ep.robot_id, recording_session_id: ep.recording_session_id, episode_seq: ep.episode_seq };
-        this.appendEvent(ep.org_id, prunedEvent(ref), receivedAt);
+        const row = this.reportedEpisode(episodeId);
+        const decision = decidePruned(robotId, episodeId, reportedEpisodeFromDb(row), row?.pruned_at ?? null);
+        if (decision.result !== 'applied') return decision.result;
+        this.db.prepare('UPDATE episodes SET pruned_at = ? WHERE seq = ?').run(prunedAt, decision.episode.seq);
+        this.appendEvent(decision.episode.orgId, decision.event, receivedAt);
         return 'applied' as const;
       })
       .immediate();
@@ -356,11 +353,8 @@ export class SqliteSync implements SyncStore {
     const only = opts.robotIds === undefined ? [] : [JSON.stringify(opts.robotIds)];
     const onlyEpisodes = opts.robotIds === undefined ? '' : ' AND e.robot_id IN (SELECT value FROM json_each(?))';
     const onlyRobots = opts.robotIds === undefined ? '' : ' AND id IN (SELECT value FROM json_each(?))';
-    const rows = this.db
-      .prepare<
-        [number, string, ...string[]],
-        { robot_id: string; reported: number; unverified: number; over: number; bytes: number; missing: number }
-      >(
+    const counts = this.db
+      .prepare<[number, string, ...string[]], SyncCountsDbRow>(
         `SELECT robot_id, COUNT(*) AS reported, SUM(u) AS unverified, SUM(u * (reported_at < ?)) AS over, SUM(u * bytes) AS bytes, SUM(local_missing) AS missing
          FROM (SELECT e.robot_id, e.reported_at, e.local_missing, COALESCE(json_extract(e.manifest, '$.total_bytes'), 0) AS bytes,
                  (e.outcome != 'discarded' AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.episode_seq = e.seq AND p.state = 'verified')) AS u
@@ -368,29 +362,11 @@ export class SqliteSync implements SyncStore {
          GROUP BY robot_id`,
       )
       .all(now - UNVERIFIED_ALERT_MS, orgId, ...only);
-    const byRobot = new Map<string, SyncHealthRow>();
-    for (const id of this.db.prepare<[string, ...string[]], { id: string }>(`SELECT id FROM robots WHERE org_id = ?${onlyRobots}`).all(orgId, ...only)) {
-      byRobot.set(id.id, { robotId: id.id, episodesReported: 0, unverified: 0, unverifiedOver72h: 0, bytesUnverified: 0, localMissing: 0, pressure: null });
-    }
-    for (const r of rows) {
-      byRobot.set(r.robot_id, {
-        robotId: r.robot_id,
-        episodesReported: r.reported,
-        unverified: r.unverified,
-        unverifiedOver72h: r.over,
-        bytesUnverified: r.bytes,
-        localMissing: r.missing,
-        pressure: null,
-      });
-    }
-    const pressure = this.db.prepare<[string], { free_bytes: number; backlog_bytes: number; hours_to_full: number | null; reported_at: number }>(
-      'SELECT free_bytes, backlog_bytes, hours_to_full, reported_at FROM robot_pressure WHERE robot_id = ?',
+    const robotIds = this.db.prepare<[string, ...string[]], string>(`SELECT id FROM robots WHERE org_id = ?${onlyRobots}`).pluck().all(orgId, ...only);
+    const rows = syncHealthRows(robotIds, counts);
+    const pressure = this.db.prepare<[string], PressureDbRow>(
+      'SELECT robot_id, free_bytes, backlog_bytes, hours_to_full, reported_at FROM robot_pressure WHERE robot_id IN (SELECT value FROM json_each(?))',
     );
-    const out = [...byRobot.values()].sort((a, b) => (a.robotId < b.robotId ? -1 : a.robotId > b.robotId ? 1 : 0));
-    for (const row of out) {
-      const p = pressure.get(row.robotId);
-      if (p) row.pressure = { free_bytes: p.free_bytes, backlog_bytes: p.backlog_bytes, hours_to_full: p.hours_to_full, reportedAt: p.reported_at };
-    }
-    return out;
+    return withPressure(rows, pressure.all(JSON.stringify(rows.map((r) => r.robotId))));
   }
 }

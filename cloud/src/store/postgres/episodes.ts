@@ -1,13 +1,11 @@
 import { safeJsonStringify, type EpisodeOutcome } from '@fleet/protocol';
 import { indexedEvent } from '../../events.js';
-import { attrString, EPISODE_LINE_SELECT, MAX_INDEXED_ATTR_VALUE, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
+import { EPISODE_LINE_SELECT, indexedAttrs, reportedAgain, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
 import type { EpisodeFilter, EpisodeLineBatch, EpisodeRow, EpisodeStore, IngestItem, IngestResult, OutcomeChangeRow, ReplicaRow } from '../shared/types.js';
 import { EPISODE_EQ_COLUMNS } from '../shared/types.js';
 import { LOCKS, lockOrgs, type PgDb, type Sql } from './db.js';
 import { appendEvents } from './events.js';
 import { EPISODE_INSERT_COLUMNS, episodeFromDb, episodeInsertValues, replicaFromDb, type ReplicaDbRow } from '../shared/rows.js';
-
-const MAX_INDEXED_ATTR_KEY = 256;
 
 /**
  * The text an attribute key or value is stored and compared as. PostgreSQL text cannot hold NUL,
@@ -69,9 +67,7 @@ class AttrRows {
   readonly orgs: string[] = [];
 
   add(orgId: string, layer: 'm' | 'a', values: Record<string, unknown>, seq: number): void {
-    for (const [key, value] of Object.entries(values)) {
-      const s = attrString(value);
-      if (key.length > MAX_INDEXED_ATTR_KEY || s.length > MAX_INDEXED_ATTR_VALUE) continue;
+    for (const [key, s] of indexedAttrs(values)) {
       this.orgs.push(orgId);
       this.layers.push(layer);
       this.keys.push(attrText(key));
@@ -197,7 +193,7 @@ export class PgEpisodes implements EpisodeStore {
       for (const item of items) {
         const prior = existing.get(item.report.id);
         if (prior) {
-          results.push(prior.org_id === item.orgId && prior.robot_id === item.robotId ? 'duplicate' : 'conflict');
+          results.push(reportedAgain(prior, item.orgId, item.robotId));
           continue;
         }
         // A second copy inside the batch meets the first as an existing row, like on SQLite.

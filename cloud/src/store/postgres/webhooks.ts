@@ -1,3 +1,4 @@
+import { activation } from '../../webhooks/activation.js';
 import { attemptFromDb, deliveryFromDb, newClaimToken, subFromDb, type AttemptDbRow, type DeliveryDbRow, type SubDbRow } from '../shared/webhook-rows.js';
 import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type ClaimedDelivery, type DeliveryAttemptRow, type DeliveryOutcome, type DeliveryRow, type WebhookRow, type WebhookStore } from '../shared/types.js';
 import { LOCKS, lockOrgs, type PgDb, type Sql } from './db.js';
@@ -29,7 +30,7 @@ export class PgWebhooks implements WebhookStore {
   async create(row: Parameters<WebhookStore['create']>[0], maxActive: number): Promise<'ok' | 'limit'> {
     return this.db.tx(async (sql) => {
       await this.lockOrg(sql, row.orgId);
-      if ((await this.activeCount(sql, row.orgId)) >= maxActive) return 'limit';
+      if (activation('new', await this.activeCount(sql, row.orgId), maxActive) === 'limit') return 'limit';
       // A new subscription starts with the events that come after it, not the history.
       await sql.query(
         `INSERT INTO webhook_subscriptions (id, org_id, url, events, status, secret_sealed, event_cursor, created_at)
@@ -73,10 +74,15 @@ export class PgWebhooks implements WebhookStore {
   async enable(orgId: string, id: string, maxActive: number): Promise<WebhookRow | 'limit' | undefined> {
     const result = await this.db.tx(async (sql): Promise<'ok' | 'limit' | undefined> => {
       await this.lockOrg(sql, orgId);
-      const r = (await sql.query<{ status: string }>('SELECT status FROM webhook_subscriptions WHERE org_id = $1 AND id = $2', [orgId, id])).rows[0];
+      const r = (
+        await sql.query<{ status: 'active' | 'disabled'; active: number }>(
+          `SELECT status, (SELECT COUNT(*) FROM webhook_subscriptions WHERE org_id = $1 AND status = 'active') AS active FROM webhook_subscriptions WHERE org_id = $1 AND id = $2`,
+          [orgId, id],
+        )
+      ).rows[0];
       if (!r) return undefined;
-      if (r.status === 'active') return 'ok';
-      if ((await this.activeCount(sql, orgId)) >= maxActive) return 'limit';
+      const next = activation(r.status, r.active, maxActive);
+      if (next !== 'activate') return next === 'limit' ? 'limit' : 'ok';
       await sql.query(`UPDATE webhook_subscriptions SET status = 'active', disabled_reason = NULL WHERE id = $1`, [id]);
       return 'ok';
     });

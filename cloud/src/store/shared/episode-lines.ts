@@ -38,6 +38,28 @@ export interface EpisodeColumns {
 
 /** Attribute values longer than this are kept in the episode but not indexed for filters. */
 export const MAX_INDEXED_ATTR_VALUE = 512;
+/** Attribute keys longer than this are kept in the episode but not indexed for filters. */
+export const MAX_INDEXED_ATTR_KEY = 256;
+
+/**
+ * The (key, string form) pairs of an episode's metadata or annotations that the attribute index
+ * holds, so that `metadata.<key>` / `annotation.<key>` filters find them: every one within the
+ * key and value bounds, on both engines.
+ */
+export function* indexedAttrs(values: Record<string, unknown>): Generator<[key: string, value: string]> {
+  for (const [key, value] of Object.entries(values)) {
+    const s = attrString(value);
+    if (key.length <= MAX_INDEXED_ATTR_KEY && s.length <= MAX_INDEXED_ATTR_VALUE) yield [key, s];
+  }
+}
+
+/**
+ * An episode id that is indexed already, reported again: the same robot of the same organization
+ * resending its report is a duplicate (acknowledged, nothing written); anyone else is a conflict.
+ */
+export function reportedAgain(prior: { org_id: string; robot_id: string }, orgId: string, robotId: string): 'duplicate' | 'conflict' {
+  return prior.org_id === orgId && prior.robot_id === robotId ? 'duplicate' : 'conflict';
+}
 
 /** The string form an `annotation.<key>` / `metadata.<key>` filter compares against. */
 export function attrString(value: unknown): string {

@@ -15,10 +15,8 @@ import type {
   ReplicaRow,
 } from '../shared/types.js';
 import { EPISODE_EQ_COLUMNS } from '../shared/types.js';
-import { attrString, EPISODE_LINE_SELECT, MAX_INDEXED_ATTR_VALUE, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
+import { EPISODE_LINE_SELECT, indexedAttrs, reportedAgain, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
 import { EPISODE_INSERT_COLUMNS, episodeFromDb, episodeInsertValues, replicaFromDb, type ReplicaDbRow } from '../shared/rows.js';
-
-const MAX_INDEXED_ATTR_KEY = 256;
 
 export interface EpisodeDbRow extends EpisodeColumns {
   interrupted: number;
@@ -70,7 +68,7 @@ export class SqliteEpisodes implements EpisodeStore {
   private ingestOne(item: IngestItem): IngestResult {
     const { orgId, robotId, report: r, reportedAt } = item;
     const existing = this.byId.get(r.id);
-    if (existing) return existing.org_id === orgId && existing.robot_id === robotId ? 'duplicate' : 'conflict';
+    if (existing) return reportedAgain(existing, orgId, robotId);
     const info = this.insert.run(...episodeInsertValues(item));
     const seq = Number(info.lastInsertRowid);
     this.indexAttrs(orgId, 'm', r.metadata, seq);
@@ -79,9 +77,7 @@ export class SqliteEpisodes implements EpisodeStore {
   }
 
   private indexAttrs(orgId: string, layer: 'm' | 'a', values: Record<string, unknown>, seq: number, remove = false): void {
-    for (const [key, value] of Object.entries(values)) {
-      const s = attrString(value);
-      if (key.length > MAX_INDEXED_ATTR_KEY || s.length > MAX_INDEXED_ATTR_VALUE) continue;
+    for (const [key, s] of indexedAttrs(values)) {
       if (remove) this.deleteAttrs.run(orgId, layer, key, s, seq);
       else this.insertAttr.run(orgId, layer, key, s, seq);
     }

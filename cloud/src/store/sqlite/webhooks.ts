@@ -1,3 +1,4 @@
+import { activation } from '../../webhooks/activation.js';
 import type { Db } from './db.js';
 import { attemptFromDb, deliveryFromDb, newClaimToken, subFromDb, type AttemptDbRow, type DeliveryDbRow, type SubDbRow } from '../shared/webhook-rows.js';
 import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type ClaimedDelivery, type DeliveryAttemptRow, type DeliveryOutcome, type DeliveryRow, type WebhookRow, type WebhookStore } from '../shared/types.js';
@@ -94,7 +95,7 @@ export class SqliteWebhooks implements WebhookStore {
   async create(row: Parameters<WebhookStore['create']>[0], maxActive: number): Promise<'ok' | 'limit'> {
     return this.db
       .transaction((): 'ok' | 'limit' => {
-        if (this.activeCount.get(row.orgId)!.n >= maxActive) return 'limit';
+        if (activation('new', this.activeCount.get(row.orgId)!.n, maxActive) === 'limit') return 'limit';
         // A new subscription starts with the events that come after it, not the history.
         const cursor = this.maxEvent.get(row.orgId)!.m ?? 0;
         this.insertSub.run(row.id, row.orgId, row.url, JSON.stringify(row.events), row.secretSealed, cursor, row.createdAt);
@@ -138,8 +139,8 @@ export class SqliteWebhooks implements WebhookStore {
       .transaction((): 'ok' | 'limit' | undefined => {
         const r = this.byId.get(orgId, id);
         if (!r) return undefined;
-        if (r.status === 'active') return 'ok';
-        if (this.activeCount.get(orgId)!.n >= maxActive) return 'limit';
+        const next = activation(r.status, this.activeCount.get(orgId)!.n, maxActive);
+        if (next !== 'activate') return next === 'limit' ? 'limit' : 'ok';
         this.db.prepare(`UPDATE webhook_subscriptions SET status = 'active', disabled_reason = NULL WHERE id = ?`).run(id);
         return 'ok';
       })

@@ -292,11 +292,14 @@ export class PgSync implements SyncStore {
 
   async applyReplicaReport(robotId: string, report: ReplicaReport, receivedAt: number): Promise<ReplicaIngestResult> {
     return this.db.tx(async (sql): Promise<ReplicaIngestResult> => {
-      // The episode row is locked to commit: reports, prunes and marks on one episode go one at a time.
+      // The episode row is locked to commit: reports, prunes and marks on one episode go one at a
+      // time. The facts are read by the next statement, which sees what a report that held the
+      // lock before committed (a locking read that waited sees its joined rows as they were when
+      // it started).
+      await sql.query('SELECT 1 FROM episodes WHERE id = $1 FOR NO KEY UPDATE', [report.episode_id]);
       const facts = (
         await sql.query<ReplicaFactsDbRow>(
-          `SELECT ${replicaFactColumns('$1')} FROM episodes e LEFT JOIN replicas p ON p.episode_seq = e.seq AND p.destination_id = $1
-           WHERE e.id = $2 FOR NO KEY UPDATE OF e`,
+          `SELECT ${replicaFactColumns('$1')} FROM episodes e LEFT JOIN replicas p ON p.episode_seq = e.seq AND p.destination_id = $1 WHERE e.id = $2`,
           [report.destination_id, report.episode_id],
         )
       ).rows[0];

@@ -1,5 +1,5 @@
 import { activation } from '../../webhooks/activation.js';
-import { attemptFromDb, deliveryFromDb, newClaimToken, subFromDb, type AttemptDbRow, type DeliveryDbRow, type SubDbRow } from '../shared/webhook-rows.js';
+import { ATTEMPT_INSERT_COLUMNS, attemptFromDb, attemptWrite, deliveryFromDb, newClaimToken, subFromDb, type AttemptDbRow, type DeliveryDbRow, type SubDbRow } from '../shared/webhook-rows.js';
 import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type ClaimedDelivery, type DeliveryAttemptRow, type DeliveryOutcome, type DeliveryRow, type WebhookRow, type WebhookStore } from '../shared/types.js';
 import { LOCKS, lockOrgs, type PgDb, type Sql } from './db.js';
 
@@ -206,14 +206,8 @@ export class PgWebhooks implements WebhookStore {
     await this.db.tx(async (sql) => {
       const d = (await sql.query<DeliveryDbRow>('SELECT * FROM webhook_deliveries WHERE id = $1', [deliveryId])).rows[0];
       if (!d) return;
-      const status = o.status;
-      const error = o.kind === 'delivered' ? null : o.error;
-      const latency = o.latencyMs === undefined ? null : Math.max(0, Math.round(o.latencyMs));
-      await sql.query(
-        `INSERT INTO webhook_attempts (subscription_id, delivery_id, event_id, event_type, attempt, status_code, error, latency_ms, outcome, at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-        [d.subscription_id, d.id, d.event_id, d.event_type, d.attempts + 1, status, error, latency, o.kind, o.at],
-      );
+      const write = attemptWrite(d, o);
+      await sql.query(`INSERT INTO webhook_attempts (${ATTEMPT_INSERT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, [...write.attempt]);
       // The newest ATTEMPTS_KEPT_PER_SUBSCRIPTION stay (ids grow).
       await sql.query(
         `DELETE FROM webhook_attempts WHERE subscription_id = $1 AND id <= (
@@ -226,16 +220,15 @@ export class PgWebhooks implements WebhookStore {
         const held = await sql.query('UPDATE webhook_subscriptions SET claim_token = NULL, claimed_until = NULL WHERE id = $1 AND claim_token = $2', [d.subscription_id, claim]);
         if ((held.rowCount ?? 0) === 0) return;
       }
-      if (o.kind === 'delivered') {
-        await sql.query(`UPDATE webhook_deliveries SET state = 'delivered', attempts = attempts + 1, last_status = $1, last_error = NULL WHERE id = $2`, [o.status, deliveryId]);
-        await sql.query('UPDATE webhook_subscriptions SET last_delivered_at = $1, last_delivery_error = NULL WHERE id = $2', [o.at, d.subscription_id]);
-      } else if (o.kind === 'retry') {
-        await sql.query('UPDATE webhook_deliveries SET attempts = attempts + 1, last_status = $1, last_error = $2, next_attempt_at = $3 WHERE id = $4', [o.status, o.error, o.nextAttemptAt, deliveryId]);
-        await sql.query('UPDATE webhook_subscriptions SET last_delivery_error = $1 WHERE id = $2', [o.error, d.subscription_id]);
-      } else {
-        await sql.query(`UPDATE webhook_deliveries SET state = 'dead', attempts = attempts + 1, last_status = $1, last_error = $2, dead_lettered_at = $3 WHERE id = $4`, [o.status, o.error, o.at, deliveryId]);
-        await sql.query('UPDATE webhook_subscriptions SET last_delivery_error = $1 WHERE id = $2', [o.error, d.subscription_id]);
-      }
+      await sql.query(
+        `UPDATE webhook_deliveries SET state = COALESCE($1, state), attempts = attempts + 1, last_status = $2, last_error = $3,
+           next_attempt_at = COALESCE($4, next_attempt_at), dead_lettered_at = COALESCE($5, dead_lettered_at) WHERE id = $6`,
+        [...write.delivery, deliveryId],
+      );
+      await sql.query('UPDATE webhook_subscriptions SET last_delivered_at = COALESCE($1, last_delivered_at), last_delivery_error = $2 WHERE id = $3', [
+        ...write.subscription,
+        d.subscription_id,
+      ]);
     });
   }
 

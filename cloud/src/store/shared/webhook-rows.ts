@@ -102,6 +102,26 @@ export function deliveryFromDb(r: DeliveryDbRow): DeliveryRow {
   };
 }
 
+/**
+ * What an attempt's outcome writes, on both engines: the attempt's log row (the columns of
+ * ATTEMPT_INSERT_COLUMNS, in order), the delivery's change and the subscription's. A delivery
+ * that will be retried keeps its state and takes its next time; a delivered one clears its error;
+ * a dead one records when it was dead-lettered. The subscription keeps its newest error, cleared
+ * by a success, which also stamps its last delivery.
+ */
+export function attemptWrite(d: DeliveryDbRow, o: DeliveryOutcome) {
+  const error = o.kind === 'delivered' ? null : o.error;
+  return {
+    attempt: [d.subscription_id, d.id, d.event_id, d.event_type, d.attempts + 1, o.status, error, o.latencyMs === undefined ? null : Math.max(0, Math.round(o.latencyMs)), o.kind, o.at],
+    /** (state or null to keep it, last_status, last_error, next_attempt_at or null to keep it, dead_lettered_at or null to keep it) */
+    delivery: [o.kind === 'retry' ? null : o.kind, o.status, error, o.kind === 'retry' ? o.nextAttemptAt : null, o.kind === 'dead' ? o.at : null],
+    /** (last_delivered_at or null to keep it, last_delivery_error) */
+    subscription: [o.kind === 'delivered' ? o.at : null, error],
+  } as const;
+}
+
+export const ATTEMPT_INSERT_COLUMNS = 'subscription_id, delivery_id, event_id, event_type, attempt, status_code, error, latency_ms, outcome, at';
+
 /** A claim's token: who holds a subscription's lease (unguessable only so that it never repeats). */
 export function newClaimToken(): string {
   return randomBytes(12).toString('base64url');

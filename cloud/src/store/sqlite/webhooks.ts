@@ -1,6 +1,6 @@
 import { activation } from '../../webhooks/activation.js';
 import type { Db } from './db.js';
-import { attemptFromDb, deliveryFromDb, newClaimToken, subFromDb, type AttemptDbRow, type DeliveryDbRow, type SubDbRow } from '../shared/webhook-rows.js';
+import { ATTEMPT_INSERT_COLUMNS, attemptFromDb, attemptWrite, deliveryFromDb, newClaimToken, subFromDb, type AttemptDbRow, type DeliveryDbRow, type SubDbRow } from '../shared/webhook-rows.js';
 import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type ClaimedDelivery, type DeliveryAttemptRow, type DeliveryOutcome, type DeliveryRow, type WebhookRow, type WebhookStore } from '../shared/types.js';
 
 const SUB_COLUMNS = `s.*, (SELECT COUNT(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.state = 'pending') AS pending`;
@@ -22,11 +22,8 @@ export class SqliteWebhooks implements WebhookStore {
   private readonly releaseClaim;
   private readonly claimOf;
   private readonly deliveryById;
-  private readonly markDelivered;
-  private readonly markRetry;
-  private readonly markDead;
-  private readonly subDelivered;
-  private readonly subFailed;
+  private readonly markAttempt;
+  private readonly subAttempted;
   private readonly insertAttempt;
   private readonly trimAttempts;
   private readonly fanOutStatements;
@@ -68,15 +65,12 @@ export class SqliteWebhooks implements WebhookStore {
     this.releaseClaim = db.prepare('UPDATE webhook_subscriptions SET claim_token = NULL, claimed_until = NULL WHERE id = ? AND claim_token = ?');
     this.claimOf = db.prepare<[string], { claim_token: string | null }>('SELECT claim_token FROM webhook_subscriptions WHERE id = ?');
     this.deliveryById = db.prepare<[number], DeliveryDbRow>('SELECT * FROM webhook_deliveries WHERE id = ?');
-    this.markDelivered = db.prepare(`UPDATE webhook_deliveries SET state = 'delivered', attempts = attempts + 1, last_status = ?, last_error = NULL WHERE id = ?`);
-    this.markRetry = db.prepare('UPDATE webhook_deliveries SET attempts = attempts + 1, last_status = ?, last_error = ?, next_attempt_at = ? WHERE id = ?');
-    this.markDead = db.prepare(`UPDATE webhook_deliveries SET state = 'dead', attempts = attempts + 1, last_status = ?, last_error = ?, dead_lettered_at = ? WHERE id = ?`);
-    this.subDelivered = db.prepare('UPDATE webhook_subscriptions SET last_delivered_at = ?, last_delivery_error = NULL WHERE id = ?');
-    this.subFailed = db.prepare('UPDATE webhook_subscriptions SET last_delivery_error = ? WHERE id = ?');
-    this.insertAttempt = db.prepare(
-      `INSERT INTO webhook_attempts (subscription_id, delivery_id, event_id, event_type, attempt, status_code, error, latency_ms, outcome, at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    this.markAttempt = db.prepare(
+      `UPDATE webhook_deliveries SET state = COALESCE(?, state), attempts = attempts + 1, last_status = ?, last_error = ?,
+         next_attempt_at = COALESCE(?, next_attempt_at), dead_lettered_at = COALESCE(?, dead_lettered_at) WHERE id = ?`,
     );
+    this.subAttempted = db.prepare('UPDATE webhook_subscriptions SET last_delivered_at = COALESCE(?, last_delivered_at), last_delivery_error = ? WHERE id = ?');
+    this.insertAttempt = db.prepare(`INSERT INTO webhook_attempts (${ATTEMPT_INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
     this.fanOutStatements = {
       subs: db.prepare<[], SubDbRow>(`SELECT s.*, 0 AS pending FROM webhook_subscriptions s`),
       events: db.prepare<[string, number, number], { id: number; type: string; payload: string }>(
@@ -264,31 +258,17 @@ export class SqliteWebhooks implements WebhookStore {
   private recordOne(deliveryId: number, o: DeliveryOutcome, claim: string | undefined): void {
     const d = this.deliveryById.get(deliveryId);
     if (!d) return;
-    this.logAttempt(d, o);
+    const write = attemptWrite(d, o);
+    // One row per attempt; the subscription keeps its newest ATTEMPTS_KEPT_PER_SUBSCRIPTION.
+    this.insertAttempt.run(...write.attempt);
+    this.trimAttempts.run(d.subscription_id, d.subscription_id, ATTEMPTS_KEPT_PER_SUBSCRIPTION);
     if (claim !== undefined) {
       // A lease that ran out and was taken over: the attempt happened, the new holder decides.
       if (this.claimOf.get(d.subscription_id)?.claim_token !== claim) return;
       this.releaseClaim.run(d.subscription_id, claim);
     }
-    if (o.kind === 'delivered') {
-      this.markDelivered.run(o.status, deliveryId);
-      this.subDelivered.run(o.at, d.subscription_id);
-    } else if (o.kind === 'retry') {
-      this.markRetry.run(o.status, o.error, o.nextAttemptAt, deliveryId);
-      this.subFailed.run(o.error, d.subscription_id);
-    } else {
-      this.markDead.run(o.status, o.error, o.at, deliveryId);
-      this.subFailed.run(o.error, d.subscription_id);
-    }
-  }
-
-  /** One row per attempt; the subscription keeps its newest ATTEMPTS_KEPT_PER_SUBSCRIPTION. */
-  private logAttempt(d: DeliveryDbRow, o: DeliveryOutcome): void {
-    const status = o.status;
-    const error = o.kind === 'delivered' ? null : o.error;
-    const latency = o.latencyMs === undefined ? null : Math.max(0, Math.round(o.latencyMs));
-    this.insertAttempt.run(d.subscription_id, d.id, d.event_id, d.event_type, d.attempts + 1, status, error, latency, o.kind, o.at);
-    this.trimAttempts.run(d.subscription_id, d.subscription_id, ATTEMPTS_KEPT_PER_SUBSCRIPTION);
+    this.markAttempt.run(...write.delivery, deliveryId);
+    this.subAttempted.run(...write.subscription, d.subscription_id);
   }
 
   async attempts(orgId: string, subscriptionId: string, beforeId: number | null, limit: number): Promise<DeliveryAttemptRow[] | undefined> {

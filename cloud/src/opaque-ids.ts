@@ -61,12 +61,7 @@ export class OpaqueIds {
    * organization's events). Null for anything else.
    */
   parseEventId(id: string): number | null {
-    const legacy = /^evt_(0|[1-9][0-9]{0,15})$/.exec(id);
-    if (legacy) {
-      const n = Number(legacy[1]);
-      return Number.isSafeInteger(n) ? n : null;
-    }
-    return this.decode('event', id);
+    return logPosition(id) ?? this.decode('event', id);
   }
 
   /**
@@ -75,7 +70,15 @@ export class OpaqueIds {
    * shows; a test event's own id (`evt_test_…`) is shown as it is.
    */
   publicEventId(stored: string): string {
-    const m = /^evt_([1-9][0-9]{0,15})$/.exec(stored);
-    return m ? this.encode('event', Number(m[1])) : stored;
+    const n = logPosition(stored);
+    return n ? this.encode('event', n) : stored;
   }
+}
+
+/** The position an event id as the store writes it names (`evt_<n>`, `evt_0` before the first). */
+function logPosition(id: string): number | null {
+  const m = /^evt_(0|[1-9][0-9]{0,15})$/.exec(id);
+  if (!m) return null;
+  const n = Number(m[1]);
+  return Number.isSafeInteger(n) ? n : null;
 }

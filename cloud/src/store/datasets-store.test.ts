@@ -6,7 +6,8 @@ import type { EpisodeReport } from '@fleet/protocol';
 import { snapshotFilter } from '../routes/v1/datasets.js';
 import { testReport } from '../test-support.js';
 import { describeStore, openTestStore, openTwin, postgresAvailable, type TestEngine, type TestStore } from './test-store.js';
-import type { DatasetRow, EpisodeFilter, IngestItem, Store } from './shared/types.js';
+import { EPISODE_LINE_COLUMNS, type EpisodeLineRow } from './shared/episode-lines.js';
+import type { DatasetRow, EpisodeFilter, EpisodeRow, IngestItem, Store } from './shared/types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';
@@ -50,6 +51,46 @@ async function allMembers(id: string, pageSize = 1000): Promise<string[]> {
     out.push(...rows.map((r) => r.id));
     if (rows.length < pageSize) return out;
   }
+}
+
+type LineColumn = (typeof EPISODE_LINE_COLUMNS)[number];
+
+/** A line row by column name. */
+function lineByColumn(row: EpisodeLineRow): Record<LineColumn, unknown> {
+  return Object.fromEntries(EPISODE_LINE_COLUMNS.map((c, i) => [c, row[i]])) as Record<LineColumn, unknown>;
+}
+
+/** The manifest line row of an episode row, by column name: its stored values, JSON columns as their text. */
+function lineOf(e: EpisodeRow): Record<LineColumn, unknown> {
+  const r = e.report;
+  return {
+    seq: e.seq,
+    id: e.id,
+    robot_id: e.robotId,
+    recording_session_id: r.recording_session_id,
+    episode_seq: r.episode_seq,
+    session_name: r.session_name,
+    task_id: r.task_id,
+    task_name: r.task_name,
+    subtask_id: r.subtask_id,
+    operator_id: r.operator_id,
+    operator_name: r.operator_name,
+    outcome: e.outcome,
+    recorded_outcome: e.recordedOutcome,
+    control_mode: r.control_mode,
+    policy_version_id: r.policy_version_id,
+    eval_id: r.eval_id,
+    started_at: Date.parse(r.started_at),
+    ended_at: r.ended_at === null ? null : Date.parse(r.ended_at),
+    duration_s: r.duration_s,
+    message_count: r.message_count,
+    bag_size_bytes: r.bag_size_bytes,
+    bag_uri: r.bag_uri ?? null,
+    metadata: JSON.stringify(e.metadata),
+    annotations: JSON.stringify(e.annotations),
+    manifest: JSON.stringify(e.manifest),
+    reported_at: e.reportedAt,
+  };
 }
 
 describeStore('dataset store', (open) => {
@@ -146,6 +187,51 @@ describeStore('dataset store', (open) => {
     const other = await createDataset(ORG, { task_id: 'none' });
     await snap(ORG, other, snapshotFilter({ task_id: 'none' }));
     expect(await store.datasets.members(other, 0, 100)).toEqual([]);
+  });
+
+  it('memberLineRows gives what members gives, page by page, as line rows with the episodes\' current data and replicas', async () => {
+    const ids = await ingest(
+      ORG,
+      ...Array.from({ length: 9 }, (_, i) =>
+        report({
+          task_id: i % 2 === 0 ? 'even' : 'odd',
+          metadata: { i },
+          ...(i === 4 ? { operator_id: 'op_1', ended_at: '2026-01-01T00:01:00.000Z', duration_s: 60, bag_size_bytes: 4096, bag_uri: 's3://b/k' } : {}),
+        }),
+      ),
+    );
+    const even = ids.filter((_, i) => i % 2 === 0);
+    const id = await createDataset(ORG, { task_id: 'even' });
+    expect((await snap(ORG, id, snapshotFilter({ task_id: 'even' }))).episodeCount).toBe(5);
+    // Changes after the snapshot: members carry the episodes' data as it is now.
+    await store.episodes.patchAnnotations(ORG, even[1]!, { qa: 'pass', score: 3 });
+    await store.episodes.setOutcome(ORG, even[2]!, { outcome: 'failure', reason: 'r', actor: 'k', at: T0 });
+    for (const d of ['dst_a', 'dst_b']) {
+      await store.sync.createDestination({ id: d, orgId: ORG, type: 'external', url: 'https://grants.example.com', secretSealed: 's', retention: 'keep', createdAt: T0 });
+    }
+    const replica = (episodeId: string, destinationId: string, state: 'syncing' | 'verified') =>
+      store.sync.applyReplicaReport(ROBOT, { episode_id: episodeId, destination_id: destinationId, grant_id: 'g1', state, error: null, object_key: 'k/1', at: 1 }, T0 + 2);
+    expect(await replica(even[0]!, 'dst_a', 'syncing')).toBe('applied');
+    expect(await replica(even[0]!, 'dst_b', 'verified')).toBe('applied');
+    expect(await replica(even[3]!, 'dst_a', 'verified')).toBe('applied');
+    // An episode outside the dataset is not in its rows.
+    expect(await replica(ids[1]!, 'dst_a', 'verified')).toBe('applied');
+
+    for (const [after, limit] of [[0, 10], [0, 2], [2, 2], [1, 3], [4, 5], [5, 5], [0, 1]] as const) {
+      const label = `after ${after} limit ${limit}`;
+      const members = await store.datasets.members(id, after, limit);
+      const lines = await store.datasets.memberLineRows(id, after, limit);
+      expect(lines.rows.map(lineByColumn), label).toEqual(members.map(lineOf));
+      expect(lines.replicas, label).toEqual(new Map(members.filter((m) => m.replicas.length > 0).map((m) => [m.seq, m.replicas])));
+    }
+    const whole = await store.datasets.memberLineRows(id, 0, 10);
+    expect(whole.rows.map((r) => r[1])).toEqual(even);
+    expect(whole.rows.map((r) => lineByColumn(r).annotations)).toEqual(['{}', '{"qa":"pass","score":3}', '{}', '{}', '{}']);
+    expect(whole.rows.map((r) => lineByColumn(r).outcome)).toEqual(['success', 'success', 'failure', 'success', 'success']);
+    expect([...whole.replicas.values()].map((r) => r.map((x) => `${x.destinationId}:${x.state}`))).toEqual([['dst_a:syncing', 'dst_b:verified'], ['dst_a:verified']]);
+    // An unknown dataset, and one not snapshotted yet, have no rows.
+    expect(await store.datasets.memberLineRows('ds_nope', 0, 10)).toEqual({ rows: [], replicas: new Map() });
+    expect(await store.datasets.memberLineRows(await createDataset(ORG), 0, 10)).toEqual({ rows: [], replicas: new Map() });
   });
 
   it('applies the eval and discarded exclusions given in the filter', async () => {

@@ -1,7 +1,8 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { EpisodeReport } from '@fleet/protocol';
 import { describeStore, sqliteDb, type TestStore } from './test-store.js';
-import type { EpisodeFilter, EpisodeRow, IngestItem } from './shared/types.js';
+import { EPISODE_LINE_COLUMNS, type EpisodeLineRow } from './shared/episode-lines.js';
+import type { EpisodeFilter, EpisodeLineBatch, EpisodeRow, IngestItem } from './shared/types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';
@@ -74,6 +75,52 @@ function addReplica(row: EpisodeRow, destinationId: string, state: 'granted' | '
        ON CONFLICT (episode_seq, destination_id) DO UPDATE SET state = excluded.state`,
     )
     .run(row.seq, destinationId, state, `grt_${destinationId}`, `objects/${row.id}`, T0 + 5000);
+}
+
+type LineColumn = (typeof EPISODE_LINE_COLUMNS)[number];
+
+/** A line row by column name. */
+function lineByColumn(row: EpisodeLineRow): Record<LineColumn, unknown> {
+  return Object.fromEntries(EPISODE_LINE_COLUMNS.map((c, i) => [c, row[i]])) as Record<LineColumn, unknown>;
+}
+
+/** The line row of an episode row, by column name: its stored values, JSON columns as their text. */
+function lineOf(e: EpisodeRow): Record<LineColumn, unknown> {
+  const r = e.report;
+  return {
+    seq: e.seq,
+    id: e.id,
+    robot_id: e.robotId,
+    recording_session_id: r.recording_session_id,
+    episode_seq: r.episode_seq,
+    session_name: r.session_name,
+    task_id: r.task_id,
+    task_name: r.task_name,
+    subtask_id: r.subtask_id,
+    operator_id: r.operator_id,
+    operator_name: r.operator_name,
+    outcome: e.outcome,
+    recorded_outcome: e.recordedOutcome,
+    control_mode: r.control_mode,
+    policy_version_id: r.policy_version_id,
+    eval_id: r.eval_id,
+    started_at: Date.parse(r.started_at),
+    ended_at: r.ended_at === null ? null : Date.parse(r.ended_at),
+    duration_s: r.duration_s,
+    message_count: r.message_count,
+    bag_size_bytes: r.bag_size_bytes,
+    bag_uri: r.bag_uri ?? null,
+    metadata: JSON.stringify(e.metadata),
+    annotations: JSON.stringify(e.annotations),
+    manifest: JSON.stringify(e.manifest),
+    reported_at: e.reportedAt,
+  };
+}
+
+/** Checks that a batch of line rows is `rows` as lines, with each row's replicas (none: not in the map). */
+function expectLinesOf(batch: EpisodeLineBatch, rows: EpisodeRow[], label: string): void {
+  expect(batch.rows.map(lineByColumn), label).toEqual(rows.map(lineOf));
+  expect(batch.replicas, label).toEqual(new Map(rows.filter((r) => r.replicas.length > 0).map((r) => [r.seq, r.replicas])));
 }
 
 describeStore('episode store', (open, engine) => {
@@ -593,6 +640,100 @@ describeStore('episode store', (open, engine) => {
           expect(await store.episodes.listSeqs(ORG, filter(f), after, limit)).toEqual(listed);
         }
       }
+    });
+  });
+
+  describe('line rows', () => {
+    it('listLines returns the rows list returns, in the same order and chunks, as line rows with their replicas', async () => {
+      await store.orgs.create({ id: ORG, name: 'a', tier: 'enterprise', createdAt: T0 });
+      const reports = Array.from({ length: 9 }, (_, i) =>
+        report({
+          task_id: i % 3 === 0 ? 'x' : 'y',
+          metadata: { m: i % 2, site: 'lab' },
+          started_at: new Date(T0 + (9 - i) * 1000).toISOString(),
+          ...(i === 2
+            ? {
+                session_name: 'morning',
+                task_name: 'Fold',
+                subtask_id: 'sub_1',
+                operator_id: 'op_1',
+                operator_name: 'Ada',
+                control_mode: 'teleop',
+                policy_version_id: 'pol_1',
+                eval_id: 'ev_1',
+                ended_at: new Date(T0 + 60_000).toISOString(),
+                duration_s: 52.5,
+                message_count: 10,
+                bag_size_bytes: 123_456_789_012,
+                bag_uri: 's3://bucket/ep',
+                manifest: { files: [{ path: 'a.mcap', size_bytes: 3, sha256: 'ab' }], total_bytes: 3 },
+              }
+            : {}),
+        }),
+      );
+      await ingest(...reports);
+      const theirs = report({ task_id: 'x' });
+      expect(await store.episodes.ingest([item(theirs, { orgId: OTHER_ORG, robotId: 'rbt_b' })])).toEqual(['inserted']);
+      await store.episodes.patchAnnotations(ORG, reports[3]!.id, { qa: 'pass', score: 7 });
+      await store.episodes.patchAnnotations(ORG, reports[6]!.id, { qa: 'pass' });
+      await store.episodes.setOutcome(ORG, reports[4]!.id, { outcome: 'failure', reason: 'r', actor: 'k', at: T0 });
+      // Replicas through the sync store (both engines): two on one episode, one on another.
+      for (const id of ['dst_a', 'dst_b']) {
+        await store.sync.createDestination({ id, orgId: ORG, type: 'external', url: 'https://grants.example.com', secretSealed: 's', retention: 'keep', createdAt: T0 });
+      }
+      const replica = (episodeId: string, destinationId: string, state: 'syncing' | 'synced' | 'verified', error: string | null = null) =>
+        store.sync.applyReplicaReport(ROBOT, { episode_id: episodeId, destination_id: destinationId, grant_id: `g_${destinationId}`, state, error, object_key: state === 'syncing' ? null : 'k/1', at: 1 }, T0 + 2);
+      expect(await replica(reports[1]!.id, 'dst_b', 'verified')).toBe('applied');
+      expect(await replica(reports[1]!.id, 'dst_a', 'syncing', 'upload_failed: 503')).toBe('applied');
+      expect(await replica(reports[5]!.id, 'dst_a', 'synced')).toBe('applied');
+
+      const all = await store.episodes.list(ORG, filter(), 0, 100);
+      expect(all.map((r) => r.id)).toEqual(reports.map((r) => r.id));
+      const seqAt = (i: number) => all[i]!.seq;
+      const filters: Partial<EpisodeFilter>[] = [
+        {},
+        { eq: { task_id: 'x' } },
+        { eq: { outcome: 'failure' } },
+        { metadata: { m: '0' } },
+        { metadata: { m: '0' }, eq: { task_id: 'x' } },
+        { annotation: { qa: 'pass' } },
+        { syncState: { state: 'unverified' } },
+        { syncState: { state: 'synced', destinationId: 'dst_a' } },
+        { from: T0 + 3000, to: T0 + 7000 },
+        { excludeEval: true },
+        { metadata: { m: 'nothing' } },
+      ];
+      const windows: [after: number, limit: number, maxSeq: number | undefined][] = [
+        [0, 100, undefined],
+        [0, 2, undefined],
+        [seqAt(2), 3, undefined],
+        [0, 100, seqAt(5)],
+        [seqAt(0), 2, seqAt(6)],
+        [seqAt(8), 10, undefined],
+      ];
+      let withTwoReplicas = 0;
+      for (const f of filters) {
+        for (const [after, limit, maxSeq] of windows) {
+          const label = `${JSON.stringify(f)} after ${after} limit ${limit} max ${String(maxSeq)}`;
+          const rows = await store.episodes.list(ORG, filter(f), after, limit, maxSeq);
+          const batch = await store.episodes.listLines(ORG, filter(f), after, limit, maxSeq);
+          expectLinesOf(batch, rows, label);
+          if ([...batch.replicas.values()].some((r) => r.length === 2)) withTwoReplicas += 1;
+        }
+        // Paging on the last line's seq walks the same rows as list.
+        const walked: EpisodeLineRow[] = [];
+        for (let after = 0; ; ) {
+          const { rows } = await store.episodes.listLines(ORG, filter(f), after, 2);
+          walked.push(...rows);
+          if (rows.length < 2) break;
+          after = rows[rows.length - 1]![0];
+        }
+        expect(walked.map((r) => r[1]), JSON.stringify(f)).toEqual((await store.episodes.list(ORG, filter(f), 0, 100)).map((r) => r.id));
+      }
+      // The cases above do carry replicas (the two-replica episode in several windows).
+      expect(withTwoReplicas).toBeGreaterThan(5);
+      // Another organization sees its own row only.
+      expect((await store.episodes.listLines(OTHER_ORG, filter({ eq: { task_id: 'x' } }), 0, 100)).rows.map((r) => r[1])).toEqual([theirs.id]);
     });
   });
 

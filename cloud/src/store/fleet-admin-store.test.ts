@@ -1,10 +1,10 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ManualClock } from '@fleet/protocol';
+import { HOUR, ManualClock } from '@fleet/protocol';
 import { hashSecret } from '../ids.js';
 import { createEnrollmentToken, enrollRobot } from '../robots/enrollment.js';
 import { ROBOT_SORTS, robotSortValue, type RobotListPosition, type RobotListQuery, type RobotSort } from './shared/robot-list-query.js';
 import { describeStore, sqliteDb, type TestStore } from './test-store.js';
-import { ATTEMPTS_KEPT_PER_SUBSCRIPTION } from './shared/types.js';
+import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type EnrollmentTokenRow, type NewRobotRow, type RobotStore } from './shared/types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 
@@ -49,6 +49,171 @@ describe('enrollment tokens: list and revoke', () => {
     expect(await store.robots.revokeEnrollmentToken('org_a', 'ret_unknown', T0)).toBeUndefined();
     await expect(enrollRobot(store, clock, { token: t.token }, 'mqtt://x')).rejects.toMatchObject({ code: 'unauthenticated', message: 'enrollment token revoked' });
     expect((await store.robots.listEnrollmentTokens('org_a', null, 10))[0]!.uses).toBe(0);
+  });
+});
+
+describe('enrollment in the store: createEnrollmentToken and enroll', () => {
+  const EXPIRES = T0 + HOUR;
+
+  async function token(over: Partial<Omit<EnrollmentTokenRow, 'uses' | 'revokedAt'>> = {}): Promise<Omit<EnrollmentTokenRow, 'uses' | 'revokedAt'>> {
+    const row = { id: 'ret_1', orgId: 'org_a', tokenHash: 'hash-1', tokenPrefix: 'ret_abcdefgh', namePrefix: 'arm', maxUses: 2, expiresAt: EXPIRES, createdBy: 'test', createdAt: T0, ...over };
+    await store.robots.createEnrollmentToken(row);
+    return row;
+  }
+
+  /** What `build` was handed, per call. */
+  let built: { token: EnrollmentTokenRow; ordinal: number }[];
+  /** Organizations `robotLimit` was asked about. */
+  let asked: string[];
+  beforeEach(() => {
+    built = [];
+    asked = [];
+  });
+
+  function enroll(tokenHash: string, opts: { now?: number; limit?: number | Promise<number> } = {}) {
+    const args: Parameters<RobotStore['enroll']>[0] = {
+      tokenHash,
+      now: opts.now ?? T0 + 1,
+      robotLimit: (orgId) => {
+        asked.push(orgId);
+        return opts.limit;
+      },
+      build: (t, ordinal): NewRobotRow => {
+        built.push({ token: t, ordinal });
+        return {
+          id: `rbt_${t.id}_${ordinal}`,
+          name: `${t.namePrefix ?? 'robot'}-${ordinal}`,
+          platform: 'linux-arm64',
+          runtimeVersion: '1.2.3',
+          capabilities: ['camera', 'gripper'],
+          mqttPasswordHash: `pw-${ordinal}`,
+          connected: false,
+          recordingState: null,
+          lastSeenAt: null,
+          createdAt: T0 + 2,
+        };
+      },
+    };
+    return store.robots.enroll(args);
+  }
+
+  const uses = async (orgId = 'org_a') => (await store.robots.listEnrollmentTokens(orgId, null, 10)).map((t) => `${t.id}:${t.uses}`);
+  const robotIds = async (orgId = 'org_a') => (await store.robots.list(orgId, null, 100, { includeDeenrolled: true })).map((r) => r.id);
+
+  it('createEnrollmentToken stores the row as given, unused and not revoked, in its organization only', async () => {
+    const row = await token({ namePrefix: null });
+    expect(await store.robots.listEnrollmentTokens('org_a', null, 10)).toEqual([{ ...row, uses: 0, revokedAt: null }]);
+    expect(await store.robots.listEnrollmentTokens('org_b', null, 10)).toEqual([]);
+    // A token hash names one token.
+    await expect(token({ id: 'ret_2', orgId: 'org_b' })).rejects.toThrow();
+    expect(await store.robots.listEnrollmentTokens('org_b', null, 10)).toEqual([]);
+  });
+
+  it('enroll takes one use per robot, hands build the token and the ordinal, and inserts the robot it built', async () => {
+    await token();
+    const first = await enroll('hash-1');
+    const robot = {
+      id: 'rbt_ret_1_1',
+      orgId: 'org_a',
+      name: 'arm-1',
+      platform: 'linux-arm64',
+      runtimeVersion: '1.2.3',
+      capabilities: ['camera', 'gripper'],
+      mqttPasswordHash: 'pw-1',
+      enrollmentTokenId: 'ret_1',
+      connected: false,
+      recordingState: null,
+      lastSeenAt: null,
+      createdAt: T0 + 2,
+      deenrolledAt: null,
+      rotationRequestedAt: null,
+      pendingPasswordHash: null,
+      pendingSecretSealed: null,
+      rotatedAt: null,
+    };
+    expect(first).toEqual({ kind: 'enrolled', robot });
+    expect(await store.robots.get('org_a', robot.id)).toEqual(robot);
+    expect(await uses()).toEqual(['ret_1:1']);
+
+    expect(await enroll('hash-1')).toMatchObject({ kind: 'enrolled', robot: { id: 'rbt_ret_1_2', name: 'arm-2', orgId: 'org_a' } });
+    expect(built.map((b) => [b.token.id, b.token.uses, b.ordinal])).toEqual([
+      ['ret_1', 0, 1],
+      ['ret_1', 1, 2],
+    ]);
+    expect(asked).toEqual(['org_a', 'org_a']);
+    // Both uses are taken: a third is refused, nothing is built or inserted.
+    expect(await enroll('hash-1')).toEqual({ kind: 'token_used_up' });
+    expect(built).toHaveLength(2);
+    expect(await uses()).toEqual(['ret_1:2']);
+    expect(await robotIds()).toEqual(['rbt_ret_1_1', 'rbt_ret_1_2']);
+    expect(await robotIds('org_b')).toEqual([]);
+  });
+
+  it('enroll refuses an unknown, a revoked and an expired token, taking no use and inserting no robot', async () => {
+    await token();
+    await token({ id: 'ret_2', tokenHash: 'hash-2' });
+    expect(await enroll('hash-unknown')).toEqual({ kind: 'token_invalid' });
+    // Expired at its expiry time; enrolls up to the millisecond before.
+    expect(await enroll('hash-1', { now: EXPIRES })).toEqual({ kind: 'token_expired' });
+    expect(await enroll('hash-1', { now: EXPIRES + HOUR })).toEqual({ kind: 'token_expired' });
+    expect(await store.robots.revokeEnrollmentToken('org_a', 'ret_2', T0 + 1)).toMatchObject({ revokedAt: T0 + 1 });
+    expect(await enroll('hash-2')).toEqual({ kind: 'token_revoked' });
+    expect(built).toEqual([]);
+    expect(await uses()).toEqual(['ret_1:0', 'ret_2:0']);
+    expect(await robotIds()).toEqual([]);
+    expect(await enroll('hash-1', { now: EXPIRES - 1 })).toMatchObject({ kind: 'enrolled', robot: { id: 'rbt_ret_1_1' } });
+    expect(await uses()).toEqual(['ret_1:1', 'ret_2:0']);
+  });
+
+  it("enroll refuses at the organization's robot limit, counting its enrolled robots only", async () => {
+    await token({ maxUses: 10 });
+    await token({ id: 'ret_b', orgId: 'org_b', tokenHash: 'hash-b', maxUses: 10 });
+    expect(await enroll('hash-1', { limit: 1 })).toMatchObject({ kind: 'enrolled', robot: { id: 'rbt_ret_1_1' } });
+    expect(await enroll('hash-1', { limit: 1 })).toEqual({ kind: 'robot_limit', limit: 1 });
+    // The limit may come from an async lookup.
+    expect(await enroll('hash-1', { limit: Promise.resolve(1) })).toEqual({ kind: 'robot_limit', limit: 1 });
+    expect(built).toHaveLength(1);
+    expect(await uses()).toEqual(['ret_1:1']);
+    expect(await robotIds()).toEqual(['rbt_ret_1_1']);
+    // Another organization's robots do not count.
+    expect(await enroll('hash-b', { limit: 1 })).toMatchObject({ kind: 'enrolled', robot: { id: 'rbt_ret_b_1', orgId: 'org_b' } });
+    expect(asked).toEqual(['org_a', 'org_a', 'org_a', 'org_b']);
+    // Nor does a de-enrolled robot.
+    await store.robots.deenroll('org_a', 'rbt_ret_1_1', T0 + 3);
+    expect(await enroll('hash-1', { limit: Promise.resolve(1) })).toMatchObject({ kind: 'enrolled', robot: { id: 'rbt_ret_1_2' } });
+    expect(await enroll('hash-1', { limit: 1 })).toEqual({ kind: 'robot_limit', limit: 1 });
+    // A limit of 0 refuses the first robot; no limit (undefined) refuses none.
+    await token({ id: 'ret_3', tokenHash: 'hash-3' });
+    expect(await enroll('hash-3', { limit: 0 })).toEqual({ kind: 'robot_limit', limit: 0 });
+    expect(await enroll('hash-3')).toMatchObject({ kind: 'enrolled', robot: { id: 'rbt_ret_3_1' } });
+    expect(await enroll('hash-3')).toMatchObject({ kind: 'enrolled', robot: { id: 'rbt_ret_3_2' } });
+    expect(await uses()).toEqual(['ret_1:2', 'ret_3:2']);
+    expect(await robotIds()).toEqual(['rbt_ret_1_1', 'rbt_ret_1_2', 'rbt_ret_3_1', 'rbt_ret_3_2']);
+  });
+});
+
+describe('gauges: connected robots', () => {
+  it('connectedRobots counts the robots whose connection is up, in every organization', async () => {
+    const enrolled = async (org: 'org_a' | 'org_b', count: number): Promise<string[]> => {
+      const t = await createEnrollmentToken(store, clock, { org: org === 'org_a' ? await orgA() : await orgB(), createdBy: 'test', maxUses: count });
+      const ids = [];
+      for (let i = 0; i < count; i++) ids.push((await enrollRobot(store, clock, { token: t.token }, 'mqtt://x')).robot_id);
+      return ids;
+    };
+    const [a1, a2, a3] = (await enrolled('org_a', 3)) as [string, string, string];
+    const [b1] = (await enrolled('org_b', 1)) as [string];
+    expect(await store.gauges.connectedRobots()).toBe(0);
+    for (const id of [a1, a2, b1]) await store.robots.updateStatus(id, { connected: true, seenAt: T0 + 1 });
+    await store.robots.updateStatus(a3, { connected: false, recordingState: 'idle', seenAt: T0 + 1 });
+    expect(await store.gauges.connectedRobots()).toBe(3);
+    await store.robots.updateStatus(a2, { connected: false, seenAt: T0 + 2 });
+    expect(await store.gauges.connectedRobots()).toBe(2);
+    // A de-enrolled robot is disconnected, and a late status does not count it again.
+    await store.robots.deenroll('org_b', b1, T0 + 3);
+    await store.robots.updateStatus(b1, { connected: true, seenAt: T0 + 4 });
+    expect(await store.gauges.connectedRobots()).toBe(1);
+    await store.robots.markAllDisconnected();
+    expect(await store.gauges.connectedRobots()).toBe(0);
   });
 });
 

@@ -7,18 +7,29 @@ import { MIGRATIONS } from './sqlite/migrations.js';
 import { openSqliteStore } from './sqlite/store.js';
 import { openPgStore } from './postgres/store.js';
 import { PG_MIGRATIONS } from './postgres/migrations.js';
-import { createTestDatabase, openTestStore, postgresAvailable } from './test-store.js';
+import { createTestDatabase, openTestStore, openTwin, postgresAvailable, type TestEngine } from './test-store.js';
 import type { ApiKeyRow, Store, StoredResponse } from './shared/types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 
 /**
+ * An opened store; `twin` opens a second store on the same data (another process or replica),
+ * where the engine has one (not an in-memory SQLite database).
+ */
+interface Opened {
+  store: Store;
+  twin?: () => Promise<Store>;
+  dispose(): Promise<void>;
+}
+
+/**
  * The contract every Store implementation keeps. A new implementation (PostgreSQL) adds one
  * `describeStore` call at the bottom of this file.
  */
-function describeStore(name: string, open: () => Promise<{ store: Store; dispose(): Promise<void> }>): void {
-  describe(`Store contract: ${name}`, () => {
-    let opened: { store: Store; dispose(): Promise<void> };
+function describeStore(name: string, engine: TestEngine, open: () => Promise<Opened>): void {
+  // The PostgreSQL run is skipped (and named so) when this test run has no PostgreSQL server.
+  (engine === 'postgres' && !postgresAvailable() ? describe.skip : describe)(`Store contract: ${name}`, () => {
+    let opened: Opened;
     let store: Store;
 
     beforeEach(async () => {
@@ -193,6 +204,70 @@ function describeStore(name: string, open: () => Promise<{ store: Store; dispose
         await store.apiKeys.touch(new Map([['key_1', T0 + 2]]));
         const row = await store.apiKeys.get('org_a', 'key_1');
         expect([row?.revokedAt, row?.lastUsedAt]).toEqual([T0 + 1, T0 + 2]);
+      });
+
+      it('authRevision moves to a value not seen before with every change to keys, organizations and their overrides', async () => {
+        const seen = [await store.apiKeys.authRevision()];
+        const changes: [string, () => Promise<unknown>][] = [
+          ['api key created', () => store.apiKeys.create(keyRow('key_1', 'org_a'))],
+          ['api key revoked', () => store.apiKeys.revoke('org_a', 'key_1', T0 + 1)],
+          ['organization created', () => org('org_c')],
+          ['tier changed', () => store.orgs.setTier('org_c', 'pro')],
+          ['feature override set', () => store.orgs.setFeature('org_a', 'api.robot_commands', true)],
+          ['feature override replaced', () => store.orgs.setFeature('org_a', 'api.robot_commands', false)],
+          ['feature override cleared', () => store.orgs.setFeature('org_a', 'api.robot_commands', null)],
+          ['limit override set', () => store.orgs.setLimit('org_b', 'robots', 3)],
+          ['limit override replaced', () => store.orgs.setLimit('org_b', 'robots', 4)],
+          ['limit override cleared', () => store.orgs.setLimit('org_b', 'robots', null)],
+          ['second api key created', () => store.apiKeys.create(keyRow('key_2', 'org_b'))],
+        ];
+        for (const [label, change] of changes) {
+          await change();
+          const revision = await store.apiKeys.authRevision();
+          expect(seen, label).not.toContain(revision);
+          seen.push(revision);
+        }
+        // Reading it is not a change.
+        expect(await store.apiKeys.authRevision()).toBe(seen[seen.length - 1]);
+      });
+
+      it("authRevision stays the same when only a key's last use is recorded, or when keys and organizations are read", async () => {
+        await store.apiKeys.create(keyRow('key_1', 'org_a'));
+        await store.apiKeys.create(keyRow('key_2', 'org_b'));
+        await store.apiKeys.revoke('org_b', 'key_2', T0 + 1);
+        const before = await store.apiKeys.authRevision();
+        await store.apiKeys.touch(new Map([['key_1', T0 + 10], ['key_2', T0 + 20]]));
+        await store.apiKeys.touch(new Map([['key_1', T0 + 5]]));
+        await store.apiKeys.touch(new Map());
+        await store.apiKeys.findByHash('hash-key_1');
+        await store.apiKeys.list('org_a');
+        await store.orgs.list();
+        expect(await store.apiKeys.authRevision()).toBe(before);
+        // The uses were recorded all the same (the revocation too).
+        expect((await store.apiKeys.get('org_a', 'key_1'))?.lastUsedAt).toBe(T0 + 10);
+        expect(await store.apiKeys.get('org_b', 'key_2')).toMatchObject({ lastUsedAt: T0 + 20, revokedAt: T0 + 1 });
+        // The next change to a key moves it again.
+        await store.apiKeys.revoke('org_a', 'key_1', T0 + 30);
+        expect(await store.apiKeys.authRevision()).not.toBe(before);
+      });
+
+      it('authRevision moves for a change committed by another writer on the same data', async () => {
+        // Another process (SQLite on disk) or replica (PostgreSQL); an in-memory database has only this one.
+        const other = opened.twin ? await opened.twin() : store;
+        try {
+          const before = await store.apiKeys.authRevision();
+          await other.apiKeys.create(keyRow('key_x', 'org_a'));
+          const afterCreate = await store.apiKeys.authRevision();
+          expect(afterCreate).not.toBe(before);
+          expect(await other.apiKeys.authRevision()).toBe(afterCreate);
+          await other.apiKeys.touch(new Map([['key_x', T0 + 1]]));
+          expect(await store.apiKeys.authRevision()).toBe(afterCreate);
+          await other.orgs.setLimit('org_b', 'api_keys', 1);
+          const afterLimit = await store.apiKeys.authRevision();
+          expect([before, afterCreate]).not.toContain(afterLimit);
+        } finally {
+          if (other !== store) await other.close();
+        }
       });
     });
 
@@ -369,6 +444,63 @@ function describeStore(name: string, open: () => Promise<{ store: Store; dispose
         expect(await store.checkSecretKey('fp-a')).toBe('same');
       });
     });
+
+    describe('shared counters', () => {
+      const W = 60_000;
+
+      // Each engine runs only its own half (no skipped variants): SQLite has none, PostgreSQL shares them.
+      if (engine === 'sqlite') {
+        it('are absent on SQLite, where one process counts in its own memory', () => {
+          expect(store.sharedCounters).toBeUndefined();
+        });
+        return;
+      }
+
+      it('count hits per key in fixed windows that start at the first hit and last windowMs', async () => {
+        const counters = store.sharedCounters!;
+        expect(counters).toBeDefined();
+        expect(await counters.hit('k', T0, W)).toEqual({ count: 1, windowStart: T0 });
+        expect(await counters.hit('k', T0 + 1, W)).toEqual({ count: 2, windowStart: T0 });
+        expect(await counters.hit('other', T0 + 10, W)).toEqual({ count: 1, windowStart: T0 + 10 });
+        expect(await counters.hit('k', T0 + W - 1, W)).toEqual({ count: 3, windowStart: T0 });
+        // The first hit at the window's end starts the next window at 1.
+        expect(await counters.hit('k', T0 + W, W)).toEqual({ count: 1, windowStart: T0 + W });
+        expect(await counters.hit('k', T0 + W + 5, W)).toEqual({ count: 2, windowStart: T0 + W });
+        // Long after: the next window starts at that hit, not on the old windows' grid.
+        expect(await counters.hit('other', T0 + 10 * W + 7, W)).toEqual({ count: 1, windowStart: T0 + 10 * W + 7 });
+        expect(await counters.hit('other', T0 + 10 * W + 8, W)).toEqual({ count: 2, windowStart: T0 + 10 * W + 7 });
+      });
+
+      it('give each of many hits at once, from two replicas, its own count', async () => {
+        const other = await opened.twin!();
+        try {
+          const hits = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 2 ? other : store).sharedCounters!.hit('k', T0, W)));
+          expect(hits.map((h) => h.count).sort((a, b) => a - b)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+          expect(hits.every((h) => h.windowStart === T0)).toBe(true);
+          expect(await store.sharedCounters!.hit('k', T0 + 1, W)).toEqual({ count: 21, windowStart: T0 });
+        } finally {
+          await other.close();
+        }
+      });
+
+      it('purge drops the counters whose window started before the given time, and only those', async () => {
+        const counters = store.sharedCounters!;
+        await counters.hit('a', T0, W);
+        await counters.hit('a', T0 + 1, W);
+        await counters.hit('b', T0 + 100, W);
+        await counters.hit('c', T0 + 200, W);
+        expect(await counters.purge(T0)).toBe(0);
+        expect(await counters.purge(T0 + 1)).toBe(1);
+        expect(await counters.purge(T0 + 1)).toBe(0);
+        // A dropped counter starts over, even within what was its window; a kept one counts on.
+        expect(await counters.hit('a', T0 + 2, W)).toEqual({ count: 1, windowStart: T0 + 2 });
+        expect(await counters.hit('c', T0 + 201, W)).toEqual({ count: 2, windowStart: T0 + 200 });
+        expect(await counters.purge(T0 + 200)).toBe(2);
+        expect(await counters.hit('c', T0 + 202, W)).toEqual({ count: 3, windowStart: T0 + 200 });
+        expect(await counters.purge(T0 + 201)).toBe(1);
+        expect(await counters.purge(T0 + 10 * W)).toBe(0);
+      });
+    });
   });
 }
 
@@ -383,19 +515,20 @@ function tempDir(): string {
   return dir;
 }
 
-describeStore('sqlite in memory', async () => {
+describeStore('sqlite in memory', 'sqlite', async () => {
   const store = openSqliteStore(':memory:');
   return { store, dispose: () => store.close() };
 });
 
-describeStore('sqlite on disk', async () => {
-  const store = openSqliteStore(tempDir());
-  return { store, dispose: () => store.close() };
+describeStore('sqlite on disk', 'sqlite', async () => {
+  const dir = tempDir();
+  const store = openSqliteStore(dir);
+  return { store, twin: async () => openSqliteStore(dir), dispose: () => store.close() };
 });
 
-(postgresAvailable() ? describeStore : describe.skip)('postgres', async () => {
+describeStore('postgres', 'postgres', async () => {
   const store = await openTestStore('postgres');
-  return { store, dispose: () => store.close() };
+  return { store, twin: () => openTwin(store), dispose: () => store.close() };
 });
 
 (postgresAvailable() ? describe : describe.skip)('postgres migrations', () => {

@@ -228,6 +228,16 @@ describeStore('SyncStore', (open, engine) => {
       return out;
     };
 
+    /** The route of `ep` to `destinationId`, as a routing pass decides it at T0. */
+    const route = async (ep: EpisodeReport, destinationId: string, orgId = ORG, robotId = ROBOT): Promise<RouteRow> => ({
+      orgId,
+      robotId,
+      episodeId: ep.id,
+      episodeSeq: await seqOf(ep.id, orgId),
+      destinationId,
+      decidedAt: T0,
+    });
+
     it('one destination and no rules: every episode but the discarded routes there, in batches, told to onAssigned', async () => {
       const d = await destination();
       const [a, b, c, x] = await ingest([testReport(), testReport(), testReport(), testReport({ outcome: 'discarded' })]);
@@ -311,6 +321,83 @@ describeStore('SyncStore', (open, engine) => {
       // A route to a revoked destination is never written, even by a pass that decided before the revocation.
       const [e] = await ingest([testReport()]);
       expect(await store.sync.addRoutes([{ orgId: ORG, robotId: ROBOT, episodeId: e!.id, episodeSeq: await seqOf(e!.id), destinationId: d1, decidedAt: T0 }])).toEqual([]);
+    });
+
+    it('dropRoutesTo drops the routes to a revoked destination whose replica is not synced or verified, and counts them', async () => {
+      const d1 = await destination();
+      const d2 = await destination();
+      const theirs = await destination(OTHER);
+      const [synced, verified, syncing, granted, assigned, elsewhere] = await ingest(Array.from({ length: 6 }, () => testReport()));
+      const [other] = await ingest([testReport()], { orgId: OTHER, robotId: 'rbt_9' });
+      const routes = [
+        ...(await Promise.all([synced!, verified!, syncing!, granted!, assigned!].map((ep) => route(ep, d1)))),
+        await route(elsewhere!, d2),
+        await route(other!, theirs, OTHER, 'rbt_9'),
+      ];
+      expect(await store.sync.addRoutes(routes)).toHaveLength(7);
+      expect(await store.sync.applyReplicaReport(ROBOT, report(synced!.id, d1, { state: 'synced' }), T0)).toBe('applied');
+      expect(await store.sync.applyReplicaReport(ROBOT, report(verified!.id, d1, { state: 'verified' }), T0)).toBe('applied');
+      expect(await store.sync.applyReplicaReport(ROBOT, report(syncing!.id, d1, { state: 'syncing', error: 'upload_failed: 503' }), T0)).toBe('applied');
+      await store.sync.markGranted(ORG, await seqOf(granted!.id), d1, 'gr_g', null, T0);
+      const unrouted = async (orgId = ORG) => (await store.sync.unroutedEpisodes(orgId, 0, 100)).map((u) => u.facts.episode_id);
+      expect(await unrouted()).toEqual([]);
+
+      // A live destination's routes are never dropped.
+      expect(await store.sync.dropRoutesTo(ORG, d1)).toBe(0);
+      expect(await store.sync.dropRoutesTo(ORG, d2)).toBe(0);
+      expect((await store.sync.pendingAssignments(ROBOT)).filter((r) => r.destinationId === d1).map((r) => r.episodeId)).toEqual(
+        [synced!, syncing!, granted!, assigned!].map((e) => e.id),
+      );
+
+      expect(await store.sync.revokeDestination(ORG, d1, T0 + 1)).toBe(true);
+      // Another organization's id for it drops nothing.
+      expect(await store.sync.dropRoutesTo(OTHER, d1)).toBe(0);
+      expect(await unrouted()).toEqual([]);
+      // Syncing, granted and not yet granted go; synced and verified stay.
+      expect(await store.sync.dropRoutesTo(ORG, d1)).toBe(3);
+      expect(await unrouted()).toEqual([syncing!.id, granted!.id, assigned!.id]);
+      expect(await store.sync.dropRoutesTo(ORG, d1)).toBe(0);
+      // The live destination's routes, and another organization's, are untouched.
+      expect((await store.sync.pendingAssignments(ROBOT)).map((r) => `${r.episodeId}>${r.destinationId}`)).toEqual([`${elsewhere!.id}>${d2}`]);
+      expect(await store.sync.pendingAssignments('rbt_9')).toEqual([expect.objectContaining({ episodeId: other!.id, destinationId: theirs })]);
+      // The replicas themselves are kept.
+      expect((await store.episodes.get(ORG, syncing!.id))!.replicas).toEqual([expect.objectContaining({ destinationId: d1, state: 'syncing' })]);
+
+      expect(await store.sync.revokeDestination(OTHER, theirs, T0 + 2)).toBe(true);
+      expect(await store.sync.dropRoutesTo(ORG, theirs)).toBe(0);
+      expect(await store.sync.dropRoutesTo(OTHER, theirs)).toBe(1);
+      expect(await unrouted(OTHER)).toEqual([other!.id]);
+    });
+
+    it('replicasByState counts the routed (episode, destination) pairs of every organization by replica state; a route without a replica is assigned', async () => {
+      const zero = { assigned: 0, granted: 0, syncing: 0, synced: 0, verified: 0 };
+      expect(await store.gauges.replicasByState()).toEqual(zero);
+      const d1 = await destination();
+      const d2 = await destination();
+      const theirs = await destination(OTHER);
+      const [a, b, c, e, f, unroutedEp] = await ingest(Array.from({ length: 6 }, () => testReport()));
+      const [g] = await ingest([testReport()], { orgId: OTHER, robotId: 'rbt_9' });
+      await store.sync.addRoutes([
+        await route(a!, d1),
+        await route(b!, d1),
+        await route(c!, d1),
+        await route(e!, d1),
+        await route(f!, d2),
+        await route(g!, theirs, OTHER, 'rbt_9'),
+      ]);
+      expect(await store.gauges.replicasByState()).toEqual({ ...zero, assigned: 6 });
+      await store.sync.markGranted(ORG, await seqOf(b!.id), d1, 'gr_b', null, T0);
+      await store.sync.applyReplicaReport(ROBOT, report(c!.id, d1, { state: 'syncing' }), T0);
+      await store.sync.applyReplicaReport(ROBOT, report(e!.id, d1, { state: 'synced' }), T0);
+      await store.sync.applyReplicaReport(ROBOT, report(f!.id, d2, { state: 'verified' }), T0);
+      await store.sync.applyReplicaReport('rbt_9', report(g!.id, theirs, { state: 'verified' }), T0);
+      // A replica without a route (an unrouted episode, or a destination the episode was not routed to) is not counted.
+      expect(await store.sync.applyReplicaReport(ROBOT, report(unroutedEp!.id, d1, { state: 'synced' }), T0)).toBe('applied');
+      expect(await store.sync.applyReplicaReport(ROBOT, report(a!.id, d2, { state: 'synced' }), T0)).toBe('applied');
+      expect(await store.gauges.replicasByState()).toEqual({ assigned: 1, granted: 1, syncing: 1, synced: 1, verified: 2 });
+      // A state moving on moves its count.
+      await store.sync.applyReplicaReport(ROBOT, report(e!.id, d1, { state: 'verified', at: 2000 }), T0 + 1);
+      expect(await store.gauges.replicasByState()).toEqual({ assigned: 1, granted: 1, syncing: 1, synced: 0, verified: 3 });
     });
 
     it('pending assignments end at verified; assignment() is only the robot\'s own', async () => {
@@ -442,6 +529,33 @@ describeStore('SyncStore', (open, engine) => {
       await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'verified', grant_id: 'g2', at: 6 }), T0 + 3);
       await store.sync.markGranted(ORG, seq, d, 'g3', null, T0 + 4);
       expect(await replica()).toEqual([expect.objectContaining({ state: 'verified', grantId: 'g2' })]);
+    });
+
+    it("grantIssued is true only for a grant markGranted recorded for that robot's episode and that destination", async () => {
+      const seq = await seqOf(ep.id);
+      const d2 = await destination();
+      const [other] = await ingest([testReport()]);
+      const issued = (robotId: string, episodeId: string, destinationId: string, grantId: string) => store.sync.grantIssued(robotId, episodeId, destinationId, grantId);
+      expect(await issued(ROBOT, ep.id, d, 'g1')).toBe(false);
+      await store.sync.markGranted(ORG, seq, d, 'g1', 'k/1', T0);
+      expect(await issued(ROBOT, ep.id, d, 'g1')).toBe(true);
+      expect(await issued(ROBOT, ep.id, d, 'g2')).toBe(false);
+      expect(await issued(ROBOT, ep.id, d2, 'g1')).toBe(false);
+      expect(await issued(ROBOT, other!.id, d, 'g1')).toBe(false);
+      expect(await issued('rbt_other', ep.id, d, 'g1')).toBe(false);
+      expect(await issued(ROBOT, 'ep_doesnotexist00', d, 'g1')).toBe(false);
+      // A robot's report naming a grant id does not make it issued.
+      expect(await store.sync.applyReplicaReport(ROBOT, report(ep.id, d2, { state: 'syncing', grant_id: 'g9' }), T0)).toBe('applied');
+      expect(await issued(ROBOT, ep.id, d2, 'g9')).toBe(false);
+      // Another organization's markGranted for the episode's seq records nothing.
+      await store.sync.markGranted(OTHER, seq, d2, 'g4', null, T0);
+      expect(await issued(ROBOT, ep.id, d2, 'g4')).toBe(false);
+      // Recorded whatever the replica's state: a grant after verified is issued, though the replica keeps its grant id.
+      expect(await store.sync.applyReplicaReport(ROBOT, report(ep.id, d, { state: 'verified', grant_id: 'g1', at: 5 }), T0 + 1)).toBe('applied');
+      await store.sync.markGranted(ORG, seq, d, 'g3', null, T0 + 2);
+      expect(await issued(ROBOT, ep.id, d, 'g3')).toBe(true);
+      expect(await issued(ROBOT, ep.id, d, 'g1')).toBe(true);
+      expect((await replica()).find((r) => r.destinationId === d)).toMatchObject({ state: 'verified', grantId: 'g1' });
     });
 
     it('sync_state filters follow the replicas written by reports', async () => {

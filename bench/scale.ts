@@ -12,7 +12,11 @@
  * organizations at once (half the robots each, the same replicas), with the time ingest spent
  * waiting on the ordering locks: PostgreSQL's own view of waiting backends (pg_stat_activity,
  * wait_event 'advisory'), sampled every 10 ms. Episode seqs and event ids are ordered per
- * organization, so the second organization's ingest should add no wait to the first's.
+ * organization, so the second organization's ingest should add no wait to the first's. On two
+ * shared cores a second ingest mostly takes CPU, so two more phases isolate the lock: the first
+ * organization ingests while a slow writer of the second holds the second's ordering locks
+ * (200 ms of every 250), and, as the control, while the same writer holds the first's own (what
+ * one lock for all organizations would do to everyone).
  * Any failed request or missing ack fails the run. Nothing here asserts a duration. All parts
  * share the machine's cores: replicas add processes, not hardware, so the figures show what
  * replicas cost and whether the shared database serializes them, not a cluster's throughput.
@@ -24,6 +28,7 @@ import { performance } from 'node:perf_hooks';
 import type mqtt from 'mqtt';
 import pg from 'pg';
 import type { EpisodeReport } from '@fleet/protocol';
+import { LOCKS } from '../cloud/src/store/postgres/db.js';
 import { startCloud, type CloudProcess } from '../test/support/cloud.js';
 import { ensureMosquitto, startMosquitto, type MosquittoBroker } from '../test/support/mosquitto.js';
 import { ensurePostgresBinaries, startPostgres, type PgServer } from '../test/support/postgres.js';
@@ -166,14 +171,54 @@ function sampleLockWaits(url: string, everyMs = 10): { stop(): Promise<number> }
   };
 }
 
+/**
+ * Holds an organization's ordering locks (episodes and events, the keys the store takes) from a
+ * transaction of its own that sleeps while holding them, as a slow writer of that organization
+ * would: `holdMs` held, `gapMs` free, over and over until stopped. Resolves with the share of
+ * the time they were held.
+ */
+function holdOrgLocks(url: string, orgId: string, holdMs: number, gapMs: number): { stop(): Promise<number> } {
+  const c = new pg.Client({ connectionString: url });
+  let running = true;
+  let heldMs = 0;
+  const t0 = performance.now();
+  const loop = (async () => {
+    await c.connect();
+    while (running) {
+      await c.query('BEGIN');
+      const t = performance.now();
+      await c.query('SELECT pg_advisory_xact_lock($1, hashtext($3)), pg_advisory_xact_lock($2, hashtext($3))', [LOCKS.episodes, LOCKS.events, orgId]);
+      await c.query('SELECT pg_sleep($1)', [holdMs / 1000]);
+      await c.query('COMMIT');
+      heldMs += performance.now() - t;
+      if (gapMs > 0) await new Promise((resolve) => setTimeout(resolve, gapMs));
+    }
+    await c.end();
+  })();
+  return {
+    async stop() {
+      running = false;
+      await loop;
+      return heldMs / (performance.now() - t0);
+    },
+  };
+}
+
+interface Phase {
+  rps: number;
+  waitMs: number;
+}
+
 interface OrgsResult {
   replicas: number;
   robotsPerOrg: number;
   reportsPerOrg: number;
-  aloneRps: number;
-  aloneWaitMs: number;
-  bothRps: number;
-  bothWaitMs: number;
+  alone: Phase;
+  both: Phase;
+  /** Organization A alone while B's ordering locks are held by a slow writer of B. */
+  otherHeld: Phase & { heldShare: number };
+  /** The control: A alone while A's own locks are held the same way (what a lock shared by all would do to A). */
+  ownHeld: Phase & { heldShare: number };
 }
 
 /**
@@ -193,22 +238,43 @@ async function measureOrgs(replicas: readonly CloudProcess[], storeEnv: Record<s
   const b = await enrollRobots(replicas[replicas.length - 1]!, half, keyed.stdout.trim());
   const url = storeEnv.FLEET_DATABASE_URL!;
   try {
+    const rate = (r: { acked: number; ms: number }) => (r.acked / r.ms) * 1000;
     log(`two organizations: ${half} robots of one organization alone...`);
     let s = sampleLockWaits(url);
-    const alone = await publishReports(a, o.perRobot, o.inFlight, report(`${o.tag}a1`));
+    const alone = rate(await publishReports(a, o.perRobot, o.inFlight, report(`${o.tag}a1`)));
     const aloneWaitMs = await s.stop();
     log(`two organizations: ${half} robots of each at once...`);
     s = sampleLockWaits(url);
     const [ra, rb] = await Promise.all([publishReports(a, o.perRobot, o.inFlight, report(`${o.tag}a2`)), publishReports(b, o.perRobot, o.inFlight, report(`${o.tag}b2`))]);
     const bothWaitMs = await s.stop();
+    // Held phases: a writer that keeps one organization's ordering locks (200 ms held, 50 ms
+    // free) costs a little CPU, so, unlike a second organization's ingest, it shows on two shared
+    // cores whether the other organization waits for it.
+    const db = new pg.Client({ connectionString: url });
+    await db.connect();
+    const orgOf = async (robotId: string) => (await db.query<{ org_id: string }>('SELECT org_id FROM robots WHERE id = $1', [robotId])).rows[0]!.org_id;
+    const [orgA, orgBId] = [await orgOf(a[0]!.id), await orgOf(b[0]!.id)];
+    await db.end();
+    log(`two organizations: one organization while the other's ordering locks are held by a slow writer...`);
+    let hold = holdOrgLocks(url, orgBId, 200, 50);
+    s = sampleLockWaits(url);
+    const other = rate(await publishReports(a, o.perRobot, o.inFlight, report(`${o.tag}a3`)));
+    const otherWaitMs = await s.stop();
+    const otherShare = await hold.stop();
+    log(`two organizations: the control, one organization while its own ordering locks are held the same way...`);
+    hold = holdOrgLocks(url, orgA, 200, 50);
+    s = sampleLockWaits(url);
+    const own = rate(await publishReports(a, o.perRobot, o.inFlight, report(`${o.tag}a4`)));
+    const ownWaitMs = await s.stop();
+    const ownShare = await hold.stop();
     return {
       replicas: replicas.length,
       robotsPerOrg: half,
       reportsPerOrg: half * o.perRobot,
-      aloneRps: (alone.acked / alone.ms) * 1000,
-      aloneWaitMs,
-      bothRps: ((ra.acked + rb.acked) / Math.max(ra.ms, rb.ms)) * 1000,
-      bothWaitMs,
+      alone: { rps: alone, waitMs: aloneWaitMs },
+      both: { rps: ((ra.acked + rb.acked) / Math.max(ra.ms, rb.ms)) * 1000, waitMs: bothWaitMs },
+      otherHeld: { rps: other, waitMs: otherWaitMs, heldShare: otherShare },
+      ownHeld: { rps: own, waitMs: ownWaitMs, heldShare: ownShare },
     };
   } finally {
     await Promise.all([...a, ...b].map(({ c }) => c.endAsync().catch(() => undefined)));
@@ -325,26 +391,46 @@ export const scale: BenchModule = {
       const g = orgs;
       const per1k = (waitMs: number, reports: number) => (waitMs / reports) * 1000;
       process.stdout.write(
-        `\nscale: ingest of two organizations at once on postgres x${g.replicas}, ${g.robotsPerOrg} robots x ${o.perRobot} reports each; advisory-lock waits sampled from pg_stat_activity every 10 ms\n`,
+        `\nscale: ingest of two organizations on postgres x${g.replicas}, ${g.robotsPerOrg} robots x ${o.perRobot} reports each; advisory-lock waits sampled from pg_stat_activity every 10 ms; a slow writer holds an organization's ordering locks 200 ms of every 250 ms\n`,
       );
+      const phase = (name: string, reports: number, p: Phase, held?: number) => [
+        name,
+        String(reports),
+        fmt(p.rps, 0),
+        fmt(p.rps / g.alone.rps, 3),
+        fmt(p.waitMs, 0),
+        fmt(per1k(p.waitMs, reports), 1),
+        held === undefined ? '–' : `${fmt(held * 100, 0)} %`,
+      ];
       process.stdout.write(
         `${table(
-          ['phase', 'reports', 'ingest/s', 'lock wait, backend-ms', 'wait per 1,000 reports, ms'],
+          ['phase', 'reports', 'ingest/s', 'vs alone', 'lock wait, backend-ms', 'wait per 1,000 reports, ms', 'locks held'],
           [
-            ['one organization alone', String(g.reportsPerOrg), fmt(g.aloneRps, 0), fmt(g.aloneWaitMs, 0), fmt(per1k(g.aloneWaitMs, g.reportsPerOrg), 1)],
-            ['two organizations at once', String(2 * g.reportsPerOrg), fmt(g.bothRps, 0), fmt(g.bothWaitMs, 0), fmt(per1k(g.bothWaitMs, 2 * g.reportsPerOrg), 1)],
+            phase('organization A alone', g.reportsPerOrg, g.alone),
+            phase('A and B at once', 2 * g.reportsPerOrg, g.both),
+            phase("A while B's locks are held", g.reportsPerOrg, g.otherHeld, g.otherHeld.heldShare),
+            phase("control: A while A's own locks are held", g.reportsPerOrg, g.ownHeld, g.ownHeld.heldShare),
           ],
         )}\n`,
       );
       rows.push(
         row({
           name: `scale ingest, two organizations at once, postgres x${g.replicas}`,
-          figure: g.bothRps,
+          figure: g.both.rps,
           unit: 'reports/s',
-          baseline: g.aloneRps,
+          baseline: g.alone.rps,
           baselineUnit: 'reports/s',
           baselineName: 'one organization alone, same replicas',
-          note: `lock wait per 1,000 reports ${fmt(per1k(g.bothWaitMs, 2 * g.reportsPerOrg), 1)} ms (alone ${fmt(per1k(g.aloneWaitMs, g.reportsPerOrg), 1)} ms)`,
+          note: `lock wait per 1,000 reports ${fmt(per1k(g.both.waitMs, 2 * g.reportsPerOrg), 1)} ms (alone ${fmt(per1k(g.alone.waitMs, g.reportsPerOrg), 1)} ms)`,
+        }),
+        row({
+          name: `scale ingest, one organization while another's ordering locks are held, postgres x${g.replicas}`,
+          figure: g.otherHeld.rps,
+          unit: 'reports/s',
+          baseline: g.alone.rps,
+          baselineUnit: 'reports/s',
+          baselineName: 'the same organization alone',
+          note: `control with its own locks held: ${fmt(g.ownHeld.rps / g.alone.rps, 3)} of alone`,
         }),
       );
     }

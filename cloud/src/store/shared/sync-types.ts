@@ -110,7 +110,7 @@ export interface SyncStore {
   // Routes (assignments)
   /** Episodes of the org that have no route yet and are not discarded, after `afterSeq`, with their routing facts. */
   unroutedEpisodes(orgId: string, afterSeq: number, limit: number): Promise<{ seq: number; robotId: string; facts: RoutingFacts }[]>;
-  /** Writes routes (idempotent on episode and destination). Returns the ones that are new. */
+  /** Writes routes (an episode has at most one: a second for the same episode is skipped). Returns the ones that are new. */
   addRoutes(routes: readonly RouteRow[]): Promise<RouteRow[]>;
   /** Drops routes to a revoked destination whose replica is not synced or verified. */
   dropRoutesTo(orgId: string, destinationId: string): Promise<number>;

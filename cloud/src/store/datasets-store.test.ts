@@ -5,9 +5,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { EpisodeReport } from '@fleet/protocol';
 import { snapshotFilter } from '../routes/v1/datasets.js';
 import { testReport } from '../test-support.js';
-import { describeStore, openTestStore, openTwin, postgresAvailable, type TestEngine, type TestStore } from './test-store.js';
-import { EPISODE_LINE_COLUMNS, type EpisodeLineRow } from './shared/episode-lines.js';
-import type { DatasetRow, EpisodeFilter, EpisodeRow, IngestItem, Store } from './shared/types.js';
+import { describeStore, lineByColumn, lineOf, openTestStore, openTwin, postgresAvailable, type TestEngine, type TestStore } from './test-store.js';
+import type { DatasetRow, EpisodeFilter, IngestItem, Store } from './shared/types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';
@@ -51,46 +50,6 @@ async function allMembers(id: string, pageSize = 1000): Promise<string[]> {
     out.push(...rows.map((r) => r.id));
     if (rows.length < pageSize) return out;
   }
-}
-
-type LineColumn = (typeof EPISODE_LINE_COLUMNS)[number];
-
-/** A line row by column name. */
-function lineByColumn(row: EpisodeLineRow): Record<LineColumn, unknown> {
-  return Object.fromEntries(EPISODE_LINE_COLUMNS.map((c, i) => [c, row[i]])) as Record<LineColumn, unknown>;
-}
-
-/** The manifest line row of an episode row, by column name: its stored values, JSON columns as their text. */
-function lineOf(e: EpisodeRow): Record<LineColumn, unknown> {
-  const r = e.report;
-  return {
-    seq: e.seq,
-    id: e.id,
-    robot_id: e.robotId,
-    recording_session_id: r.recording_session_id,
-    episode_seq: r.episode_seq,
-    session_name: r.session_name,
-    task_id: r.task_id,
-    task_name: r.task_name,
-    subtask_id: r.subtask_id,
-    operator_id: r.operator_id,
-    operator_name: r.operator_name,
-    outcome: e.outcome,
-    recorded_outcome: e.recordedOutcome,
-    control_mode: r.control_mode,
-    policy_version_id: r.policy_version_id,
-    eval_id: r.eval_id,
-    started_at: Date.parse(r.started_at),
-    ended_at: r.ended_at === null ? null : Date.parse(r.ended_at),
-    duration_s: r.duration_s,
-    message_count: r.message_count,
-    bag_size_bytes: r.bag_size_bytes,
-    bag_uri: r.bag_uri ?? null,
-    metadata: JSON.stringify(e.metadata),
-    annotations: JSON.stringify(e.annotations),
-    manifest: JSON.stringify(e.manifest),
-    reported_at: e.reportedAt,
-  };
 }
 
 describeStore('dataset store', (open) => {

@@ -10,7 +10,8 @@ import pg from 'pg';
 import { afterEach, beforeEach, describe, inject } from 'vitest';
 import { openPgStore, type PgStore } from './postgres/store.js';
 import { openSqliteStore, type SqliteStore } from './sqlite/store.js';
-import type { Store } from './shared/types.js';
+import { EPISODE_LINE_COLUMNS, type EpisodeLineRow } from './shared/episode-lines.js';
+import type { EpisodeRow, Store } from './shared/types.js';
 
 export type TestEngine = 'sqlite' | 'postgres';
 
@@ -151,4 +152,44 @@ export function pgTwinsPerTest(setup?: (first: PgStore) => Promise<void>): { rea
     await pair.first.close();
   });
   return pair;
+}
+
+export type LineColumn = (typeof EPISODE_LINE_COLUMNS)[number];
+
+/** A line row by column name. */
+export function lineByColumn(row: EpisodeLineRow): Record<LineColumn, unknown> {
+  return Object.fromEntries(EPISODE_LINE_COLUMNS.map((c, i) => [c, row[i]])) as Record<LineColumn, unknown>;
+}
+
+/** The line row of an episode row, by column name: its stored values, JSON columns as their text. */
+export function lineOf(e: EpisodeRow): Record<LineColumn, unknown> {
+  const r = e.report;
+  return {
+    seq: e.seq,
+    id: e.id,
+    robot_id: e.robotId,
+    recording_session_id: r.recording_session_id,
+    episode_seq: r.episode_seq,
+    session_name: r.session_name,
+    task_id: r.task_id,
+    task_name: r.task_name,
+    subtask_id: r.subtask_id,
+    operator_id: r.operator_id,
+    operator_name: r.operator_name,
+    outcome: e.outcome,
+    recorded_outcome: e.recordedOutcome,
+    control_mode: r.control_mode,
+    policy_version_id: r.policy_version_id,
+    eval_id: r.eval_id,
+    started_at: Date.parse(r.started_at),
+    ended_at: r.ended_at === null ? null : Date.parse(r.ended_at),
+    duration_s: r.duration_s,
+    message_count: r.message_count,
+    bag_size_bytes: r.bag_size_bytes,
+    bag_uri: r.bag_uri ?? null,
+    metadata: JSON.stringify(e.metadata),
+    annotations: JSON.stringify(e.annotations),
+    manifest: JSON.stringify(e.manifest),
+    reported_at: e.reportedAt,
+  };
 }

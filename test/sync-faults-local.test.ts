@@ -313,6 +313,9 @@ describe('the disk nearly full (the agent on a clock the test moves)', () => {
         return r?.pressure?.free_bytes === 4096 ? r : undefined;
       }, { description: 'the nearly full disk in sync health' });
       expect(row).toMatchObject({ episodes_reported: 4, unverified: 2, pressure: { backlog_bytes: unverifiedBytes, hours_to_full: expect.any(Number) as number } });
+      // From here the provider defers for 12 hours at a time: the robot's clock crosses 200 hours
+      // one ask at a time, and nothing below depends on how often it asks.
+      deferral.body.retry_after = 12 * 3600;
 
       // 72 h after each verification, not a millisecond before.
       const path = (id: string) => episodeFiles(robot.dataDir, id).then((e) => e.manifest.files[0]!.path);

@@ -211,6 +211,8 @@ export class FakeSyncCloud implements SyncTransport {
   readonly requests: SyncRequest[] = [];
   answer: (req: Extract<SyncRequest, { type: 'grant.request' }>) => SyncMessage | null = () => null;
   assignments: { episode_id: string; destination_id: string }[] = [];
+  /** False: assignments.request goes unanswered (a cloud that does not read its link). */
+  answerAssignments = true;
   deliver: (payload: Buffer) => void = () => undefined;
 
   async publishSyncRequest(payload: string): Promise<void> {
@@ -218,7 +220,11 @@ export class FakeSyncCloud implements SyncTransport {
     const req = SyncRequestSchema.parse(JSON.parse(payload));
     this.requests.push(req);
     const msg: SyncMessage | null =
-      req.type === 'assignments.request' ? { type: 'assignments', req_id: req.req_id, assignments: this.assignments, complete: true } : this.answer(req);
+      req.type === 'assignments.request'
+        ? this.answerAssignments
+          ? { type: 'assignments', req_id: req.req_id, assignments: this.assignments, complete: true }
+          : null
+        : this.answer(req);
     if (msg) queueMicrotask(() => this.deliver(Buffer.from(JSON.stringify(msg))));
   }
 

@@ -551,6 +551,40 @@ describe('Uploader', () => {
     expect(asked()).toBe(2);
   });
 
+  it('an unanswered assignments.request is asked again after two grant timeouts, then after twice each wait up to the 5-minute refresh; never while the last ask has not left', async () => {
+    const r = await rig();
+    r.cloud.answerAssignments = false;
+    r.uploader.connected();
+    const asked = () => r.cloud.requests.filter((q) => q.type === 'assignments.request').length;
+    const sent = () => new Promise<void>((resolve) => setImmediate(resolve));
+    await expect.poll(asked).toBe(1);
+    // The rig's grant timeout is the default 30 s: 60 s, 120 s, 240 s, then 300 s each.
+    for (const [wait, count] of [[60_000, 2], [120_000, 3], [240_000, 4], [300_000, 5], [300_000, 6]] as const) {
+      r.scheduler.advance(wait - 1);
+      expect(asked()).toBe(count - 1);
+      r.scheduler.advance(1);
+      expect(asked()).toBe(count);
+      await sent();
+    }
+    // An hour at once, no I/O in between: the first repeat is sent, and the ones after it wait
+    // for it to leave instead of piling up behind it.
+    r.scheduler.advance(3_600_000);
+    expect(asked()).toBe(7);
+    await sent();
+    // Answered at last: the next ask is the refresh 5 minutes after the answer, and an
+    // unanswered one after it starts again at 60 s.
+    r.cloud.answerAssignments = true;
+    r.scheduler.advance(300_000);
+    await expect.poll(() => r.logs.messages()).toContain('assignments reconciled with the cloud');
+    expect(asked()).toBe(8);
+    r.cloud.answerAssignments = false;
+    r.scheduler.advance(300_000);
+    expect(asked()).toBe(9);
+    await sent();
+    r.scheduler.advance(60_000);
+    expect(asked()).toBe(10);
+  });
+
   it('after a stop mid-upload a new uploader on the reopened store resumes the same upload id and sends only the missing parts', async () => {
     const r = await rig({ partParallel: 1 });
     r.storage.behaviour.partDelayMs = 40;

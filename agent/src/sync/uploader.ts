@@ -87,6 +87,10 @@ export class Uploader {
   private wakeTimer: TimerHandle | undefined;
   private assignmentsTimer: TimerHandle | undefined;
   private assignmentsReqId: string | undefined;
+  /** How long the unanswered assignments.request in flight waits before it is asked again. */
+  private assignmentsWaitMs = 0;
+  /** The last assignments.request is still being handed to the broker. */
+  private assignmentsSending = false;
   private cached: SyncCounts = { open: 0, failing: 0, verified: 0, settled: 0 };
   private readonly concurrency: number;
   private readonly partParallel: number;
@@ -211,16 +215,34 @@ export class Uploader {
     void this.track(this.pump());
   }
 
-  private requestAssignments(): void {
-    const reqId = newReqId();
-    this.assignmentsReqId = reqId;
-    this.channel.send({ type: 'assignments.request', req_id: reqId }).catch((err: unknown) => this.opts.logger.debug({ err }, 'could not send assignments.request'));
-    // Asked again until answered, so a cloud that missed it (restarting, say) still answers.
+  /**
+   * Asks for the complete assignment list, and again until it is answered: first after two grant
+   * timeouts, then each wait twice the last, up to the refresh interval, so that robots whose
+   * cloud is slow to answer (overloaded, or not reading its link) do not ask it every minute. A
+   * repeat is sent only once the previous ask has left (the broker took it): asks do not pile up
+   * behind a stalled connection.
+   */
+  private requestAssignments(again = false): void {
+    const first = this.grantTimeoutMs * 2;
+    this.assignmentsWaitMs = again ? Math.max(first, Math.min(this.assignmentsWaitMs * 2, this.assignmentsRefreshMs)) : first;
+    let reqId = this.assignmentsReqId;
+    if (!again || !this.assignmentsSending) {
+      const id = newReqId();
+      reqId = id;
+      this.assignmentsReqId = id;
+      this.assignmentsSending = true;
+      this.channel
+        .send({ type: 'assignments.request', req_id: id })
+        .catch((err: unknown) => this.opts.logger.debug({ err }, 'could not send assignments.request'))
+        .finally(() => {
+          if (this.assignmentsReqId === id) this.assignmentsSending = false;
+        });
+    }
     if (this.assignmentsTimer !== undefined) this.opts.scheduler.clearTimeout(this.assignmentsTimer);
     this.assignmentsTimer = this.opts.scheduler.setTimeout(() => {
       this.assignmentsTimer = undefined;
-      if (this.online && !this.stopped && this.assignmentsReqId === reqId) this.requestAssignments();
-    }, this.grantTimeoutMs * 2);
+      if (this.online && !this.stopped && this.assignmentsReqId === reqId) this.requestAssignments(true);
+    }, this.assignmentsWaitMs);
   }
 
   private async onAssignments(msg: AssignmentsMessage): Promise<void> {

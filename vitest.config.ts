@@ -27,7 +27,7 @@ export default defineConfig({
         ssr,
         test: {
           name: 'unit',
-          include: ['packages/*/src/**/*.test.ts', 'cloud/src/**/*.test.ts', 'agent/src/**/*.test.ts', 'simulator/src/**/*.test.ts'],
+          include: ['packages/*/src/**/*.test.ts', 'cloud/src/**/*.test.ts', 'agent/src/**/*.test.ts', 'simulator/src/**/*.test.ts', 'bench/lib/**/*.test.ts'],
           testTimeout: 30_000,
           expect,
         },

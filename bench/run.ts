@@ -5,14 +5,19 @@
  *
  * `npm run bench -- all [--only a,b] [--out FILE]` runs every benchmark at the sizes of ALL_ARGS
  * (chosen to fit in about 10 minutes on a 2-core machine), then prints one summary table (each
- * figure, its baseline and the ratio) and writes it as JSON to bench/results/latest.json.
+ * figure, its baseline and the ratio) and writes it as JSON to bench/results/latest.json. Each
+ * ratio is compared with the same row of the committed reference run (bench/reference.json, or
+ * `--reference FILE`): a ratio that moved by more than 20 % either way is marked in the table and
+ * listed after it. The reference is replaced on purpose (`cp bench/results/latest.json
+ * bench/reference.json`), in the commit that says why.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, totalmem } from 'node:os';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { BenchModule } from './lib/args.js';
+import { compareWithReference, readReference, REFERENCE_TOLERANCE } from './lib/reference.js';
 import { summaryTable, type SummaryRow } from './lib/summary.js';
 
 /** Every benchmark by name; each module is loaded only when asked for. */
@@ -47,17 +52,18 @@ const ALL_ARGS: Readonly<Record<string, readonly string[]>> = {
 };
 
 const DEFAULT_OUT = fileURLToPath(new URL('./results/latest.json', import.meta.url));
+const DEFAULT_REFERENCE = fileURLToPath(new URL('./reference.json', import.meta.url));
 
 function usage(): string {
   return [
     'usage: npm run bench -- <name> [--duration S] [--connections N] [--warmup S] [benchmark options]',
-    '       npm run bench -- all [--only name,name] [--out FILE]',
+    '       npm run bench -- all [--only name,name] [--out FILE] [--reference FILE]',
     `benchmarks: ${Object.keys(BENCHMARKS).join(', ')}`,
   ].join('\n');
 }
 
 async function runAll(argv: string[]): Promise<number> {
-  const { values } = parseArgs({ args: argv, strict: true, allowPositionals: false, options: { only: { type: 'string' }, out: { type: 'string' } } });
+  const { values } = parseArgs({ args: argv, strict: true, allowPositionals: false, options: { only: { type: 'string' }, out: { type: 'string' }, reference: { type: 'string' } } });
   const names = values.only ? values.only.split(',').map((s) => s.trim()) : Object.keys(BENCHMARKS);
   for (const n of names) if (!BENCHMARKS[n]) throw new Error(`unknown benchmark ${n}`);
   const started = Date.now();
@@ -80,16 +86,29 @@ async function runAll(argv: string[]): Promise<number> {
   }
   const seconds = (Date.now() - started) / 1000;
   const failed = runs.filter((r) => !r.ok);
+  const referencePath = values.reference ?? DEFAULT_REFERENCE;
+  const comparison = existsSync(referencePath) ? compareWithReference(rows, readReference(referencePath)) : null;
   process.stdout.write(
     `\n== summary: ${names.length} benchmarks in ${seconds.toFixed(0)} s, node ${process.version}, ${availableParallelism()} CPUs ` +
-      `(ratio = figure / baseline; both measured in the same run)\n${summaryTable(rows)}\n`,
+      `(ratio = figure / baseline; both measured in the same run)\n${summaryTable(comparison ? comparison.rows : rows)}\n`,
   );
+  if (comparison) {
+    const pct = Math.round(REFERENCE_TOLERANCE * 100);
+    process.stdout.write(
+      comparison.moved.length === 0
+        ? `no ratio moved by more than ${pct} % from the reference (${referencePath})\n`
+        : `${comparison.moved.length} ratio(s) moved by more than ${pct} % from the reference (${referencePath}), marked !:\n${comparison.moved.map((n) => `  ${n}`).join('\n')}\n`,
+    );
+    if (comparison.missing.length > 0) process.stdout.write(`in the reference but not in this run:\n${comparison.missing.map((n) => `  ${n}`).join('\n')}\n`);
+  } else {
+    process.stdout.write(`no reference run at ${referencePath}: nothing compared\n`);
+  }
   for (const r of runs) process.stdout.write(`${r.ok ? 'ok    ' : 'FAILED'} ${r.bench} (${r.seconds.toFixed(0)} s)${r.error ? `: ${r.error}` : ''}\n`);
   const out = values.out ?? DEFAULT_OUT;
   mkdirSync(dirname(out), { recursive: true });
   writeFileSync(
     out,
-    `${JSON.stringify({ at: new Date().toISOString(), node: process.version, cpus: availableParallelism(), mem_gib: Math.round(totalmem() / 2 ** 30), seconds, runs, rows }, null, 2)}\n`,
+    `${JSON.stringify({ at: new Date().toISOString(), node: process.version, cpus: availableParallelism(), mem_gib: Math.round(totalmem() / 2 ** 30), seconds, runs, rows, ...(comparison ? { reference: { path: referencePath, moved: comparison.moved, missing: comparison.missing } } : {}) }, null, 2)}\n`,
   );
   process.stdout.write(`written to ${out}\n`);
   return failed.length === 0 ? 0 : 1;

@@ -37,9 +37,14 @@ function num(x: number): string {
   return fmt(x, a >= 1000 ? 0 : a >= 10 ? 1 : a >= 1 ? 2 : 3);
 }
 
-/** The plain-text summary: one line per row, aligned columns (numbers right, text left). */
-export function summaryTable(rows: readonly SummaryRow[]): string {
-  const header = ['figure', 'value', 'unit', 'baseline', 'unit', 'ratio', 'baseline is'];
+/**
+ * The plain-text summary: one line per row, aligned columns (numbers right, text left). Rows
+ * compared with a reference run (bench/lib/reference.ts) get two more columns: the reference's
+ * ratio and the change, marked `!` where it moved beyond the tolerance.
+ */
+export function summaryTable(rows: readonly (SummaryRow & { referenceRatio?: number | null; change?: number | null; moved?: boolean })[]): string {
+  const compared = rows.some((r) => r.referenceRatio !== undefined);
+  const header = ['figure', 'value', 'unit', 'baseline', 'unit', 'ratio', 'baseline is', ...(compared ? ['reference', 'change'] : [])];
   const cells = rows.map((r) => [
     r.name,
     num(r.figure),
@@ -48,8 +53,14 @@ export function summaryTable(rows: readonly SummaryRow[]): string {
     r.baselineUnit ?? '',
     r.ratio === null ? '-' : fmt(r.ratio, 3),
     r.baselineName ?? '',
+    ...(compared
+      ? [
+          r.referenceRatio === null || r.referenceRatio === undefined ? '-' : fmt(r.referenceRatio, 3),
+          r.change === null || r.change === undefined ? '-' : `${r.change > 0 ? '+' : ''}${fmt(r.change * 100, 0)} %${r.moved ? ' !' : ''}`,
+        ]
+      : []),
   ]);
-  const right = new Set([1, 3, 5]);
+  const right = new Set([1, 3, 5, 7]);
   const all = [header, ...cells];
   const widths = header.map((_, i) => Math.max(...all.map((c) => c[i]!.length)));
   const line = (c: readonly string[]) => c.map((x, i) => (right.has(i) ? x.padStart(widths[i]!) : x.padEnd(widths[i]!))).join('  ').trimEnd();

@@ -22,6 +22,7 @@ import { installPipeline } from './http/pipeline.js';
 import { boundedSerializerCompiler } from './http/serializer.js';
 import type { CatalogEntry } from './http/policy.js';
 import { installRateLimits } from './http/rate-limit.js';
+import { ConnectionTracker } from './http/shutdown.js';
 import { registerV1, type CommandSender, type ZodApp } from './routes/v1/index.js';
 import { offlineFleetAdmin, type FleetAdmin } from './robots/credentials.js';
 import { SecretBox } from './secret-box.js';
@@ -119,6 +120,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     },
     clientErrorHandler: handleClientError,
   });
+  const connections = new ConnectionTracker(fastify.server);
   const metrics = deps.metrics ?? metricsFor(config, store.gauges);
   // The route pattern, not the URL: one series per route whatever ids the paths carry.
   if (metrics.enabled) fastify.addHook('onResponse', async (request, reply) => metrics.httpRequest(request.method, request.routeOptions.url, reply.statusCode, reply.elapsedTime / 1000));
@@ -231,7 +233,16 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     streams,
     async close() {
       stopPurge();
-      await fastify.close();
+      // fastify closes the idle keep-alive connections once, when the shutdown starts; one whose
+      // request finishes later, and one that never sent a request, would hold the close until
+      // their clients leave (see ConnectionTracker). Swept meanwhile, on the system's time even
+      // where a test drives the rest by hand: a shutdown must end.
+      const stopSweep = every(systemScheduler, 50, () => connections.dropUnused());
+      try {
+        await fastify.close();
+      } finally {
+        stopSweep();
+      }
       await ownEgress?.close();
       await sync.idle();
       await lastUsed.stop();

@@ -4,7 +4,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { pino } from 'pino';
 import type { AddressInfo } from 'node:net';
 import type { Client } from 'aedes';
-import { every, Lifecycle, retry, systemClock, systemScheduler, type Clock, type Scheduler, type TimeSource } from '@fleet/protocol';
+import { Lifecycle, retry, systemClock, systemScheduler, type Clock, type Scheduler, type TimeSource } from '@fleet/protocol';
 import { buildApp, eventHubFor, type CloudApp } from './app.js';
 import { bootstrapIfEmpty, type Bootstrapped } from './bootstrap.js';
 import { parseListen, type CloudConfig } from './config.js';
@@ -336,18 +336,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
       }
       return {
         value: a,
-        close: async () => {
-          // fastify closes the idle keep-alive connections once, when the shutdown starts. A
-          // connection whose in-flight request finishes later would idle on until the client or
-          // keepAliveTimeout (72 s) drops it and hold the exit that long; sweep them meanwhile.
-          // On the system's time even where a test drives the rest by hand: a shutdown must end.
-          const stopSweep = every(systemScheduler, 50, () => a.app.server.closeIdleConnections());
-          try {
-            await a.close();
-          } finally {
-            stopSweep();
-          }
-        },
+        close: () => a.close(),
       };
     });
 

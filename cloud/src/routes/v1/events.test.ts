@@ -1,4 +1,4 @@
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { SECOND, WEBHOOK_EVENTS, type Scope } from '@fleet/protocol';
 import { robotStatusEvent } from '../../events.js';
@@ -430,6 +430,18 @@ describe('GET /v1/events/stream', () => {
     await a.finished();
     await b.finished();
     expect([a.ended, b.ended]).toEqual([true, true]);
+  });
+
+  it('closes with a connection open that never sent a request, and drops it', async () => {
+    const s = await open();
+    // As a client pool's spare connection or a browser's preconnect: connected, nothing sent.
+    const idle = connect((t.app.server.address() as AddressInfo).port, '127.0.0.1');
+    const dropped = new Promise<void>((resolve) => idle.once('close', () => resolve()));
+    idle.on('error', () => undefined);
+    await new Promise<void>((resolve) => idle.once('connect', () => resolve()));
+    await t.cloud.close();
+    await s.finished();
+    await dropped;
   });
 });
 

@@ -52,11 +52,14 @@ export default defineConfig({
           // selected by test:postgres or test:replicas (they name their projects), so it runs once,
           // in the SQLite pass of `npm test`.
           name: 'browser',
-          // One chromium at a time: two on two cores starve the cloud each drives.
-          maxWorkers: 1,
+          // One chromium at a time: two on two cores starve the cloud each drives. Not with
+          // `maxWorkers: 1`, which puts the project in a group of its own that runs after the
+          // others on one worker while the other idles (3 minutes of the run): the harness takes
+          // a lock across workers instead (test/support/exclusive.ts), so a browser file shares
+          // the two workers with the rest. Its beforeAll may wait for another file's chromium.
           include: ['console/test/**/*.test.ts'],
           testTimeout: 120_000,
-          hookTimeout: 120_000,
+          hookTimeout: 300_000,
           expect,
         },
       },

@@ -3,6 +3,7 @@ import { dirname, join } from 'node:path';
 import mqtt from 'mqtt';
 import { afterEach, describe, expect, test } from 'vitest';
 import { makeTempDir, startCloud } from './support/cloud.js';
+import { exclusiveAddress, holdExclusive } from './support/exclusive.js';
 import { ensureMosquitto } from './support/mosquitto.js';
 import { runProcess, spawnProcess } from './support/process.js';
 
@@ -48,6 +49,32 @@ describe('spawnProcess', () => {
   test('runProcess returns code, stdout and stderr', async () => {
     const res = await runProcess(node, ['-e', "console.log('out'); console.error('err'); process.exit(2)"]);
     expect(res).toEqual({ code: 2, signal: null, stdout: 'out\n', stderr: 'err\n' });
+  });
+});
+
+describe.runIf(process.platform === 'linux')('holdExclusive', () => {
+  const name = () => `test-${process.pid}-${Math.random().toString(36).slice(2)}`;
+
+  test('a second holder waits until the first gives it back', async () => {
+    const lock = name();
+    const first = await holdExclusive(lock);
+    await expect(holdExclusive(lock, { timeoutMs: 500 })).rejects.toThrow(/timed out after 500 ms/);
+    // Waiting when the first gives it back: taken then.
+    const taking = holdExclusive(lock, { timeoutMs: 30_000 });
+    await first[Symbol.asyncDispose]();
+    const second = await taking;
+    await second[Symbol.asyncDispose]();
+  });
+
+  test('a holder killed with SIGKILL leaves nothing stale: the next one takes it', async () => {
+    const lock = name();
+    const script = `require('node:net').createServer().listen({ path: ${JSON.stringify(exclusiveAddress(lock))} }, () => console.log('held'))`;
+    await using holder = spawnProcess(node, ['-e', script], { name: 'lock holder' });
+    await holder.waitForStdout((l) => l === 'held');
+    await expect(holdExclusive(lock, { timeoutMs: 500 })).rejects.toThrow(/timed out after 500 ms waiting for the "test-/);
+    await holder.kill('SIGKILL');
+    const mine = await holdExclusive(lock, { timeoutMs: 30_000 });
+    await mine[Symbol.asyncDispose]();
   });
 });
 

@@ -9,6 +9,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
 import { launchBrowser, type TestBrowser } from '../../test/support/browser.js';
+import { holdExclusive } from '../../test/support/exclusive.js';
 import { REPO_ROOT, startCloud, type CloudProcess } from '../../test/support/cloud.js';
 import { startFleet, type FleetProcess } from '../../test/support/robots.js';
 // Types only: the `inject('fleetPostgres')` typing test/support/cloud.ts relies on is declared
@@ -62,6 +63,9 @@ export async function startConsoleHarness(opts: ConsoleHarnessOptions = {}): Pro
     if (errors.length > 1) throw new AggregateError(errors, 'stopping the console harness failed');
   };
   try {
+    // One harness at a time across the run's workers (two chromiums with a cloud and a fleet each
+    // starve a 2-core machine); the other worker meanwhile runs other files. Given back last.
+    started.push(await holdExclusive('console-browser'));
     const cloud = await startCloud({ args: ['--console-dir', CONSOLE_DIST, ...(opts.cloudArgs ?? [])], logLevel: 'warn' });
     started.push(cloud);
     // The browser starts while the robots enroll and connect; both settle before a failure of

@@ -1,31 +1,7 @@
 import { DAY, type Pressure, type ReplicaReport } from '@fleet/protocol';
 import { decidePruned, decideReplicaReport, refuseReport } from '../../sync/episode-reports.js';
 import { sameRuleSet } from '../../sync/routing.js';
-import {
-  destinationFromDb,
-  FORWARD_KEEP_MS,
-  forwardColumns,
-  REPORTED_EPISODE_COLUMNS,
-  replicaFactColumns,
-  replicaFactsFromDb,
-  reportedEpisodeFromDb,
-  ROUTE_COLUMNS,
-  routeFromDb,
-  ruleFromDb,
-  syncHealthRows,
-  withPressure,
-  UNROUTED_COLUMNS,
-  unroutedFromDb,
-  UNVERIFIED_ALERT_MS,
-  type DestinationDbRow,
-  type PressureDbRow,
-  type ReplicaFactsDbRow,
-  type ReportedEpisodeDbRow,
-  type RouteDbRow,
-  type RuleDbRow,
-  type SyncCountsDbRow,
-  type UnroutedDbRow,
-} from '../shared/sync-rows.js';
+import * as syncRows from '../shared/sync-rows.js';
 import { newClaimToken } from '../shared/webhook-rows.js';
 import type { DestinationHealth, DestinationRow, ForwardClaim, ForwardOutcome, ReplicaIngestResult, RouteRow, RoutingFacts, RoutingRuleRow, SyncHealthRow, SyncStore } from '../shared/sync-types.js';
 import type { PgDb, Sql } from './db.js';
@@ -61,12 +37,12 @@ export class PgSync implements SyncStore {
   }
 
   async getDestination(orgId: string, id: string): Promise<DestinationRow | undefined> {
-    const r = await this.db.one<DestinationDbRow>('SELECT * FROM destinations WHERE org_id = $1 AND id = $2', [orgId, id]);
-    return r && destinationFromDb(r);
+    const r = await this.db.one<syncRows.DestinationDbRow>('SELECT * FROM destinations WHERE org_id = $1 AND id = $2', [orgId, id]);
+    return r && syncRows.destinationFromDb(r);
   }
 
   async listDestinations(orgId: string, now: number): Promise<(DestinationRow & DestinationHealth)[]> {
-    const rows = await this.db.many<DestinationDbRow & { forwards: number; deferrals: number; deferral_at: number | null; deferral_reason: string | null }>(
+    const rows = await this.db.many<syncRows.DestinationDbRow & { forwards: number; deferrals: number; deferral_at: number | null; deferral_reason: string | null }>(
       `SELECT d.*,
          (SELECT COUNT(*) FROM grant_forwards f WHERE f.destination_id = d.id AND f.at > $1) AS forwards,
          (SELECT COUNT(*) FROM grant_forwards f WHERE f.destination_id = d.id AND f.at > $1 AND f.outcome = 'deferred') AS deferrals,
@@ -78,7 +54,7 @@ export class PgSync implements SyncStore {
       [now - DAY, orgId],
     );
     return rows.map((r) => ({
-      ...destinationFromDb(r),
+      ...syncRows.destinationFromDb(r),
       lastForwardAt: r.last_forward_at,
       forwards24h: r.forwards,
       deferrals24h: r.deferrals,
@@ -115,7 +91,7 @@ export class PgSync implements SyncStore {
   }
 
   async listRules(orgId: string): Promise<RoutingRuleRow[]> {
-    return (await this.db.many<RuleDbRow>('SELECT * FROM routing_rules WHERE org_id = $1 ORDER BY position, id', [orgId])).map(ruleFromDb);
+    return (await this.db.many<syncRows.RuleDbRow>('SELECT * FROM routing_rules WHERE org_id = $1 ORDER BY position, id', [orgId])).map(syncRows.ruleFromDb);
   }
 
   async deleteRule(orgId: string, id: string): Promise<boolean> {
@@ -146,14 +122,14 @@ export class PgSync implements SyncStore {
   // ---- routes ------------------------------------------------------------------------------
 
   async unroutedEpisodes(orgId: string, afterSeq: number, limit: number): Promise<{ seq: number; robotId: string; facts: RoutingFacts }[]> {
-    const rows = await this.db.many<UnroutedDbRow>(
-      `SELECT ${UNROUTED_COLUMNS}
+    const rows = await this.db.many<syncRows.UnroutedDbRow>(
+      `SELECT ${syncRows.UNROUTED_COLUMNS}
        FROM episodes e
        WHERE e.org_id = $1 AND e.seq > $2 AND e.outcome != 'discarded' AND NOT EXISTS (SELECT 1 FROM routes r WHERE r.episode_seq = e.seq)
        ORDER BY e.seq LIMIT $3`,
       [orgId, afterSeq, limit],
     );
-    return rows.map(unroutedFromDb);
+    return rows.map(syncRows.unroutedFromDb);
   }
 
   async addRoutes(routes: readonly RouteRow[]): Promise<RouteRow[]> {
@@ -195,8 +171,8 @@ export class PgSync implements SyncStore {
   }
 
   async pendingAssignments(robotId: string): Promise<RouteRow[]> {
-    const rows = await this.db.many<RouteDbRow>(
-      `SELECT ${ROUTE_COLUMNS} FROM routes r
+    const rows = await this.db.many<syncRows.RouteDbRow>(
+      `SELECT ${syncRows.ROUTE_COLUMNS} FROM routes r
        JOIN episodes e ON e.seq = r.episode_seq
        JOIN destinations d ON d.id = r.destination_id AND d.revoked_at IS NULL
        WHERE r.robot_id = $1
@@ -204,18 +180,18 @@ export class PgSync implements SyncStore {
        ORDER BY r.episode_seq`,
       [robotId],
     );
-    return rows.map(routeFromDb);
+    return rows.map(syncRows.routeFromDb);
   }
 
   async assignment(robotId: string, episodeId: string, destinationId: string): Promise<RouteRow | undefined> {
-    const r = await this.db.one<RouteDbRow>(
-      `SELECT ${ROUTE_COLUMNS} FROM episodes e
+    const r = await this.db.one<syncRows.RouteDbRow>(
+      `SELECT ${syncRows.ROUTE_COLUMNS} FROM episodes e
        JOIN routes r ON r.episode_seq = e.seq AND r.destination_id = $1
        JOIN destinations d ON d.id = r.destination_id AND d.revoked_at IS NULL
        WHERE e.id = $2 AND e.robot_id = $3`,
       [destinationId, episodeId, robotId],
     );
-    return r && routeFromDb(r);
+    return r && syncRows.routeFromDb(r);
   }
 
   // ---- grant forwards ----------------------------------------------------------------------
@@ -226,10 +202,10 @@ export class PgSync implements SyncStore {
         orgId,
         destinationId,
         at,
-        ...forwardColumns(outcome),
+        ...syncRows.forwardColumns(outcome),
       ]);
       await sql.query('UPDATE destinations SET last_forward_at = GREATEST(COALESCE(last_forward_at, 0), $1) WHERE org_id = $2 AND id = $3', [at, orgId, destinationId]);
-      await sql.query('DELETE FROM grant_forwards WHERE destination_id = $1 AND at < $2', [destinationId, at - FORWARD_KEEP_MS]);
+      await sql.query('DELETE FROM grant_forwards WHERE destination_id = $1 AND at < $2', [destinationId, at - syncRows.FORWARD_KEEP_MS]);
     });
   }
 
@@ -298,12 +274,12 @@ export class PgSync implements SyncStore {
       // it started).
       await sql.query('SELECT 1 FROM episodes WHERE id = $1 FOR NO KEY UPDATE', [report.episode_id]);
       const facts = (
-        await sql.query<ReplicaFactsDbRow>(
-          `SELECT ${replicaFactColumns('$1')} FROM episodes e LEFT JOIN replicas p ON p.episode_seq = e.seq AND p.destination_id = $1 WHERE e.id = $2`,
+        await sql.query<syncRows.ReplicaFactsDbRow>(
+          `SELECT ${syncRows.replicaFactColumns('$1')} FROM episodes e LEFT JOIN replicas p ON p.episode_seq = e.seq AND p.destination_id = $1 WHERE e.id = $2`,
           [report.destination_id, report.episode_id],
         )
       ).rows[0];
-      const decision = decideReplicaReport(robotId, report, replicaFactsFromDb(facts));
+      const decision = decideReplicaReport(robotId, report, syncRows.replicaFactsFromDb(facts));
       if (decision.result !== 'applied') return decision.result;
       const { episode, write } = decision;
       await sql.query(
@@ -318,7 +294,7 @@ export class PgSync implements SyncStore {
   }
 
   async markLocalMissing(robotId: string, episodeId: string): Promise<MarkResult> {
-    const episode = reportedEpisodeFromDb(await this.db.one<ReportedEpisodeDbRow>(`SELECT ${REPORTED_EPISODE_COLUMNS} FROM episodes e WHERE e.id = $1`, [episodeId]));
+    const episode = syncRows.reportedEpisodeFromDb(await this.db.one<syncRows.ReportedEpisodeDbRow>(`SELECT ${syncRows.REPORTED_EPISODE_COLUMNS} FROM episodes e WHERE e.id = $1`, [episodeId]));
     const refused = refuseReport(episode, robotId);
     if (refused) return refused;
     const r = await this.db.query('UPDATE episodes SET local_missing = 1 WHERE seq = $1 AND local_missing = 0', [episode!.seq]);
@@ -327,8 +303,8 @@ export class PgSync implements SyncStore {
 
   async markPruned(robotId: string, episodeId: string, prunedAt: number, receivedAt: number): Promise<MarkResult> {
     return this.db.tx(async (sql): Promise<MarkResult> => {
-      const row = (await sql.query<ReportedEpisodeDbRow>(`SELECT ${REPORTED_EPISODE_COLUMNS} FROM episodes e WHERE e.id = $1 FOR NO KEY UPDATE`, [episodeId])).rows[0];
-      const decision = decidePruned(robotId, episodeId, reportedEpisodeFromDb(row), row?.pruned_at ?? null);
+      const row = (await sql.query<syncRows.ReportedEpisodeDbRow>(`SELECT ${syncRows.REPORTED_EPISODE_COLUMNS} FROM episodes e WHERE e.id = $1 FOR NO KEY UPDATE`, [episodeId])).rows[0];
+      const decision = decidePruned(robotId, episodeId, syncRows.reportedEpisodeFromDb(row), row?.pruned_at ?? null);
       if (decision.result !== 'applied') return decision.result;
       await sql.query('UPDATE episodes SET pruned_at = $1 WHERE seq = $2', [prunedAt, decision.episode.seq]);
       await appendEvents(sql, [{ orgId: decision.episode.orgId, event: decision.event, at: receivedAt }]);
@@ -371,22 +347,22 @@ export class PgSync implements SyncStore {
   async syncHealth(orgId: string, now: number, opts: { robotIds?: readonly string[] } = {}): Promise<SyncHealthRow[]> {
     const only = opts.robotIds === undefined ? [] : [[...opts.robotIds]];
     const onlyEpisodes = opts.robotIds === undefined ? '' : ' AND e.robot_id = ANY($3::text[])';
-    const counts = await this.db.many<SyncCountsDbRow>(
+    const counts = await this.db.many<syncRows.SyncCountsDbRow>(
       `SELECT robot_id, COUNT(*) AS reported, SUM(u)::bigint AS unverified, SUM(CASE WHEN reported_at < $1 THEN u ELSE 0 END)::bigint AS over,
          SUM(u * bytes)::bigint AS bytes, SUM(local_missing)::bigint AS missing
        FROM (SELECT e.robot_id, e.reported_at, e.local_missing, COALESCE((e.manifest::jsonb ->> 'total_bytes')::numeric, 0) AS bytes,
                CASE WHEN e.outcome != 'discarded' AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.episode_seq = e.seq AND p.state = 'verified') THEN 1 ELSE 0 END AS u
              FROM episodes e WHERE e.org_id = $2${onlyEpisodes}) x
        GROUP BY robot_id`,
-      [now - UNVERIFIED_ALERT_MS, orgId, ...only],
+      [now - syncRows.UNVERIFIED_ALERT_MS, orgId, ...only],
     );
     const onlyRobots = opts.robotIds === undefined ? '' : ' AND id = ANY($2::text[])';
     const robotIds = (await this.db.many<{ id: string }>(`SELECT id FROM robots WHERE org_id = $1${onlyRobots}`, [orgId, ...only])).map((r) => r.id);
-    const rows = syncHealthRows(robotIds, counts);
+    const rows = syncRows.syncHealthRows(robotIds, counts);
     if (rows.length === 0) return rows;
-    const pressure = await this.db.many<PressureDbRow>('SELECT robot_id, free_bytes, backlog_bytes, hours_to_full, reported_at FROM robot_pressure WHERE robot_id = ANY($1)', [
+    const pressure = await this.db.many<syncRows.PressureDbRow>('SELECT robot_id, free_bytes, backlog_bytes, hours_to_full, reported_at FROM robot_pressure WHERE robot_id = ANY($1)', [
       rows.map((r) => r.robotId),
     ]);
-    return withPressure(rows, pressure);
+    return syncRows.withPressure(rows, pressure);
   }
 }

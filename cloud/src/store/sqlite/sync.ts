@@ -2,31 +2,7 @@ import { DAY, type Pressure, type ReplicaReport } from '@fleet/protocol';
 import { decidePruned, decideReplicaReport, refuseReport } from '../../sync/episode-reports.js';
 import { sameRuleSet } from '../../sync/routing.js';
 import type { Db } from './db.js';
-import {
-  destinationFromDb,
-  FORWARD_KEEP_MS,
-  forwardColumns,
-  REPORTED_EPISODE_COLUMNS,
-  replicaFactColumns,
-  replicaFactsFromDb,
-  reportedEpisodeFromDb,
-  ROUTE_COLUMNS,
-  routeFromDb,
-  ruleFromDb,
-  UNROUTED_COLUMNS,
-  syncHealthRows,
-  withPressure,
-  unroutedFromDb,
-  UNVERIFIED_ALERT_MS,
-  type DestinationDbRow,
-  type PressureDbRow,
-  type ReplicaFactsDbRow,
-  type ReportedEpisodeDbRow,
-  type RouteDbRow,
-  type RuleDbRow,
-  type SyncCountsDbRow,
-  type UnroutedDbRow,
-} from '../shared/sync-rows.js';
+import * as syncRows from '../shared/sync-rows.js';
 import { newClaimToken } from '../shared/webhook-rows.js';
 import { eventAppender } from './events.js';
 import type {
@@ -58,14 +34,14 @@ export class SqliteSync implements SyncStore {
   }
 
   async getDestination(orgId: string, id: string): Promise<DestinationRow | undefined> {
-    const r = this.db.prepare<[string, string], DestinationDbRow>('SELECT * FROM destinations WHERE org_id = ? AND id = ?').get(orgId, id);
-    return r && destinationFromDb(r);
+    const r = this.db.prepare<[string, string], syncRows.DestinationDbRow>('SELECT * FROM destinations WHERE org_id = ? AND id = ?').get(orgId, id);
+    return r && syncRows.destinationFromDb(r);
   }
 
   async listDestinations(orgId: string, now: number): Promise<(DestinationRow & DestinationHealth)[]> {
     const since = now - DAY;
     return this.db
-      .prepare<[number, number, number, string], DestinationDbRow & { forwards: number; deferrals: number; last_deferral: string | null }>(
+      .prepare<[number, number, number, string], syncRows.DestinationDbRow & { forwards: number; deferrals: number; last_deferral: string | null }>(
         `SELECT d.*,
            (SELECT COUNT(*) FROM grant_forwards f WHERE f.destination_id = d.id AND f.at > ?) AS forwards,
            (SELECT COUNT(*) FROM grant_forwards f WHERE f.destination_id = d.id AND f.at > ? AND f.outcome = 'deferred') AS deferrals,
@@ -75,7 +51,7 @@ export class SqliteSync implements SyncStore {
       )
       .all(since, since, since, orgId)
       .map((r) => ({
-        ...destinationFromDb(r),
+        ...syncRows.destinationFromDb(r),
         lastForwardAt: r.last_forward_at,
         forwards24h: r.forwards,
         deferrals24h: r.deferrals,
@@ -103,7 +79,7 @@ export class SqliteSync implements SyncStore {
   }
 
   async listRules(orgId: string): Promise<RoutingRuleRow[]> {
-    return this.db.prepare<[string], RuleDbRow>('SELECT * FROM routing_rules WHERE org_id = ? ORDER BY position, id').all(orgId).map(ruleFromDb);
+    return this.db.prepare<[string], syncRows.RuleDbRow>('SELECT * FROM routing_rules WHERE org_id = ? ORDER BY position, id').all(orgId).map(syncRows.ruleFromDb);
   }
 
   async deleteRule(orgId: string, id: string): Promise<boolean> {
@@ -136,15 +112,15 @@ export class SqliteSync implements SyncStore {
     const rows = this.db
       .prepare<
         [string, number, number],
-        UnroutedDbRow
+        syncRows.UnroutedDbRow
       >(
-        `SELECT ${UNROUTED_COLUMNS}
+        `SELECT ${syncRows.UNROUTED_COLUMNS}
          FROM episodes e
          WHERE e.org_id = ? AND e.seq > ? AND e.outcome != 'discarded' AND NOT EXISTS (SELECT 1 FROM routes r WHERE r.episode_seq = e.seq)
          ORDER BY e.seq LIMIT ?`,
       )
       .all(orgId, afterSeq, limit);
-    return rows.map(unroutedFromDb);
+    return rows.map(syncRows.unroutedFromDb);
   }
 
   async addRoutes(routes: readonly RouteRow[]): Promise<RouteRow[]> {
@@ -176,8 +152,8 @@ export class SqliteSync implements SyncStore {
 
   async pendingAssignments(robotId: string): Promise<RouteRow[]> {
     return this.db
-      .prepare<[string], RouteDbRow>(
-        `SELECT ${ROUTE_COLUMNS} FROM routes r
+      .prepare<[string], syncRows.RouteDbRow>(
+        `SELECT ${syncRows.ROUTE_COLUMNS} FROM routes r
          JOIN episodes e ON e.seq = r.episode_seq
          JOIN destinations d ON d.id = r.destination_id AND d.revoked_at IS NULL
          WHERE r.robot_id = ?
@@ -185,19 +161,19 @@ export class SqliteSync implements SyncStore {
          ORDER BY r.episode_seq`,
       )
       .all(robotId)
-      .map(routeFromDb);
+      .map(syncRows.routeFromDb);
   }
 
   async assignment(robotId: string, episodeId: string, destinationId: string): Promise<RouteRow | undefined> {
     const r = this.db
-      .prepare<[string, string, string], RouteDbRow>(
-        `SELECT ${ROUTE_COLUMNS} FROM episodes e
+      .prepare<[string, string, string], syncRows.RouteDbRow>(
+        `SELECT ${syncRows.ROUTE_COLUMNS} FROM episodes e
          JOIN routes r ON r.episode_seq = e.seq AND r.destination_id = ?
          JOIN destinations d ON d.id = r.destination_id AND d.revoked_at IS NULL
          WHERE e.id = ? AND e.robot_id = ?`,
       )
       .get(destinationId, episodeId, robotId);
-    return r && routeFromDb(r);
+    return r && syncRows.routeFromDb(r);
   }
 
   // ---- grant forwards ----------------------------------------------------------------------
@@ -206,11 +182,11 @@ export class SqliteSync implements SyncStore {
     this.db.transaction(() => {
       this.db
         .prepare('INSERT INTO grant_forwards (org_id, destination_id, at, outcome, grant_id, reason) VALUES (?, ?, ?, ?, ?, ?)')
-        .run(orgId, destinationId, at, ...forwardColumns(outcome));
+        .run(orgId, destinationId, at, ...syncRows.forwardColumns(outcome));
       this.db
         .prepare('UPDATE destinations SET last_forward_at = MAX(COALESCE(last_forward_at, 0), ?) WHERE org_id = ? AND id = ?')
         .run(at, orgId, destinationId);
-      this.db.prepare('DELETE FROM grant_forwards WHERE destination_id = ? AND at < ?').run(destinationId, at - FORWARD_KEEP_MS);
+      this.db.prepare('DELETE FROM grant_forwards WHERE destination_id = ? AND at < ?').run(destinationId, at - syncRows.FORWARD_KEEP_MS);
     })();
   }
 
@@ -270,11 +246,11 @@ export class SqliteSync implements SyncStore {
 
   private applyReport(robotId: string, report: ReplicaReport, receivedAt: number): ReplicaIngestResult {
     const facts = this.db
-      .prepare<[{ dest: string; ep: string }], ReplicaFactsDbRow>(
-        `SELECT ${replicaFactColumns('@dest')} FROM episodes e LEFT JOIN replicas p ON p.episode_seq = e.seq AND p.destination_id = @dest WHERE e.id = @ep`,
+      .prepare<[{ dest: string; ep: string }], syncRows.ReplicaFactsDbRow>(
+        `SELECT ${syncRows.replicaFactColumns('@dest')} FROM episodes e LEFT JOIN replicas p ON p.episode_seq = e.seq AND p.destination_id = @dest WHERE e.id = @ep`,
       )
       .get({ dest: report.destination_id, ep: report.episode_id });
-    const decision = decideReplicaReport(robotId, report, replicaFactsFromDb(facts));
+    const decision = decideReplicaReport(robotId, report, syncRows.replicaFactsFromDb(facts));
     if (decision.result !== 'applied') return decision.result;
     const { episode, write } = decision;
     this.db
@@ -288,12 +264,12 @@ export class SqliteSync implements SyncStore {
     return 'applied';
   }
 
-  private reportedEpisode(episodeId: string): ReportedEpisodeDbRow | undefined {
-    return this.db.prepare<[string], ReportedEpisodeDbRow>(`SELECT ${REPORTED_EPISODE_COLUMNS} FROM episodes e WHERE e.id = ?`).get(episodeId);
+  private reportedEpisode(episodeId: string): syncRows.ReportedEpisodeDbRow | undefined {
+    return this.db.prepare<[string], syncRows.ReportedEpisodeDbRow>(`SELECT ${syncRows.REPORTED_EPISODE_COLUMNS} FROM episodes e WHERE e.id = ?`).get(episodeId);
   }
 
   async markLocalMissing(robotId: string, episodeId: string): Promise<'applied' | 'unchanged' | 'unknown_episode' | 'conflict'> {
-    const episode = reportedEpisodeFromDb(this.reportedEpisode(episodeId));
+    const episode = syncRows.reportedEpisodeFromDb(this.reportedEpisode(episodeId));
     const refused = refuseReport(episode, robotId);
     if (refused) return refused;
     return this.db.prepare('UPDATE episodes SET local_missing = 1 WHERE seq = ? AND local_missing = 0').run(episode!.seq).changes > 0 ? 'applied' : 'unchanged';
@@ -303,7 +279,7 @@ export class SqliteSync implements SyncStore {
     return this.db
       .transaction(() => {
         const row = this.reportedEpisode(episodeId);
-        const decision = decidePruned(robotId, episodeId, reportedEpisodeFromDb(row), row?.pruned_at ?? null);
+        const decision = decidePruned(robotId, episodeId, syncRows.reportedEpisodeFromDb(row), row?.pruned_at ?? null);
         if (decision.result !== 'applied') return decision.result;
         this.db.prepare('UPDATE episodes SET pruned_at = ? WHERE seq = ?').run(prunedAt, decision.episode.seq);
         this.appendEvent(decision.episode.orgId, decision.event, receivedAt);
@@ -354,19 +330,19 @@ export class SqliteSync implements SyncStore {
     const onlyEpisodes = opts.robotIds === undefined ? '' : ' AND e.robot_id IN (SELECT value FROM json_each(?))';
     const onlyRobots = opts.robotIds === undefined ? '' : ' AND id IN (SELECT value FROM json_each(?))';
     const counts = this.db
-      .prepare<[number, string, ...string[]], SyncCountsDbRow>(
+      .prepare<[number, string, ...string[]], syncRows.SyncCountsDbRow>(
         `SELECT robot_id, COUNT(*) AS reported, SUM(u) AS unverified, SUM(u * (reported_at < ?)) AS over, SUM(u * bytes) AS bytes, SUM(local_missing) AS missing
          FROM (SELECT e.robot_id, e.reported_at, e.local_missing, COALESCE(json_extract(e.manifest, '$.total_bytes'), 0) AS bytes,
                  (e.outcome != 'discarded' AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.episode_seq = e.seq AND p.state = 'verified')) AS u
                FROM episodes e WHERE e.org_id = ?${onlyEpisodes})
          GROUP BY robot_id`,
       )
-      .all(now - UNVERIFIED_ALERT_MS, orgId, ...only);
+      .all(now - syncRows.UNVERIFIED_ALERT_MS, orgId, ...only);
     const robotIds = this.db.prepare<[string, ...string[]], string>(`SELECT id FROM robots WHERE org_id = ?${onlyRobots}`).pluck().all(orgId, ...only);
-    const rows = syncHealthRows(robotIds, counts);
-    const pressure = this.db.prepare<[string], PressureDbRow>(
+    const rows = syncRows.syncHealthRows(robotIds, counts);
+    const pressure = this.db.prepare<[string], syncRows.PressureDbRow>(
       'SELECT robot_id, free_bytes, backlog_bytes, hours_to_full, reported_at FROM robot_pressure WHERE robot_id IN (SELECT value FROM json_each(?))',
     );
-    return withPressure(rows, pressure.all(JSON.stringify(rows.map((r) => r.robotId))));
+    return syncRows.withPressure(rows, pressure.all(JSON.stringify(rows.map((r) => r.robotId))));
   }
 }

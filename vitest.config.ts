@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import SpreadBrowserFiles from './test/support/sequencer.js';
 
 // Workspace packages resolve to their TypeScript sources (the "source" export condition), so
 // unit tests need no build; end-to-end tests spawn the built CLIs (`npm test` builds first).
@@ -18,6 +19,8 @@ export default defineConfig({
     // Two files at a time: most end-to-end time is spent waiting on sockets, child processes and
     // timers, not on the CPU, and vitest's default on a 2-core machine is one (cores - 1).
     maxWorkers: 2,
+    // The browser files spread out among the others rather than all first (test/support/sequencer.ts).
+    sequence: { sequencer: SpreadBrowserFiles },
     reporters: ['default', './test/support/summary-reporter.ts'],
     // One PostgreSQL server for the run (every engine's store suite, FLEET_TEST_DATABASE=postgres).
     globalSetup: ['./test/support/global-setup.ts'],
@@ -56,7 +59,8 @@ export default defineConfig({
           // `maxWorkers: 1`, which puts the project in a group of its own that runs after the
           // others on one worker while the other idles (3 minutes of the run): the harness takes
           // a lock across workers instead (test/support/exclusive.ts), so a browser file shares
-          // the two workers with the rest. Its beforeAll may wait for another file's chromium.
+          // the two workers with the rest, and the sequencer spreads the files out so that one
+          // rarely waits for another's chromium (its beforeAll may).
           include: ['console/test/**/*.test.ts'],
           testTimeout: 120_000,
           hookTimeout: 300_000,

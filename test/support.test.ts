@@ -4,6 +4,7 @@ import mqtt from 'mqtt';
 import { afterEach, describe, expect, test } from 'vitest';
 import { makeTempDir, startCloud } from './support/cloud.js';
 import { exclusiveAddress, holdExclusive } from './support/exclusive.js';
+import { spreadOut } from './support/sequencer.js';
 import { ensureMosquitto } from './support/mosquitto.js';
 import { runProcess, spawnProcess } from './support/process.js';
 
@@ -75,6 +76,16 @@ describe.runIf(process.platform === 'linux')('holdExclusive', () => {
     await holder.kill('SIGKILL');
     const mine = await holdExclusive(lock, { timeoutMs: 30_000 });
     await mine[Symbol.asyncDispose]();
+  });
+});
+
+describe('spreadOut (the test sequencer)', () => {
+  test('moves the picked items to every (gap + 1)th place from the front, the rest in their order', () => {
+    const sorted = ['b1', 'b2', 'b3', 'e1', 'e2', 'e3', 'e4', 'e5', 'u1', 'u2'];
+    expect(spreadOut(sorted, (x) => x.startsWith('b'), 2)).toEqual(['b1', 'e1', 'e2', 'b2', 'e3', 'e4', 'b3', 'e5', 'u1', 'u2']);
+    // Fewer others than the gaps need: the rest go at the end, in order.
+    expect(spreadOut(['b1', 'b2', 'b3', 'e1'], (x) => x.startsWith('b'), 2)).toEqual(['b1', 'e1', 'b2', 'b3']);
+    expect(spreadOut(['e1', 'e2'], (x) => x.startsWith('b'), 2)).toEqual(['e1', 'e2']);
   });
 });
 

@@ -17,6 +17,7 @@ import { DuckDBInstance } from '@duckdb/node-api';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createTestPki, type TestPki } from '../cloud/src/egress/test-https.js';
 import { cleanEnv, makeTempDir, REPO_ROOT, startCloud, type CloudProcess, type TempDir } from './support/cloud.js';
+import { ensureDebianPackages, FFMPEG } from './support/debian.js';
 import { startGrantProvider, writeProviderTls, type GrantProviderProcess } from './support/grant-provider.js';
 import { freePort, okJson } from './support/http.js';
 import { runProcess, spawnProcess, type RunResult } from './support/process.js';
@@ -122,6 +123,10 @@ function digestTree(dir: string): Record<string, string> {
 }
 
 beforeAll(async () => {
+  // The export encodes with ffmpeg and the test reads back with ffprobe: a missing binary fails
+  // here, by name, rather than as an export that never finishes.
+  const missing = ensureDebianPackages([FFMPEG]);
+  if (missing.length > 0) throw new Error('ffmpeg and ffprobe are needed: apt-get install -y ffmpeg (as root the tests install it)');
   pki = createTestPki();
   tmp = await makeTempDir('fleet-lerobot-');
   const tls = writeProviderTls(pki, tmp.path);

@@ -4,13 +4,13 @@
  * root it installs the package when missing, like the PostgreSQL and mosquitto support files.
  * Each browser gets a fresh profile in a temp dir, removed on dispose.
  */
-import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { CHROMIUM_PACKAGE, ensureDebianPackages } from './debian.js';
 
 export const CHROMIUM = '/usr/bin/chromium';
 
@@ -20,12 +20,8 @@ const isRoot = process.getuid?.() === 0;
 export function ensureChromium(log: (line: string) => void = (l) => console.warn(l)): string {
   if (existsSync(CHROMIUM)) return CHROMIUM;
   if (!isRoot) throw new Error(`${CHROMIUM} is missing: install Debian's chromium package (apt-get install -y chromium as root), or run the tests as root`);
-  log('chromium: not installed; installing the Debian package (apt-get install -y chromium)');
-  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  const update = spawnSync('apt-get', ['update'], { stdio: 'ignore', env });
-  // With its recommended packages: they bring the fonts pages and screenshots are drawn with.
-  const install = update.status === 0 ? spawnSync('apt-get', ['install', '-y', 'chromium'], { stdio: 'ignore', env }) : update;
-  if (install.status !== 0 || !existsSync(CHROMIUM)) throw new Error(`chromium: apt-get ${update.status === 0 ? 'install' : 'update'} failed (exit ${install.status}); install the chromium package by hand`);
+  const missing = ensureDebianPackages([CHROMIUM_PACKAGE], log);
+  if (missing.length > 0 || !existsSync(CHROMIUM)) throw new Error('chromium: apt-get could not install it; install the chromium package by hand');
   return CHROMIUM;
 }
 

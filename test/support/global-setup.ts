@@ -1,12 +1,14 @@
 /**
  * vitest global setup: one PostgreSQL server for the whole run, with a template database that
  * already has the schema, so that each test's database is one CREATE DATABASE ... TEMPLATE away.
+ * Before that it installs the Debian packages the suites need that are missing (as root).
  * Tests read it with `inject('fleetPostgres')` (null when PostgreSQL is unavailable: not root
  * and not installed; the PostgreSQL variants are then skipped and say so).
  */
 import type { TestProject } from 'vitest/node';
 import pg from 'pg';
 import { openPgStore } from '../../cloud/src/store/postgres/store.js';
+import { ensureDebianPackages, TEST_PACKAGES } from './debian.js';
 import { ensurePostgresBinaries, startPostgres, type PgServer } from './postgres.js';
 
 export interface FleetPostgres {
@@ -27,6 +29,8 @@ declare module 'vitest' {
 let server: PgServer | null = null;
 
 export async function setup(project: TestProject): Promise<void> {
+  // Every Debian package a suite runs, installed at once before any worker starts (debian.ts).
+  ensureDebianPackages(TEST_PACKAGES, (line) => process.stderr.write(`${line}\n`));
   const binDir = ensurePostgresBinaries((line) => process.stderr.write(`${line}\n`));
   if (!binDir) {
     if (process.env.FLEET_TEST_DATABASE === 'postgres') throw new Error('FLEET_TEST_DATABASE=postgres, but no PostgreSQL binaries were found (/usr/lib/postgresql/<v>/bin) and they cannot be installed without root');

@@ -6,13 +6,13 @@
  * plus a listener on 127.0.0.1 and a free port and persistence in the temp dir, so a restart
  * keeps sessions and the robot accounts.
  */
-import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import mqtt from 'mqtt';
 import { makeTempDir, runCloudCli, type TempDir } from './cloud.js';
+import { ensureDebianPackages, MOSQUITTO } from './debian.js';
 import { spawnProcess, type ProcessExit, type SpawnedProcess } from './process.js';
 import { waitFor } from './wait.js';
 
@@ -34,11 +34,7 @@ export function ensureMosquitto(log: (line: string) => void = (l) => console.war
   if (availability) return availability;
   let binary = findBinary();
   if (!binary && isRoot) {
-    log('mosquitto: not installed; installing the Debian package (apt-get install -y mosquitto)');
-    const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-    const update = spawnSync('apt-get', ['update'], { stdio: 'ignore', env });
-    const install = update.status === 0 ? spawnSync('apt-get', ['install', '-y', '--no-install-recommends', 'mosquitto'], { stdio: 'ignore', env }) : update;
-    if (install.status !== 0) log('mosquitto: apt-get install failed');
+    ensureDebianPackages([MOSQUITTO], log);
     binary = findBinary();
   }
   if (!binary) availability = { ok: false, reason: isRoot ? 'mosquitto is not installed and apt-get could not install it' : 'mosquitto is not installed (apt-get install mosquitto as root, or run the tests as root)' };

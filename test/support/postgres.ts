@@ -11,6 +11,7 @@ import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync, wri
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { ensureDebianPackages, POSTGRESQL } from './debian.js';
 
 export interface PgServer {
   /** URL of database `db` on this server, as the test role. */
@@ -42,11 +43,7 @@ function findBinDir(): string | null {
 export function ensurePostgresBinaries(log: (line: string) => void = () => undefined): string | null {
   const found = findBinDir();
   if (found || !isRoot) return found;
-  log('postgresql: not installed; installing the Debian package (apt-get install -y postgresql)');
-  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  const update = spawnSync('apt-get', ['update'], { stdio: 'ignore', env });
-  const install = update.status === 0 ? spawnSync('apt-get', ['install', '-y', '--no-install-recommends', 'postgresql'], { stdio: 'ignore', env }) : update;
-  if (install.status !== 0) {
+  if (ensureDebianPackages([POSTGRESQL], log).length > 0) {
     log('postgresql: apt-get failed; PostgreSQL tests are skipped');
     return null;
   }

@@ -77,7 +77,10 @@ function run(bin: string, args: string[], withStdin: boolean): Run {
   // A dead encoder closes its stdin; the exit code below carries the reason.
   child.stdin?.on('error', () => undefined);
   const done = new Promise<string>((resolvePromise, reject) => {
-    child.on('error', (e) => reject(new WriterError('ffmpeg_failed', `${bin} could not start: ${e.message}`, { cause: e })));
+    child.on('error', (e: NodeJS.ErrnoException) => {
+      const hint = e.code === 'ENOENT' ? ` (not installed? the export needs ffmpeg and ffprobe, with libsvtav1 for AV1: on Debian, apt-get install ffmpeg)` : '';
+      reject(new WriterError('ffmpeg_failed', `${bin} could not start: ${e.message}${hint}`, { cause: e }));
+    });
     child.on('close', (code, signal) => {
       if (code === 0) resolvePromise(out);
       else reject(new WriterError('ffmpeg_failed', `${bin} exited with ${code ?? signal}: ${err.trim().slice(-2000)}`));

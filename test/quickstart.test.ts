@@ -97,7 +97,10 @@ class DocShell {
   /** Runs `code` (stdin from /dev/null, as a terminal command would not read the script); resolves with its stdout. */
   async run(code: string): Promise<string> {
     const from = this.out.length;
-    this.shell.stdin.write(`{\n${code}\n} < /dev/null\necho ${DONE}\njobs -p > .quickstart-jobs || true\n`);
+    // The job list is written before the done marker, so that a reader who saw the marker finds
+    // it whole: written after it, a loaded machine let the test read the file between its
+    // truncation and its write (no jobs at all), or read the previous block's list.
+    this.shell.stdin.write(`{\n${code}\n} < /dev/null\njobs -p > .quickstart-jobs.next && mv .quickstart-jobs.next .quickstart-jobs || true\necho ${DONE}\n`);
     await waitFor(
       () => {
         if (this.exited) throw new Error(`the shell exited (${JSON.stringify(this.exited)})`);

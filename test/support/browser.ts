@@ -4,7 +4,7 @@
  * root it installs the package when missing, like the PostgreSQL and mosquitto support files.
  * Each browser gets a fresh profile in a temp dir, removed on dispose.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -18,11 +18,13 @@ const isRoot = process.getuid?.() === 0;
 
 /** The browser binary, installed from Debian (apt-get) when running as root and it is missing; throws otherwise. */
 export function ensureChromium(log: (line: string) => void = (l) => console.warn(l)): string {
-  if (existsSync(CHROMIUM)) return CHROMIUM;
+  const found = CHROMIUM_PACKAGE.find();
+  if (found) return found;
   if (!isRoot) throw new Error(`${CHROMIUM} is missing: install Debian's chromium package (apt-get install -y chromium as root), or run the tests as root`);
-  const missing = ensureDebianPackages([CHROMIUM_PACKAGE], log);
-  if (missing.length > 0 || !existsSync(CHROMIUM)) throw new Error('chromium: apt-get could not install it; install the chromium package by hand');
-  return CHROMIUM;
+  ensureDebianPackages([CHROMIUM_PACKAGE], log);
+  const installed = CHROMIUM_PACKAGE.find();
+  if (!installed) throw new Error('chromium: apt-get could not install it; install the chromium package by hand');
+  return installed;
 }
 
 /** The flags every test browser gets; the profile directory is the launch's own. */

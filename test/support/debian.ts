@@ -14,8 +14,8 @@ import { join } from 'node:path';
 export interface DebianPackage {
   /** The Debian package name. */
   readonly name: string;
-  /** Whether it is installed: the files the tests use are there. */
-  installed(): boolean;
+  /** The path the tests use (a binary, or PostgreSQL's bin directory), or null when it is missing. */
+  find(): string | null;
   /**
    * Install its recommended packages too (chromium: they bring the fonts pages and screenshots are
    * drawn with). The others install with `--no-install-recommends`.
@@ -23,17 +23,29 @@ export interface DebianPackage {
   readonly recommends?: boolean;
 }
 
-const anyOf = (...paths: string[]) => () => paths.some((p) => existsSync(p));
+/** The first of `paths` that exists; every one of `alongside` must exist too. */
+const firstOf =
+  (paths: readonly string[], alongside: readonly string[] = []) =>
+  (): string | null =>
+    alongside.every((p) => existsSync(p)) ? (paths.find((p) => existsSync(p)) ?? null) : null;
 
-/** PostgreSQL 15 from Debian: its binaries live in /usr/lib/postgresql/<v>/bin (postgres.ts finds them). */
+const PG_BASE = '/usr/lib/postgresql';
+
+/** PostgreSQL from Debian: /usr/lib/postgresql/<v>/bin, the newest version that has pg_ctl. */
 export const POSTGRESQL: DebianPackage = {
   name: 'postgresql',
-  installed: () => existsSync('/usr/lib/postgresql') && readdirSync('/usr/lib/postgresql').some((v) => existsSync(join('/usr/lib/postgresql', v, 'bin', 'pg_ctl'))),
+  find: () => {
+    if (!existsSync(PG_BASE)) return null;
+    const versions = readdirSync(PG_BASE)
+      .filter((v) => existsSync(join(PG_BASE, v, 'bin', 'pg_ctl')))
+      .sort((a, b) => Number(b) - Number(a));
+    return versions.length ? join(PG_BASE, versions[0]!, 'bin') : null;
+  },
 };
-export const MOSQUITTO: DebianPackage = { name: 'mosquitto', installed: anyOf('/usr/sbin/mosquitto', '/usr/bin/mosquitto') };
-export const CHROMIUM_PACKAGE: DebianPackage = { name: 'chromium', installed: anyOf('/usr/bin/chromium'), recommends: true };
+export const MOSQUITTO: DebianPackage = { name: 'mosquitto', find: firstOf(['/usr/sbin/mosquitto', '/usr/bin/mosquitto']) };
+export const CHROMIUM_PACKAGE: DebianPackage = { name: 'chromium', find: firstOf(['/usr/bin/chromium']), recommends: true };
 /** ffmpeg encodes the LeRobot export's videos; its ffprobe is one of the test's independent readers. */
-export const FFMPEG: DebianPackage = { name: 'ffmpeg', installed: () => existsSync('/usr/bin/ffmpeg') && existsSync('/usr/bin/ffprobe') };
+export const FFMPEG: DebianPackage = { name: 'ffmpeg', find: firstOf(['/usr/bin/ffmpeg'], ['/usr/bin/ffprobe']) };
 
 /** Every package some suite needs. */
 export const TEST_PACKAGES: readonly DebianPackage[] = [POSTGRESQL, MOSQUITTO, CHROMIUM_PACKAGE, FFMPEG];
@@ -46,7 +58,7 @@ const isRoot = process.getuid?.() === 0;
  * the names still missing afterwards (all the missing ones when not root or apt-get failed).
  */
 export function ensureDebianPackages(wanted: readonly DebianPackage[], log: (line: string) => void = (l) => console.warn(l)): string[] {
-  const missing = wanted.filter((p) => !p.installed());
+  const missing = wanted.filter((p) => p.find() === null);
   if (missing.length === 0) return [];
   if (!isRoot) return missing.map((p) => p.name);
   log(`${missing.map((p) => p.name).join(', ')}: not installed; installing the Debian package${missing.length > 1 ? 's' : ''} (apt-get install -y ${missing.map((p) => p.name).join(' ')})`);
@@ -61,7 +73,7 @@ export function ensureDebianPackages(wanted: readonly DebianPackage[], log: (lin
     const install = spawnSync('apt-get', args, { stdio: 'ignore', env });
     if (install.status !== 0) log(`apt-get ${args.slice(2).join(' ')} failed (exit ${install.status})`);
   }
-  const still = missing.filter((p) => !p.installed()).map((p) => p.name);
+  const still = missing.filter((p) => p.find() === null).map((p) => p.name);
   if (still.length > 0) log(`${still.join(', ')}: still not installed; install ${still.length > 1 ? 'them' : 'it'} by hand (apt-get install -y ${still.join(' ')})`);
   return still;
 }

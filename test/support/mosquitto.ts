@@ -17,12 +17,7 @@ import { spawnProcess, type ProcessExit, type SpawnedProcess } from './process.j
 import { waitFor } from './wait.js';
 
 const isRoot = process.getuid?.() === 0;
-const BINARY_CANDIDATES = ['/usr/sbin/mosquitto', '/usr/bin/mosquitto'];
 const PLUGIN = '/usr/lib/x86_64-linux-gnu/mosquitto_dynamic_security.so';
-
-function findBinary(): string | null {
-  return BINARY_CANDIDATES.find((p) => existsSync(p)) ?? null;
-}
 
 /** Whether the broker can run here, and why not. */
 export type MosquittoAvailability = { ok: true; binary: string } | { ok: false; reason: string };
@@ -32,10 +27,10 @@ let availability: MosquittoAvailability | undefined;
 /** The binary, installed from Debian (apt-get) when running as root and it is missing. */
 export function ensureMosquitto(log: (line: string) => void = (l) => console.warn(l)): MosquittoAvailability {
   if (availability) return availability;
-  let binary = findBinary();
+  let binary = MOSQUITTO.find();
   if (!binary && isRoot) {
     ensureDebianPackages([MOSQUITTO], log);
-    binary = findBinary();
+    binary = MOSQUITTO.find();
   }
   if (!binary) availability = { ok: false, reason: isRoot ? 'mosquitto is not installed and apt-get could not install it' : 'mosquitto is not installed (apt-get install mosquitto as root, or run the tests as root)' };
   else if (!existsSync(PLUGIN)) availability = { ok: false, reason: `mosquitto's dynamic security plugin is missing (${PLUGIN})` };

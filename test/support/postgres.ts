@@ -7,7 +7,7 @@
  */
 import { execFile, execFileSync, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -30,24 +30,15 @@ export interface PgServer {
 
 const isRoot = process.getuid?.() === 0;
 
-function findBinDir(): string | null {
-  const base = '/usr/lib/postgresql';
-  if (!existsSync(base)) return null;
-  const versions = readdirSync(base)
-    .filter((v) => existsSync(join(base, v, 'bin', 'pg_ctl')))
-    .sort((a, b) => Number(b) - Number(a));
-  return versions.length ? join(base, versions[0]!, 'bin') : null;
-}
-
 /** The binaries, installed from Debian when running as root and they are missing; null when unavailable. */
 export function ensurePostgresBinaries(log: (line: string) => void = () => undefined): string | null {
-  const found = findBinDir();
+  const found = POSTGRESQL.find();
   if (found || !isRoot) return found;
   if (ensureDebianPackages([POSTGRESQL], log).length > 0) {
     log('postgresql: apt-get failed; PostgreSQL tests are skipped');
     return null;
   }
-  return findBinDir();
+  return POSTGRESQL.find();
 }
 
 async function freePort(): Promise<number> {

@@ -2,8 +2,10 @@
  * The two engines' schemas, read back from the databases after every migration ran, must say the
  * same thing: the same tables, the same columns with the same type family, nullability and
  * default-ness, the same primary keys, foreign keys, unique constraints, indexes (by their
- * columns, uniqueness and partial-ness; names differ by engine) and CHECKs (column and values). Two migration histories are
- * kept in step by hand; this is what notices when one moves without the other.
+ * columns, uniqueness and partial-ness; names differ by engine) and CHECKs (column and values). The
+ * tables are declared once (shared/schema.ts), but each engine renders them in its own dialect and
+ * adds its own statements: this is what notices when a rendering or an engine's own step moves one
+ * schema away from the other.
  */
 import { describe, expect, it } from 'vitest';
 import type { PgStore } from './postgres/store.js';

@@ -7,6 +7,7 @@ import { MIGRATIONS } from './sqlite/migrations.js';
 import { openSqliteStore } from './sqlite/store.js';
 import { openPgStore } from './postgres/store.js';
 import { PG_MIGRATIONS } from './postgres/migrations.js';
+import { postgresVersion, schemaSql } from './shared/schema.js';
 import { createTestDatabase, openTestStore, openTwin, postgresAvailable, type TestEngine } from './test-store.js';
 import type { ApiKeyRow, Store, StoredResponse } from './shared/types.js';
 
@@ -563,6 +564,38 @@ describeStore('postgres', 'postgres', async () => {
 
   it('numbers migrations 1, 2, 3, ... without gaps', () => {
     expect(PG_MIGRATIONS.map((m) => m.version)).toEqual(PG_MIGRATIONS.map((_m, i) => i + 1));
+  });
+});
+
+describe('the schema both engines share', () => {
+  it('is carried by both migration histories to the same point', () => {
+    // Each SQLite migration after PostgreSQL's first has a PostgreSQL step of its own.
+    expect(PG_MIGRATIONS.length).toBe(postgresVersion(MIGRATIONS.length));
+  });
+
+  it('declares nothing for a migration that does not exist yet (it would never be created)', () => {
+    for (let v = 1; v <= 40; v++) {
+      expect(schemaSql('sqlite', MIGRATIONS.length + v)).toBe('');
+      expect(schemaSql('postgres', PG_MIGRATIONS.length + v)).toBe('');
+    }
+  });
+
+  it('gives every step of both engines something to do', () => {
+    for (const m of [...MIGRATIONS, ...PG_MIGRATIONS]) expect(m.sql.trim(), m.name).not.toBe('');
+  });
+
+  it('renders each dialect: SQLite tables are STRICT, PostgreSQL times are BIGINT and booleans BOOLEAN', () => {
+    const lite = MIGRATIONS.map((m) => m.sql).join('\n');
+    const pg = PG_MIGRATIONS.map((m) => m.sql).join('\n');
+    expect(lite).toMatch(/CREATE TABLE org_features \([^;]*\) STRICT, WITHOUT ROWID;/);
+    expect(lite).not.toMatch(/BIGINT|BOOLEAN|DOUBLE PRECISION/);
+    expect(pg).toMatch(/created_at BIGINT NOT NULL/);
+    expect(pg).toMatch(/connected BOOLEAN NOT NULL DEFAULT false/);
+    expect(lite).toMatch(/connected INTEGER NOT NULL DEFAULT 0/);
+    expect(pg).not.toMatch(/STRICT|AUTOINCREMENT/);
+    // A column added later is an ALTER on SQLite and part of the first CREATE on PostgreSQL.
+    expect(lite).toMatch(/ALTER TABLE robots ADD COLUMN status_at INTEGER;/);
+    expect(pg).toMatch(/ALTER TABLE robots ADD COLUMN status_at BIGINT;/);
   });
 });
 

@@ -1,62 +1,58 @@
 import { LOCKS, type PgDb } from './db.js';
-import { ACCOUNTS_SCHEMA } from './schema-accounts.js';
-import { EPISODES_SCHEMA } from './schema-episodes.js';
-import { GRANT_FORWARD_CLAIMS_SCHEMA, SYNC_SCHEMA } from './schema-sync.js';
-import { WEBHOOKS_SCHEMA } from './schema-webhooks.js';
+import { schemaSql } from '../shared/schema.js';
+
+/** What PostgreSQL's first migration adds to the shared tables: the auth revision's row and triggers, the attributes' statistics. */
+const FIRST_AFTER = `
+  INSERT INTO auth_revision (id, revision) VALUES (1, 0);
+  -- Bumped on every change to what authentication reads (api_keys.last_used_at excluded),
+  -- once per statement.
+  CREATE FUNCTION bump_auth_revision() RETURNS trigger LANGUAGE plpgsql AS $$
+  BEGIN
+    UPDATE auth_revision SET revision = revision + 1 WHERE id = 1;
+    RETURN NULL;
+  END $$;
+  CREATE TRIGGER orgs_auth_revision AFTER INSERT OR UPDATE OR DELETE ON orgs FOR EACH STATEMENT EXECUTE FUNCTION bump_auth_revision();
+  CREATE TRIGGER org_features_auth_revision AFTER INSERT OR UPDATE OR DELETE ON org_features FOR EACH STATEMENT EXECUTE FUNCTION bump_auth_revision();
+  CREATE TRIGGER org_limits_auth_revision AFTER INSERT OR UPDATE OR DELETE ON org_limits FOR EACH STATEMENT EXECUTE FUNCTION bump_auth_revision();
+  CREATE TRIGGER api_keys_auth_revision_write AFTER INSERT OR DELETE ON api_keys FOR EACH STATEMENT EXECUTE FUNCTION bump_auth_revision();
+  CREATE TRIGGER api_keys_auth_revision_update AFTER UPDATE OF id, org_id, name, scopes, key_hash, created_by, created_at, expires_at, revoked_at ON api_keys FOR EACH STATEMENT EXECUTE FUNCTION bump_auth_revision();
+  -- How many attribute rows one (layer, key, value) has, as a whole: without it the planner
+  -- multiplies the selectivity of the key and of the value as if independent (a key with 5
+  -- values among keys with 1000 was estimated at a quarter of its rows) and misjudges which
+  -- condition to drive by.
+  CREATE STATISTICS episode_attrs_key_value (mcv, dependencies) ON layer, key, value FROM episode_attrs;
+`;
 
 /**
- * PostgreSQL schema migrations, numbered like the SQLite ones but separate from them (the two
- * engines' schemas differ in types and indexes). Never edit a migration that has shipped: add the
- * next number. Version 1 is the schema the SQLite migrations 1-10 arrived at.
+ * PostgreSQL's numbered schema migrations. Tables, columns and indexes come from the schema both
+ * engines share (shared/schema.ts); a step adds here only what is PostgreSQL's own: the trigger
+ * function, extended statistics, data carried across, a NOT VALID constraint. Version 1 is
+ * everything SQLite's migrations 1-12 arrived at; each later SQLite migration has one here
+ * (`postgresVersion`). Never change a step that has shipped: add the next one.
  */
-export const PG_MIGRATIONS: readonly { version: number; name: string; sql: string }[] = [
+const STEPS: readonly { name: string; after?: string }[] = [
+  { name: 'organizations, keys, robots, episodes, datasets, webhooks, sync', after: FIRST_AFTER },
+  { name: 'grant forward claims with a lease (SQLite migration 13)' },
+  { name: 'idempotency claim tokens (SQLite migration 14)' },
+  { name: 'robot list orders: by name and by last seen (SQLite migration 15)' },
   {
-    version: 1,
-    name: 'organizations, keys, robots, episodes, datasets, webhooks, sync',
-    sql: [ACCOUNTS_SCHEMA, EPISODES_SCHEMA, WEBHOOKS_SCHEMA, SYNC_SCHEMA].join('\n'),
-  },
-  {
-    version: 2,
-    name: 'grant forward claims with a lease (SQLite migration 13)',
-    sql: GRANT_FORWARD_CLAIMS_SCHEMA,
-  },
-  {
-    version: 3,
-    name: 'idempotency claim tokens (SQLite migration 14)',
-    sql: 'ALTER TABLE idempotency_keys ADD COLUMN claim_token TEXT;',
-  },
-  {
-    version: 4,
-    name: 'robot list orders: by name and by last seen (SQLite migration 15)',
-    sql: `CREATE INDEX robots_by_name ON robots (org_id, name COLLATE "C", id);
-      CREATE INDEX robots_by_last_seen ON robots (org_id, (COALESCE(last_seen_at, 0)), id);`,
-  },
-  {
-    version: 5,
     name: 'issued grants: the grants the relay handed to a robot, per episode and destination (SQLite migration 16)',
-    sql: `CREATE TABLE issued_grants (
-        episode_seq BIGINT NOT NULL,
-        destination_id TEXT NOT NULL,
-        grant_id TEXT NOT NULL,
-        issued_at BIGINT NOT NULL,
-        PRIMARY KEY (episode_seq, destination_id, grant_id)
-      );
-      INSERT INTO issued_grants (episode_seq, destination_id, grant_id, issued_at)
-        SELECT episode_seq, destination_id, grant_id, updated_at FROM replicas ON CONFLICT DO NOTHING;`,
+    after: 'INSERT INTO issued_grants (episode_seq, destination_id, grant_id, issued_at) SELECT episode_seq, destination_id, grant_id, updated_at FROM replicas ON CONFLICT DO NOTHING;',
   },
+  { name: 'robot status order: the robot clock of the last status written (SQLite migration 17)' },
   {
-    version: 6,
-    name: 'robot status order: the robot clock of the last status written (SQLite migration 17)',
-    sql: 'ALTER TABLE robots ADD COLUMN status_at BIGINT',
-  },
-  {
-    version: 7,
     name: 'schema parity with SQLite (found by the schema drift test): a route names an indexed episode (SQLite migration 18)',
     // NOT VALID: rows written from now on are checked; existing rows are not scanned, so the
     // migration takes no time on a large index and cannot fail on it.
-    sql: 'ALTER TABLE routes ADD CONSTRAINT routes_episode_seq_fkey FOREIGN KEY (episode_seq) REFERENCES episodes (seq) NOT VALID',
+    after: 'ALTER TABLE routes ADD CONSTRAINT routes_episode_seq_fkey FOREIGN KEY (episode_seq) REFERENCES episodes (seq) NOT VALID;',
   },
 ];
+
+export const PG_MIGRATIONS: readonly { version: number; name: string; sql: string }[] = STEPS.map((step, i) => ({
+  version: i + 1,
+  name: step.name,
+  sql: [schemaSql('postgres', i + 1), step.after ?? ''].join('\n'),
+}));
 
 /**
  * Applies pending migrations, each in its own transaction, under an advisory lock: replicas that

@@ -6,6 +6,7 @@ import { EPISODE_EQ_COLUMNS } from '../shared/types.js';
 import { LOCKS, lockOrgs, type PgDb, type Sql } from './db.js';
 import { appendEvents } from './events.js';
 import { EPISODE_INSERT_COLUMNS, episodeFromDb, episodeInsertValues, replicaFromDb, type ReplicaDbRow } from '../shared/rows.js';
+import { mergeAnnotations } from '../../episodes/annotations.js';
 
 /**
  * The text an attribute key or value is stored and compared as. PostgreSQL text cannot hold NUL,
@@ -292,11 +293,7 @@ export class PgEpisodes implements EpisodeStore {
       ).rows[0];
       if (!row) return undefined;
       const before = JSON.parse(row.annotations) as Record<string, unknown>;
-      const after = { ...before };
-      for (const [k, v] of Object.entries(patch)) {
-        if (v === null) delete after[k];
-        else after[k] = v;
-      }
+      const after = mergeAnnotations(before, patch);
       const removed = new AttrRows();
       removed.add(orgId, 'a', before, row.seq);
       const added = new AttrRows();

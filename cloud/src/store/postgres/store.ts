@@ -1,5 +1,4 @@
-import type { SyncStore } from '../shared/sync-types.js';
-import type { ApiKeyStore, DatasetStore, EpisodeStore, EventStore, GaugeStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, SharedCounterStore, Store, WebhookStore } from '../shared/types.js';
+import { StoreOfParts, type Store } from '../shared/types.js';
 import { PgApiKeys, PgOrgs } from './accounts.js';
 import { PgDb } from './db.js';
 import { PgDatasets } from './datasets.js';
@@ -17,34 +16,15 @@ import { PgWebhooks } from './webhooks.js';
  * sharing one database. Each replica holds a small pool; every cross-replica guarantee (claims,
  * cursors, idempotency, caches) lives in the database, never in one process's memory.
  */
-export class PgStore implements Store {
-  readonly orgs: OrgStore;
-  readonly apiKeys: ApiKeyStore;
-  readonly idempotency: IdempotencyStore;
-  readonly meters: MeterStore;
-  readonly robots: RobotStore;
-  readonly episodes: EpisodeStore;
-  readonly datasets: DatasetStore;
-  readonly webhooks: WebhookStore;
-  readonly events: EventStore;
-  readonly sync: SyncStore;
-  readonly gauges: GaugeStore;
-  readonly sharedCounters: SharedCounterStore;
-
+export class PgStore extends StoreOfParts implements Store {
   constructor(readonly db: PgDb) {
-    this.sharedCounters = new PgCounters(db);
-    this.orgs = new PgOrgs(db);
-    this.apiKeys = new PgApiKeys(db);
-    this.idempotency = new PgIdempotency(db);
-    this.meters = new PgMeters(db);
-    this.robots = new PgRobots(db);
     const episodes = new PgEpisodes(db);
-    this.episodes = episodes;
-    this.datasets = new PgDatasets(db, episodes);
-    this.webhooks = new PgWebhooks(db);
-    this.events = new PgEvents(db);
-    this.sync = new PgSync(db);
-    this.gauges = new PgGauges(db);
+    super({
+      orgs: new PgOrgs(db), apiKeys: new PgApiKeys(db), idempotency: new PgIdempotency(db), meters: new PgMeters(db),
+      robots: new PgRobots(db), episodes, datasets: new PgDatasets(db, episodes),
+      webhooks: new PgWebhooks(db), events: new PgEvents(db), sync: new PgSync(db), gauges: new PgGauges(db),
+      sharedCounters: new PgCounters(db),
+    });
   }
 
   async checkSecretKey(fingerprint: string): Promise<'recorded' | 'same' | 'different'> {

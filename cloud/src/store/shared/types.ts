@@ -4,12 +4,8 @@ import type { SyncStore } from './sync-types.js';
 import type { RobotListQuery } from './robot-list-query.js';
 import type { EpisodeLineRow } from './episode-lines.js';
 
-/**
- * The cloud's durable state, behind an async interface so that a second implementation
- * (PostgreSQL for the multi-replica deployment) is a module, not a rewrite. Timestamps are
- * milliseconds since the epoch; every function that reads tenant data takes the org id.
- */
-export interface Store {
+/** The parts of a store, each built by the engine on its own connection. */
+export interface StoreParts {
   readonly orgs: OrgStore;
   readonly apiKeys: ApiKeyStore;
   readonly idempotency: IdempotencyStore;
@@ -29,6 +25,14 @@ export interface Store {
    * process serves the database and counts in its own memory.
    */
   readonly sharedCounters?: SharedCounterStore;
+}
+
+/**
+ * The cloud's durable state, behind an async interface so that a second implementation
+ * (PostgreSQL for the multi-replica deployment) is a module, not a rewrite. Timestamps are
+ * milliseconds since the epoch; every function that reads tenant data takes the org id.
+ */
+export interface Store extends StoreParts {
   /**
    * Records the fingerprint of the key that seals stored secrets on first use; afterwards says
    * whether `fingerprint` is the recorded one (`different`: this process has another key than
@@ -39,6 +43,16 @@ export interface Store {
   ping(): Promise<void>;
   close(): Promise<void>;
 }
+
+/**
+ * The base of each engine's store: it holds the parts the engine built, so the list of parts is
+ * the interface above and is not written again in each engine.
+ */
+export const StoreOfParts = class {
+  constructor(parts: StoreParts) {
+    Object.assign(this, parts);
+  }
+} as new (parts: StoreParts) => StoreParts;
 
 /** Fixed-window counters keyed by a string (per key, per organization, per client address). */
 export interface SharedCounterStore {

@@ -17,6 +17,7 @@ import type {
 import { EPISODE_EQ_COLUMNS } from '../shared/types.js';
 import { EPISODE_LINE_SELECT, indexedAttrs, reportedAgain, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
 import { EPISODE_INSERT_COLUMNS, episodeFromDb, episodeInsertValues, replicaFromDb, type ReplicaDbRow } from '../shared/rows.js';
+import { mergeAnnotations } from '../../episodes/annotations.js';
 
 export interface EpisodeDbRow extends EpisodeColumns {
   interrupted: number;
@@ -161,11 +162,7 @@ export class SqliteEpisodes implements EpisodeStore {
         const row = this.byOrgId.get(orgId, id);
         if (!row) return false;
         const before = JSON.parse(row.annotations) as Record<string, unknown>;
-        const after = { ...before };
-        for (const [k, v] of Object.entries(patch)) {
-          if (v === null) delete after[k];
-          else after[k] = v;
-        }
+        const after = mergeAnnotations(before, patch);
         this.indexAttrs(orgId, 'a', before, row.seq, true);
         this.indexAttrs(orgId, 'a', after, row.seq);
         this.updateAnnotations.run(safeJsonStringify(after), row.seq);

@@ -13,9 +13,7 @@ import { SqliteDatasets } from './datasets.js';
 import { SqliteWebhooks } from './webhooks.js';
 import { SqliteSync } from './sync.js';
 import { SqliteGauges } from './gauges.js';
-import type { SyncStore } from '../shared/sync-types.js';
-import type { GaugeStore } from '../shared/types.js';
-import type { ApiKeyStore, DatasetStore, WebhookStore, EpisodeStore, EventStore, IdempotencyStore, MeterStore, OrgStore, RobotStore, Store } from '../shared/types.js';
+import { StoreOfParts, type Store } from '../shared/types.js';
 
 export const DATABASE_FILE = 'cloud.sqlite';
 
@@ -70,35 +68,17 @@ function migrate(db: Db, clock: Clock): void {
   }
 }
 
-export class SqliteStore implements Store {
-  readonly orgs: OrgStore;
-  readonly apiKeys: ApiKeyStore;
-  readonly idempotency: IdempotencyStore;
-  readonly meters: MeterStore;
-  readonly robots: RobotStore;
-  readonly episodes: EpisodeStore;
-  readonly datasets: DatasetStore;
-  readonly webhooks: WebhookStore;
-  readonly events: EventStore;
-  readonly sync: SyncStore;
-  readonly gauges: GaugeStore;
-
+export class SqliteStore extends StoreOfParts implements Store {
   constructor(
     readonly db: Db,
     time: TimeSource = { clock: systemClock, scheduler: systemScheduler },
   ) {
-    this.orgs = new SqliteOrgs(db);
-    this.apiKeys = new SqliteApiKeys(db);
-    this.idempotency = new SqliteIdempotency(db);
-    this.meters = new SqliteMeters(db);
-    this.robots = new SqliteRobots(db);
     const episodes = new SqliteEpisodes(db);
-    this.episodes = episodes;
-    this.datasets = new SqliteDatasets(db, episodes, time.clock, time.scheduler);
-    this.webhooks = new SqliteWebhooks(db);
-    this.events = new SqliteEvents(db);
-    this.sync = new SqliteSync(db);
-    this.gauges = new SqliteGauges(db);
+    super({
+      orgs: new SqliteOrgs(db), apiKeys: new SqliteApiKeys(db), idempotency: new SqliteIdempotency(db), meters: new SqliteMeters(db),
+      robots: new SqliteRobots(db), episodes, datasets: new SqliteDatasets(db, episodes, time.clock, time.scheduler),
+      webhooks: new SqliteWebhooks(db), events: new SqliteEvents(db), sync: new SqliteSync(db), gauges: new SqliteGauges(db),
+    });
   }
 
   async checkSecretKey(fingerprint: string): Promise<'recorded' | 'same' | 'different'> {

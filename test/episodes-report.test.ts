@@ -17,7 +17,7 @@ import {
   waitForIndexed,
   waitOutboxEmpty,
 } from './support/episodes.js';
-import { startAgentProcess } from './support/robots.js';
+import { runAgentCli, startAgentProcess } from './support/robots.js';
 import { waitFor } from './support/wait.js';
 
 describe('episode reports from a real agent to a real cloud', () => {
@@ -130,5 +130,33 @@ describe('episode reports from a real agent to a real cloud', () => {
     const discarded = (await exportEpisodes(cloud, `robot_id=${agent.robotId}&outcome=discarded`))[0]!;
     expect(discarded).toMatchObject({ id: ids[1], outcome: 'discarded', recorded_outcome: 'discarded', bag_size_bytes: 0, files: [] });
     expect((await episodeFiles(agent.dataDir, ids[1]!)).manifest).toEqual({ files: [], total_bytes: 0 });
+  });
+
+  test('a backlog goes to a cloud that takes batches several reports per publish, each indexed once', async () => {
+    await using cloud = await startCloud();
+    // A window of 4: once the cloud said it takes batches, the agent refills in publishes of 2.
+    await using agent = await startAgentProcess(cloud, { args: [...AGENT_ARGS, '--outbox-max-in-flight', '4'] });
+    const first = await recordEpisode(agent.dataDir);
+    await waitForIndexed(cloud, [first]);
+    await waitOutboxEmpty(agent.dataDir);
+    // The cloud stops answering (frozen, its connection kept) while the robot records a backlog.
+    const backlog: string[] = [];
+    for (const p of cloud.processes) p.child.kill('SIGSTOP');
+    try {
+      for (let i = 0; i < 8; i++) backlog.push(await recordEpisode(agent.dataDir, i % 4 === 3 ? 'fail' : 'finish'));
+    } finally {
+      for (const p of cloud.processes) p.child.kill('SIGCONT');
+    }
+    const counts = await waitForIndexed(cloud, backlog);
+    expect(backlog.map((id) => counts.get(id))).toEqual(backlog.map(() => 1));
+    await waitOutboxEmpty(agent.dataDir);
+    const metrics = await runAgentCli(['metrics', '--data-dir', agent.dataDir]);
+    expect(metrics.code).toBe(0);
+    const value = (name: string) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(metrics.stdout)?.[1]);
+    // At least one publish carried more than one message.
+    expect(value('fleet_agent_outbox_sent_total')).toBeGreaterThanOrEqual(backlog.length + 1);
+    expect(value('fleet_agent_outbox_publishes_total')).toBeLessThan(value('fleet_agent_outbox_sent_total'));
+    // Replicas may index a burst's reports in either order; each is there once.
+    expect((await listEpisodes(cloud, `robot_id=${agent.robotId}`)).map((e) => e.id).sort()).toEqual([first, ...backlog].sort());
   });
 });

@@ -193,7 +193,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       return { value: s, close: () => s.close() };
     });
     this.store = store;
-    this.metrics = new AgentMetrics({ store, dataDir: config.dataDir, clock: deps.clock, connected: () => this.mqtt?.connected ?? false, uploader: () => this.syncer });
+    this.metrics = new AgentMetrics({ store, dataDir: config.dataDir, clock: deps.clock, connected: () => this.mqtt?.connected ?? false, uploader: () => this.syncer, outboxSends: () => this.sender?.sendCounts });
     // The link is made here and connects last; it closes after everything that publishes through it.
     const link =
       deps.link ?? true

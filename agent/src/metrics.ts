@@ -3,6 +3,7 @@ import type { Clock, Pressure } from '@fleet/protocol';
 import type { AgentStore } from './store/types.js';
 import { measurePressure } from './sync/pressure.js';
 import type { Uploader } from './sync/uploader.js';
+import type { OutboxSendCounts } from './outbox.js';
 
 /** What the agent's metrics read, each time they are asked for. */
 export interface AgentMetricsSource {
@@ -12,6 +13,8 @@ export interface AgentMetricsSource {
   connected(): boolean;
   /** Undefined when sync is off. */
   uploader(): Pick<Uploader, 'totals' | 'activeCount'> | undefined;
+  /** The outbox sender's totals since start; undefined before it runs. */
+  outboxSends?: () => OutboxSendCounts | undefined;
   /** Default: measured from the data directory's file system and the store. */
   pressure?: () => Promise<Pressure>;
 }
@@ -47,6 +50,25 @@ export class AgentMetrics {
       async collect() {
         this.reset();
         for (const r of await src.store.outbox.countsByKind()) this.set({ kind: r.kind, state: r.state }, r.count);
+      },
+    });
+    // The sender keeps the running totals; a publish carries several messages once the cloud takes batches.
+    new Counter({
+      name: 'fleet_agent_outbox_sent_total',
+      help: 'Outbox messages published since the agent started (resends included)',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(src.outboxSends?.()?.messages ?? 0);
+      },
+    });
+    new Counter({
+      name: 'fleet_agent_outbox_publishes_total',
+      help: 'MQTT publishes that carried them (fewer than the messages once the cloud takes batches)',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(src.outboxSends?.()?.publishes ?? 0);
       },
     });
     // The uploader keeps the running totals; these counters show them as they are at the scrape.

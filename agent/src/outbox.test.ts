@@ -1,4 +1,4 @@
-import { ManualClock, OutboxMessageSchema } from '@fleet/protocol';
+import { ManualClock, OutboxMessageSchema, outboxBatchPayload } from '@fleet/protocol';
 import { afterEach, describe, expect, it } from 'vitest';
 import { MqttLink } from './link/mqtt-link.js';
 import { OutboxSender, outboxPayload } from './outbox.js';
@@ -305,6 +305,92 @@ describe('OutboxSender against a real broker', () => {
     expect(maxOutstanding).toBe(32);
     expect(r.cloud.ids()).toEqual(all);
     expect(await r.store.outbox.counts()).toEqual({ pending: 0, acked: 500, refused: 0 });
+  });
+
+  it('to a cloud that takes batches: the first message goes alone, then batches of up to half the window, each message settled', async () => {
+    const r = await rig({ maxInFlight: 32 });
+    r.cloud.batchMax = 64;
+    await r.enqueue('first');
+    await expect.poll(() => r.state('first')).toBe('acked');
+    expect(r.cloud.publishes).toEqual([1]);
+    const rest = ids('b', 200);
+    for (const id of rest) await r.store.outbox.enqueue({ msgId: id, kind: 'episode.report', body: { id }, createdAt: r.clock.now() });
+    r.sender.notify();
+    await expect.poll(() => r.sender.status.pending, { timeout: 20_000 }).toBe(0);
+    // Creation order across batches; no message twice; every one acked.
+    expect(r.cloud.ids()).toEqual(['first', ...rest]);
+    expect(await r.store.outbox.counts()).toEqual({ pending: 0, acked: 201, refused: 0 });
+    const later = r.cloud.publishes.slice(1);
+    expect(Math.max(...later)).toBe(16);
+    expect(later.reduce((a, b) => a + b, 0)).toBe(200);
+    expect(later.length).toBeLessThanOrEqual(200 / 4);
+    expect(r.sender.sendCounts).toEqual({ messages: 201, publishes: r.cloud.publishes.length });
+    for (const m of r.cloud.received) expect(m.message).toEqual({ msg_id: m.message.msg_id, kind: 'episode.report', body: { id: m.message.msg_id } });
+  });
+
+  it('a batch not acknowledged in time is sent again message by message', async () => {
+    const r = await rig();
+    r.cloud.batchMax = 64;
+    await r.enqueue('learn');
+    await expect.poll(() => r.state('learn')).toBe('acked');
+    r.cloud.policy = 'silent';
+    await r.enqueue('a', 'b', 'c');
+    await expect.poll(() => r.cloud.ids()).toEqual(['learn', 'a', 'b', 'c']);
+    expect(r.cloud.publishes).toEqual([1, 3]);
+    r.cloud.policy = 'ack';
+    r.scheduler.advance(ACK_TIMEOUT_MS);
+    await expect.poll(() => r.sender.status.pending).toBe(0);
+    expect(r.cloud.publishes).toEqual([1, 3, 1, 1, 1]);
+    expect(r.cloud.ids().slice(4).sort()).toEqual(['a', 'b', 'c']);
+  });
+
+  it('an acknowledgment without batch_max (an older cloud or replica answered) sends one message per publish again', async () => {
+    const r = await rig();
+    r.cloud.batchMax = 64;
+    await r.enqueue('learn');
+    await expect.poll(() => r.state('learn')).toBe('acked');
+    r.cloud.policy = 'silent';
+    await r.enqueue('a', 'b');
+    await expect.poll(() => r.cloud.publishes).toEqual([1, 2]);
+    await r.cloud.send(r.robotId, { msg_id: 'a', ok: true });
+    await r.cloud.send(r.robotId, { msg_id: 'b', ok: true });
+    await expect.poll(() => r.sender.status.pending).toBe(0);
+    await r.enqueue('c', 'd');
+    await expect.poll(() => r.cloud.ids()).toEqual(['learn', 'a', 'b', 'c', 'd']);
+    expect(r.cloud.publishes).toEqual([1, 2, 1, 1]);
+  });
+
+  it('a batch of acknowledgments settles each message, refusals and "later" included', async () => {
+    const r = await rig();
+    r.cloud.batchMax = 64;
+    await r.enqueue('learn');
+    await expect.poll(() => r.state('learn')).toBe('acked');
+    r.cloud.policy = 'silent';
+    await r.enqueue('ok', 'no', 'wait');
+    await expect.poll(() => r.cloud.publishes).toEqual([1, 3]);
+    await r.cloud.send(
+      r.robotId,
+      JSON.stringify({
+        acks: [
+          { msg_id: 'ok', ok: true, batch_max: 64 },
+          { msg_id: 'no', ok: false, error: { code: 'validation_failed', message: 'bad' }, batch_max: 64 },
+          { msg_id: 'wait', ok: false, error: { code: 'unknown_kind', message: 'later' }, retry_after_s: 60, batch_max: 64 },
+        ],
+      }),
+    );
+    await expect.poll(() => r.state('ok')).toBe('acked');
+    await expect.poll(() => r.state('no')).toBe('refused');
+    expect(await r.state('wait')).toBe('pending');
+    expect(r.sender.inFlightCount).toBe(0);
+    r.cloud.policy = 'ack';
+    r.scheduler.advance(60_000);
+    await expect.poll(() => r.state('wait')).toBe('acked');
+  });
+
+  it('the payload of a batch splices each message in whole', () => {
+    const one = outboxPayload({ msgId: 'm1', kind: 'episode.report', bodyJson: '{"b":1}' });
+    const two = outboxPayload({ msgId: 'm2', kind: 'episode.report', bodyJson: '{"a":[2]}' });
+    expect(outboxBatchPayload([one, two])).toBe(`{"batch":[${one},${two}]}`);
   });
 
   it('stop() leaves pending messages in the store', async () => {

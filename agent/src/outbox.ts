@@ -1,4 +1,4 @@
-import { OutboxAckSchema, parseBoundedJson, type Clock, type OutboxAck } from '@fleet/protocol';
+import { MAX_OUTBOX_MESSAGE_BYTES, OUTBOX_BATCH_MAX, OutboxAckBatchSchema, OutboxAckSchema, outboxBatchPayload, parseBoundedJson, type Clock, type OutboxAck } from '@fleet/protocol';
 import type { Logger } from 'pino';
 import type { OutboxRow, OutboxStore } from './store/types.js';
 import type { Scheduler, TimerHandle } from './time.js';
@@ -26,12 +26,21 @@ export interface OutboxSenderOptions {
 export const DEFAULT_OUTBOX_MAX_IN_FLIGHT = 32;
 export const DEFAULT_OUTBOX_ACK_TIMEOUT_MS = 30_000;
 
+/** `{"batch":[` and `]}` around a batch's messages. */
+const BATCH_FRAME_BYTES = outboxBatchPayload([]).length;
+
 /** The counts `fleet-agent status` shows. */
 export interface OutboxStatus {
   /** Waiting for the cloud's acknowledgment (sent or not). */
   pending: number;
   /** Refused by the cloud for good; kept, never resent. */
   refused: number;
+}
+
+/** What the sender has published since it started: messages, and the publishes that carried them. */
+export interface OutboxSendCounts {
+  messages: number;
+  publishes: number;
 }
 
 interface InFlight {
@@ -59,7 +68,9 @@ export function outboxPayload(row: Pick<OutboxRow, 'msgId' | 'kind' | 'bodyJson'
  * settles it as refused with the cloud's reason: it is logged and never sent again, and the
  * messages after it go on; `ok: false` with `retry_after_s` ("not now") keeps it pending and holds
  * it back for that many seconds, then sends it again. Nothing is removed from the store until it is settled, so a stop or a
- * crash leaves the pending messages for the next start.
+ * crash leaves the pending messages for the next start. Once the cloud says it takes batches
+ * (`batch_max` on its acknowledgments), one publish carries several messages and the cloud answers
+ * them in one; each message is still settled, timed out and resent on its own (a resend goes alone).
  */
 export class OutboxSender {
   private readonly inFlight = new Map<string, InFlight>();
@@ -79,6 +90,13 @@ export class OutboxSender {
   private readonly held = new Map<string, TimerHandle>();
   private readonly ops = new Set<Promise<unknown>>();
   private cached: OutboxStatus = { pending: 0, refused: 0 };
+  /**
+   * The most messages one publish carries: 1 until the cloud says it takes batches (`batch_max`
+   * on an acknowledgment), and back to 1 at every connect and at every acknowledgment without it
+   * (an older cloud, or an older replica of a cloud being upgraded, answered).
+   */
+  private batchMax = 1;
+  private readonly sends: OutboxSendCounts = { messages: 0, publishes: 0 };
   private readonly maxInFlight: number;
   private readonly ackTimeoutMs: number;
 
@@ -91,6 +109,11 @@ export class OutboxSender {
   /** Counts as of the last change the sender made or was told about. */
   get status(): OutboxStatus {
     return { ...this.cached };
+  }
+
+  /** Messages and publishes so far (a publish carries several messages once the cloud takes batches). */
+  get sendCounts(): OutboxSendCounts {
+    return { ...this.sends };
   }
 
   /** Messages published and not yet acknowledged in this connection. */
@@ -108,6 +131,8 @@ export class OutboxSender {
     if (this.stopped) return;
     this.reset();
     this.online = true;
+    // Whoever answers on this connection says again whether it takes batches.
+    this.batchMax = 1;
     if (this.cached.pending > 0) this.opts.logger.info({ pending: this.cached.pending }, 'sending the outbox');
     this.kick();
   }
@@ -125,24 +150,36 @@ export class OutboxSender {
     this.kick();
   }
 
-  /** An acknowledgment from `…/outbox/ack`. Malformed ones are logged and dropped; unknown ids are ignored. */
+  /**
+   * An acknowledgment from `…/outbox/ack`: one (`{msg_id, ok, ...}`) or a batch of them
+   * (`{acks: [...]}`, the answer to a batch). Malformed ones are logged and dropped; unknown ids are ignored.
+   */
   handleAck(payload: Buffer): void {
     if (this.stopped) return;
-    let ack: OutboxAck;
+    let acks: OutboxAck[];
     try {
       const bounded = parseBoundedJson(payload.toString('utf8'));
       if (!bounded.ok) throw new Error(bounded.message);
-      const parsed = OutboxAckSchema.safeParse(bounded.value);
+      const isBatch = typeof bounded.value === 'object' && bounded.value !== null && 'acks' in bounded.value;
+      const parsed = isBatch ? OutboxAckBatchSchema.safeParse(bounded.value) : OutboxAckSchema.safeParse(bounded.value);
       if (!parsed.success) {
         this.opts.logger.warn({ issues: parsed.error.issues.slice(0, 5) }, 'dropped malformed outbox ack');
         return;
       }
-      ack = parsed.data;
+      acks = 'acks' in parsed.data ? parsed.data.acks : [parsed.data];
     } catch {
       this.opts.logger.warn({ bytes: payload.length }, 'dropped malformed outbox ack (not JSON)');
       return;
     }
-    this.track(this.settle(ack)).catch((err: unknown) => this.opts.logger.error({ err, msg_id: ack.msg_id }, 'could not record an outbox ack'));
+    // Half the window at most: two batches in flight keep the link busy while one is answered.
+    for (const ack of acks) this.batchMax = Math.max(1, Math.min(ack.batch_max ?? 1, OUTBOX_BATCH_MAX, Math.floor(this.maxInFlight / 2)));
+    // A batch's acknowledgments are settled together and the freed slots refilled once, so the
+    // next publish carries as many messages as were answered (not one per settled message).
+    this.track(Promise.all(acks.map((ack) => this.settle(ack, false))))
+      .then((kicks) => {
+        if (kicks.some(Boolean)) this.kick();
+      })
+      .catch((err: unknown) => this.opts.logger.error({ err, msg_ids: acks.map((a) => a.msg_id) }, 'could not record an outbox ack'));
   }
 
   /** Stops sending and waits for running store work; pending messages stay for the next start. */
@@ -157,11 +194,12 @@ export class OutboxSender {
     while (this.ops.size > 0) await Promise.allSettled([...this.ops]);
   }
 
-  private async settle(ack: OutboxAck): Promise<void> {
+  /** Records one acknowledgment; says whether slots were freed or counts changed (refill then). */
+  private async settle(ack: OutboxAck, kick: boolean): Promise<boolean> {
     const { store, clock, logger } = this.opts;
     if (!ack.ok && ack.retry_after_s !== undefined) {
       this.holdBack(ack.msg_id, ack.retry_after_s, ack.error);
-      return;
+      return false;
     }
     // Settled for good (a late answer to an earlier send, say): no resend is waiting any more.
     const held = this.held.get(ack.msg_id);
@@ -186,7 +224,8 @@ export class OutboxSender {
       logger.warn({ msg_id: ack.msg_id, code: ack.error.code, reason: ack.error.message }, 'the cloud refused an outbox message; it is kept and never sent again');
     }
     if (changed) await this.refreshCounts();
-    if (entry || changed) this.kick();
+    if ((entry || changed) && kick) this.kick();
+    return Boolean(entry || changed);
   }
 
   /**
@@ -270,6 +309,10 @@ export class OutboxSender {
   /** Publishes the next pending messages until `maxInFlight` are unacknowledged or none is left. */
   private async fill(): Promise<void> {
     while (this.canSend() && this.inFlight.size < this.maxInFlight) {
+      // Batches: while messages are in flight (their answers or timeouts will call again), wait
+      // until a whole batch's worth of slots is free. Refilling each freed slot at once would
+      // send one message per publish for good once the window is full (each answer frees one).
+      if (this.batchMax > 1 && this.inFlight.size > 0 && this.maxInFlight - this.inFlight.size < this.batchMax) return;
       const generation = this.generation;
       const rows = await this.opts.store.pending({ afterSeq: this.cursor, limit: this.maxInFlight - this.inFlight.size });
       // A reconnect meanwhile restarts from the oldest message.
@@ -299,14 +342,39 @@ export class OutboxSender {
       // Only bookkeeping: sending matters more.
       logger.warn({ err }, 'could not note outbox attempts');
     }
-    for (const entry of batch) {
-      if (generation !== this.generation || this.inFlight.get(entry.msgId) !== entry || !this.canSend()) continue;
-      transport.publishOutbox(entry.payload).catch((err: unknown) => {
-        // The ack timeout or the next reconnect sends it again.
-        logger.debug({ err, msg_id: entry.msgId }, 'outbox publish failed');
+    const live = batch.filter((entry) => generation === this.generation && this.inFlight.get(entry.msgId) === entry && this.canSend());
+    for (const group of this.groups(live)) {
+      const payload = group.length === 1 ? group[0]!.payload : outboxBatchPayload(group.map((e) => e.payload));
+      this.sends.messages += group.length;
+      this.sends.publishes += 1;
+      transport.publishOutbox(payload).catch((err: unknown) => {
+        // The ack timeout or the next reconnect sends them again.
+        logger.debug({ err, msg_ids: group.map((e) => e.msgId) }, 'outbox publish failed');
       });
-      entry.timer = this.opts.scheduler.setTimeout(() => this.timedOut(entry, generation), this.ackTimeoutMs);
+      for (const entry of group) entry.timer = this.opts.scheduler.setTimeout(() => this.timedOut(entry, generation), this.ackTimeoutMs);
     }
+  }
+
+  /**
+   * The publishes that carry `entries`, in order: up to `batchMax` messages each and within the
+   * cloud's size bound (a message too large for any batch goes alone, to be refused by its id).
+   */
+  private groups(entries: readonly InFlight[]): InFlight[][] {
+    const out: InFlight[][] = [];
+    let group: InFlight[] = [];
+    let bytes = 0;
+    for (const entry of entries) {
+      const size = Buffer.byteLength(entry.payload) + 1;
+      if (group.length > 0 && (group.length >= this.batchMax || bytes + size > MAX_OUTBOX_MESSAGE_BYTES - BATCH_FRAME_BYTES)) {
+        out.push(group);
+        group = [];
+        bytes = 0;
+      }
+      group.push(entry);
+      bytes += size;
+    }
+    if (group.length > 0) out.push(group);
+    return out;
   }
 
   private timedOut(entry: InFlight, generation: number): void {

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { Aedes, type Client } from 'aedes';
 import mqtt, { type MqttClient } from 'mqtt';
-import { ManualClock, OutboxMessageSchema, parseRobotTopic, topics, type OutboxAck, type OutboxMessage, type RobotCommand } from '@fleet/protocol';
+import { ManualClock, OutboxBatchSchema, OutboxMessageSchema, parseRobotTopic, topics, type OutboxAck, type OutboxMessage, type RobotCommand } from '@fleet/protocol';
 import { pino, type Logger } from 'pino';
 import { SimulatedRobotActions } from './actions.js';
 import { parseAgentConfig, type AgentConfigInput } from './config.js';
@@ -208,8 +208,11 @@ export async function startTestBroker(port = 0): Promise<TestBroker> {
 /** One outbox message as the fake cloud received it. */
 export interface ReceivedOutboxMessage {
   robotId: string;
+  /** The message's own JSON text (for a batch's message, the element as it stood in the batch). */
   raw: string;
   message: OutboxMessage;
+  /** How many messages the publish that carried it had (1: sent alone). */
+  publishSize: number;
 }
 
 /**
@@ -222,6 +225,13 @@ export class FakeCloud {
   /** Completed subscriptions to the outbox topics (one more after each reconnect). */
   subscriptions = 0;
   policy: 'ack' | 'silent' | ((m: ReceivedOutboxMessage) => OutboxAck | null) = 'ack';
+  /**
+   * Set: this cloud takes batches of up to that many messages (outbox protocol 2): its
+   * acknowledgments say so, and a batch is answered in one publish. Unset: an older cloud.
+   */
+  batchMax: number | undefined;
+  /** How many messages each publish received carried, in order. */
+  readonly publishes: number[] = [];
 
   private constructor(readonly client: MqttClient) {}
 
@@ -262,10 +272,20 @@ export class FakeCloud {
   private onMessage(topic: string, payload: Buffer): void {
     const t = parseRobotTopic(topic);
     if (t?.rest !== 'outbox') return;
-    const raw = payload.toString('utf8');
-    const received: ReceivedOutboxMessage = { robotId: t.robotId, raw, message: OutboxMessageSchema.parse(JSON.parse(raw)) };
-    this.received.push(received);
-    const answer = this.policy === 'ack' ? { msg_id: received.message.msg_id, ok: true as const } : this.policy === 'silent' ? null : this.policy(received);
-    if (answer) void this.send(received.robotId, answer).catch(() => undefined);
+    const text = payload.toString('utf8');
+    const batch = this.batchMax !== undefined ? OutboxBatchSchema.safeParse(JSON.parse(text)) : undefined;
+    // A batch's messages, each re-serialized from the parsed batch (key order kept).
+    const raws = batch?.success ? batch.data.batch.map((m) => JSON.stringify(m)) : [text];
+    this.publishes.push(raws.length);
+    const answers: OutboxAck[] = [];
+    for (const raw of raws) {
+      const received: ReceivedOutboxMessage = { robotId: t.robotId, raw, message: OutboxMessageSchema.parse(JSON.parse(raw)), publishSize: raws.length };
+      this.received.push(received);
+      const answer = this.policy === 'ack' ? { msg_id: received.message.msg_id, ok: true as const } : this.policy === 'silent' ? null : this.policy(received);
+      if (answer) answers.push(this.batchMax !== undefined ? { ...answer, batch_max: this.batchMax } : answer);
+    }
+    if (answers.length === 0) return;
+    const ack = raws.length > 1 ? JSON.stringify({ acks: answers }) : answers[0]!;
+    void this.send(t.robotId, ack).catch(() => undefined);
   }
 }

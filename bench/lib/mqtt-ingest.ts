@@ -1,24 +1,29 @@
 import { performance } from 'node:perf_hooks';
 import mqtt from 'mqtt';
 import type { CloudProcess } from '../../test/support/cloud.js';
-import { topics, type EpisodeReport, type OutboxAck } from '@fleet/protocol';
+import { outboxBatchPayload, topics, type EpisodeReport, type OutboxAck } from '@fleet/protocol';
 import { BenchFailure } from './summary.js';
 
 /**
  * Every robot publishes `perRobot` outbox reports (robot r's k-th is `make(r * perRobot + k)`),
  * `inFlight` unacknowledged each, and counts each msg_id's ack once (QoS 1 may deliver an ack
- * twice: `duplicates`). A refused report, a failed publish or no new ack for `stallMs` fails the
- * run; so does any report left unacknowledged.
+ * twice: `duplicates`). With `batch` > 1 a robot works as the agent does with a cloud that takes
+ * batches (outbox protocol 2): the freed slots are refilled in publishes of up to `batch`
+ * messages, and the cloud answers a batch in one publish. A refused report, a failed publish or
+ * no new ack for `stallMs` fails the run; so does any report left unacknowledged.
  */
 export async function publishReports(
   clients: readonly { id: string; c: mqtt.MqttClient }[],
   perRobot: number,
   inFlight: number,
   make: (i: number) => EpisodeReport,
-  stallMs = 60_000,
-): Promise<{ acked: number; duplicates: number; ms: number }> {
+  opts: { batch?: number; stallMs?: number } = {},
+): Promise<{ acked: number; duplicates: number; ms: number; publishes: number }> {
+  const batch = opts.batch ?? 1;
+  const stallMs = opts.stallMs ?? 60_000;
   let acked = 0;
   let duplicates = 0;
+  let publishes = 0;
   let lastProgress = performance.now();
   const t0 = performance.now();
   await Promise.all(
@@ -26,46 +31,68 @@ export async function publishReports(
       return new Promise<void>((resolve, reject) => {
         const seen = new Set<string>();
         let sent = 0;
+        const window = Math.min(inFlight, perRobot);
+        let free = window;
         const stall = setInterval(() => {
           if (performance.now() - lastProgress > stallMs) {
             clearInterval(stall);
             reject(new BenchFailure(`robot ${r}: no ack for ${stallMs / 1000} s (${seen.size} of ${perRobot} acked); the run is incomplete`));
           }
         }, 1000);
-        const send = () => {
-          const body = make(r * perRobot + sent++);
-          c.publishAsync(topics.outbox(id), JSON.stringify({ msg_id: `episode.report:${body.id}`, kind: 'episode.report', body }), { qos: 1 }).catch((err: unknown) => {
-            clearInterval(stall);
-            reject(new BenchFailure(`robot ${r}: publish failed: ${(err as Error).message}`));
-          });
+        const fail = (err: unknown) => {
+          clearInterval(stall);
+          reject(new BenchFailure(`robot ${r}: publish failed: ${(err as Error).message}`));
+        };
+        /**
+         * Publishes the freed slots' worth of reports, `batch` at most per publish; while reports
+         * are in flight it waits for a whole batch's worth of free slots, as the agent does.
+         */
+        const refill = () => {
+          while (sent < perRobot) {
+            const want = Math.min(batch, perRobot - sent);
+            if (free === 0 || (free < want && free < window)) return;
+            const n = Math.min(free, want);
+            const messages: string[] = [];
+            for (let k = 0; k < n; k++) {
+              const body = make(r * perRobot + sent++);
+              messages.push(JSON.stringify({ msg_id: `episode.report:${body.id}`, kind: 'episode.report', body }));
+            }
+            free -= n;
+            publishes++;
+            c.publishAsync(topics.outbox(id), n === 1 && batch === 1 ? messages[0]! : outboxBatchPayload(messages), { qos: 1 }).catch(fail);
+          }
         };
         c.on('message', (_t, payload) => {
-          const ack = JSON.parse(payload.toString()) as OutboxAck;
-          if (!ack.ok) {
-            clearInterval(stall);
-            reject(new BenchFailure(`robot ${r}: report refused: ${JSON.stringify(ack)}`));
-            return;
+          const parsed = JSON.parse(payload.toString()) as OutboxAck | { acks: OutboxAck[] };
+          for (const ack of 'acks' in parsed ? parsed.acks : [parsed]) {
+            if (!ack.ok) {
+              clearInterval(stall);
+              reject(new BenchFailure(`robot ${r}: report refused: ${JSON.stringify(ack)}`));
+              return;
+            }
+            if (seen.has(ack.msg_id)) {
+              duplicates++;
+              continue;
+            }
+            seen.add(ack.msg_id);
+            acked++;
+            free++;
+            lastProgress = performance.now();
           }
-          if (seen.has(ack.msg_id)) {
-            duplicates++;
-            return;
-          }
-          seen.add(ack.msg_id);
-          acked++;
-          lastProgress = performance.now();
-          if (sent < perRobot) send();
           if (seen.size === perRobot) {
             clearInterval(stall);
             resolve();
+            return;
           }
+          refill();
         });
-        for (let k = 0; k < Math.min(inFlight, perRobot); k++) send();
+        refill();
       });
     }),
   );
   const ms = performance.now() - t0;
   if (acked !== clients.length * perRobot) throw new BenchFailure(`MQTT ingest: ${acked} of ${clients.length * perRobot} reports acked`);
-  return { acked, duplicates, ms };
+  return { acked, duplicates, ms, publishes };
 }
 
 /** Enrolls `robots` robots through `cloud` and connects each to the broker it was told, subscribed to its acks. */

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { ManualClock, MAX_OUTBOX_MESSAGE_BYTES, type EpisodeReport, type OutboxAck } from '@fleet/protocol';
+import { JSON_LIMITS, ManualClock, MAX_OUTBOX_MESSAGE_BYTES, OUTBOX_BATCH_MAX, outboxBatchPayload, type EpisodeReport, type OutboxAck } from '@fleet/protocol';
 import { createEnrollmentToken, enrollRobot } from '../robots/enrollment.js';
 import type { OrgRow } from '../store/index.js';
 import { openTestStore, type TestStore } from '../store/test-store.js';
@@ -21,6 +21,8 @@ let clock: ManualClock;
 let org: OrgRow;
 let robotId: string;
 let acks: Recorded[];
+/** Each acknowledgment publish: how many acknowledgments it carried (a batch's answer carries several). */
+let ackPublishes: number[];
 let logger: FastifyBaseLogger & { warn: ReturnType<typeof vi.fn>; error: ReturnType<typeof vi.fn> };
 let ingestor: EpisodeIngestor;
 let router: OutboxRouter;
@@ -58,6 +60,7 @@ beforeEach(async () => {
   org = (await store.orgs.get('org_a'))!;
   robotId = await enroll(org, 'r1');
   acks = [];
+  ackPublishes = [];
   episodeOfMsg = new Map();
   logger = fakeLogger();
   ({ ingestor, router } = pipeline(async (rid, ack) => {
@@ -74,7 +77,12 @@ function pipeline(
   onIndexed?: (orgIds: ReadonlySet<string>) => void,
 ): { ingestor: EpisodeIngestor; router: OutboxRouter } {
   const i = new EpisodeIngestor({ store, clock, logger, ...(maxBatch ? { maxBatch } : {}), ...(onIndexed ? { onIndexed } : {}) });
-  return { ingestor: i, router: new OutboxRouter({ logger, ack, handlers: { 'episode.report': i } }) };
+  const each = async (rid: string, published: OutboxAck | { acks: OutboxAck[] }): Promise<void> => {
+    const list = 'acks' in published ? published.acks : [published];
+    ackPublishes.push(list.length);
+    for (const a of list) await ack(rid, a);
+  };
+  return { ingestor: i, router: new OutboxRouter({ logger, ack: each, handlers: { 'episode.report': i } }) };
 }
 
 afterEach(async () => {
@@ -170,7 +178,7 @@ describe('EpisodeIngestor', () => {
     const r = report();
     const msgId = await send(r);
     expect(await store.episodes.get(org.id, r.id)).toMatchObject({ id: r.id, robotId, reportedAt: T0, metadata: { site: 'lab' } });
-    expect(ackOf(msgId)).toEqual([{ robotId, ack: { msg_id: msgId, ok: true }, rowExisted: true }]);
+    expect(ackOf(msgId)).toEqual([{ robotId, ack: { msg_id: msgId, ok: true, batch_max: OUTBOX_BATCH_MAX }, rowExisted: true }]);
     expect(ingestor.indexed).toBe(1);
   });
 
@@ -191,9 +199,9 @@ describe('EpisodeIngestor', () => {
     const again = await send(r, robotId, first);
     const otherMsg = await send(r);
     expect(acks.map((a) => a.ack)).toEqual([
-      { msg_id: first, ok: true },
-      { msg_id: again, ok: true },
-      { msg_id: otherMsg, ok: true },
+      { msg_id: first, ok: true, batch_max: OUTBOX_BATCH_MAX },
+      { msg_id: again, ok: true, batch_max: OUTBOX_BATCH_MAX },
+      { msg_id: otherMsg, ok: true, batch_max: OUTBOX_BATCH_MAX },
     ]);
     expect(await store.episodes.count(org.id)).toBe(1);
     expect(ingestor.indexed).toBe(1);
@@ -204,7 +212,7 @@ describe('EpisodeIngestor', () => {
     const r = report();
     await send(r);
     const msgId = await send({ ...r, task_id: 'forged' }, other);
-    expect(ackOf(msgId).map((a) => a.ack)).toEqual([{ msg_id: msgId, ok: false, error: { code: 'conflict', message: aReason } }]);
+    expect(ackOf(msgId).map((a) => a.ack)).toEqual([{ msg_id: msgId, ok: false, error: { code: 'conflict', message: aReason }, batch_max: OUTBOX_BATCH_MAX }]);
     expect(ackOf(msgId)[0]!.robotId).toBe(other);
     expect((await store.episodes.get(org.id, r.id))!).toMatchObject({ robotId, report: { task_id: 'task_1' } });
   });
@@ -245,7 +253,7 @@ describe('EpisodeIngestor', () => {
 
     const good = report();
     const goodMsg = await send(good);
-    expect(ackOf(goodMsg).map((a) => a.ack)).toEqual([{ msg_id: goodMsg, ok: true }]);
+    expect(ackOf(goodMsg).map((a) => a.ack)).toEqual([{ msg_id: goodMsg, ok: true, batch_max: OUTBOX_BATCH_MAX }]);
     expect(await store.episodes.get(org.id, good.id)).toBeDefined();
     expect(await store.episodes.count(org.id)).toBe(1);
   });
@@ -254,7 +262,7 @@ describe('EpisodeIngestor', () => {
     const payload = Buffer.from(JSON.stringify({ msg_id: 'm_env', kind: 'Not A Kind!', body: report() }));
     await router.submit(robotId, payload);
     await router.drain();
-    expect(acks.map((a) => a.ack)).toEqual([{ msg_id: 'm_env', ok: false, error: { code: 'validation_failed', message: aReason } }]);
+    expect(acks.map((a) => a.ack)).toEqual([{ msg_id: 'm_env', ok: false, error: { code: 'validation_failed', message: aReason }, batch_max: OUTBOX_BATCH_MAX }]);
     expect(await store.episodes.count(org.id)).toBe(0);
   });
 
@@ -264,8 +272,8 @@ describe('EpisodeIngestor', () => {
     }
     await router.drain();
     expect(acks.map((a) => a.ack)).toEqual([
-      { msg_id: 'm_something.newer', ok: false, error: { code: 'unknown_kind', message: aReason }, retry_after_s: 3600 },
-      { msg_id: 'm_replica.state', ok: false, error: { code: 'unknown_kind', message: aReason }, retry_after_s: 3600 },
+      { msg_id: 'm_something.newer', ok: false, error: { code: 'unknown_kind', message: aReason }, retry_after_s: 3600, batch_max: OUTBOX_BATCH_MAX },
+      { msg_id: 'm_replica.state', ok: false, error: { code: 'unknown_kind', message: aReason }, retry_after_s: 3600, batch_max: OUTBOX_BATCH_MAX },
     ]);
     expect(await store.episodes.count(org.id)).toBe(0);
   });
@@ -280,8 +288,8 @@ describe('EpisodeIngestor', () => {
     const wide = Object.fromEntries(Array.from({ length: 1001 }, (_, i) => [`k${i}`, i]));
     const wideMsg = await send(report({ metadata: wide }));
     await router.drain();
-    expect(ackOf('m_deep').map((a) => a.ack)).toEqual([{ msg_id: 'm_deep', ok: false, error: { code: 'validation_failed', message: expect.stringMatching(/deeper than 32/) as unknown } }]);
-    expect(ackOf(wideMsg).map((a) => a.ack)).toEqual([{ msg_id: wideMsg, ok: false, error: { code: 'validation_failed', message: expect.stringMatching(/more than 1000 keys/) as unknown } }]);
+    expect(ackOf('m_deep').map((a) => a.ack)).toEqual([{ msg_id: 'm_deep', ok: false, error: { code: 'validation_failed', message: expect.stringMatching(/deeper than 32/) as unknown }, batch_max: OUTBOX_BATCH_MAX }]);
+    expect(ackOf(wideMsg).map((a) => a.ack)).toEqual([{ msg_id: wideMsg, ok: false, error: { code: 'validation_failed', message: expect.stringMatching(/more than 1000 keys/) as unknown }, batch_max: OUTBOX_BATCH_MAX }]);
     expect(await store.episodes.count(org.id)).toBe(0);
     const goodMsg = await send(good);
     expect(ackOf(goodMsg).map((a) => a.ack.ok)).toEqual([true]);
@@ -306,7 +314,7 @@ describe('EpisodeIngestor', () => {
     expect(m.payload.subarray(0, 10).toString()).toBe('{"msg_id":');
     await router.submit(robotId, m.payload);
     await router.drain();
-    expect(acks.map((a) => a.ack)).toEqual([{ msg_id: 'm_big', ok: false, error: { code: 'payload_too_large', message: aReason } }]);
+    expect(acks.map((a) => a.ack)).toEqual([{ msg_id: 'm_big', ok: false, error: { code: 'payload_too_large', message: aReason }, batch_max: OUTBOX_BATCH_MAX }]);
     expect(await store.episodes.get(org.id, r.id)).toBeUndefined();
 
     // An oversized payload whose msg_id cannot be found is dropped silently.
@@ -322,7 +330,7 @@ describe('EpisodeIngestor', () => {
     expect(edge.payload.length).toBe(MAX_OUTBOX_MESSAGE_BYTES);
     await router.submit(robotId, edge.payload);
     await router.drain();
-    expect(acks.map((a) => a.ack)).toEqual([{ msg_id: 'm_edge', ok: true }]);
+    expect(acks.map((a) => a.ack)).toEqual([{ msg_id: 'm_edge', ok: true, batch_max: OUTBOX_BATCH_MAX }]);
   });
 
   it('does not index a message from an unknown robot', async () => {
@@ -399,7 +407,7 @@ describe('EpisodeIngestor', () => {
     expect(logger.error).toHaveBeenCalled();
     expect(await store.episodes.count(org.id)).toBe(0);
     await send(r, robotId, msgId);
-    expect(ackOf(msgId).map((a) => a.ack)).toEqual([{ msg_id: msgId, ok: true }]);
+    expect(ackOf(msgId).map((a) => a.ack)).toEqual([{ msg_id: msgId, ok: true, batch_max: OUTBOX_BATCH_MAX }]);
     expect(spy).toHaveBeenCalledTimes(2);
     expect(await store.episodes.count(org.id)).toBe(1);
   });
@@ -413,5 +421,93 @@ describe('EpisodeIngestor', () => {
     await failing.drain();
     expect(await store.episodes.get(org.id, r.id)).toBeDefined();
     expect(logger.warn).toHaveBeenCalled();
+  });
+});
+
+describe('outbox batches (protocol 2)', () => {
+  /** The wire form of one message, as the agent writes it. */
+  const wire = (msgId: string, kind: string, body: unknown): string => {
+    const id = (body as { id?: unknown } | null)?.id;
+    if (typeof id === 'string') episodeOfMsg.set(msgId, id);
+    return JSON.stringify({ msg_id: msgId, kind, body });
+  };
+
+  it('handles each message of a batch as if it came alone and answers them all in one publish', async () => {
+    const good = [report(), report(), report()];
+    const deep = JSON.parse(`${'{"a":'.repeat(JSON_LIMITS.maxDepth)}1${'}'.repeat(JSON_LIMITS.maxDepth)}`) as unknown;
+    const payload = outboxBatchPayload([
+      ...good.map((r, i) => wire(`b_ok${i}`, 'episode.report', r)),
+      wire('b_bad', 'episode.report', { id: 'not a report' }),
+      wire('b_newer', 'something.newer', {}),
+      wire('b_deep', 'episode.report', { ...report(), metadata: deep }),
+      // No usable msg_id: not answered, alone or in a batch.
+      JSON.stringify({ kind: 'episode.report', body: report() }),
+    ]);
+    await router.submit(robotId, Buffer.from(payload));
+    await router.drain();
+    expect(ackPublishes).toEqual([6]);
+    const byId = new Map(acks.map((a) => [a.ack.msg_id, a]));
+    for (let i = 0; i < good.length; i++) {
+      expect(byId.get(`b_ok${i}`)).toEqual({ robotId, ack: { msg_id: `b_ok${i}`, ok: true, batch_max: OUTBOX_BATCH_MAX }, rowExisted: true });
+      expect(await store.episodes.get(org.id, good[i]!.id)).toBeDefined();
+    }
+    expect(byId.get('b_bad')?.ack).toMatchObject({ ok: false, error: { code: 'validation_failed' } });
+    expect(byId.get('b_newer')?.ack).toMatchObject({ ok: false, error: { code: 'unknown_kind' }, retry_after_s: 3600 });
+    // The same bound as alone: the batch's own two levels do not count against its messages.
+    expect(byId.get('b_deep')?.ack).toMatchObject({ ok: false, error: { code: 'validation_failed', message: expect.stringMatching(/deeper than 32/) as unknown } });
+    expect(acks).toHaveLength(6);
+    expect(ingestor.indexed).toBe(3);
+  });
+
+  it('a message as deep as a lone one may be is indexed from a batch too', async () => {
+    // metadata nested to the deepest level a lone message passes (its body is level 2, metadata 3).
+    const levels = JSON_LIMITS.maxDepth - 3;
+    const nested = JSON.parse(`${'{"a":'.repeat(levels)}1${'}'.repeat(levels)}`) as Record<string, unknown>;
+    const alone = report({ metadata: nested });
+    await send(alone);
+    const batched = report({ metadata: nested });
+    await router.submit(robotId, Buffer.from(outboxBatchPayload([wire('d1', 'episode.report', batched), wire('d2', 'episode.report', report())])));
+    await router.drain();
+    expect(acks.map((a) => a.ack.ok)).toEqual([true, true, true]);
+    expect(await store.episodes.get(org.id, batched.id)).toBeDefined();
+  });
+
+  it('a resent batch is acknowledged again and indexes nothing twice', async () => {
+    const rs = [report(), report()];
+    const payload = Buffer.from(outboxBatchPayload(rs.map((r, i) => wire(`again${i}`, 'episode.report', r))));
+    await router.submit(robotId, payload);
+    await router.drain();
+    await router.submit(robotId, payload);
+    await router.drain();
+    expect(ackPublishes).toEqual([2, 2]);
+    expect(acks.map((a) => a.ack.ok)).toEqual([true, true, true, true]);
+    expect(ingestor.indexed).toBe(2);
+    expect((await store.episodes.list(org.id, { eq: {}, metadata: {}, annotation: {} }, 0, 10)).map((e) => e.id)).toEqual(rs.map((r) => r.id));
+  });
+
+  it(`refuses a batch of more than ${OUTBOX_BATCH_MAX} messages message by message, indexing none`, async () => {
+    const rs = Array.from({ length: OUTBOX_BATCH_MAX + 1 }, () => report());
+    await router.submit(robotId, Buffer.from(outboxBatchPayload(rs.map((r, i) => wire(`big${i}`, 'episode.report', r)))));
+    await router.drain();
+    expect(ackPublishes).toEqual([OUTBOX_BATCH_MAX + 1]);
+    expect(new Set(acks.map((a) => a.ack.ok === false && a.ack.retry_after_s === undefined && a.ack.error.code))).toEqual(new Set(['batch_too_large']));
+    expect(ingestor.indexed).toBe(0);
+  });
+
+  it('a lone message is answered alone, and every answer says the cloud takes batches', async () => {
+    const msgId = await send(report());
+    expect(ackPublishes).toEqual([1]);
+    expect(ackOf(msgId)[0]?.ack).toEqual({ msg_id: msgId, ok: true, batch_max: OUTBOX_BATCH_MAX });
+  });
+
+  it('answers the messages it could name when the store fails for some of them', async () => {
+    const failing = pipeline(async (rid, ack) => void acks.push({ robotId: rid, ack, rowExisted: null }));
+    const spy = vi.spyOn(store.episodes, 'ingest').mockRejectedValueOnce(new Error('disk full'));
+    await failing.router.submit(robotId, Buffer.from(outboxBatchPayload([wire('f1', 'episode.report', report()), wire('f2', 'something.newer', {})])));
+    await failing.router.drain();
+    spy.mockRestore();
+    // The report is not answered (the robot sends it again); the other message still is.
+    expect(acks.map((a) => a.ack.msg_id)).toEqual(['f2']);
+    expect(ackPublishes).toEqual([1]);
   });
 });

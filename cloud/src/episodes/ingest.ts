@@ -28,6 +28,8 @@ export interface IngestorOptions {
  * acknowledgment only after the transaction that holds its report committed.
  */
 export class EpisodeIngestor implements OutboxKindHandler {
+  /** Reports wait in a queue for the next transaction: handle() resolves before they are answered. */
+  readonly queues = true;
   private queue: Pending[] = [];
   private flushing: Promise<void> | null = null;
   private readonly accepting = new Set<Promise<void>>();
@@ -62,6 +64,7 @@ export class EpisodeIngestor implements OutboxKindHandler {
     const orgId = await this.orgOfRobot(robotId);
     if (!orgId) {
       logger.warn({ robot_id: robotId }, 'outbox message from an unknown robot');
+      reply.unanswered();
       return;
     }
     this.queue.push({ reply, item: { orgId, robotId, report: report.data, reportedAt: this.opts.clock.now() } });
@@ -105,6 +108,7 @@ export class EpisodeIngestor implements OutboxKindHandler {
     } catch (err) {
       // Nothing is acknowledged: the robots resend and the next attempt is idempotent.
       this.opts.logger.error({ err, reports: batch.length }, 'episode ingest failed');
+      for (const p of batch) p.reply.unanswered();
       return;
     }
     this.opts.metrics?.ingestBatch(results);

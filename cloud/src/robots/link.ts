@@ -313,8 +313,8 @@ export class RobotLink extends EventEmitter<{
     await this.client.publishAsync(topics.sync(robotId), JSON.stringify(msg), { qos: 1 });
   }
 
-  /** The application-level acknowledgment of an outbox message (QoS 1). */
-  async publishAck(robotId: string, ack: OutboxAck): Promise<void> {
+  /** The application-level acknowledgment of an outbox message, or of a batch's messages in one publish (QoS 1). */
+  async publishAck(robotId: string, ack: OutboxAck | { acks: OutboxAck[] }): Promise<void> {
     if (!this.client) throw new Error('robot link stopped');
     await this.client.publishAsync(topics.outboxAck(robotId), JSON.stringify(ack), { qos: 1 });
   }

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { CloudMetrics } from '../metrics.js';
-import { isOutboxKind, MAX_OUTBOX_MESSAGE_BYTES, OutboxMessageSchema, parseBoundedJson, type OutboxAck, type OutboxKind } from '@fleet/protocol';
+import { findJsonBoundsViolation, isOutboxKind, MAX_OUTBOX_MESSAGE_BYTES, OUTBOX_BATCH_MAX, OutboxMessageSchema, type OutboxAck, type OutboxKind } from '@fleet/protocol';
 
 /** How a kind's handler answers one message; each message is answered at most once. */
 export interface OutboxReply {
@@ -10,19 +10,36 @@ export interface OutboxReply {
   refuse(code: string, message: string): Promise<void>;
   /** Not now: the robot keeps the message and sends it again after `retryAfterS`. */
   later(code: string, message: string, retryAfterS: number): Promise<void>;
+  /**
+   * No answer (the store failed, the robot is unknown): the robot sends the message again after
+   * its ack timeout. Lets the answers of the other messages of its batch go without it.
+   */
+  unanswered(): void;
 }
 
 /** Handles one kind of outbox message whose envelope was checked. */
 export interface OutboxKindHandler {
+  /**
+   * Handles one message. Unless `queues` is set, the message is answered (or left unanswered)
+   * by the time the promise resolves.
+   */
   handle(robotId: string, msgId: string, body: unknown, reply: OutboxReply): Promise<void>;
+  /**
+   * handle() may resolve before the answer (the message waits in a queue): the handler then calls
+   * `reply.unanswered()` for a message it will not answer.
+   */
+  readonly queues?: boolean;
   /** Resolves when everything handed over so far is answered. */
   drain?(): Promise<void>;
 }
 
 export interface OutboxRouterOptions {
   logger: FastifyBaseLogger;
-  /** Sends the application-level acknowledgment to the robot. */
-  ack: (robotId: string, ack: OutboxAck) => Promise<void>;
+  /**
+   * Sends the application-level acknowledgment to the robot: one, or the acknowledgments of a
+   * batch's messages in one publish (`{acks: [...]}`).
+   */
+  ack: (robotId: string, ack: OutboxAck | { acks: OutboxAck[] }) => Promise<void>;
   handlers: Partial<Record<OutboxKind, OutboxKindHandler>>;
   /** When a robot resends a message of a kind this cloud does not handle. */
   unknownKindRetryS?: number;
@@ -62,58 +79,158 @@ export class OutboxRouter {
     if (payload.length > MAX_OUTBOX_MESSAGE_BYTES) {
       const msgId = peekMsgId(payload);
       logger.warn({ robot_id: robotId, bytes: payload.length, msg_id: msgId }, 'refused oversized outbox message');
-      if (msgId) await this.reply(robotId, msgId).refuse('payload_too_large', `message is ${payload.length} bytes; the limit is ${MAX_OUTBOX_MESSAGE_BYTES}`);
+      if (msgId) await this.reply(msgId, this.single(robotId)).refuse('payload_too_large', `message is ${payload.length} bytes; the limit is ${MAX_OUTBOX_MESSAGE_BYTES}`);
       return;
     }
-    const parsed = parseBoundedJson(payload.toString('utf8'));
-    if (!parsed.ok && parsed.reason === 'invalid_json') {
+    let value: unknown;
+    try {
+      value = JSON.parse(payload.toString('utf8'));
+    } catch {
       logger.warn({ robot_id: robotId }, 'dropped outbox message that is not JSON');
       return;
     }
-    if (!parsed.ok) {
-      // Never stored: a report nested beyond the bounds would break every later read of it.
-      const msgId = msgIdOf(parsed.value);
-      logger.warn({ robot_id: robotId, msg_id: msgId, path: parsed.violation.path }, 'refused outbox message beyond the JSON bounds');
-      if (msgId) await this.reply(robotId, msgId).refuse('validation_failed', `${parsed.message} at ${parsed.violation.path || 'the top'} (at most ${parsed.violation.max})`);
+    const batch = batchOf(value);
+    if (batch) return this.routeBatch(robotId, batch);
+    await this.routeOne(robotId, value, this.single(robotId));
+  }
+
+  /**
+   * A batch (outbox protocol 2): each message is checked and handled exactly as if it had come
+   * alone, and their acknowledgments go back together once every message that can be named is
+   * answered. A message that cannot be named (no usable msg_id) gets no answer, as alone.
+   */
+  private async routeBatch(robotId: string, messages: unknown[]): Promise<void> {
+    if (messages.length > OUTBOX_BATCH_MAX) {
+      this.opts.logger.warn({ robot_id: robotId, messages: messages.length }, `refused an outbox batch of more than ${OUTBOX_BATCH_MAX} messages`);
+      const refuse = this.collect(robotId, messages.length);
+      for (const m of messages) {
+        const msgId = msgIdOf(m);
+        if (msgId) await this.reply(msgId, refuse).refuse('batch_too_large', `a batch carries at most ${OUTBOX_BATCH_MAX} messages; send them again in smaller batches`);
+        else refuse.skip();
+      }
       return;
     }
-    const msg = OutboxMessageSchema.safeParse(parsed.value);
+    const acks = this.collect(robotId, messages.length);
+    await Promise.all(
+      messages.map(async (m) => {
+        try {
+          if (!(await this.routeOne(robotId, m, acks))) acks.skip();
+        } catch (err) {
+          // Unanswered: the robot sends it again after its ack timeout; the others still go back.
+          acks.skip();
+          throw err;
+        }
+      }),
+    );
+  }
+
+  /** Checks and hands over one message; false when it could not be named, so it gets no answer. */
+  private async routeOne(robotId: string, value: unknown, sink: AckSink): Promise<boolean> {
+    const { logger } = this.opts;
+    const violation = findJsonBoundsViolation(value);
+    if (violation) {
+      // Never stored: a report nested beyond the bounds would break every later read of it.
+      const msgId = msgIdOf(value);
+      logger.warn({ robot_id: robotId, msg_id: msgId, path: violation.path }, 'refused outbox message beyond the JSON bounds');
+      if (!msgId) return false;
+      await this.reply(msgId, sink).refuse('validation_failed', `${violation.message} at ${violation.path || 'the top'} (at most ${violation.max})`);
+      return true;
+    }
+    const msg = OutboxMessageSchema.safeParse(value);
     if (!msg.success) {
-      const msgId = msgIdOf(parsed.value);
+      const msgId = msgIdOf(value);
       logger.warn({ robot_id: robotId, issues: msg.error.issues }, 'refused malformed outbox message');
-      if (msgId) await this.reply(robotId, msgId).refuse('validation_failed', summarizeIssues(msg.error.issues));
-      return;
+      if (!msgId) return false;
+      await this.reply(msgId, sink).refuse('validation_failed', summarizeIssues(msg.error.issues));
+      return true;
     }
     const { msg_id: msgId, kind, body } = msg.data;
     const handler = isOutboxKind(kind) ? this.opts.handlers[kind] : undefined;
     if (!handler) {
       const retryAfterS = this.opts.unknownKindRetryS ?? UNKNOWN_KIND_RETRY_S;
       logger.warn({ robot_id: robotId, msg_id: msgId, kind }, 'outbox message of a kind this cloud does not handle; the robot keeps it');
-      await this.reply(robotId, msgId, kind).later('unknown_kind', `this cloud does not handle ${kind} messages yet`, retryAfterS);
-      return;
+      await this.reply(msgId, sink, kind).later('unknown_kind', `this cloud does not handle ${kind} messages yet`, retryAfterS);
+      return true;
     }
-    await handler.handle(robotId, msgId, body, this.reply(robotId, msgId, kind));
+    const reply = this.reply(msgId, sink, kind);
+    await handler.handle(robotId, msgId, body, reply);
+    if (!handler.queues) reply.unanswered();
+    return true;
   }
 
-  private reply(robotId: string, msgId: string, kind = 'invalid'): OutboxReply {
+  /** Sends one acknowledgment on its own. */
+  private single(robotId: string): AckSink {
+    return { send: (ack) => this.sendAck(robotId, ack), skip: () => undefined };
+  }
+
+  /**
+   * Gathers the acknowledgments of a batch of `expected` messages and sends them in one publish
+   * when the last is in; `skip` counts a message that will get none.
+   */
+  private collect(robotId: string, expected: number): AckSink {
+    const acks: OutboxAck[] = [];
+    let remaining = expected;
+    let flushed = false;
+    const flush = async (): Promise<void> => {
+      if (remaining > 0 || flushed) return;
+      flushed = true;
+      if (acks.length > 0) await this.sendAck(robotId, { acks });
+    };
+    return {
+      send: (ack) => {
+        acks.push(ack);
+        remaining -= 1;
+        return flush();
+      },
+      skip: () => {
+        remaining -= 1;
+        void flush();
+      },
+    };
+  }
+
+  private async sendAck(robotId: string, ack: OutboxAck | { acks: OutboxAck[] }): Promise<void> {
+    try {
+      await this.opts.ack(robotId, ack);
+    } catch (err) {
+      // The robot resends unacknowledged messages; every handler is idempotent.
+      this.opts.logger.warn({ err, robot_id: robotId }, 'could not send outbox ack');
+    }
+  }
+
+  /** One message's answer, given at most once; every answer says this cloud takes batches. */
+  private reply(msgId: string, sink: AckSink, kind = 'invalid'): OutboxReply {
     let answered = false;
-    const send = async (ack: OutboxAck): Promise<void> => {
+    const answer = async (ack: OutboxAck): Promise<void> => {
       if (answered) return;
       answered = true;
       this.opts.metrics?.outboxAck(kind, ack.ok ? 'ok' : ack.retry_after_s !== undefined ? 'later' : 'refused');
-      try {
-        await this.opts.ack(robotId, ack);
-      } catch (err) {
-        // The robot resends unacknowledged messages; every handler is idempotent.
-        this.opts.logger.warn({ err, robot_id: robotId }, 'could not send outbox ack');
-      }
+      await sink.send({ ...ack, batch_max: OUTBOX_BATCH_MAX });
     };
     return {
-      ok: () => send({ msg_id: msgId, ok: true }),
-      refuse: (code, message) => send({ msg_id: msgId, ok: false, error: { code, message: message.slice(0, 1024) } }),
-      later: (code, message, retryAfterS) => send({ msg_id: msgId, ok: false, error: { code, message: message.slice(0, 1024) }, retry_after_s: retryAfterS }),
+      unanswered: () => {
+        if (answered) return;
+        answered = true;
+        sink.skip();
+      },
+      ok: () => answer({ msg_id: msgId, ok: true }),
+      refuse: (code, message) => answer({ msg_id: msgId, ok: false, error: { code, message: message.slice(0, 1024) } }),
+      later: (code, message, retryAfterS) => answer({ msg_id: msgId, ok: false, error: { code, message: message.slice(0, 1024) }, retry_after_s: retryAfterS }),
     };
   }
+}
+
+/** Where a message's answer goes: sent alone, or gathered with its batch's; `skip` when it gets none. */
+interface AckSink {
+  send(ack: OutboxAck): Promise<void>;
+  skip(): void;
+}
+
+/** The messages of a batch (`{"batch": [...]}`), or null for a single message. */
+function batchOf(value: unknown): unknown[] | null {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return null;
+  const batch = (value as { batch?: unknown }).batch;
+  return Array.isArray(batch) && batch.length > 0 && !('msg_id' in value) ? batch : null;
 }
 
 /** A message's `msg_id` when it has a usable one. */

@@ -1,10 +1,19 @@
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { pino } from 'pino';
-import { HOUR, ManualClock, type OutboxAck } from '@fleet/protocol';
+import { HOUR, ManualClock, OUTBOX_BATCH_MAX, type OutboxAck } from '@fleet/protocol';
 import { OutboxRouter } from '../robots/outbox-router.js';
 import { describeStore, type TestStore } from '../store/test-store.js';
 import { testReport } from '../test-support.js';
 import { EpisodePrunedHandler, LocalMissingHandler } from './local-copy-ingest.js';
+
+/** The acknowledgments of one publish, each checked to say the cloud takes batches and then compared without that field. */
+function answered(published: OutboxAck | { acks: OutboxAck[] }): OutboxAck[] {
+  return ('acks' in published ? published.acks : [published]).map(({ batch_max, ...ack }) => {
+    expect(batch_max).toBe(OUTBOX_BATCH_MAX);
+    return ack;
+  });
+}
+
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';
@@ -29,7 +38,7 @@ describeStore('episode.pruned and episode.local_missing outbox kinds', (open) =>
     router = new OutboxRouter({
       logger,
       ack: async (_robotId, ack) => {
-        acks.push(ack);
+        acks.push(...answered(ack));
       },
       handlers: {
         'episode.pruned': new EpisodePrunedHandler({ store, clock, logger, onApplied: () => (woken += 1) }),

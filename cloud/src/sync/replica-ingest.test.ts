@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { pino } from 'pino';
-import { ManualClock, type OutboxAck, type ReplicaReport } from '@fleet/protocol';
+import { ManualClock, OUTBOX_BATCH_MAX, type OutboxAck, type ReplicaReport } from '@fleet/protocol';
 import { OutboxRouter } from '../robots/outbox-router.js';
 import { MIGRATIONS } from '../store/sqlite/migrations.js';
 import { PG_MIGRATIONS } from '../store/postgres/migrations.js';
@@ -12,6 +12,15 @@ import type { PgStore } from '../store/postgres/store.js';
 import { describeStore, openTestStore, openTwin, postgresAvailable, sqliteDb, type TestEngine, type TestStore } from '../store/test-store.js';
 import { testReport } from '../test-support.js';
 import { ReplicaStateHandler } from './replica-ingest.js';
+
+/** The acknowledgments of one publish, each checked to say the cloud takes batches and then compared without that field. */
+function answered(published: OutboxAck | { acks: OutboxAck[] }): OutboxAck[] {
+  return ('acks' in published ? published.acks : [published]).map(({ batch_max, ...ack }) => {
+    expect(batch_max).toBe(OUTBOX_BATCH_MAX);
+    return ack;
+  });
+}
+
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';
@@ -48,7 +57,7 @@ describeStore('replica.state outbox kind', (open) => {
     const logger = pino({ level: 'info' }, sink);
     router = new OutboxRouter({
       logger,
-      ack: async (_robotId, ack) => void acks.push(ack),
+      ack: async (_robotId, ack) => void acks.push(...answered(ack)),
       handlers: { 'replica.state': new ReplicaStateHandler({ store, clock, logger }) },
       metrics: { outboxAck: (kind, result) => void counted.push(`${kind}:${result}`) },
     });

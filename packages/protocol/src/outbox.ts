@@ -46,12 +46,36 @@ export type OutboxMessage = z.infer<typeof OutboxMessageSchema>;
  * many seconds.
  */
 export const OutboxAckSchema = z.discriminatedUnion('ok', [
-  z.object({ msg_id: z.string(), ok: z.literal(true) }),
+  z.object({ msg_id: z.string(), ok: z.literal(true), batch_max: z.number().int().min(1).max(1024).optional() }),
   z.object({
     msg_id: z.string(),
     ok: z.literal(false),
     error: z.object({ code: z.string(), message: z.string() }),
     retry_after_s: z.number().int().min(0).max(24 * 3600).optional(),
+    batch_max: z.number().int().min(1).max(1024).optional(),
   }),
 ]);
 export type OutboxAck = z.infer<typeof OutboxAckSchema>;
+
+/**
+ * Batches (outbox protocol 2). A robot may carry several outbox messages in one publish on
+ * `…/outbox`: `{"batch":[message, message, ...]}`, each element a whole outbox message as above,
+ * the publish within MAX_OUTBOX_MESSAGE_BYTES. The cloud answers all of a batch's messages in one
+ * publish on `…/outbox/ack`: `{"acks":[ack, ack, ...]}`, each element an acknowledgment as above
+ * (one per message it could name). A robot sends batches only to a cloud that said it takes them:
+ * a cloud that does sets `batch_max` (the most messages it takes in one batch) on the
+ * acknowledgments it sends; an older cloud never does, and a robot talking to it sends one
+ * message per publish as before. An older robot never sends a batch, and gets one acknowledgment
+ * per message as before. One message's outcome never depends on another's in the same batch.
+ */
+export const OUTBOX_BATCH_MAX = 64;
+
+export const OutboxBatchSchema = z.object({ batch: z.array(z.unknown()).min(1).max(OUTBOX_BATCH_MAX) });
+
+export const OutboxAckBatchSchema = z.object({ acks: z.array(OutboxAckSchema).min(1).max(OUTBOX_BATCH_MAX) });
+export type OutboxAckBatch = z.infer<typeof OutboxAckBatchSchema>;
+
+/** The wire form of a batch: the messages' own wire forms, spliced in as they are. */
+export function outboxBatchPayload(messages: readonly string[]): string {
+  return `{"batch":[${messages.join(',')}]}`;
+}

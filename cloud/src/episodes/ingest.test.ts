@@ -494,6 +494,16 @@ describe('outbox batches (protocol 2)', () => {
     expect(ingestor.indexed).toBe(0);
   });
 
+  it('answers a huge batch of tiny messages with a bounded number of refusals', async () => {
+    const tiny = Array.from({ length: 20_000 }, (_, i) => JSON.stringify({ msg_id: `t${i}` }));
+    const payload = outboxBatchPayload(tiny);
+    expect(payload.length).toBeLessThan(MAX_OUTBOX_MESSAGE_BYTES);
+    await router.submit(robotId, Buffer.from(payload));
+    await router.drain();
+    expect(ackPublishes).toEqual([4 * OUTBOX_BATCH_MAX]);
+    expect(acks.map((a) => a.ack.msg_id)).toEqual(tiny.slice(0, 4 * OUTBOX_BATCH_MAX).map((_t, i) => `t${i}`));
+  });
+
   it('a lone message is answered alone, and every answer says the cloud takes batches', async () => {
     const msgId = await send(report());
     expect(ackPublishes).toEqual([1]);

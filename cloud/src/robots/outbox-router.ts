@@ -47,6 +47,9 @@ export interface OutboxRouterOptions {
   metrics?: Pick<CloudMetrics, 'outboxAck'>;
 }
 
+/** The most refusals one answer to an oversized batch carries. */
+const MAX_REFUSED_IN_ONE_ANSWER = 4 * OUTBOX_BATCH_MAX;
+
 /** A newer agent's message kind is kept on the robot and offered again this much later. */
 export const UNKNOWN_KIND_RETRY_S = 3600;
 
@@ -102,8 +105,12 @@ export class OutboxRouter {
   private async routeBatch(robotId: string, messages: unknown[]): Promise<void> {
     if (messages.length > OUTBOX_BATCH_MAX) {
       this.opts.logger.warn({ robot_id: robotId, messages: messages.length }, `refused an outbox batch of more than ${OUTBOX_BATCH_MAX} messages`);
-      const refuse = this.collect(robotId, messages.length);
-      for (const m of messages) {
+      // A robot that follows the protocol never sends one; the answer is bounded all the same (a
+      // 1 MiB publish holds tens of thousands of tiny messages): the first ones are refused by
+      // name, the rest get no answer.
+      const named = messages.slice(0, MAX_REFUSED_IN_ONE_ANSWER);
+      const refuse = this.collect(robotId, named.length);
+      for (const m of named) {
         const msgId = msgIdOf(m);
         if (msgId) await this.reply(msgId, refuse).refuse('batch_too_large', `a batch carries at most ${OUTBOX_BATCH_MAX} messages; send them again in smaller batches`);
         else refuse.skip();

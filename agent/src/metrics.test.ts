@@ -34,14 +34,18 @@ describe('AgentMetrics', () => {
     await store.outbox.settle('m1', { state: 'acked' }, 4);
     await store.sync.add([{ episode_id: 'ep_1', destination_id: 'dst_1' }], 5);
     const totals = { bytesSent: 0, attempts: {} as Record<string, number> };
+    const sends = { messages: 0, publishes: 0 };
     const metrics = new AgentMetrics({
       store,
       dataDir,
       clock: new ManualClock(),
       connected: () => true,
       uploader: () => ({ totals, activeCount: 1 }),
+      outboxSends: () => sends,
       pressure: async () => ({ free_bytes: 5000, backlog_bytes: 1200, hours_to_full: null }),
     });
+    sends.messages = 40;
+    sends.publishes = 7;
     totals.bytesSent = 4096;
     totals.attempts = { completed: 2, deferred: 1 };
     const text = await metrics.text();
@@ -49,6 +53,8 @@ describe('AgentMetrics', () => {
     expect(sample(text, 'fleet_agent_outbox_messages{kind="episode.report",state="acked"}')).toBe(1);
     expect(sample(text, 'fleet_agent_outbox_messages{kind="episode.report",state="pending"}')).toBe(1);
     expect(sample(text, 'fleet_agent_outbox_messages{kind="replica.state",state="pending"}')).toBe(1);
+    expect(sample(text, 'fleet_agent_outbox_sent_total')).toBe(40);
+    expect(sample(text, 'fleet_agent_outbox_publishes_total')).toBe(7);
     expect(sample(text, 'fleet_agent_upload_bytes_sent_total')).toBe(4096);
     expect(sample(text, 'fleet_agent_upload_attempts_total{result="completed"}')).toBe(2);
     expect(sample(text, 'fleet_agent_upload_attempts_total{result="deferred"}')).toBe(1);

@@ -227,6 +227,45 @@ describe('delivery of episode.finalized', () => {
   });
 });
 
+describe('a queue head claimed by a second pass between two attempts of one slot', () => {
+  it('is delivered by the new slot, and the pass waits for it before it ends', async () => {
+    const sub = await subscribe();
+    await ingest(3);
+    const store = env.t.store.webhooks;
+    // After the first outcome is recorded (the claim released), the slot's claim of the next
+    // head waits until another pass has claimed that head itself: the slot finds it taken and
+    // ends, and a new slot holds the rest of the queue.
+    const claimDue = store.claimDue.bind(store);
+    const dueHead = store.dueHead.bind(store);
+    let secondPass: Promise<number> | undefined;
+    let claimedByOther: () => void = () => undefined;
+    const otherClaimed = new Promise<void>((resolve) => (claimedByOther = resolve));
+    let dueHeads = 0;
+    store.dueHead = async (...args) => {
+      if (dueHeads++ === 0) {
+        store.claimDue = async (...a) => {
+          const claimed = await claimDue(...a);
+          if (claimed.length > 0) claimedByOther();
+          return claimed;
+        };
+        secondPass = env.worker.tick();
+        await otherClaimed;
+      }
+      return dueHead(...args);
+    };
+    try {
+      await tick();
+      // Every delivery is done when the pass ends: none is still on its way.
+      expect(env.rx.requests.map((q) => String(q.headers['x-service-event-id']))).toEqual(loggedEventIds());
+      await secondPass;
+    } finally {
+      store.dueHead = dueHead;
+      store.claimDue = claimDue;
+    }
+    expect((await listed(sub.id)).pending_deliveries).toBe(0);
+  });
+});
+
 describe('the delivery log', () => {
   it('logs each attempt of a retried delivery with its number, status, error, outcome and latency on the injected clock', async () => {
     const sub = await subscribe();

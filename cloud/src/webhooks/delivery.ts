@@ -84,8 +84,12 @@ export class DeliveryWorker {
   private readonly leaseMs: number;
   private stopPolling: (() => void) | null = null;
   private running: Promise<number> | null = null;
-  /** Subscriptions being worked on, each by one slot (this process's claims). */
-  private readonly slots = new Map<string, Promise<void>>();
+  /**
+   * The slots at work. Not keyed by subscription: between one attempt's outcome (which releases
+   * the claim) and the claim of the queue's next head, a pass may claim that head for a new slot;
+   * the old slot then finds the head taken and ends, and both must be waited for.
+   */
+  private readonly slots = new Set<Promise<void>>();
   /** New work may exist that the running pass has not looked for (fan-out and claim again). */
   private dirty = false;
   /** Wake the passes that wait for a slot to finish. */
@@ -174,30 +178,33 @@ export class DeliveryWorker {
 
   /** Takes `first`'s subscription into a slot and works down its queue. */
   private run(first: ClaimedDelivery): void {
+    const slot: Promise<void> = this.workQueue(first).finally(() => {
+      this.slots.delete(slot);
+      this.wakeUp();
+    });
+    this.slots.add(slot);
+  }
+
+  /** Works down `first`'s subscription queue, up to RUN_LENGTH attempts; never rejects. */
+  private async workQueue(first: ClaimedDelivery): Promise<void> {
     const subscriptionId = first.subscriptionId;
-    const slot = (async () => {
-      let d: ClaimedDelivery | undefined = first;
-      try {
-        for (let n = 0; d !== undefined && n < RUN_LENGTH && !this.stopping; n++) {
-          this.attemptsMade++;
-          const goOn = await this.attempt(d);
-          // Recorded or given up: either way the lease is released.
-          d = undefined;
-          if (!goOn) return;
-          d = await this.opts.store.webhooks.dueHead(subscriptionId, this.opts.clock.now(), this.leaseMs);
-        }
-        // Stopping, or the run was long enough: let other slots (and processes) in.
-        if (d) await this.opts.store.webhooks.release(subscriptionId, d.claim);
-      } catch (err) {
-        this.failure ??= { err };
-        // Best effort: otherwise the head waits for its lease to run out.
-        if (d) await this.opts.store.webhooks.release(subscriptionId, d.claim).catch(() => undefined);
-      } finally {
-        this.slots.delete(subscriptionId);
-        this.wakeUp();
+    let d: ClaimedDelivery | undefined = first;
+    try {
+      for (let n = 0; d !== undefined && n < RUN_LENGTH && !this.stopping; n++) {
+        this.attemptsMade++;
+        const goOn = await this.attempt(d);
+        // Recorded or given up: either way the lease is released.
+        d = undefined;
+        if (!goOn) return;
+        d = await this.opts.store.webhooks.dueHead(subscriptionId, this.opts.clock.now(), this.leaseMs);
       }
-    })();
-    this.slots.set(subscriptionId, slot);
+      // Stopping, or the run was long enough: let other slots (and processes) in.
+      if (d) await this.opts.store.webhooks.release(subscriptionId, d.claim);
+    } catch (err) {
+      this.failure ??= { err };
+      // Best effort: otherwise the head waits for its lease to run out.
+      if (d) await this.opts.store.webhooks.release(subscriptionId, d.claim).catch(() => undefined);
+    }
   }
 
   private slotFreedOrNotified(): Promise<void> {

@@ -175,7 +175,7 @@ export class OutboxSender {
     for (const ack of acks) this.batchMax = Math.max(1, Math.min(ack.batch_max ?? 1, OUTBOX_BATCH_MAX, Math.floor(this.maxInFlight / 2)));
     // A batch's acknowledgments are settled together and the freed slots refilled once, so the
     // next publish carries as many messages as were answered (not one per settled message).
-    this.track(Promise.all(acks.map((ack) => this.settle(ack, false))))
+    this.track(Promise.all(acks.map((ack) => this.settle(ack))))
       .then((kicks) => {
         if (kicks.some(Boolean)) this.kick();
       })
@@ -194,8 +194,8 @@ export class OutboxSender {
     while (this.ops.size > 0) await Promise.allSettled([...this.ops]);
   }
 
-  /** Records one acknowledgment; says whether slots were freed or counts changed (refill then). */
-  private async settle(ack: OutboxAck, kick: boolean): Promise<boolean> {
+  /** Records one acknowledgment; says whether slots were freed or counts changed (the caller refills then). */
+  private async settle(ack: OutboxAck): Promise<boolean> {
     const { store, clock, logger } = this.opts;
     if (!ack.ok && ack.retry_after_s !== undefined) {
       this.holdBack(ack.msg_id, ack.retry_after_s, ack.error);
@@ -224,7 +224,6 @@ export class OutboxSender {
       logger.warn({ msg_id: ack.msg_id, code: ack.error.code, reason: ack.error.message }, 'the cloud refused an outbox message; it is kept and never sent again');
     }
     if (changed) await this.refreshCounts();
-    if ((entry || changed) && kick) this.kick();
     return Boolean(entry || changed);
   }
 

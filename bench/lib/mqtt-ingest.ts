@@ -59,7 +59,7 @@ export async function publishReports(
             }
             free -= n;
             publishes++;
-            c.publishAsync(topics.outbox(id), n === 1 && batch === 1 ? messages[0]! : outboxBatchPayload(messages), { qos: 1 }).catch(fail);
+            c.publishAsync(topics.outbox(id), n === 1 ? messages[0]! : outboxBatchPayload(messages), { qos: 1 }).catch(fail);
           }
         };
         c.on('message', (_t, payload) => {

@@ -118,38 +118,37 @@ export class OutboxRouter {
       return;
     }
     const acks = this.collect(robotId, messages.length);
-    await Promise.all(
-      messages.map(async (m) => {
-        try {
-          if (!(await this.routeOne(robotId, m, acks))) acks.skip();
-        } catch (err) {
-          // Unanswered: the robot sends it again after its ack timeout; the others still go back.
-          acks.skip();
-          throw err;
-        }
-      }),
-    );
+    await Promise.all(messages.map((m) => this.routeOne(robotId, m, acks)));
   }
 
-  /** Checks and hands over one message; false when it could not be named, so it gets no answer. */
-  private async routeOne(robotId: string, value: unknown, sink: AckSink): Promise<boolean> {
+  /**
+   * Checks and hands over one message. Every path answers it through `sink` or tells the sink it
+   * gets no answer (it cannot be named, or its handler failed), so a batch's answer never waits for it.
+   */
+  private async routeOne(robotId: string, value: unknown, sink: AckSink): Promise<void> {
     const { logger } = this.opts;
     const violation = findJsonBoundsViolation(value);
     if (violation) {
       // Never stored: a report nested beyond the bounds would break every later read of it.
       const msgId = msgIdOf(value);
       logger.warn({ robot_id: robotId, msg_id: msgId, path: violation.path }, 'refused outbox message beyond the JSON bounds');
-      if (!msgId) return false;
+      if (!msgId) {
+        sink.skip();
+        return;
+      }
       await this.reply(msgId, sink).refuse('validation_failed', `${violation.message} at ${violation.path || 'the top'} (at most ${violation.max})`);
-      return true;
+      return;
     }
     const msg = OutboxMessageSchema.safeParse(value);
     if (!msg.success) {
       const msgId = msgIdOf(value);
       logger.warn({ robot_id: robotId, issues: msg.error.issues }, 'refused malformed outbox message');
-      if (!msgId) return false;
+      if (!msgId) {
+        sink.skip();
+        return;
+      }
       await this.reply(msgId, sink).refuse('validation_failed', summarizeIssues(msg.error.issues));
-      return true;
+      return;
     }
     const { msg_id: msgId, kind, body } = msg.data;
     const handler = isOutboxKind(kind) ? this.opts.handlers[kind] : undefined;
@@ -157,12 +156,17 @@ export class OutboxRouter {
       const retryAfterS = this.opts.unknownKindRetryS ?? UNKNOWN_KIND_RETRY_S;
       logger.warn({ robot_id: robotId, msg_id: msgId, kind }, 'outbox message of a kind this cloud does not handle; the robot keeps it');
       await this.reply(msgId, sink, kind).later('unknown_kind', `this cloud does not handle ${kind} messages yet`, retryAfterS);
-      return true;
+      return;
     }
     const reply = this.reply(msgId, sink, kind);
-    await handler.handle(robotId, msgId, body, reply);
+    try {
+      await handler.handle(robotId, msgId, body, reply);
+    } catch (err) {
+      // Unanswered: the robot sends it again after its ack timeout; a batch's others still go back.
+      reply.unanswered();
+      throw err;
+    }
     if (!handler.queues) reply.unanswered();
-    return true;
   }
 
   /** Sends one acknowledgment on its own. */

@@ -44,7 +44,7 @@ const ALL_ARGS: Readonly<Record<string, readonly string[]>> = {
   episodes: ['--episodes', '1000000', '--mqtt-robots', '20', '--mqtt-per-robot', '1000', '--rounds', '20'],
   datasets: ['--episodes', '1000000'],
   webhooks: [],
-  upload: ['--size-mib', '512'],
+  upload: ['--size-mib', '2048'],
   fleet: ['--robots', '10000'],
   scale: ['--duration', '10'],
   stream: [],

@@ -5,7 +5,9 @@
 // is the baseline of N concurrent part PUTs with plain undici (parts read into buffers, nothing
 // hashed, no receipts). Prints one JSON line: elapsed ms, bytes, peak RSS (sampled every 20 ms
 // and the kernel's max RSS) and peak anonymous RSS (the process's own memory, without the mapped
-// node binary).
+// node binary), the growth of anonymous RSS over what the process held before the upload began,
+// and the CPU seconds (user + system, every thread: the agent's hashing worker included) the
+// upload took.
 //
 // Usage: node upload-client.js '<json options>'
 import { readFileSync } from 'node:fs';
@@ -25,9 +27,13 @@ const anonBytes = () => {
 };
 let peak = process.memoryUsage().rss;
 let peakAnon = anonBytes();
+/** Peak anonymous RSS from the start of the upload on (the sampler's ticks before it are start-up). */
+let uploadPeakAnon = 0;
 const sampler = setInterval(() => {
   peak = Math.max(peak, process.memoryUsage().rss);
-  peakAnon = Math.max(peakAnon, anonBytes());
+  const anon = anonBytes();
+  peakAnon = Math.max(peakAnon, anon);
+  uploadPeakAnon = Math.max(uploadPeakAnon, anon);
 }, 20);
 // The agent sizes its pool as replicas × parts in parallel; one replica here.
 const dispatcher = uploadDispatcher({ connections: Math.max(1, parallel) });
@@ -63,6 +69,9 @@ async function undiciParts() {
   }
 }
 
+const anonBefore = anonBytes();
+uploadPeakAnon = anonBefore;
+const cpu0 = process.cpuUsage();
 const t0 = performance.now();
 if (mode === 'agent-put') {
   await putFile({ http, url: `${url}/obj/bench`, file, label: 'bench.bin', size, expectedSha256: sha256, signal, onFirstByte: () => undefined, onBytes: () => undefined });
@@ -82,8 +91,11 @@ if (mode === 'agent-put') {
   throw new Error(`unknown mode ${mode}`);
 }
 const ms = performance.now() - t0;
+const cpu = process.cpuUsage(cpu0);
 clearInterval(sampler);
 peak = Math.max(peak, process.memoryUsage().rss);
-peakAnon = Math.max(peakAnon, anonBytes());
+const anonAfter = anonBytes();
+peakAnon = Math.max(peakAnon, anonAfter);
+uploadPeakAnon = Math.max(uploadPeakAnon, anonAfter);
 await dispatcher.close();
-console.log(JSON.stringify({ mode, ms, bytes: size, peak_rss: peak, max_rss: process.resourceUsage().maxRSS * 1024, peak_anon: peakAnon }));
+console.log(JSON.stringify({ mode, ms, bytes: size, peak_rss: peak, max_rss: process.resourceUsage().maxRSS * 1024, peak_anon: peakAnon, anon_growth: uploadPeakAnon - anonBefore, cpu_s: (cpu.user + cpu.system) / 1e6 }));

@@ -36,6 +36,23 @@ interface Run {
   rss: number | null;
   /** Peak anonymous RSS (the process's own memory, not the mapped node binary), bytes. */
   anon: number | null;
+  /** Growth of anonymous RSS over what the process held before the upload began, bytes. */
+  anonGrowth: number | null;
+  /** CPU seconds (user + system, all threads) of the process. */
+  cpu: number | null;
+}
+
+/**
+ * Runs a command under bash and returns its output with the CPU seconds (user + system) it took,
+ * from bash's `times` (which reports the children it waited for): no extra tool needed.
+ */
+async function runTimed(command: string, args: readonly string[], name: string, timeoutMs: number): Promise<{ stdout: string; cpu: number }> {
+  const r = await runProcess('bash', ['-c', '"$@"; s=$?; times >&2; exit $s', 'bash', command, ...args], { name, timeoutMs });
+  if (r.code !== 0) throw new Error(`${name} exited ${r.code}: ${r.stderr}`);
+  const children = r.stderr.trim().split('\n').at(-1) ?? '';
+  const m = /^(\d+)m([\d.]+)s (\d+)m([\d.]+)s$/.exec(children.trim());
+  if (!m) throw new Error(`${name}: cannot read its CPU time from ${JSON.stringify(children)}`);
+  return { stdout: r.stdout, cpu: Number(m[1]) * 60 + Number(m[2]) + Number(m[3]) * 60 + Number(m[4]) };
 }
 
 /** Writes `size` bytes of incompressible data (a random block, varied per block) and returns its SHA-256. */
@@ -108,20 +125,32 @@ export const upload: BenchModule = {
 
     if (curl) {
       const before = await received();
-      const r = await runProcess(curl, ['-sS', '-o', '/dev/null', '-T', file, '-w', '%{time_total} %{http_code}', `${url}/obj/curl`], { name: 'curl -T', timeoutMs });
-      if (r.code !== 0) throw new Error(`curl exited ${r.code}: ${r.stderr}`);
+      const r = await runTimed(curl, ['-sS', '-o', '/dev/null', '-T', file, '-w', '%{time_total} %{http_code}', `${url}/obj/curl`], 'curl -T', timeoutMs);
       const [seconds, status] = r.stdout.trim().split(' ');
       if (status !== '200') throw new Error(`curl: the receiver answered ${status}`);
       await check('curl -T', before);
-      runs.push({ label: 'curl -T (one PUT)', ms: Number(seconds) * 1000, bytes: size, rss: null, anon: null });
+      runs.push({ label: 'curl -T (one PUT)', ms: Number(seconds) * 1000, bytes: size, rss: null, anon: null, anonGrowth: null, cpu: r.cpu });
+    }
+    // The other half of the baseline: a plain `sha256sum` of the same file (what a script that
+    // verifies what it uploads would run beside curl).
+    let sha256sum: Run | null = null;
+    try {
+      const t = performance.now();
+      const r = await runTimed('sha256sum', [file], 'sha256sum', timeoutMs);
+      const ms = performance.now() - t;
+      if (r.stdout.split(' ')[0] !== sha256) throw new Error('sha256sum disagrees with the synthetic file');
+      sha256sum = { label: 'sha256sum (no send)', ms, bytes: size, rss: null, anon: null, anonGrowth: null, cpu: r.cpu };
+      runs.push(sha256sum);
+    } catch (err) {
+      if (!/ENOENT|not found|exited 127/.test(String(err))) throw err;
     }
     const client = async (mode: string, label: string): Promise<void> => {
       const before = await received();
       const r = await runProcess(process.execPath, [CLIENT, JSON.stringify({ mode, url, file, size, sha256, partSize, parallel })], { name: label, cwd: REPO_ROOT, timeoutMs });
       if (r.code !== 0) throw new Error(`${label} exited ${r.code}: ${r.stderr}`);
-      const out = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { ms: number; bytes: number; peak_rss: number; max_rss: number; peak_anon: number };
+      const out = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { ms: number; bytes: number; peak_rss: number; max_rss: number; peak_anon: number; anon_growth: number; cpu_s: number };
       await check(label, before);
-      runs.push({ label, ms: out.ms, bytes: out.bytes, rss: Math.max(out.peak_rss, out.max_rss), anon: out.peak_anon || null });
+      runs.push({ label, ms: out.ms, bytes: out.bytes, rss: Math.max(out.peak_rss, out.max_rss), anon: out.peak_anon || null, anonGrowth: out.anon_growth, cpu: out.cpu_s });
     };
     await client('agent-put', 'agent http-put');
     await client('undici-parts', `undici ${parallel} parallel parts`);
@@ -145,15 +174,23 @@ export const upload: BenchModule = {
     const parts = by('undici')!;
     const ratio = (a: Run | undefined, b: Run | undefined) => (a && b ? mbps(a) / mbps(b) : NaN);
     const mb = (n: number | null) => (n === null ? 'n/a' : fmt(n / 1e6, 1));
-    const rows = runs.map((r) => [r.label, fmt(mbps(r), 1), fmt(r.ms / 1000, 2), mb(r.rss), mb(r.anon)]);
-    rows.push(['agent SHA-256 of the file alone (no send)', fmt(hashCeiling, 1), fmt(hashMs / 1000, 2), '', '']);
-    rows.push(['ratio agent http-put / curl', fmt(ratio(put, curlRun), 3), '', '', '']);
-    rows.push(['ratio agent s3-multipart / curl', fmt(ratio(multi, curlRun), 3), '', '', '']);
-    rows.push(['ratio agent s3-multipart / undici parts', fmt(ratio(multi, parts), 3), '', '', '']);
-    rows.push(['ceiling: SHA-256 alone / curl', fmt(curlRun ? hashCeiling / mbps(curlRun) : NaN, 3), '', '', '']);
-    rows.push(['agent http-put (s3-multipart) / SHA-256 alone', `${fmt(mbps(put) / hashCeiling, 3)} (${fmt(mbps(multi) / hashCeiling, 3)})`, '', '', '']);
-    rows.push(['one core hashing SHA-256 (MD5), in memory', `${fmt(h.sha256, 0)} (${fmt(h.md5, 0)})`, '', '', '']);
-    process.stdout.write(`${table(['target', 'MB/s', 'seconds', 'peak RSS MB', 'peak anon RSS MB'], rows)}\n`);
+    const GiB = 1024 * MiB;
+    const cpuPerGiB = (r: Run | null | undefined) => (r && r.cpu !== null ? r.cpu / (r.bytes / GiB) : NaN);
+    const rows = runs.map((r) => [r.label, fmt(mbps(r), 1), fmt(r.ms / 1000, 2), fmt(cpuPerGiB(r), 2), mb(r.rss), mb(r.anon), mb(r.anonGrowth)]);
+    rows.push(['agent SHA-256 of the file alone (no send)', fmt(hashCeiling, 1), fmt(hashMs / 1000, 2), '', '', '', '']);
+    rows.push(['ratio agent http-put / curl', fmt(ratio(put, curlRun), 3), '', '', '', '', '']);
+    rows.push(['ratio agent s3-multipart / curl', fmt(ratio(multi, curlRun), 3), '', '', '', '', '']);
+    rows.push(['ratio agent s3-multipart / undici parts', fmt(ratio(multi, parts), 3), '', '', '', '', '']);
+    rows.push(['ceiling: SHA-256 alone / curl', fmt(curlRun ? hashCeiling / mbps(curlRun) : NaN, 3), '', '', '', '', '']);
+    rows.push(['agent http-put (s3-multipart) / SHA-256 alone', `${fmt(mbps(put) / hashCeiling, 3)} (${fmt(mbps(multi) / hashCeiling, 3)})`, '', '', '', '', '']);
+    rows.push(['one core hashing SHA-256 (MD5), in memory', `${fmt(h.sha256, 0)} (${fmt(h.md5, 0)})`, '', '', '', '', '']);
+    process.stdout.write(`${table(['target', 'MB/s', 'seconds', 'CPU s/GiB', 'peak RSS MB', 'peak anon RSS MB', 'anon growth MB'], rows)}\n`);
+    // The issue's baseline: the slower of sending the file (curl -T) and hashing it (sha256sum),
+    // since an upload that verifies what it sent needs both; its CPU is the two together.
+    const slower = [curlRun, sha256sum].filter((r): r is Run => !!r).sort((a, b) => mbps(a) - mbps(b))[0] ?? null;
+    const baseline = slower ? mbps(slower) : null;
+    const baselineName = slower === null ? 'curl and sha256sum not installed' : `${slower === curlRun ? 'curl -T' : 'sha256sum'}, the slower of curl -T and sha256sum of the same file`;
+    const scriptCpu = curlRun && sha256sum ? cpuPerGiB(curlRun) + cpuPerGiB(sha256sum) : null;
     process.stdout.write(
       `${JSON.stringify({
         bench: 'upload',
@@ -161,20 +198,36 @@ export const upload: BenchModule = {
         part_size_bytes: partSize,
         parallel,
         node: process.version,
-        runs: runs.map((r) => ({ label: r.label, mb_per_s: Number(mbps(r).toFixed(1)), seconds: Number((r.ms / 1000).toFixed(3)), peak_rss_bytes: r.rss, peak_anon_rss_bytes: r.anon })),
+        runs: runs.map((r) => ({
+          label: r.label,
+          mb_per_s: Number(mbps(r).toFixed(1)),
+          seconds: Number((r.ms / 1000).toFixed(3)),
+          cpu_s_per_gib: r.cpu === null ? null : Number(cpuPerGiB(r).toFixed(3)),
+          peak_rss_bytes: r.rss,
+          peak_anon_rss_bytes: r.anon,
+          anon_rss_growth_bytes: r.anonGrowth,
+        })),
         ratio_put_over_curl: Number(ratio(put, curlRun).toFixed(3)),
         ratio_multipart_over_curl: Number(ratio(multi, curlRun).toFixed(3)),
         ratio_multipart_over_undici_parts: Number(ratio(multi, parts).toFixed(3)),
         hash_mb_per_s: { sha256: Math.round(h.sha256), md5: Math.round(h.md5) },
         sha256_file_alone_mb_per_s: Number(hashCeiling.toFixed(1)),
         ratio_sha256_alone_over_curl: curlRun ? Number((hashCeiling / mbps(curlRun)).toFixed(3)) : null,
+        baseline: slower?.label ?? null,
       })}\n`,
     );
-    const baseline = curlRun ? mbps(curlRun) : null;
     const mib = size / MiB;
+    const curlName = 'curl -T, same file and receiver';
+    const curlMbps = curlRun ? mbps(curlRun) : null;
     return [
-      row({ name: `upload http-put, ${mib} MiB`, figure: mbps(put), unit: 'MB/s', baseline, baselineUnit: baseline === null ? null : 'MB/s', baselineName: baseline === null ? 'curl not installed' : 'curl -T, same file and receiver' }),
-      row({ name: `upload s3-multipart, ${mib} MiB, ${parallel} parts`, figure: mbps(multi), unit: 'MB/s', baseline, baselineUnit: baseline === null ? null : 'MB/s', baselineName: baseline === null ? 'curl not installed' : 'curl -T, same file and receiver' }),
+      row({ name: `upload http-put, ${mib} MiB`, figure: mbps(put), unit: 'MB/s', baseline, baselineUnit: baseline === null ? null : 'MB/s', baselineName }),
+      row({ name: `upload s3-multipart, ${mib} MiB, ${parallel} parts`, figure: mbps(multi), unit: 'MB/s', baseline, baselineUnit: baseline === null ? null : 'MB/s', baselineName }),
+      row({ name: `upload http-put against curl -T alone, ${mib} MiB`, figure: mbps(put), unit: 'MB/s', baseline: curlMbps, baselineUnit: curlMbps === null ? null : 'MB/s', baselineName: curlRun ? curlName : 'curl not installed' }),
+      row({ name: `upload s3-multipart against curl -T alone, ${mib} MiB`, figure: mbps(multi), unit: 'MB/s', baseline: curlMbps, baselineUnit: curlMbps === null ? null : 'MB/s', baselineName: curlRun ? curlName : 'curl not installed' }),
+      row({ name: `upload http-put, CPU per GiB`, figure: cpuPerGiB(put), unit: 'CPU s/GiB', baseline: scriptCpu, baselineUnit: scriptCpu === null ? null : 'CPU s/GiB', baselineName: 'sha256sum plus curl -T of the same file' }),
+      row({ name: `upload s3-multipart, CPU per GiB`, figure: cpuPerGiB(multi), unit: 'CPU s/GiB', baseline: scriptCpu, baselineUnit: scriptCpu === null ? null : 'CPU s/GiB', baselineName: 'sha256sum plus curl -T of the same file' }),
+      row({ name: `upload http-put, agent anon RSS growth`, figure: (put.anonGrowth ?? NaN) / MiB, unit: 'MiB', baseline: null, baselineUnit: null }),
+      row({ name: `upload s3-multipart, agent anon RSS growth`, figure: (multi.anonGrowth ?? NaN) / MiB, unit: 'MiB', baseline: null, baselineUnit: null }),
     ];
   },
 };

@@ -146,6 +146,21 @@ function classifyV6(ip: string): AddressClass {
  * anything else is `invalid`. Host names are not resolved here: see {@link parseHostLiteral}.
  */
 export function classifyAddress(ip: string): AddressClass {
+  // A pure function of the text, asked again for every webhook attempt to the same address.
+  let verdict = verdicts.get(ip);
+  if (verdict === undefined) {
+    verdict = classifyText(ip);
+    if (verdicts.size >= VERDICTS_KEPT) verdicts.clear();
+    verdicts.set(ip, verdict);
+  }
+  return verdict;
+}
+
+/** Verdicts remembered (addresses are short strings: a few hundred KiB at most). */
+const VERDICTS_KEPT = 4096;
+const verdicts = new Map<string, AddressClass>();
+
+function classifyText(ip: string): AddressClass {
   let text = ip.trim();
   if (text.startsWith('[') && text.endsWith(']')) text = text.slice(1, -1);
   const zone = text.indexOf('%');

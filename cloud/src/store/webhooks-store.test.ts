@@ -97,6 +97,48 @@ describeStore('webhook store', (open, engine) => {
     expect((await store.webhooks.get('org_a', a))?.pendingDeliveries).toBe(1);
   });
 
+  it('records an outcome and claims the next due head in one step, only when the queue may go on', async () => {
+    const a = await subscription();
+    for (let i = 0; i < 4; i++) await enqueue(store, a, i);
+    await enqueue(store, a, 4, T0 + 10_000);
+    const [first] = await store.webhooks.claimDue(T0, 1, LEASE);
+    // Delivered: the next head comes back claimed, and nobody else can claim it.
+    const second = await store.webhooks.recordAndClaimNext(first!, { kind: 'delivered', status: 200, at: T0 + 1 }, T0 + 1, LEASE);
+    expect(second).toMatchObject({ subscriptionId: a, eventId: `evt_${a}_1` });
+    expect(second!.claim).not.toBe(first!.claim);
+    expect(await other.webhooks.claimDue(T0 + 2, 10, LEASE)).toEqual([]);
+    // Dead-lettered: the queue goes on too.
+    const third = await store.webhooks.recordAndClaimNext(second!, { kind: 'dead', status: 410, error: 'HTTP 410', at: T0 + 3 }, T0 + 3, LEASE);
+    expect(third?.eventId).toBe(`evt_${a}_2`);
+    // A retry holds the queue: nothing is claimed, the head waits for its next attempt.
+    expect(await store.webhooks.recordAndClaimNext(third!, { kind: 'retry', status: 503, error: 'HTTP 503', at: T0 + 4, nextAttemptAt: T0 + 1000 }, T0 + 4, LEASE)).toBeUndefined();
+    expect(await other.webhooks.claimDue(T0 + 999, 10, LEASE)).toEqual([]);
+    const [again] = await other.webhooks.claimDue(T0 + 1000, 10, LEASE);
+    expect(again?.eventId).toBe(`evt_${a}_2`);
+    // A claim that was taken over only logs its attempt and claims nothing.
+    const [taker] = await store.webhooks.claimDue(T0 + 1000 + LEASE, 1, LEASE);
+    expect(taker?.id).toBe(again!.id);
+    expect(await other.webhooks.recordAndClaimNext(again!, { kind: 'delivered', status: 200, at: T0 + 1000 + LEASE + 1 }, T0 + 1000 + LEASE + 1, LEASE)).toBeUndefined();
+    expect((await store.webhooks.get('org_a', a))?.pendingDeliveries).toBe(3);
+    // The next head not due yet: the outcome is recorded, the queue released unclaimed.
+    const fourth = await store.webhooks.recordAndClaimNext(taker!, { kind: 'delivered', status: 200, at: T0 + 1000 + LEASE + 2 }, T0 + 1000 + LEASE + 2, LEASE);
+    expect(fourth?.eventId).toBe(`evt_${a}_3`);
+    expect(await store.webhooks.recordAndClaimNext(fourth!, { kind: 'delivered', status: 200, at: T0 + 5000 }, T0 + 5000, LEASE)).toBeUndefined();
+    expect((await other.webhooks.claimDue(T0 + 10_000, 10, LEASE)).map((d) => d.eventId)).toEqual([`evt_${a}_4`]);
+    const log = await store.webhooks.attempts('org_a', a, null, 10);
+    expect(log?.map((l) => l.outcome)).toEqual(['delivered', 'delivered', 'delivered', 'retry', 'dead', 'delivered']);
+  });
+
+  it('a disabled subscription is not claimed by the next step of its queue', async () => {
+    const a = await subscription();
+    await enqueue(store, a, 0);
+    await enqueue(store, a, 1);
+    const [first] = await store.webhooks.claimDue(T0, 1, LEASE);
+    await other.webhooks.disable(a, 'test');
+    expect(await store.webhooks.recordAndClaimNext(first!, { kind: 'delivered', status: 200, at: T0 + 1 }, T0 + 1, LEASE)).toBeUndefined();
+    expect((await store.webhooks.get('org_a', a))?.pendingDeliveries).toBe(1);
+  });
+
   it('two processes working the same queues deliver each delivery once, in queue order per subscription', async () => {
     const subs = await Promise.all(Array.from({ length: 6 }, () => subscription()));
     const perSub = 15;
@@ -122,8 +164,13 @@ describeStore('webhook store', (open, engine) => {
               delivered.get(d.subscriptionId)!.push(d.eventId);
               await new Promise((r) => setImmediate(r));
               held.delete(d.subscriptionId);
-              await s.webhooks.record(d.id, { kind: 'delivered', status: 200, at: T0 }, d.claim);
-              d = await s.webhooks.dueHead(d.subscriptionId, T0, LEASE);
+              // Half the steps in one (recordAndClaimNext), half in two (record, then dueHead).
+              if (d.id % 2 === 0) {
+                d = await s.webhooks.recordAndClaimNext(d, { kind: 'delivered', status: 200, at: T0 }, T0, LEASE);
+              } else {
+                await s.webhooks.record(d.id, { kind: 'delivered', status: 200, at: T0 }, d.claim);
+                d = await s.webhooks.dueHead(d.subscriptionId, T0, LEASE);
+              }
             }
           }),
         );

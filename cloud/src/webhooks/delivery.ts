@@ -192,11 +192,9 @@ export class DeliveryWorker {
     try {
       for (let n = 0; d !== undefined && n < RUN_LENGTH && !this.stopping; n++) {
         this.attemptsMade++;
-        const goOn = await this.attempt(d);
-        // Recorded or given up: either way the lease is released.
-        d = undefined;
-        if (!goOn) return;
-        d = await this.opts.store.webhooks.dueHead(subscriptionId, this.opts.clock.now(), this.leaseMs);
+        // The outcome's commit releases the claim and, unless the run ends here, claims the
+        // queue's next due head. (Should the attempt throw, `d`'s claim is released below.)
+        d = await this.attempt(d, n + 1 < RUN_LENGTH);
       }
       // Stopping, or the run was long enough: let other slots (and processes) in.
       if (d) await this.opts.store.webhooks.release(subscriptionId, d.claim);
@@ -217,14 +215,24 @@ export class DeliveryWorker {
     for (const wake of waiting) wake();
   }
 
-  /** Attempts `d` and records the outcome; false when its subscription cannot go on now. */
-  private async attempt(d: ClaimedDelivery): Promise<boolean> {
+  /**
+   * Attempts `d` and records the outcome, which releases its claim. With `goOn`, an outcome that
+   * lets the queue go on also claims its next due head, which is returned; undefined when there
+   * is none, or the subscription cannot go on now.
+   */
+  private async attempt(d: ClaimedDelivery, goOn: boolean): Promise<ClaimedDelivery | undefined> {
     const { store, clock, logger } = this.opts;
     const sub = await store.webhooks.deliveryTarget(d.subscriptionId);
     if (!sub || sub.status !== 'active') {
       await store.webhooks.release(d.subscriptionId, d.claim);
-      return false;
+      return undefined;
     }
+    const finish = async (o: DeliveryOutcome): Promise<ClaimedDelivery | undefined> => {
+      // Only a slot that goes on (not stopping) takes the next head; otherwise the outcome alone.
+      const next = goOn && !this.stopping ? await store.webhooks.recordAndClaimNext(d, o, clock.now(), this.leaseMs) : await store.webhooks.record(d.id, o, d.claim);
+      this.opts.metrics?.webhookDelivery(o.kind);
+      return next ?? undefined;
+    };
     const now = clock.now();
     let outcome: DeliveryOutcome;
     // The attempt log's latency: from sending to the answer or the failure, on the injected clock.
@@ -245,10 +253,7 @@ export class DeliveryWorker {
     } catch (err) {
       if (err instanceof EgressError && err.failure === 'too_large' && err.details.status !== undefined) {
         // Only the status matters: a huge body is cut off, not held against the receiver.
-        const cut = byStatus(err.details.status, clock.now());
-        await store.webhooks.record(d.id, cut, d.claim);
-        this.opts.metrics?.webhookDelivery(cut.kind);
-        return cut.kind !== 'retry';
+        return finish(byStatus(err.details.status, clock.now()));
       }
       if (err instanceof EgressError && unusableConfiguration(err)) {
         // The URL cannot work as configured: disable, keep the queue, count no attempt.
@@ -258,7 +263,7 @@ export class DeliveryWorker {
         await store.webhooks.disable(sub.id, `${err.failure}: ${err.publicMessage}`.slice(0, 512));
         await store.webhooks.release(sub.id, d.claim);
         this.opts.metrics?.webhookDelivery('disabled');
-        return false;
+        return undefined;
       }
       if (err instanceof EgressError && err.publicMessage !== err.message) {
         logger.info({ subscription_id: sub.id, delivery_id: d.id, failure: err.failure, error: err.message }, 'webhook delivery attempt failed');
@@ -266,9 +271,7 @@ export class DeliveryWorker {
       const failure = err instanceof EgressError ? `${err.failure}: ${err.publicMessage}` : String(err);
       outcome = timed(this.retryOrDead(d, null, failure.slice(0, 512), clock.now()));
     }
-    await store.webhooks.record(d.id, outcome, d.claim);
-    this.opts.metrics?.webhookDelivery(outcome.kind);
-    return outcome.kind !== 'retry';
+    return finish(outcome);
   }
 
   private retryOrDead(d: DeliveryRow, status: number | null, error: string, at: number): DeliveryOutcome {

@@ -232,6 +232,13 @@ export class PgWebhooks implements WebhookStore {
     });
   }
 
+  async recordAndClaimNext(d: Pick<ClaimedDelivery, 'id' | 'subscriptionId' | 'claim'>, o: DeliveryOutcome, now: number, leaseMs: number): Promise<ClaimedDelivery | undefined> {
+    // Two transactions: the claim re-reads the subscription after the release (another replica
+    // may take the queue over between them; either way one holder at a time).
+    await this.record(d.id, o, d.claim);
+    return o.kind === 'retry' ? undefined : this.dueHead(d.subscriptionId, now, leaseMs);
+  }
+
   private async exists(orgId: string, subscriptionId: string): Promise<boolean> {
     return (await this.db.one('SELECT 1 FROM webhook_subscriptions WHERE org_id = $1 AND id = $2', [orgId, subscriptionId])) !== undefined;
   }

@@ -529,6 +529,13 @@ export interface WebhookStore {
    * holder decides the delivery). Without `claim` (tests, tools) the outcome is applied as is.
    */
   record(deliveryId: number, outcome: DeliveryOutcome, claim?: string): Promise<void>;
+  /**
+   * A slot's step down its queue: records `d`'s outcome under its claim (as record does) and,
+   * when the outcome lets the queue go on (delivered or dead) and the claim still held, claims
+   * the subscription's next due head (as dueHead does) and returns it. SQLite does both in the
+   * outcome's shared commit; PostgreSQL one after the other.
+   */
+  recordAndClaimNext(d: Pick<ClaimedDelivery, 'id' | 'subscriptionId' | 'claim'>, outcome: DeliveryOutcome, now: number, leaseMs: number): Promise<ClaimedDelivery | undefined>;
   /** The attempt log, newest first, ids below `beforeId`; undefined for an unknown subscription. */
   attempts(orgId: string, subscriptionId: string, beforeId: number | null, limit: number): Promise<DeliveryAttemptRow[] | undefined>;
   deadLetters(orgId: string, subscriptionId: string): Promise<DeliveryRow[] | undefined>;

@@ -1,6 +1,6 @@
 // Webhook rows (subscriptions, deliveries, attempts) as both engines return them and their domain
 // form, and the token of a subscription's delivery claim.
-import { randomBytes } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import type { DeliveryAttemptRow, DeliveryOutcome, DeliveryRow, WebhookRow } from './types.js';
 
 export interface SubDbRow {
@@ -122,7 +122,10 @@ export function attemptWrite(d: DeliveryDbRow, o: DeliveryOutcome) {
 
 export const ATTEMPT_INSERT_COLUMNS = 'subscription_id, delivery_id, event_id, event_type, attempt, status_code, error, latency_ms, outcome, at';
 
-/** A claim's token: who holds a subscription's lease (unguessable only so that it never repeats). */
+/**
+ * A claim's token: who holds a subscription's lease (random only so that it never repeats).
+ * randomUUID draws from node's cached entropy: a claim per attempt made randomBytes a visible cost.
+ */
 export function newClaimToken(): string {
-  return randomBytes(12).toString('base64url');
+  return randomUUID();
 }

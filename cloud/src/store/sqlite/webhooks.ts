@@ -34,7 +34,15 @@ export class SqliteWebhooks implements WebhookStore {
    */
   private fannedOutTo: number | null = null;
   /** Outcomes waiting for the next shared commit (see record). */
-  private toRecord: { deliveryId: number; o: DeliveryOutcome; claim: string | undefined; resolve: () => void; reject: (err: unknown) => void }[] = [];
+  private toRecord: {
+    deliveryId: number;
+    o: DeliveryOutcome;
+    claim: string | undefined;
+    /** Claim the queue's next due head in the same commit (recordAndClaimNext). */
+    next: { now: number; leaseMs: number } | undefined;
+    resolve: (next: ClaimedDelivery | undefined) => void;
+    reject: (err: unknown) => void;
+  }[] = [];
 
   constructor(private readonly db: Db) {
     this.byId = db.prepare<[string, string], SubDbRow>(`SELECT ${SUB_COLUMNS} FROM webhook_subscriptions s WHERE s.org_id = ? AND s.id = ?`);
@@ -203,15 +211,16 @@ export class SqliteWebhooks implements WebhookStore {
   }
 
   async dueHead(subscriptionId: string, now: number, leaseMs: number): Promise<ClaimedDelivery | undefined> {
-    return this.db
-      .transaction((): ClaimedDelivery | undefined => {
-        const r = this.headOf.get(subscriptionId);
-        if (!r || r.next_attempt_at > now || (r.claimed_until !== null && r.claimed_until > now)) return undefined;
-        const token = newClaimToken();
-        this.claim.run(token, now + leaseMs, subscriptionId);
-        return { ...deliveryFromDb(r), claim: token };
-      })
-      .immediate();
+    return this.db.transaction(() => this.claimHeadOf(subscriptionId, now, leaseMs)).immediate();
+  }
+
+  /** Claims `subscriptionId`'s head if it is active, due and no live lease holds it; call inside a transaction. */
+  private claimHeadOf(subscriptionId: string, now: number, leaseMs: number): ClaimedDelivery | undefined {
+    const r = this.headOf.get(subscriptionId);
+    if (!r || r.next_attempt_at > now || (r.claimed_until !== null && r.claimed_until > now)) return undefined;
+    const token = newClaimToken();
+    this.claim.run(token, now + leaseMs, subscriptionId);
+    return { ...deliveryFromDb(r), claim: token };
   }
 
   async release(subscriptionId: string, claim: string): Promise<void> {
@@ -229,14 +238,25 @@ export class SqliteWebhooks implements WebhookStore {
     return r?.t ?? null;
   }
 
+  /** Applied in the next shared commit (queueRecord). */
+  async record(deliveryId: number, o: DeliveryOutcome, claim?: string): Promise<void> {
+    await this.queueRecord(deliveryId, o, claim, undefined);
+  }
+
+  /** record, and the claim of the queue's next due head in the same commit (no transaction of its own). */
+  async recordAndClaimNext(d: Pick<ClaimedDelivery, 'id' | 'subscriptionId' | 'claim'>, o: DeliveryOutcome, now: number, leaseMs: number): Promise<ClaimedDelivery | undefined> {
+    return this.queueRecord(d.id, o, d.claim, { now, leaseMs });
+  }
+
   /**
    * Outcomes recorded in the same turn of the event loop (the worker's slots finish together)
-   * share one transaction, committed on the next turn: one commit for several attempts. Each
-   * caller's promise settles after that commit, so nothing goes on before its outcome is durable.
+   * share one transaction, committed on the next turn: one commit for several attempts, and for
+   * the claims of the next heads of their queues. Each caller's promise settles after that
+   * commit, so nothing goes on before its outcome is durable.
    */
-  async record(deliveryId: number, o: DeliveryOutcome, claim?: string): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      this.toRecord.push({ deliveryId, o, claim, resolve, reject });
+  private queueRecord(deliveryId: number, o: DeliveryOutcome, claim: string | undefined, next: { now: number; leaseMs: number } | undefined): Promise<ClaimedDelivery | undefined> {
+    return new Promise<ClaimedDelivery | undefined>((resolve, reject) => {
+      this.toRecord.push({ deliveryId, o, claim, next, resolve, reject });
       if (this.toRecord.length === 1) setImmediate(() => this.flushRecords());
     });
   }
@@ -244,31 +264,33 @@ export class SqliteWebhooks implements WebhookStore {
   private flushRecords(): void {
     const batch = this.toRecord;
     this.toRecord = [];
+    let claimed: (ClaimedDelivery | undefined)[];
     try {
-      this.db.transaction(() => {
-        for (const { deliveryId, o, claim } of batch) this.recordOne(deliveryId, o, claim);
-      })();
+      claimed = this.db.transaction(() => batch.map(({ deliveryId, o, claim, next }) => this.recordOne(deliveryId, o, claim, next))).immediate();
     } catch (err) {
       for (const r of batch) r.reject(err);
       return;
     }
-    for (const r of batch) r.resolve();
+    batch.forEach((r, i) => r.resolve(claimed[i]));
   }
 
-  private recordOne(deliveryId: number, o: DeliveryOutcome, claim: string | undefined): void {
+  /** One outcome; with `next`, the claim of the queue's next due head once the outcome is applied under `claim`. */
+  private recordOne(deliveryId: number, o: DeliveryOutcome, claim: string | undefined, next: { now: number; leaseMs: number } | undefined): ClaimedDelivery | undefined {
     const d = this.deliveryById.get(deliveryId);
-    if (!d) return;
+    if (!d) return undefined;
     const write = attemptWrite(d, o);
     // One row per attempt; the subscription keeps its newest ATTEMPTS_KEPT_PER_SUBSCRIPTION.
     this.insertAttempt.run(...write.attempt);
     this.trimAttempts.run(d.subscription_id, d.subscription_id, ATTEMPTS_KEPT_PER_SUBSCRIPTION);
     if (claim !== undefined) {
       // A lease that ran out and was taken over: the attempt happened, the new holder decides.
-      if (this.claimOf.get(d.subscription_id)?.claim_token !== claim) return;
+      if (this.claimOf.get(d.subscription_id)?.claim_token !== claim) return undefined;
       this.releaseClaim.run(d.subscription_id, claim);
     }
     this.markAttempt.run(...write.delivery, deliveryId);
     this.subAttempted.run(...write.subscription, d.subscription_id);
+    if (next === undefined || claim === undefined || o.kind === 'retry') return undefined;
+    return this.claimHeadOf(d.subscription_id, next.now, next.leaseMs);
   }
 
   async attempts(orgId: string, subscriptionId: string, beforeId: number | null, limit: number): Promise<DeliveryAttemptRow[] | undefined> {

@@ -1,6 +1,6 @@
 /**
- * Robots held by one cloud process: `--robots` (10,000) robot connections to one `fleet-cloud
- * serve` (a real process, embedded broker with its authentication and ACL). The robots are
+ * Robots held by one cloud process: `--robots` (10,000; `bench -- all` asks for more) robot
+ * connections to one `fleet-cloud serve` (a real process, embedded broker with its authentication and ACL). The robots are
  * LIGHTWEIGHT: plain mqtt.js clients in a few worker processes (bench/fleet-robots.js) that speak
  * the robot side of the link (credentials from POST /v1/robots/enroll, offline last will,
  * command and ack subscriptions, retained online status with capabilities, replies to
@@ -12,8 +12,18 @@
  * (the baseline, same cloud, same run); the cloud's RSS per robot ((RSS with all connected - RSS
  * idle) / connected). Fewer robots connected than asked for, or any failed command, fails the
  * run after the figures are printed. Asserts nothing about time.
+ *
+ * What the machine must allow, checked before anything is enrolled: one open file per robot
+ * plus 256 in the cloud process (it inherits this shell's `ulimit -n`, which Node raises to the
+ * hard limit; the bench tries `prlimit` on the cloud when that is too low, which needs
+ * CAP_SYS_RESOURCE, and otherwise stops with the limits and the largest --robots that fits), and
+ * as many in the robot worker processes (more workers are forked when one would hold more than
+ * its limit). Every connection to the broker's one address takes an ephemeral port of its source
+ * address (net.ipv4.ip_local_port_range, about 28,000), so the robots are spread over
+ * 127.0.0.1, 127.0.0.2, ... (`--source-addresses`, by default as many as keep each under 80 % of
+ * that range); a broker off loopback with more robots than that is refused with a message.
  */
-import { fork, type ChildProcess } from 'node:child_process';
+import { execFileSync, fork, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { performance } from 'node:perf_hooks';
@@ -38,9 +48,39 @@ function log(msg: string): void {
   process.stderr.write(`bench fleet: ${msg}\n`);
 }
 
-function openFilesLimit(pid: number | 'self'): number {
-  const m = /^Max open files\s+(\d+|unlimited)/m.exec(readFileSync(`/proc/${pid}/limits`, 'utf8'));
-  return m?.[1] === 'unlimited' ? Number.POSITIVE_INFINITY : Number(m?.[1] ?? Number.NaN);
+/** RLIMIT_NOFILE of a process, soft and hard (Linux /proc). */
+function openFilesLimit(pid: number | 'self'): { soft: number; hard: number } {
+  const m = /^Max open files\s+(\d+|unlimited)\s+(\d+|unlimited)/m.exec(readFileSync(`/proc/${pid}/limits`, 'utf8'));
+  const value = (v: string | undefined) => (v === 'unlimited' ? Number.POSITIVE_INFINITY : Number(v ?? Number.NaN));
+  return { soft: value(m?.[1]), hard: value(m?.[2]) };
+}
+
+/**
+ * Raises the open-files limit of a process we started to `need` with prlimit(1) when it is lower
+ * (a hard limit only goes up with CAP_SYS_RESOURCE). Returns the limit after, and why not when
+ * still too low.
+ */
+function raiseOpenFiles(pid: number, need: number): { soft: number; hard: number; why: string } {
+  const before = openFilesLimit(pid);
+  if (before.soft >= need) return { ...before, why: '' };
+  let why = '';
+  try {
+    execFileSync('prlimit', ['--pid', String(pid), `--nofile=${need}:${Math.max(need, before.hard)}`], { stdio: ['ignore', 'ignore', 'pipe'] });
+  } catch (err) {
+    const stderr = (err as { stderr?: Buffer }).stderr?.toString().trim();
+    why = `prlimit --pid ${pid} --nofile=${need}:${Math.max(need, before.hard)}: ${stderr || (err as Error).message}`;
+  }
+  return { ...openFilesLimit(pid), why };
+}
+
+/** The size of net.ipv4.ip_local_port_range: ephemeral ports per (source address, destination). */
+function ephemeralPorts(): number {
+  try {
+    const [lo, hi] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
+    return hi! - lo! + 1;
+  } catch {
+    return 28_232;
+  }
 }
 
 /** A worker process of lightweight robots and a typed request/answer over its IPC channel. */
@@ -48,10 +88,16 @@ class Worker {
   readonly child: ChildProcess;
   private waiting = new Map<string, (msg: Record<string, unknown>) => void>();
   readonly ready: Promise<void>;
+  /** Robots connected and failed so far in the current `connect` (from its progress messages). */
+  progress = { ok: 0, failed: 0 };
 
   constructor(index: number) {
     this.child = fork(WORKER, [], { execArgv: ['--max-old-space-size=4096'], cwd: REPO_ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     this.child.on('message', (msg: Record<string, unknown>) => {
+      if (msg.type === 'progress') {
+        this.progress = { ok: Number(msg.ok), failed: Number(msg.failed) };
+        return;
+      }
       const w = this.waiting.get(String(msg.type));
       this.waiting.delete(String(msg.type));
       w?.(msg);
@@ -84,6 +130,8 @@ async function enrollAll(cloud: CloudProcess, token: string, n: number, concurre
   const creds: Cred[] = [];
   let next = 0;
   const t0 = performance.now();
+  const step = n > 20_000 ? 5000 : 2000;
+  let last = t0;
   try {
     await Promise.all(
       Array.from({ length: concurrency }, async () => {
@@ -99,7 +147,11 @@ async function enrollAll(cloud: CloudProcess, token: string, n: number, concurre
           if (res.statusCode !== 201) throw new BenchFailure(`enroll ${i}: HTTP ${res.statusCode} ${text.slice(0, 200)}`);
           const e = JSON.parse(text) as { robot_id: string; mqtt: { password: string } };
           creds.push({ robot_id: e.robot_id, password: e.mqtt.password });
-          if (creds.length % 2000 === 0) log(`enrolled ${creds.length}`);
+          if (creds.length % step === 0) {
+            const now = performance.now();
+            log(`enrolled ${creds.length} in ${fmt((now - t0) / 1000, 1)} s (the last ${step} at ${fmt((step / (now - last)) * 1000, 0)}/s)`);
+            last = now;
+          }
         }
       }),
     );
@@ -153,7 +205,7 @@ function positiveInt(name: string, raw: unknown): number {
 }
 
 export const fleet: BenchModule = {
-  description: '10,000 lightweight robot connections to one fleet-cloud serve: connect time, command p50/p99 while connected, cloud RSS per robot',
+  description: 'lightweight robot connections (--robots, 10,000) to one fleet-cloud serve: connect time, command p50/p99 while connected, cloud RSS per robot',
   async run(argv) {
     const args = parseBenchArgs(argv, {
       robots: { type: 'string', default: '10000' },
@@ -162,22 +214,57 @@ export const fleet: BenchModule = {
       commands: { type: 'string', default: '300' },
       sample: { type: 'string', default: '100' },
       'log-level': { type: 'string', default: 'warn' },
+      'source-addresses': { type: 'string', default: 'auto' },
+      'fit-open-files': { type: 'boolean', default: false },
     });
-    const n = positiveInt('robots', args.extra.robots);
-    const workerCount = Math.min(n, positiveInt('workers', args.extra.workers));
+    const asked = positiveInt('robots', args.extra.robots);
+    let n = asked;
+    const askedWorkers = Math.min(n, positiveInt('workers', args.extra.workers));
     const connectConcurrency = positiveInt('connect-concurrency', args.extra['connect-concurrency']);
     const commandCount = positiveInt('commands', args.extra.commands);
     const sampleSize = Math.min(n, positiveInt('sample', args.extra.sample));
 
-    await using cloud = await startCloud({ logLevel: String(args.extra['log-level']), args: BENCH_SERVE_ARGS });
-    const cloudFiles = openFilesLimit(cloud.process.pid);
+    // Robot workers inherit this process's open-files limit: enough of them that none holds more
+    // robots than its limit less 256.
     const ownFiles = openFilesLimit('self');
+    const perWorker = Math.max(1, Math.min(ownFiles.hard, ownFiles.soft) - 256);
+    const workerCount = Math.min(n, Math.max(askedWorkers, Math.ceil(n / perWorker)));
+    if (workerCount > askedWorkers) log(`${workerCount} worker processes instead of ${askedWorkers}: each holds at most ${perWorker} robots under its open-files limit ${ownFiles.soft}`);
+
+    await using cloud = await startCloud({ logLevel: String(args.extra['log-level']), args: BENCH_SERVE_ARGS });
+    let needFiles = n + 256;
+    const cloudFiles = raiseOpenFiles(cloud.process.pid, needFiles);
+    // --fit-open-files (bench -- all): as many robots as the machine lets one process hold, said so.
+    const fitted = cloudFiles.soft < needFiles && args.extra['fit-open-files'] === true;
+    if (fitted) {
+      n = Math.max(1, cloudFiles.soft - 256);
+      needFiles = n + 256;
+      log(`--fit-open-files: ${n} robots instead of ${asked}, the most the cloud's open-files limit (${cloudFiles.soft}, hard ${cloudFiles.hard}) holds${cloudFiles.why ? `; it could not be raised (${cloudFiles.why})` : ''}`);
+    }
+
+    // Ephemeral ports: one per connection from a source address to the broker's address.
+    const broker = new URL(cloud.mqtt);
+    const loopback = /^127\.\d+\.\d+\.\d+$/.test(broker.hostname);
+    const portsPerSource = Math.floor(ephemeralPorts() * 0.8);
+    const rawSources = String(args.extra['source-addresses']);
+    const sourceCount = rawSources === 'auto' ? Math.ceil(n / portsPerSource) : positiveInt('source-addresses', rawSources);
+    if (sourceCount > 254) throw new BenchFailure(`${sourceCount} source addresses asked for (127.0.0.1-127.0.0.254 at most)`);
+    if (sourceCount > 1 && !loopback) {
+      throw new BenchFailure(`${n} robots need ${sourceCount} source addresses (${portsPerSource} ephemeral ports each), which only works with the broker on loopback; it is at ${cloud.mqtt}`);
+    }
+    const sources = sourceCount > 1 ? Array.from({ length: sourceCount }, (_, i) => `127.0.0.${i + 1}`) : [];
+
     log(
-      `${n} lightweight robots (plain mqtt.js clients speaking the robot protocol, not the agent) in ${workerCount} worker processes; ` +
-        `cloud pid ${cloud.process.pid}, open-files limit ${cloudFiles} (cloud) / ${ownFiles} (robots); node ${process.version}, ${availableParallelism()} CPUs`,
+      `${n} lightweight robots (plain mqtt.js clients speaking the robot protocol, not the agent) in ${workerCount} worker processes` +
+        `${sources.length ? ` from ${sources.length} source addresses (${sources[0]}-${sources.at(-1)})` : ''}; ` +
+        `cloud pid ${cloud.process.pid}, open-files limit ${cloudFiles.soft} (cloud) / ${ownFiles.soft} (robots); node ${process.version}, ${availableParallelism()} CPUs`,
     );
-    if (cloudFiles < n + 256) {
-      throw new BenchFailure(`the cloud's open-files limit (${cloudFiles}) is below ${n} robots + 256: raise it (ulimit -n) before running`);
+    if (cloudFiles.soft < needFiles) {
+      throw new BenchFailure(
+        `the cloud's open-files limit (${cloudFiles.soft}, hard ${cloudFiles.hard}) is below ${n} robots + 256 = ${needFiles}` +
+          `${cloudFiles.why ? ` and could not be raised (${cloudFiles.why}; a hard limit goes up only with CAP_SYS_RESOURCE)` : ''}: ` +
+          `raise the hard limit of the shell that runs the bench (ulimit -Hn, systemd LimitNOFILE, docker --ulimit nofile) or run with --robots ${Math.max(1, cloudFiles.soft - 256)} at most`,
+      );
     }
     await liftRequestLimits(cloud);
     const orgs = await cloud.cli(['orgs', 'list']);
@@ -202,7 +289,7 @@ export const fleet: BenchModule = {
       log(`cloud RSS idle (enrolled, none connected): ${fmt(idle.rss, 1)} MiB`);
 
       // Baseline: the same commands with one robot connected.
-      const first = await workers[0]!.request({ type: 'connect', url: cloud.mqtt, creds: creds.slice(0, 1), concurrency: 1 }, 'connected');
+      const first = await workers[0]!.request({ type: 'connect', url: cloud.mqtt, creds: creds.slice(0, 1), concurrency: 1, sources: sources.slice(0, 1) }, 'connected');
       if (first.ok !== 1) throw new BenchFailure(`the first robot did not connect: ${JSON.stringify(first.errors)}`);
       await sleep(500);
       // Warm-up, discarded: the first commands of a fresh process pay for JIT and lazy statements.
@@ -213,20 +300,43 @@ export const fleet: BenchModule = {
       log(`connecting ${n - 1} more robots, ${connectConcurrency} connects in flight per worker...`);
       const rest = creds.slice(1);
       const t0 = performance.now();
-      const answers = await Promise.all(
-        workers.map((w, i) =>
-          w.request({ type: 'connect', url: cloud.mqtt, creds: rest.filter((_, k) => k % workerCount === i), concurrency: connectConcurrency }, 'connected'),
-        ),
-      );
+      for (const w of workers) w.progress = { ok: 0, failed: 0 };
+      const step = n > 20_000 ? 5000 : 2000;
+      let logged = 0;
+      const progress = setInterval(() => {
+        const settled = workers.reduce((s, w) => s + w.progress.ok + w.progress.failed, 0);
+        if (settled - logged < step) return;
+        const now = performance.now();
+        const failedSoFar = workers.reduce((s, w) => s + w.progress.failed, 0);
+        log(`${settled} settled (${failedSoFar} failed) in ${fmt((now - t0) / 1000, 1)} s`);
+        logged = settled;
+      }, 250);
+      let answers: Record<string, unknown>[];
+      try {
+        answers = await Promise.all(
+          workers.map((w, i) =>
+            w.request({ type: 'connect', url: cloud.mqtt, creds: rest.filter((_, k) => k % workerCount === i), concurrency: connectConcurrency, sources }, 'connected'),
+          ),
+        );
+      } finally {
+        clearInterval(progress);
+      }
       const connectMs = performance.now() - t0;
       const ok = 1 + answers.reduce((s, a) => s + Number(a.ok), 0);
       const failed = answers.reduce((s, a) => s + Number(a.failed), 0);
       const errors = answers.flatMap((a) => a.errors as string[]).slice(0, 5);
       log(`${ok} connected, ${failed} failed in ${fmt(connectMs / 1000, 1)} s${errors.length ? `; first errors: ${errors.join('; ')}` : ''}`);
 
-      await sleep(3000);
+      // The cloud records each robot's status message after its CONNACK: wait until it lists all
+      // that connected (or stops getting closer), then let it settle before reading its RSS.
+      let listed = await connectedCount(cloud);
+      const listDeadline = performance.now() + 60_000 + n;
+      while (listed < ok && performance.now() < listDeadline) {
+        await sleep(1000);
+        listed = await connectedCount(cloud);
+      }
+      await sleep(2000);
       const held = memoryMb(cloud.process.pid);
-      const listed = await connectedCount(cloud);
       const sample = Array.from({ length: sampleSize }, (_, i) => creds[Math.floor((i * creds.length) / sampleSize)]!.robot_id).filter((id) => id !== creds[0]!.robot_id);
       const loaded = ok === n ? await commandTimes(cloud, sample, commandCount) : [];
       const stats = await Promise.all(workers.map((w) => w.request({ type: 'stats' }, 'stats')));
@@ -235,7 +345,8 @@ export const fleet: BenchModule = {
       const connectsPerS = ((ok - 1) / connectMs) * 1000;
 
       process.stdout.write(
-        `\nfleet: ${n} lightweight robots (plain mqtt.js clients speaking the robot protocol, not the agent), ${workerCount} worker processes, one cloud process with its embedded broker\n` +
+        `\nfleet: ${n} lightweight robots (plain mqtt.js clients speaking the robot protocol, not the agent), ${workerCount} worker processes` +
+          `${sources.length ? ` from ${sources.length} loopback source addresses` : ''}, one cloud process with its embedded broker\n` +
           `${table(
             ['figure', 'value'],
             [
@@ -256,6 +367,7 @@ export const fleet: BenchModule = {
           robots: n,
           lightweight_robots: true,
           workers: workerCount,
+          source_addresses: Math.max(1, sources.length),
           enroll_s: enrolled.ms / 1000,
           connect_s: connectMs / 1000,
           connects_per_s: connectsPerS,
@@ -275,7 +387,13 @@ export const fleet: BenchModule = {
         throw new BenchFailure(`fleet: ${ok} of ${n} connected, ${listed} listed as connected, ${closedAfter} closed since${errors.length ? `; first errors: ${errors.join('; ')}` : ''}`);
       }
       const rows: SummaryRow[] = [
-        row({ name: `robots held by one cloud (lightweight clients)`, figure: listed, unit: 'robots', baseline: null, baselineUnit: null }),
+        row({
+          name: `robots held by one cloud (lightweight clients)${fitted ? `, ${asked} asked, open-files limit ${cloudFiles.soft}` : ''}`,
+          figure: listed,
+          unit: 'robots',
+          baseline: null,
+          baselineUnit: null,
+        }),
         row({ name: `connect ${n} robots, all at once`, figure: connectMs / 1000, unit: 's', baseline: null, baselineUnit: null, note: `${fmt(connectsPerS, 0)} connects/s` }),
         row({ name: `connects/s while connecting ${n}`, figure: connectsPerS, unit: 'conn/s', baseline: null, baselineUnit: null }),
         row({ name: `stack/status p50, ${n} connected`, figure: percentile(loaded, 50), unit: 'ms', baseline: percentile(alone, 50), baselineUnit: 'ms', baselineName: 'same command, 1 robot connected' }),

@@ -45,7 +45,7 @@ const ALL_ARGS: Readonly<Record<string, readonly string[]>> = {
   datasets: ['--episodes', '1000000'],
   webhooks: [],
   upload: ['--size-mib', '2048'],
-  fleet: ['--robots', '10000'],
+  fleet: ['--robots', '50000', '--fit-open-files'],
   scale: ['--duration', '10'],
   stream: [],
   lerobot: ['--episodes', '20', '--seconds', '5'],

@@ -46,6 +46,23 @@ const STEPS: readonly { name: string; after?: string }[] = [
     // migration takes no time on a large index and cannot fail on it.
     after: 'ALTER TABLE routes ADD CONSTRAINT routes_episode_seq_fkey FOREIGN KEY (episode_seq) REFERENCES episodes (seq) NOT VALID;',
   },
+  {
+    name: 'enrolled robots counted per organization, kept by a trigger (SQLite migration 19)',
+    after: `
+  CREATE FUNCTION count_enrolled_robots() RETURNS trigger LANGUAGE plpgsql AS $$
+  BEGIN
+    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.deenrolled_at IS NULL THEN
+      UPDATE robot_counts SET enrolled = enrolled - 1 WHERE org_id = OLD.org_id;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.deenrolled_at IS NULL THEN
+      INSERT INTO robot_counts (org_id, enrolled) VALUES (NEW.org_id, 1) ON CONFLICT (org_id) DO UPDATE SET enrolled = robot_counts.enrolled + 1;
+    END IF;
+    RETURN NULL;
+  END $$;
+  CREATE TRIGGER robots_count_insert_delete AFTER INSERT OR DELETE ON robots FOR EACH ROW EXECUTE FUNCTION count_enrolled_robots();
+  CREATE TRIGGER robots_count_update AFTER UPDATE OF org_id, deenrolled_at ON robots FOR EACH ROW EXECUTE FUNCTION count_enrolled_robots();
+  INSERT INTO robot_counts (org_id, enrolled) SELECT org_id, COUNT(*) FROM robots WHERE deenrolled_at IS NULL GROUP BY org_id;`,
+  },
 ];
 
 export const PG_MIGRATIONS: readonly { version: number; name: string; sql: string }[] = STEPS.map((step, i) => ({

@@ -40,7 +40,8 @@ export class PgRobots implements RobotStore {
       if (t.expires_at <= args.now) return { kind: 'token_expired' };
       if (t.uses >= t.max_uses) return { kind: 'token_used_up' };
       await sql.query("SELECT pg_advisory_xact_lock(hashtextextended('enroll:' || $1, 0))", [t.org_id]);
-      const count = (await sql.query<{ n: number }>('SELECT COUNT(*) AS n FROM robots WHERE org_id = $1 AND deenrolled_at IS NULL', [t.org_id])).rows[0]!.n;
+      // Kept by a trigger on robots (migration 8): no count of the fleet per enrollment.
+      const count = Number((await sql.query<{ n: string | number }>('SELECT COALESCE((SELECT enrolled FROM robot_counts WHERE org_id = $1), 0) AS n', [t.org_id])).rows[0]!.n);
       if (limit !== undefined && count >= limit) return { kind: 'robot_limit', limit };
       await sql.query('UPDATE enrollment_tokens SET uses = uses + 1 WHERE id = $1', [t.id]);
       const token = tokenFromDb(t);

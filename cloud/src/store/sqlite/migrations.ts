@@ -41,7 +41,28 @@ const STEPS: readonly { name: string; after?: string }[] = [
   },
   { name: 'robot status order: the robot clock of the last status written' },
   { name: 'schema parity with PostgreSQL (found by the schema drift test): the pending deliveries of a subscription (PostgreSQL migration 7)' },
+  {
+    name: 'enrolled robots counted per organization, kept by triggers',
+    after: [
+      ...robotCountTriggers(),
+      'INSERT INTO robot_counts (org_id, enrolled) SELECT org_id, COUNT(*) FROM robots WHERE deenrolled_at IS NULL GROUP BY org_id;',
+    ].join('\n'),
+  },
 ];
+
+/** robot_counts follows every write of robots: an enrolled robot added, de-enrolled, enrolled again or deleted. */
+function robotCountTriggers(): string[] {
+  const add = (org: string) => `INSERT INTO robot_counts (org_id, enrolled) VALUES (${org}, 1) ON CONFLICT (org_id) DO UPDATE SET enrolled = enrolled + 1;`;
+  const remove = (org: string) => `UPDATE robot_counts SET enrolled = enrolled - 1 WHERE org_id = ${org};`;
+  return [
+    `CREATE TRIGGER robots_count_insert AFTER INSERT ON robots WHEN NEW.deenrolled_at IS NULL BEGIN ${add('NEW.org_id')} END;`,
+    `CREATE TRIGGER robots_count_delete AFTER DELETE ON robots WHEN OLD.deenrolled_at IS NULL BEGIN ${remove('OLD.org_id')} END;`,
+    `CREATE TRIGGER robots_count_update AFTER UPDATE OF org_id, deenrolled_at ON robots BEGIN
+       UPDATE robot_counts SET enrolled = enrolled - 1 WHERE OLD.deenrolled_at IS NULL AND org_id = OLD.org_id;
+       INSERT INTO robot_counts (org_id, enrolled) SELECT NEW.org_id, 1 WHERE NEW.deenrolled_at IS NULL ON CONFLICT (org_id) DO UPDATE SET enrolled = enrolled + 1;
+     END;`,
+  ];
+}
 
 /** One trigger per write kind: SQLite triggers fire per row and name one event each. */
 function bumpAuthRevisionOn(table: string, updatedColumns?: string): string[] {

@@ -41,7 +41,8 @@ export class SqliteRobots implements RobotStore {
     this.revokeToken = db.prepare('UPDATE enrollment_tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE org_id = ? AND id = ?');
     this.tokenByHash = db.prepare<[string], TokenDbRow>('SELECT * FROM enrollment_tokens WHERE token_hash = ?');
     this.useToken = db.prepare('UPDATE enrollment_tokens SET uses = uses + 1 WHERE id = ?');
-    this.countByOrg = db.prepare<[string], { n: number }>('SELECT COUNT(*) AS n FROM robots WHERE org_id = ? AND deenrolled_at IS NULL');
+    // Kept by triggers on robots (migration 19): no count of the fleet per enrollment.
+    this.countByOrg = db.prepare<[string], { n: number }>('SELECT COALESCE((SELECT enrolled FROM robot_counts WHERE org_id = ?), 0) AS n');
     this.insertRobot = db.prepare(
       `INSERT INTO robots (id, org_id, name, platform, runtime_version, capabilities, mqtt_password_hash, enrollment_token_id, connected, recording_state, last_seen_at, created_at)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,

@@ -23,6 +23,7 @@ import { availableParallelism } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import mqtt from 'mqtt';
+import { topics } from '@fleet/protocol';
 import { Pool } from 'undici';
 import { REPO_ROOT, startCloud, type CloudProcess } from '../test/support/cloud.js';
 import { spawnProcess } from '../test/support/process.js';
@@ -56,12 +57,18 @@ function memoryKb(pid: number): { rss: number; hwm: number } {
 const mb = (kb: number) => kb / 1024;
 
 /** Closed-loop /v1 command round trips: sequential on robot 0, concurrent spread over the fleet. */
-async function measureV1(label: string, cloud: CloudProcess, robots: readonly string[], load: Load): Promise<LoopFigures[]> {
+/** What a loop of measureV1 sends: the command by default. */
+type V1Request = (robot: string) => { method: 'GET' | 'POST'; path: string };
+const STACK_STATUS: V1Request = (robot) => ({ method: 'POST', path: `/v1/robots/${robot}/stack/status` });
+/** The same API path without the robot: authentication, the robot's row, a JSON answer. */
+const ROBOT_GET: V1Request = (robot) => ({ method: 'GET', path: `/v1/robots/${robot}` });
+
+async function measureV1(label: string, cloud: CloudProcess, robots: readonly string[], load: Load, request: V1Request = STACK_STATUS): Promise<LoopFigures[]> {
   const auth = `Bearer ${cloud.adminKey}`;
   const pool = new Pool(cloud.http, { connections: load.concurrency, pipelining: 1 });
   try {
     const op = (robot: string) => async () => {
-      const res = await pool.request({ method: 'POST', path: `/v1/robots/${robot}/stack/status`, headers: { authorization: auth } });
+      const res = await pool.request({ ...request(robot), headers: { authorization: auth } });
       const text = await res.body.text();
       if (res.statusCode !== 200) throw new Error(`${label}: HTTP ${res.statusCode} ${text}`);
     };
@@ -100,7 +107,15 @@ async function startRawPair(noDelay: boolean) {
 }
 
 /** Closed-loop raw mqtt.js request/response: publish a command, wait for the responder's reply. */
-async function measureRaw(label: string, url: string, robots: readonly string[], load: Load, noDelay = false): Promise<LoopFigures[]> {
+/** Where measureRaw sends: the bare responder's own topics, or the real robots' (the agent answers). */
+interface RawTopics {
+  command: (robot: string) => string;
+  replies: string;
+}
+const RESPONDER_TOPICS: RawTopics = { command: (robot) => `bench/raw/${robot}/cmd`, replies: 'bench/raw/+/cmd/reply' };
+const AGENT_TOPICS: RawTopics = { command: topics.command, replies: topics.allCommandReplies };
+
+async function measureRaw(label: string, url: string, robots: readonly string[], load: Load, noDelay = false, to: RawTopics = RESPONDER_TOPICS): Promise<LoopFigures[]> {
   const client = await mqtt.connectAsync(url, { protocolVersion: 4, clientId: `raw_requester_${process.pid}`, clean: true, reconnectPeriod: 0 });
   if (noDelay) (client.stream as { setNoDelay?: (on: boolean) => void }).setNoDelay?.(true);
   const pending = new Map<string, () => void>();
@@ -110,7 +125,7 @@ async function measureRaw(label: string, url: string, robots: readonly string[],
     pending.delete(cmd_id);
     done?.();
   });
-  await client.subscribeAsync('bench/raw/+/cmd/reply', { qos: 1 });
+  await client.subscribeAsync(to.replies, { qos: 1 });
   try {
     let seq = 0;
     const op = (robot: string) => () =>
@@ -126,7 +141,7 @@ async function measureRaw(label: string, url: string, robots: readonly string[],
           resolve();
         });
         const msg = { cmd_id: cmdId, command: 'stack.status', sent_at: Date.now() };
-        client.publish(`bench/raw/${robot}/cmd`, JSON.stringify(msg), { qos: 1 }, (err) => {
+        client.publish(to.command(robot), JSON.stringify(msg), { qos: 1 }, (err) => {
           if (err) {
             pending.delete(cmdId);
             reject(err);
@@ -255,6 +270,8 @@ export const commands: BenchModule = {
     // 1. Over one external bare broker: raw baseline and /v1, same broker, same run.
     let raw: LoopFigures[];
     let v1SameBroker: LoopFigures[];
+    let getSameCloud: LoopFigures[];
+    let rawToAgent: LoopFigures[];
     let robotIds: readonly string[];
     {
       // TCP_NODELAY on the bare broker and the raw clients, as the cloud's broker, its link and
@@ -268,6 +285,13 @@ export const commands: BenchModule = {
       raw = await measureRaw('raw mqtt.js req/resp, bare aedes', pair.url, robotIds, load, true);
       log('external broker: measuring /v1');
       v1SameBroker = await measureV1('/v1 stack/status, cloud --mqtt-url', cloud, robotIds, load);
+      // The HTTP half alone, same cloud: what a command adds to the raw round trip at least.
+      log('external broker: measuring an authenticated GET of the same robots');
+      getSameCloud = await measureV1('GET /v1/robots/{id}, same cloud', cloud, robotIds, load, ROBOT_GET);
+      // The robot half alone: raw mqtt.js straight to the simulated robots (the real agent code
+      // answers; the bare broker has no ACL), no cloud in the path.
+      log('external broker: measuring raw mqtt.js to the simulated robots');
+      rawToAgent = await measureRaw('raw mqtt.js req/resp to the agent, bare aedes', pair.url, robotIds, load, true, AGENT_TOPICS);
     }
 
     // 2. The default deployment: the cloud's embedded broker with authentication and ACL.
@@ -294,7 +318,7 @@ export const commands: BenchModule = {
       const fig = (f: LoopFigures) => [f.label, String(f.concurrency), fmt(f.per_s, 0), fmt(f.p50_ms), fmt(f.p99_ms)];
       const q = ratio(v, r);
       ratios[`in_flight_${r.concurrency}`] = q;
-      rows.push(fig(r), fig(v), ['  ratio /v1 over raw (same broker)', String(r.concurrency), fmt(q.per_s, 3), fmt(q.p50, 3), fmt(q.p99, 3)], fig(e));
+      rows.push(fig(r), fig(v), ['  ratio /v1 over raw (same broker)', String(r.concurrency), fmt(q.per_s, 3), fmt(q.p50, 3), fmt(q.p99, 3)], fig(e), fig(getSameCloud[i]!), fig(rawToAgent[i]!));
     }
     process.stdout.write(
       `\nRobot command round trips, stack.status. The raw baseline has no HTTP, auth, validation or durable command memory; ` +
@@ -342,16 +366,33 @@ export const commands: BenchModule = {
         raw_same_broker: raw,
         v1_same_broker: v1SameBroker,
         v1_embedded_broker: v1Embedded,
+        authenticated_get_same_cloud: getSameCloud,
+        raw_to_agent_same_broker: rawToAgent,
         ratio_v1_over_raw: ratios,
         capacity: cap,
       })}\n`,
     );
     const [raw1, raw50] = raw;
     const [v1, v50] = v1SameBroker;
+    const [get1, get50] = getSameCloud;
+    // A command is both: the raw round trip and an authenticated request. Their sum is the floor
+    // of its latency; their costs add on the same cores, so 1 / (1/a + 1/b) bounds its rate.
+    const floorName = 'raw MQTT req/resp plus an authenticated GET of the robot, same run';
     const summary: SummaryRow[] = [
       row({ name: '/v1 stack/status p50, 1 in flight', figure: v1!.p50_ms, unit: 'ms', baseline: raw1!.p50_ms, baselineUnit: 'ms', baselineName: 'raw MQTT req/resp, same broker' }),
       row({ name: `/v1 stack/status p50, ${v50!.concurrency} in flight`, figure: v50!.p50_ms, unit: 'ms', baseline: raw50!.p50_ms, baselineUnit: 'ms', baselineName: 'raw MQTT req/resp, same broker' }),
       row({ name: `/v1 stack/status throughput, ${v50!.concurrency} in flight`, figure: v50!.per_s, unit: 'cmd/s', baseline: raw50!.per_s, baselineUnit: 'cmd/s', baselineName: 'raw MQTT req/resp, same broker' }),
+      row({ name: 'authenticated GET /v1/robots/{id} p50, 1 in flight', figure: get1!.p50_ms, unit: 'ms', baseline: raw1!.p50_ms, baselineUnit: 'ms', baselineName: 'raw MQTT req/resp, same broker' }),
+      row({ name: 'raw MQTT req/resp to the real agent p50, 1 in flight', figure: rawToAgent[0]!.p50_ms, unit: 'ms', baseline: raw1!.p50_ms, baselineUnit: 'ms', baselineName: 'raw MQTT req/resp, same broker' }),
+      row({ name: '/v1 stack/status p50, 1 in flight, against its parts', figure: v1!.p50_ms, unit: 'ms', baseline: raw1!.p50_ms + get1!.p50_ms, baselineUnit: 'ms', baselineName: floorName }),
+      row({
+        name: `/v1 stack/status throughput, ${v50!.concurrency} in flight, against its parts`,
+        figure: v50!.per_s,
+        unit: 'cmd/s',
+        baseline: 1 / (1 / raw50!.per_s + 1 / get50!.per_s),
+        baselineUnit: 'cmd/s',
+        baselineName: floorName,
+      }),
     ];
     return summary;
   },

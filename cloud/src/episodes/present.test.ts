@@ -4,7 +4,7 @@ import { safeJsonStringify } from '@fleet/protocol';
 import { testReport } from '../test-support.js';
 import type { EpisodeFilter, EpisodeLineBatch } from '../store/index.js';
 import { openTestStore, type TestStore } from '../store/test-store.js';
-import { episodeLines, toEpisodeWithLocations } from './present.js';
+import { episodeLines, LINES_CHUNK_CHARS, toEpisodeWithLocations } from './present.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';
@@ -52,7 +52,7 @@ describe('episodeLines', () => {
     const rows = await store.episodes.list(ORG, filter, 0, 10);
     const want = rows.map((r) => `${safeJsonStringify(toEpisodeWithLocations(r))}\n`).join('');
     const batch = await lines(filter, 0, 10);
-    expect(episodeLines(batch)).toBe(want);
+    expect([...episodeLines(batch)].join('')).toBe(want);
     expect(want).toContain('"locations":[{"destination_id":"dst_a"');
   });
 });
@@ -68,7 +68,7 @@ describe('episodeLines with stored metadata and annotations passed through', () 
         const row = (await store.episodes.get(ORG, report.id))!;
         const filter = { eq: {}, metadata: {}, annotation: {} };
         const batch = await lines(filter, row.seq - 1, 1);
-        expect(episodeLines(batch)).toBe(`${safeJsonStringify(toEpisodeWithLocations(row))}\n`);
+        expect([...episodeLines(batch)].join('')).toBe(`${safeJsonStringify(toEpisodeWithLocations(row))}\n`);
       }),
       { numRuns: 200 },
     );
@@ -86,6 +86,15 @@ describe('export timestamps', () => {
     const filter = { eq: {}, metadata: {}, annotation: {} };
     const rows = await store.episodes.list(ORG, filter, 0, 5000);
     const want = rows.map((r) => `${safeJsonStringify(toEpisodeWithLocations(r))}\n`).join('');
-    expect(episodeLines(await lines(filter, 0, 5000))).toBe(want);
+    const chunks = [...episodeLines(await lines(filter, 0, 5000))];
+    expect(chunks.join('')).toBe(want);
+    // Thousands of rows: several chunks, each whole lines, none much past the chunk size (no
+    // string for V8's large-object space).
+    expect(chunks.length).toBeGreaterThan(10);
+    for (const c of chunks) {
+      expect(c.endsWith('\n')).toBe(true);
+      const lastLine = c.slice(c.lastIndexOf('\n', c.length - 2) + 1).length;
+      expect(c.length).toBeLessThan(LINES_CHUNK_CHARS + lastLine + 1);
+    }
   });
 });

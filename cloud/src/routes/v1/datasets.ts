@@ -225,7 +225,7 @@ export const datasetRoutes: V1Plugin = async (app) => {
         if (after === 0) yield `${JSON.stringify(header)}\n`;
         for (let pos = after; pos < end; pos += MANIFEST_CHUNK) {
           const batch = await store.datasets.memberLineRows(ds!.id, pos, Math.min(MANIFEST_CHUNK, end - pos));
-          if (batch.rows.length > 0) yield episodeLines(batch);
+          if (batch.rows.length > 0) yield* episodeLines(batch);
         }
       }
       return sendNdjson(reply, end < ds.episodeCount ? encodeCursor({ d: ds.id, p: end }) : null, lines());

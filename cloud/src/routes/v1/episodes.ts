@@ -81,7 +81,7 @@ export async function streamEpisodePage(
     // One string per chunk of rows, built straight from the stored columns (no EpisodeRow).
     for (;;) {
       const batch = await source.listLines(orgId, filter, after, EXPORT_CHUNK, lastSeq);
-      if (batch.rows.length > 0) yield episodeLines(batch);
+      if (batch.rows.length > 0) yield* episodeLines(batch);
       if (batch.rows.length < EXPORT_CHUNK) return;
       after = batch.rows[batch.rows.length - 1]![0];
     }

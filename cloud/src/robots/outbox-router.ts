@@ -111,9 +111,7 @@ export class OutboxRouter {
       const named = messages.slice(0, MAX_REFUSED_IN_ONE_ANSWER);
       const refuse = this.collect(robotId, named.length);
       for (const m of named) {
-        const msgId = msgIdOf(m);
-        if (msgId) await this.reply(msgId, refuse).refuse('batch_too_large', `a batch carries at most ${OUTBOX_BATCH_MAX} messages; send them again in smaller batches`);
-        else refuse.skip();
+        await this.refuseByName(msgIdOf(m), refuse, 'batch_too_large', `a batch carries at most ${OUTBOX_BATCH_MAX} messages; send them again in smaller batches`);
       }
       return;
     }
@@ -132,23 +130,12 @@ export class OutboxRouter {
       // Never stored: a report nested beyond the bounds would break every later read of it.
       const msgId = msgIdOf(value);
       logger.warn({ robot_id: robotId, msg_id: msgId, path: violation.path }, 'refused outbox message beyond the JSON bounds');
-      if (!msgId) {
-        sink.skip();
-        return;
-      }
-      await this.reply(msgId, sink).refuse('validation_failed', `${violation.message} at ${violation.path || 'the top'} (at most ${violation.max})`);
-      return;
+      return this.refuseByName(msgId, sink, 'validation_failed', `${violation.message} at ${violation.path || 'the top'} (at most ${violation.max})`);
     }
     const msg = OutboxMessageSchema.safeParse(value);
     if (!msg.success) {
-      const msgId = msgIdOf(value);
       logger.warn({ robot_id: robotId, issues: msg.error.issues }, 'refused malformed outbox message');
-      if (!msgId) {
-        sink.skip();
-        return;
-      }
-      await this.reply(msgId, sink).refuse('validation_failed', summarizeIssues(msg.error.issues));
-      return;
+      return this.refuseByName(msgIdOf(value), sink, 'validation_failed', summarizeIssues(msg.error.issues));
     }
     const { msg_id: msgId, kind, body } = msg.data;
     const handler = isOutboxKind(kind) ? this.opts.handlers[kind] : undefined;
@@ -167,6 +154,12 @@ export class OutboxRouter {
       throw err;
     }
     if (!handler.queues) reply.unanswered();
+  }
+
+  /** Refuses a message by its name; one that cannot be named gets no answer (its sink is told). */
+  private async refuseByName(msgId: string | null, sink: AckSink, code: string, message: string): Promise<void> {
+    if (msgId) await this.reply(msgId, sink).refuse(code, message);
+    else sink.skip();
   }
 
   /** Sends one acknowledgment on its own. */

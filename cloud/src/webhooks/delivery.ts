@@ -229,9 +229,11 @@ export class DeliveryWorker {
     }
     const finish = async (o: DeliveryOutcome): Promise<ClaimedDelivery | undefined> => {
       // Only a slot that goes on (not stopping) takes the next head; otherwise the outcome alone.
-      const next = goOn && !this.stopping ? await store.webhooks.recordAndClaimNext(d, o, clock.now(), this.leaseMs) : await store.webhooks.record(d.id, o, d.claim);
+      let next: ClaimedDelivery | undefined;
+      if (goOn && !this.stopping) next = await store.webhooks.recordAndClaimNext(d, o, clock.now(), this.leaseMs);
+      else await store.webhooks.record(d.id, o, d.claim);
       this.opts.metrics?.webhookDelivery(o.kind);
-      return next ?? undefined;
+      return next;
     };
     const now = clock.now();
     let outcome: DeliveryOutcome;

@@ -132,6 +132,42 @@ describe('chunked dataset snapshots', () => {
     }
   });
 
+  it("keeps ingest, annotation and outcome writes working while the snapshot thread writes members on its own connection", async () => {
+    const ids = await ingest(ORG, Array.from({ length: 300 }, (_, i) => testReport({ task_id: i % 2 === 0 ? 't1' : 't2' })));
+    await createDataset('ds_busy', { task_id: 't1' });
+    const want = await matching({ task_id: 't1' });
+    let settled = false;
+    const snapshot = store.datasets.snapshot(ORG, 'ds_busy', snapshotFilter({ task_id: 't1' }), T0).finally(() => (settled = true));
+    // Every write below reads before it writes: on a deferred transaction SQLite would refuse
+    // the upgrade (SQLITE_BUSY, no waiting) whenever the thread committed a window in between.
+    let writes = 0;
+    while (!settled || writes < 20) {
+      await ingest(ORG, [testReport({ task_id: 't1' })]);
+      await store.episodes.patchAnnotations(ORG, ids[writes % 300]!, { n: writes });
+      await store.episodes.setOutcome(ORG, ids[(writes + 1) % 300]!, { outcome: 'success', reason: 'ok', actor: 'k', at: T0 });
+      writes++;
+      // The store's calls settle without a turn of the event loop; the thread's reports need one.
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    expect(await snapshot).toMatchObject({ episodeCount: want.length });
+    expect(await members('ds_busy')).toEqual(want);
+  });
+
+  it('a store closed during a snapshot fails it without pinning or leaving members; the dataset is snapshotted later', async () => {
+    // Enough windows (3 seqs each) that the thread is still writing when the store closes.
+    const ids = await ingest(ORG, Array.from({ length: 3000 }, () => testReport()));
+    await createDataset('ds_closed', {});
+    const snapshot = store.datasets.snapshot(ORG, 'ds_closed', snapshotFilter({}), T0);
+    const closing = store.close();
+    await expect(snapshot).rejects.toThrow(/closed/);
+    await closing;
+    store = openSqliteStore(dir, { create: false });
+    expect(await store.datasets.get(ORG, 'ds_closed')).toMatchObject({ snapshotAt: null, episodeCount: null });
+    expect(await members('ds_closed')).toEqual([]);
+    expect(await store.datasets.snapshot(ORG, 'ds_closed', snapshotFilter({}), T0)).toMatchObject({ episodeCount: 3000 });
+    expect(await members('ds_closed')).toEqual(ids);
+  });
+
   it('an empty membership pins count 0', async () => {
     await ingest(ORG, [testReport({ task_id: 't1' })]);
     await createDataset('ds_empty', { task_id: 'none' });

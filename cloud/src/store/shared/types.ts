@@ -417,7 +417,7 @@ export interface DatasetStore {
   /** Keyset page in creation order; `after` is the last id of the previous page. */
   list(orgId: string, after: string | null, limit: number): Promise<DatasetRow[]>;
   /**
-   * Pins the members (episodes matching `filter` now, in index order) in one transaction.
+   * Pins the members (episodes matching `filter` now, in index order), visible together once pinned.
    * `null` for an unknown dataset; `'already'` if it was snapshotted before.
    */
   snapshot(orgId: string, id: string, filter: EpisodeFilter, at: number): Promise<DatasetRow | 'already' | null>;
@@ -425,6 +425,8 @@ export interface DatasetStore {
   members(datasetId: string, afterPos: number, limit: number): Promise<EpisodeRow[]>;
   /** What `members` returns, as line rows for the manifest. */
   memberLineRows(datasetId: string, afterPos: number, limit: number): Promise<EpisodeLineBatch>;
+  /** Gets ready for snapshots ahead of the first (SQLite starts the thread that writes them). */
+  warm?(): void;
 }
 
 export interface WebhookRow {

@@ -133,7 +133,7 @@ export class SqliteApiKeys implements ApiKeyStore {
     if (uses.size === 0) return;
     this.db.transaction(() => {
       for (const [id, at] of uses) this.touchStmt.run(at, id);
-    })();
+    }).immediate();
   }
 
   async authRevision(): Promise<number> {

@@ -1,16 +1,18 @@
 import { randomUUID } from 'node:crypto';
-import Database from 'better-sqlite3';
 import type { Clock, Scheduler } from '@fleet/protocol';
 import { datasetFromDb, type DatasetDbRow } from '../shared/rows.js';
 import type { Db } from './db.js';
-import { ListPlanner } from './list-plan.js';
-import { buildListQuery, type EpisodeDbRow, type SqliteEpisodes } from './episodes.js';
+import type { EpisodeDbRow, SqliteEpisodes } from './episodes.js';
+import { buildListQuery } from './list-plan.js';
+import { SnapshotThread } from './snapshot-thread.js';
 import { EPISODE_LINE_SELECT, type EpisodeLineRow } from '../shared/episode-lines.js';
 import type { DatasetRow, DatasetStore, EpisodeFilter, EpisodeLineBatch, EpisodeRow } from '../shared/types.js';
 
 /** How long a snapshot in progress keeps its claim without writing a chunk (a dead process's claim expires). */
 const SNAPSHOT_LEASE_MS = 30_000;
-/** Target duration of one chunk (read a window of seqs, write its members): the longest any writer waits behind it. */
+/** How often the lease is pushed out while the snapshot thread writes. */
+const LEASE_RENEW_MS = SNAPSHOT_LEASE_MS / 6;
+/** Target duration of one window in the snapshot thread (read its seqs, write its members). */
 const CHUNK_TARGET_MS = 10;
 const WAIT_POLL_MS = 20;
 
@@ -35,8 +37,9 @@ export class SqliteDatasets implements DatasetStore {
   private readonly renew;
   private readonly release;
   private readonly pinClaimed;
-  private readonly addMembers;
   private readonly dropMembers;
+  /** Writes memberships off the event loop (a file database; an in-memory one has no second connection). */
+  private readonly thread: SnapshotThread | null;
 
   /**
    * `clock` stamps the snapshot claim's lease (a wall-clock time in the database, read by every
@@ -48,6 +51,7 @@ export class SqliteDatasets implements DatasetStore {
     private readonly clock: Clock,
     private readonly scheduler: Scheduler,
   ) {
+    this.thread = db.memory ? null : new SnapshotThread(db.name);
     this.insert = db.prepare(
       'INSERT INTO datasets (id, org_id, name, description, filter, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
     );
@@ -59,9 +63,6 @@ export class SqliteDatasets implements DatasetStore {
     this.release = db.prepare('UPDATE datasets SET snapshot_claim = NULL, snapshot_lease_until = NULL WHERE id = ? AND snapshot_claim = ?');
     this.pinClaimed = db.prepare(
       'UPDATE datasets SET snapshot_at = ?, episode_count = ?, snapshot_claim = NULL, snapshot_lease_until = NULL WHERE id = ? AND snapshot_claim = ? AND snapshot_at IS NULL',
-    );
-    this.addMembers = db.prepare(
-      'INSERT INTO dataset_members (dataset_id, position, episode_seq) SELECT ?, ? + key + 1, value FROM json_each(?)',
     );
     this.dropMembers = db.prepare(
       'DELETE FROM dataset_members WHERE dataset_id = ? AND position IN (SELECT position FROM dataset_members WHERE dataset_id = ? LIMIT ?)',
@@ -112,13 +113,15 @@ export class SqliteDatasets implements DatasetStore {
   }
 
   /**
-   * The membership is read from a second, read-only connection inside one read transaction, so
-   * every chunk sees the database as of the same instant (WAL snapshot isolation): exactly the
-   * episodes matching at that instant, whatever is ingested, re-annotated or synced meanwhile.
-   * It is written in bounded chunks, each its own short transaction, so ingest never waits long
-   * for the write lock nor for the event loop. Members stay invisible (snapshot_at NULL, the
-   * manifest refuses a live dataset) until the last transaction pins the count. A claim with a
-   * lease keeps a second snapshot of the same dataset out; it waits and then sees `already`.
+   * The membership is read and written by the snapshot thread (snapshot-worker.ts), on its own
+   * connections: read inside one read transaction, so every window sees the database as of the
+   * same instant (WAL snapshot isolation), fixed before `snapshot` returns to the event loop:
+   * exactly the episodes matching at that instant, whatever is ingested, re-annotated or synced
+   * meanwhile. It is written in bounded windows, each its own short transaction, so ingest waits
+   * at most one window's insert for the write lock, and never for the event loop. Members stay
+   * invisible (snapshot_at NULL, the manifest refuses a live dataset) until the last transaction
+   * here pins the count. A claim with a lease keeps a second snapshot of the same dataset out; it
+   * waits and then sees `already`.
    */
   private async snapshotInChunks(orgId: string, id: string, filter: EpisodeFilter, at: number): Promise<DatasetRow | 'already' | null> {
     const token = randomUUID();
@@ -144,58 +147,27 @@ export class SqliteDatasets implements DatasetStore {
       await new Promise<void>((resolve) => this.scheduler.setTimeout(resolve, WAIT_POLL_MS));
     }
     let pinned = false;
-    const reader = new Database(this.db.name, { readonly: true, fileMustExist: true });
     try {
-      reader.pragma('busy_timeout = 5000');
       // Members left by a snapshot whose process died (its claim expired) go first.
       if (ds.snapshot_claim) await this.dropAllMembers(id, token);
-      reader.exec('BEGIN');
-      // The read transaction's view is fixed by its first read: this one.
-      const top = reader.prepare<[string], { m: number | null }>('SELECT max(seq) AS m FROM episodes WHERE org_id = ?').get(orgId)?.m ?? 0;
-      const statements = new Map<string, Database.Statement<unknown[]>>();
-      const planner = new ListPlanner(reader);
-      const { initial, min, max } = this.snapshotWindow;
-      let window = initial;
-      let count = 0;
-      for (let after = 0; after < top; ) {
-        const t0 = performance.now();
-        const upTo = Math.min(top, after + window);
-        const driver = planner.plan(orgId, filter, after, upTo);
-        let seqs: number[] = [];
-        if (driver !== 'empty') {
-          const { sql, params } = buildListQuery(orgId, filter, after, -1, 'e.seq', upTo, driver);
-          let stmt = statements.get(sql);
-          if (!stmt) statements.set(sql, (stmt = reader.prepare<unknown[]>(sql).pluck()));
-          seqs = stmt.all(...params) as number[];
-        }
-        if (seqs.length > 0) {
-          const written = this.db
-            .transaction(() => {
-              if (this.renew.run(this.clock.now() + SNAPSHOT_LEASE_MS, id, token).changes === 0) return false;
-              this.addMembers.run(id, count, JSON.stringify(seqs));
-              return true;
-            })
-            .immediate();
-          if (!written) throw new Error(`dataset ${id}: the snapshot claim was lost`);
-          count += seqs.length;
-        }
-        after = upTo;
-        const ms = performance.now() - t0;
-        if (ms < CHUNK_TARGET_MS / 2) window = Math.min(max, window * 2);
-        else if (ms > CHUNK_TARGET_MS) window = Math.max(min, Math.floor(window / 2));
-        await yieldToLoop();
-      }
-      reader.exec('COMMIT');
+      let renewedAt = this.clock.now();
+      const { done } = this.thread!.begin({ orgId, datasetId: id, token, filter, window: this.snapshotWindow, targetMs: CHUNK_TARGET_MS }, () => {
+        // The claim's lease is kept on the store's clock while the thread writes (it checks the
+        // claim itself before every window); a lost claim fails its next window.
+        const now = this.clock.now();
+        if (now - renewedAt < LEASE_RENEW_MS) return;
+        renewedAt = now;
+        this.renew.run(now + SNAPSHOT_LEASE_MS, id, token);
+      });
+      const count = await done;
       pinned = this.db.transaction(() => this.pinClaimed.run(at, count, id, token).changes === 1).immediate();
       if (!pinned) throw new Error(`dataset ${id}: the snapshot claim was lost`);
       return datasetFromDb({ ...ds, snapshot_at: at, episode_count: count });
     } finally {
-      reader.close();
       if (!pinned) {
         // Leave the dataset live and clean for a retry; if this fails too, the lease expires.
         try {
-          await this.dropAllMembers(id, token);
-          this.release.run(id, token);
+          await this.dropAllMembers(id, token, { release: true });
         } catch {
           /* the next snapshot takes the expired claim over */
         }
@@ -203,13 +175,28 @@ export class SqliteDatasets implements DatasetStore {
     }
   }
 
-  /** Removes a dataset's members in bounded chunks while `token` holds its claim. */
-  private async dropAllMembers(id: string, token: string): Promise<void> {
+  /** Starts the snapshot thread ahead of the first snapshot (a file database only). */
+  warm(): void {
+    this.thread?.warm();
+  }
+
+  async close(): Promise<void> {
+    await this.thread?.close();
+  }
+
+  /**
+   * Removes a dataset's members in bounded chunks while `token` holds its claim; with `release`,
+   * the transaction that finds none left also gives the claim up, so no window the snapshot
+   * thread may still write (it checks the claim) lands after the last one removed.
+   */
+  private async dropAllMembers(id: string, token: string, opts: { release?: boolean } = {}): Promise<void> {
     for (;;) {
       const removed = this.db
         .transaction(() => {
           if (this.renew.run(this.clock.now() + SNAPSHOT_LEASE_MS, id, token).changes === 0) return 0;
-          return this.dropMembers.run(id, id, 10_000).changes;
+          const n = this.dropMembers.run(id, id, 10_000).changes;
+          if (n === 0 && opts.release) this.release.run(id, token);
+          return n;
         })
         .immediate();
       if (removed === 0) return;

@@ -3,7 +3,7 @@ import { safeJsonStringify, type EpisodeOutcome } from '@fleet/protocol';
 import { indexedEvent } from '../../events.js';
 import type { Db } from './db.js';
 import { eventAppender } from './events.js';
-import { EQ_INDEX, ListPlanner, type IndexCondition, type ListDriver } from './list-plan.js';
+import { buildListQuery, ListPlanner } from './list-plan.js';
 import type {
   EpisodeFilter,
   EpisodeLineBatch,
@@ -14,7 +14,6 @@ import type {
   OutcomeChangeRow,
   ReplicaRow,
 } from '../shared/types.js';
-import { EPISODE_EQ_COLUMNS } from '../shared/types.js';
 import { EPISODE_LINE_SELECT, indexedAttrs, reportedAgain, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
 import { EPISODE_INSERT_COLUMNS, episodeFromDb, episodeInsertValues, replicaFromDb, type ReplicaDbRow } from '../shared/rows.js';
 import { mergeAnnotations } from '../../episodes/annotations.js';
@@ -63,7 +62,7 @@ export class SqliteEpisodes implements EpisodeStore {
   }
 
   async ingest(items: readonly IngestItem[]): Promise<IngestResult[]> {
-    return this.db.transaction(() => items.map((item) => this.ingestOne(item)))();
+    return this.db.transaction(() => items.map((item) => this.ingestOne(item))).immediate();
   }
 
   private ingestOne(item: IngestItem): IngestResult {
@@ -204,104 +203,4 @@ export class SqliteEpisodes implements EpisodeStore {
   async count(orgId: string): Promise<number> {
     return this.countStmt.get(orgId)!.n;
   }
-}
-
-/**
- * One SQL text per filter shape (which keys are present, which one drives), values bound as
- * parameters. Without a driver, an attribute filter drives when there is one (its index is ordered
- * by seq for one (key, value): a page stops after `limit` rows even when most episodes carry the
- * key) and SQLite picks an index otherwise. With a driver (ListPlanner's choice), that index is
- * walked in seq order and every other equality or attribute condition is checked on its own index
- * by seq, so a rejected candidate costs one index seek instead of reading its table row.
- */
-export function buildListQuery(
-  orgId: string,
-  f: EpisodeFilter,
-  afterSeq: number,
-  limit: number,
-  select: string = 'e.*',
-  maxSeq?: number,
-  driver?: ListDriver,
-): { sql: string; params: unknown[] } {
-  const attrs = [
-    ...Object.entries(f.metadata).map(([k, v]) => ['m', k, v] as const),
-    ...Object.entries(f.annotation).map(([k, v]) => ['a', k, v] as const),
-  ];
-  const where: string[] = [];
-  const params: unknown[] = [];
-  let from = 'episodes e';
-  let order = 'e.seq';
-  const planned = driver !== undefined;
-  // Conditions answered by the FROM clause (the driver, or both merged indexes): not checked again.
-  const answered = new Set<string>();
-  const keyOf = (c: IndexCondition) => (c.kind === 'eq' ? c.col : `${c.layer}.${c.key}`);
-  const attrDriver =
-    driver === undefined ? attrs[0] : driver.kind === 'attr' && !driver.and ? attrs.find(([l, k]) => l === driver.layer && k === driver.key) : undefined;
-  const eqDriver = driver?.kind === 'eq' && !driver.and && f.eq[driver.col] !== undefined ? driver.col : undefined;
-  if (driver?.and) {
-    // Two seq-ordered index streams merged by INTERSECT (ORDER BY seq lets SQLite merge them as
-    // they come, without a temporary table), then each seq's row.
-    const stream = (c: IndexCondition): string => {
-      const bound = maxSeq === undefined ? '' : ' AND seq <= ?';
-      if (c.kind === 'eq') {
-        params.push(orgId, f.eq[c.col], afterSeq, ...(maxSeq === undefined ? [] : [maxSeq]));
-        return `SELECT seq FROM episodes INDEXED BY ${EQ_INDEX[c.col]} WHERE org_id = ? AND ${c.col} = ? AND seq > ?${bound}`;
-      }
-      params.push(orgId, c.layer, c.key, (c.layer === 'm' ? f.metadata : f.annotation)[c.key], afterSeq, ...(maxSeq === undefined ? [] : [maxSeq]));
-      return `SELECT seq FROM episode_attrs WHERE org_id = ? AND layer = ? AND key = ? AND value = ? AND seq > ?${bound}`;
-    };
-    from = `(${stream(driver)} INTERSECT ${stream(driver.and)} ORDER BY 1) m CROSS JOIN episodes e ON e.seq = m.seq`;
-    order = 'm.seq';
-    answered.add(keyOf(driver)).add(keyOf(driver.and));
-  } else if (attrDriver) {
-    // CROSS JOIN pins the attribute index as the outer loop, so rows come out in seq order.
-    from = 'episode_attrs d CROSS JOIN episodes e ON e.seq = d.seq';
-    where.push('d.org_id = ?', 'd.layer = ?', 'd.key = ?', 'd.value = ?', 'd.seq > ?');
-    params.push(orgId, attrDriver[0], attrDriver[1], attrDriver[2], afterSeq);
-    order = 'd.seq';
-    answered.add(`${attrDriver[0]}.${attrDriver[1]}`);
-  } else if (eqDriver) {
-    from = `episodes e INDEXED BY ${EQ_INDEX[eqDriver]}`;
-  }
-  where.push('e.org_id = ?', 'e.seq > ?');
-  params.push(orgId, afterSeq);
-  if (maxSeq !== undefined) {
-    where.push('e.seq <= ?');
-    params.push(maxSeq);
-  }
-  for (const col of EPISODE_EQ_COLUMNS) {
-    const v = f.eq[col];
-    if (v === undefined || answered.has(col)) continue;
-    if (planned && col !== eqDriver) {
-      where.push(`EXISTS (SELECT 1 FROM episodes x INDEXED BY ${EQ_INDEX[col]} WHERE x.org_id = e.org_id AND x.${col} = ? AND x.seq = e.seq)`);
-    } else {
-      where.push(`e.${col} = ?`);
-    }
-    params.push(v);
-  }
-  if (f.from !== undefined) {
-    where.push('e.started_at >= ?');
-    params.push(f.from);
-  }
-  if (f.to !== undefined) {
-    where.push('e.started_at <= ?');
-    params.push(f.to);
-  }
-  for (const [layer, key, value] of attrs) {
-    if (answered.has(`${layer}.${key}`)) continue;
-    where.push('EXISTS (SELECT 1 FROM episode_attrs x WHERE x.org_id = e.org_id AND x.layer = ? AND x.key = ? AND x.value = ? AND x.seq = e.seq)');
-    params.push(layer, key, value);
-  }
-  if (f.excludeEval) where.push('e.eval_id IS NULL');
-  if (f.excludeDiscarded) where.push("e.outcome != 'discarded'");
-  if (f.syncState) {
-    const dest = f.syncState.destinationId;
-    const destSql = dest === undefined ? '' : ' AND r.destination_id = ?';
-    const states = f.syncState.state === 'synced' ? "('synced', 'verified')" : "('verified')";
-    const exists = `EXISTS (SELECT 1 FROM replicas r WHERE r.episode_seq = e.seq AND r.state IN ${states}${destSql})`;
-    where.push(f.syncState.state === 'unverified' ? `NOT ${exists}` : exists);
-    if (dest !== undefined) params.push(dest);
-  }
-  params.push(limit);
-  return { sql: `SELECT ${select} FROM ${from} WHERE ${where.join(' AND ')} ORDER BY ${order} LIMIT ?`, params };
 }

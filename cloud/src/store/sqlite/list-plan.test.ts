@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EpisodeReport } from '@fleet/protocol';
 import { openSqliteStore, type SqliteStore } from './store.js';
 import type { SqliteEpisodes } from './episodes.js';
-import { buildListQuery } from './episodes.js';
+import { buildListQuery } from './list-plan.js';
 import { ListPlanner, type IndexCondition, type ListDriver } from './list-plan.js';
 import type { EpisodeEqColumn, EpisodeFilter, EpisodeRow } from '../shared/types.js';
 

@@ -97,6 +97,7 @@ export class SqliteStore extends StoreOfParts implements Store {
   }
 
   async close(): Promise<void> {
+    await (this.datasets as SqliteDatasets).close();
     if (this.db.open) this.db.close();
   }
 }

@@ -187,7 +187,7 @@ export class SqliteSync implements SyncStore {
         .prepare('UPDATE destinations SET last_forward_at = MAX(COALESCE(last_forward_at, 0), ?) WHERE org_id = ? AND id = ?')
         .run(at, orgId, destinationId);
       this.db.prepare('DELETE FROM grant_forwards WHERE destination_id = ? AND at < ?').run(destinationId, at - syncRows.FORWARD_KEEP_MS);
-    })();
+    }).immediate();
   }
 
   async claimForward(orgId: string, episodeSeq: number, destinationId: string, now: number, leaseMs: number): Promise<ForwardClaim> {
@@ -308,7 +308,7 @@ export class SqliteSync implements SyncStore {
            WHERE replicas.state IN ('granted', 'syncing')`,
         )
         .run(destinationId, grantId, objectKey, at, episodeSeq, orgId);
-    })();
+    }).immediate();
   }
 
   async grantIssued(robotId: string, episodeId: string, destinationId: string, grantId: string): Promise<boolean> {

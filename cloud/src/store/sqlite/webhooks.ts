@@ -133,7 +133,7 @@ export class SqliteWebhooks implements WebhookStore {
         this.db.prepare('DELETE FROM webhook_attempts WHERE subscription_id = ?').run(id);
       }
       return gone;
-    })();
+    }).immediate();
   }
 
   async enable(orgId: string, id: string, maxActive: number): Promise<WebhookRow | 'limit' | undefined> {

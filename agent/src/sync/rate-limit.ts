@@ -71,6 +71,11 @@ function abortReason(signal: AbortSignal): Error {
 /** Bytes a metered body hands on at a time when a limit applies (the limit's granularity). */
 const LIMITED_PIECE = 64 * 1024;
 
+/** The largest piece meteredRange hands on under `meter` (the size of a body's read buffers). */
+export function pieceSize(meter: Pick<Meter, 'limiter'>): number {
+  return meter.limiter ? LIMITED_PIECE : 1024 * 1024;
+}
+
 /** What a metered body does with its bytes: wait for the limit (when there is one), then count them. */
 export interface Meter {
   limiter?: RateLimiter | undefined;
@@ -85,7 +90,7 @@ export interface Meter {
  * one, so memory is the pieces in flight, whatever the body's length.
  */
 export async function* meteredRange(read: (at: number, n: number) => Promise<Buffer> | Buffer, length: number, meter: Meter): AsyncGenerator<Buffer> {
-  const piece = meter.limiter ? LIMITED_PIECE : 1024 * 1024;
+  const piece = pieceSize(meter);
   for (let at = 0; at < length; at += piece) {
     const n = Math.min(piece, length - at);
     if (meter.limiter) await meter.limiter.take(n, meter.signal);

@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { open, stat, type FileHandle } from 'node:fs/promises';
-import { Readable } from 'node:stream';
 import { request, type Dispatcher } from 'undici';
 import type { UploadPartRow, UploadReceipt } from '../store/types.js';
 import { FileHashError, hashFile, HASH_BLOCK, SentCrcs, type FileDigest } from './file-hash.js';
-import { meteredRange, type RateLimiter } from './rate-limit.js';
+import { PieceBody, PiecePool } from './piece-body.js';
+import { meteredRange, pieceSize, type RateLimiter } from './rate-limit.js';
 
 /**
  * The HTTP side of an upload: bytes go from the episode file straight to the URLs of a grant
@@ -169,9 +169,10 @@ export async function putFile(args: {
   const sent = new SentCrcs(size, Math.max(1, size));
   let failure: UploadError | undefined;
   const fh = await open(file, 'r');
+  const pool = new PiecePool(pieceSize(http));
   const pieces = meteredRange(
     async (at, n) => {
-      const buf = await readRange(fh, at, n, label);
+      const buf = await readRange(fh, at, n, label, pool.take(n));
       if (at === 0) args.onFirstByte();
       sent.add(at, buf);
       return buf;
@@ -197,10 +198,11 @@ export async function putFile(args: {
     if (problem) throw (failure = problem);
     if (held) yield held;
   }
+  const stream = new PieceBody(body(), pool);
   try {
     const res = await request(url, {
       method: 'PUT',
-      body: bodyStream(body()),
+      body: stream,
       headers: { 'content-length': String(size), 'content-type': 'application/octet-stream' },
       dispatcher: http.dispatcher,
       signal: args.signal,
@@ -209,6 +211,7 @@ export async function putFile(args: {
     });
     const text = await readCapped(res.body);
     if (res.statusCode < 200 || res.statusCode >= 300) throw statusError(res.statusCode, text, `PUT ${label}`);
+    stream.settle(true);
     if (failure) throw failure;
     const receipt: UploadReceipt = { status: res.statusCode, etag: header(res.headers, 'etag'), checksumSha256: header(res.headers, 'x-amz-checksum-sha256') };
     return {
@@ -220,13 +223,9 @@ export async function putFile(args: {
   } catch (err) {
     throw networkError(failure ?? err, `PUT ${label}`);
   } finally {
+    stream.settle(false);
     await fh.close();
   }
-}
-
-/** Pieces as a request body that reads no further ahead than the next piece. */
-function bodyStream(pieces: AsyncIterable<Buffer>): Readable {
-  return Readable.from(pieces, { objectMode: false, highWaterMark: 1 });
 }
 
 function statusError(status: number, body: string, what: string): UploadError {
@@ -296,6 +295,8 @@ export async function multipartUpload(args: {
   let failure: unknown;
   let firstSent = false;
   const fh = await open(job.file, 'r');
+  // One pool for the parts in flight: a part's buffers serve the next part once it is answered.
+  const pool = new PiecePool(pieceSize(http));
   try {
     for (let n = 1; n <= count && failure === undefined; n++) {
       if (signal.aborted) throw new UploadError('aborted', 'the agent is stopping');
@@ -309,7 +310,7 @@ export async function multipartUpload(args: {
         firstSent = true;
         args.onFirstByte();
       }
-      const body: PartBody = { fh, start, length, sent, label: job.label };
+      const body: PartBody = { fh, start, length, sent, label: job.label, pool };
       const p = sendPart(http, job.partUrls[n - 1]!, body, n, signal, args.onBytes)
         .then(async (part) => {
           await args.onPart(part);
@@ -347,11 +348,11 @@ interface PartBody {
   length: number;
   sent: SentCrcs;
   label: string;
+  pool: PiecePool;
 }
 
-async function readRange(fh: FileHandle, at: number, n: number, label: string): Promise<Buffer> {
-  // A fresh buffer per piece: the connection may still hold the previous one.
-  const buf = Buffer.allocUnsafe(n);
+/** Reads `n` bytes at `at` into `buf` (a buffer nothing else uses now; fresh when not given). */
+async function readRange(fh: FileHandle, at: number, n: number, label: string, buf: Buffer = Buffer.allocUnsafe(n)): Promise<Buffer> {
   let read = 0;
   while (read < n) {
     const { bytesRead } = await fh.read(buf, read, n - read, at + read);
@@ -364,21 +365,27 @@ async function readRange(fh: FileHandle, at: number, n: number, label: string): 
 /** The MD5 of a range of the file, read again locally (only when the store's ETag is one to compare with). */
 async function rangeMd5(fh: FileHandle, start: number, length: number, label: string): Promise<string> {
   const md5 = createHash('md5');
-  for (let at = 0; at < length; at += HASH_BLOCK) md5.update(await readRange(fh, start + at, Math.min(HASH_BLOCK, length - at), label));
+  // One buffer for the whole range: update() has consumed a block before the next read.
+  const buf = Buffer.allocUnsafe(Math.min(HASH_BLOCK, Math.max(1, length)));
+  for (let at = 0; at < length; at += HASH_BLOCK) {
+    const n = Math.min(HASH_BLOCK, length - at);
+    md5.update(await readRange(fh, start + at, n, label, buf.subarray(0, n)));
+  }
   return md5.digest('hex');
 }
 
 async function sendPart(http: UploadHttp, url: string, part: PartBody, n: number, signal: AbortSignal, onBytes?: (n: number) => void): Promise<UploadPartRow> {
   const what = `part ${n} of ${part.label}`;
   const read = async (at: number, len: number) => {
-    const buf = await readRange(part.fh, part.start + at, len, part.label);
+    const buf = await readRange(part.fh, part.start + at, len, part.label, part.pool.take(len));
     part.sent.add(part.start + at, buf);
     return buf;
   };
+  const body = new PieceBody(meteredRange(read, part.length, { limiter: http.limiter, onBytes, signal }), part.pool);
   try {
     const res = await request(url, {
       method: 'PUT',
-      body: bodyStream(meteredRange(read, part.length, { limiter: http.limiter, onBytes, signal })),
+      body,
       headers: { 'content-length': String(part.length) },
       dispatcher: http.dispatcher,
       signal,
@@ -387,6 +394,8 @@ async function sendPart(http: UploadHttp, url: string, part: PartBody, n: number
     });
     const text = await readCapped(res.body);
     if (res.statusCode < 200 || res.statusCode >= 300) throw statusError(res.statusCode, text, `PUT ${what}`);
+    // A 2xx answer comes after the whole body was read: its buffers serve the next part.
+    body.settle(true);
     const etag = header(res.headers, 'etag');
     // CompleteMultipartUpload needs every part's ETag: without one the upload cannot finish.
     if (etag === null) throw new UploadError('receipt_missing', `PUT ${what}: the store answered no ETag`);
@@ -399,6 +408,8 @@ async function sendPart(http: UploadHttp, url: string, part: PartBody, n: number
     return { partNumber: n, size: part.length, etag, md5 };
   } catch (err) {
     throw networkError(err, `PUT ${what}`);
+  } finally {
+    body.settle(false);
   }
 }
 

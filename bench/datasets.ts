@@ -17,7 +17,7 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
 import mqtt from 'mqtt';
-import { topics, type OutboxAck } from '@fleet/protocol';
+import { disableNagle, topics, type OutboxAck } from '@fleet/protocol';
 import { DATABASE_FILE } from '../cloud/src/store/index.js';
 import { startCloud, type CloudProcess } from '../test/support/cloud.js';
 import { parseBenchArgs, type BenchModule } from './lib/args.js';
@@ -88,6 +88,9 @@ async function startWriter(cloud: CloudProcess, key: string) {
   if (res.status !== 201) throw new BenchFailure(`enroll: HTTP ${res.status} ${await res.text()}`);
   const e = (await res.json()) as { robot_id: string; mqtt: { url: string; password: string } };
   const c = await mqtt.connectAsync(e.mqtt.url, { protocolVersion: 4, clientId: e.robot_id, username: e.robot_id, password: e.mqtt.password, reconnectPeriod: 0 });
+  // As the agent does: with Nagle, a PUBACK and the next report wait for the broker's delayed
+  // TCP ack (~40 ms), which is all a write's "wait" then measures.
+  disableNagle(c.stream);
   await c.subscribeAsync(topics.outboxAck(e.robot_id), { qos: 1 });
   const writes: [start: number, end: number][] = [];
   let stop = false;

@@ -153,8 +153,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
   try {
     const store = await life.add('store', async () => {
       const s = await openStoreWaiting(config, { clock, scheduler: opts.scheduler ?? systemScheduler }, logger);
-      // A snapshot's first read blocks the event loop until it has begun: not for a thread's start too.
-      s.datasets.warm?.();
+      s.startBackground?.();
       return { value: s, close: () => s.close() };
     });
     const secrets = loadSecretBox(config.dataDir, config.secretKey);

@@ -132,14 +132,14 @@ describe('chunked dataset snapshots', () => {
     }
   });
 
-  it("keeps ingest, annotation and outcome writes working while the snapshot thread writes members on its own connection", async () => {
+  it("keeps ingest, annotation and outcome writes working between the windows the snapshot thread reads and this connection writes", async () => {
     const ids = await ingest(ORG, Array.from({ length: 300 }, (_, i) => testReport({ task_id: i % 2 === 0 ? 't1' : 't2' })));
     await createDataset('ds_busy', { task_id: 't1' });
     const want = await matching({ task_id: 't1' });
     let settled = false;
     const snapshot = store.datasets.snapshot(ORG, 'ds_busy', snapshotFilter({ task_id: 't1' }), T0).finally(() => (settled = true));
-    // Every write below reads before it writes: on a deferred transaction SQLite would refuse
-    // the upgrade (SQLITE_BUSY, no waiting) whenever the thread committed a window in between.
+    // Every write below reads before it writes, interleaved with the members' transactions while
+    // the thread's read transaction stays open.
     let writes = 0;
     while (!settled || writes < 20) {
       await ingest(ORG, [testReport({ task_id: 't1' })]);

@@ -41,6 +41,11 @@ export interface Store extends StoreParts {
   checkSecretKey(fingerprint: string): Promise<'recorded' | 'same' | 'different'>;
   /** Cheap liveness probe for /readyz. */
   ping(): Promise<void>;
+  /**
+   * What a serving process starts besides the connection (SQLite: the background thread that
+   * checkpoints the WAL and reads snapshots' memberships); administration commands do not.
+   */
+  startBackground?(): void;
   close(): Promise<void>;
 }
 
@@ -425,8 +430,6 @@ export interface DatasetStore {
   members(datasetId: string, afterPos: number, limit: number): Promise<EpisodeRow[]>;
   /** What `members` returns, as line rows for the manifest. */
   memberLineRows(datasetId: string, afterPos: number, limit: number): Promise<EpisodeLineBatch>;
-  /** Gets ready for snapshots ahead of the first (SQLite starts the thread that writes them). */
-  warm?(): void;
 }
 
 export interface WebhookRow {

@@ -4,16 +4,20 @@ import { datasetFromDb, type DatasetDbRow } from '../shared/rows.js';
 import type { Db } from './db.js';
 import type { EpisodeDbRow, SqliteEpisodes } from './episodes.js';
 import { buildListQuery } from './list-plan.js';
-import { SnapshotThread } from './snapshot-thread.js';
+import type { SnapshotThread } from './snapshot-thread.js';
 import { EPISODE_LINE_SELECT, type EpisodeLineRow } from '../shared/episode-lines.js';
 import type { DatasetRow, DatasetStore, EpisodeFilter, EpisodeLineBatch, EpisodeRow } from '../shared/types.js';
 
 /** How long a snapshot in progress keeps its claim without writing a chunk (a dead process's claim expires). */
 const SNAPSHOT_LEASE_MS = 30_000;
-/** How often the lease is pushed out while the snapshot thread writes. */
-const LEASE_RENEW_MS = SNAPSHOT_LEASE_MS / 6;
-/** Target duration of one window in the snapshot thread (read its seqs, write its members). */
-const CHUNK_TARGET_MS = 10;
+/** Target duration of one window's read in the snapshot thread (off the event loop). */
+const READ_TARGET_MS = 10;
+/**
+ * Target duration of one transaction writing members, on the event loop: the longest a report
+ * being ingested waits behind a snapshot (a report's way takes a few turns of the loop).
+ */
+const WRITE_TARGET_MS = 3;
+const MEMBERS_PER_WRITE = { initial: 1_000, min: 100, max: 20_000 };
 const WAIT_POLL_MS = 20;
 
 const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -38,8 +42,9 @@ export class SqliteDatasets implements DatasetStore {
   private readonly release;
   private readonly pinClaimed;
   private readonly dropMembers;
-  /** Writes memberships off the event loop (a file database; an in-memory one has no second connection). */
-  private readonly thread: SnapshotThread | null;
+  private readonly addMembers;
+  /** Snapshots in progress (settled, failed or not), awaited by `close`. */
+  private readonly inflight = new Set<Promise<void>>();
 
   /**
    * `clock` stamps the snapshot claim's lease (a wall-clock time in the database, read by every
@@ -50,8 +55,9 @@ export class SqliteDatasets implements DatasetStore {
     private readonly episodes: SqliteEpisodes,
     private readonly clock: Clock,
     private readonly scheduler: Scheduler,
+    /** The store's background thread; null for an in-memory database (no second connection). */
+    private readonly thread: SnapshotThread | null,
   ) {
-    this.thread = db.memory ? null : new SnapshotThread(db.name);
     this.insert = db.prepare(
       'INSERT INTO datasets (id, org_id, name, description, filter, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
     );
@@ -63,6 +69,9 @@ export class SqliteDatasets implements DatasetStore {
     this.release = db.prepare('UPDATE datasets SET snapshot_claim = NULL, snapshot_lease_until = NULL WHERE id = ? AND snapshot_claim = ?');
     this.pinClaimed = db.prepare(
       'UPDATE datasets SET snapshot_at = ?, episode_count = ?, snapshot_claim = NULL, snapshot_lease_until = NULL WHERE id = ? AND snapshot_claim = ? AND snapshot_at IS NULL',
+    );
+    this.addMembers = db.prepare(
+      'INSERT INTO dataset_members (dataset_id, position, episode_seq) SELECT ?, ? + key + 1, value FROM json_each(?)',
     );
     this.dropMembers = db.prepare(
       'DELETE FROM dataset_members WHERE dataset_id = ? AND position IN (SELECT position FROM dataset_members WHERE dataset_id = ? LIMIT ?)',
@@ -92,7 +101,15 @@ export class SqliteDatasets implements DatasetStore {
 
   async snapshot(orgId: string, id: string, filter: EpisodeFilter, at: number): Promise<DatasetRow | 'already' | null> {
     // A private in-memory database has no second connection to read a consistent view from.
-    return this.db.memory ? this.snapshotInOneTransaction(orgId, id, filter, at) : this.snapshotInChunks(orgId, id, filter, at);
+    if (this.db.memory) return this.snapshotInOneTransaction(orgId, id, filter, at);
+    const run = this.snapshotInChunks(orgId, id, filter, at);
+    const tracked = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.inflight.add(tracked);
+    void tracked.finally(() => this.inflight.delete(tracked));
+    return run;
   }
 
   /** One IMMEDIATE transaction: simple, but it holds the write lock for the whole membership. */
@@ -113,15 +130,15 @@ export class SqliteDatasets implements DatasetStore {
   }
 
   /**
-   * The membership is read and written by the snapshot thread (snapshot-worker.ts), on its own
-   * connections: read inside one read transaction, so every window sees the database as of the
-   * same instant (WAL snapshot isolation), fixed before `snapshot` returns to the event loop:
-   * exactly the episodes matching at that instant, whatever is ingested, re-annotated or synced
-   * meanwhile. It is written in bounded windows, each its own short transaction, so ingest waits
-   * at most one window's insert for the write lock, and never for the event loop. Members stay
-   * invisible (snapshot_at NULL, the manifest refuses a live dataset) until the last transaction
-   * here pins the count. A claim with a lease keeps a second snapshot of the same dataset out; it
-   * waits and then sees `already`.
+   * The membership is read by the snapshot thread (snapshot-worker.ts) on its own connection,
+   * inside one read transaction, so every window sees the database as of the same instant (WAL
+   * snapshot isolation), fixed before `snapshot` returns to the event loop: exactly the episodes
+   * matching at that instant, whatever is ingested, re-annotated or synced meanwhile. The thread
+   * plans and reads each window off the event loop; this connection, the only writer, writes the
+   * members in transactions of about WRITE_TARGET_MS, so a report waits behind one of them at
+   * most per turn of the loop. Members stay invisible (snapshot_at NULL, the manifest refuses a
+   * live dataset) until the last transaction pins the count. A claim with a lease keeps a second
+   * snapshot of the same dataset out; it waits and then sees `already`.
    */
   private async snapshotInChunks(orgId: string, id: string, filter: EpisodeFilter, at: number): Promise<DatasetRow | 'already' | null> {
     const token = randomUUID();
@@ -147,24 +164,44 @@ export class SqliteDatasets implements DatasetStore {
       await new Promise<void>((resolve) => this.scheduler.setTimeout(resolve, WAIT_POLL_MS));
     }
     let pinned = false;
+    // Set once the snapshot has failed: a window's write in progress stops before its next transaction.
+    let stopped = false;
     try {
       // Members left by a snapshot whose process died (its claim expired) go first.
       if (ds.snapshot_claim) await this.dropAllMembers(id, token);
-      let renewedAt = this.clock.now();
-      const { done } = this.thread!.begin({ orgId, datasetId: id, token, filter, window: this.snapshotWindow, targetMs: CHUNK_TARGET_MS }, () => {
-        // The claim's lease is kept on the store's clock while the thread writes (it checks the
-        // claim itself before every window); a lost claim fails its next window.
-        const now = this.clock.now();
-        if (now - renewedAt < LEASE_RENEW_MS) return;
-        renewedAt = now;
-        this.renew.run(now + SNAPSHOT_LEASE_MS, id, token);
-      });
-      const count = await done;
+      let count = 0;
+      let size = MEMBERS_PER_WRITE.initial;
+      const write = async (seqs: Float64Array) => {
+        // A window's members, in transactions short enough that a report being ingested waits
+        // behind one at most (the event loop runs in between), each while the claim is still ours.
+        for (let i = 0; i < seqs.length; ) {
+          if (stopped) throw new Error(`dataset ${id}: the snapshot has failed`);
+          const part = Array.from(seqs.subarray(i, i + size));
+          const t0 = performance.now();
+          const written = this.db
+            .transaction(() => {
+              if (this.renew.run(this.clock.now() + SNAPSHOT_LEASE_MS, id, token).changes === 0) return false;
+              this.addMembers.run(id, count, JSON.stringify(part));
+              return true;
+            })
+            .immediate();
+          if (!written) throw new Error(`dataset ${id}: the snapshot claim was lost`);
+          count += part.length;
+          i += part.length;
+          const ms = performance.now() - t0;
+          if (ms < WRITE_TARGET_MS / 2) size = Math.min(MEMBERS_PER_WRITE.max, size * 2);
+          else if (ms > WRITE_TARGET_MS) size = Math.max(MEMBERS_PER_WRITE.min, Math.floor(size / 2));
+          await yieldToLoop();
+        }
+      };
+      const { done } = this.thread!.begin({ orgId, filter, window: this.snapshotWindow, targetMs: READ_TARGET_MS }, write);
+      await done;
       pinned = this.db.transaction(() => this.pinClaimed.run(at, count, id, token).changes === 1).immediate();
       if (!pinned) throw new Error(`dataset ${id}: the snapshot claim was lost`);
       return datasetFromDb({ ...ds, snapshot_at: at, episode_count: count });
     } finally {
       if (!pinned) {
+        stopped = true;
         // Leave the dataset live and clean for a retry; if this fails too, the lease expires.
         try {
           await this.dropAllMembers(id, token, { release: true });
@@ -175,13 +212,10 @@ export class SqliteDatasets implements DatasetStore {
     }
   }
 
-  /** Starts the snapshot thread ahead of the first snapshot (a file database only). */
-  warm(): void {
-    this.thread?.warm();
-  }
-
+  /** Stops the snapshot thread; snapshots in progress fail and clean up before this resolves. */
   async close(): Promise<void> {
     await this.thread?.close();
+    await Promise.all([...this.inflight]);
   }
 
   /**

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import type { SnapshotJob, SnapshotReport, SnapshotWorkerData } from './snapshot-worker.js';
+import type { SnapshotControl, SnapshotJob, SnapshotReport, SnapshotWorkerData } from './snapshot-worker.js';
 
 /**
  * How long `begin` blocks the event loop, at most, for the thread to fix its read view: its first
@@ -11,16 +11,20 @@ import type { SnapshotJob, SnapshotReport, SnapshotWorkerData } from './snapshot
 const VIEW_WAIT_MS = 15_000;
 
 interface Running {
-  resolve: (count: number) => void;
+  resolve: () => void;
   reject: (err: Error) => void;
-  onProgress: (count: number) => void;
+  write: (seqs: Float64Array) => Promise<void>;
+  /** The windows' writes, one after the other in the order the thread read them. */
+  writes: Promise<void>;
+  failed: boolean;
 }
 
 export type SnapshotSpec = Omit<SnapshotJob, 'kind' | 'job' | 'started'>;
 
 /**
- * The cloud's side of the snapshot thread (snapshot-worker.ts): started on first use (or by
- * `warm`), one per database file, kept only while a snapshot runs from keeping the process alive.
+ * The cloud's side of the store's background thread (snapshot-worker.ts): started on first use
+ * (or by `warm`), one per database file, kept only while a snapshot runs from keeping the process
+ * alive.
  */
 export class SnapshotThread {
   private worker: Worker | null = null;
@@ -28,30 +32,48 @@ export class SnapshotThread {
   private nextJob = 1;
   private closed = false;
 
+  /** Checkpoint the WAL from the thread this often (set by `warm`); null: leave it to SQLite. */
+  private checkpointEveryMs: number | null = null;
+
   constructor(private readonly file: string) {}
 
-  /** Starts the thread now, so the first snapshot does not wait for it. */
-  warm(): void {
-    if (!this.closed) this.ensure();
+  /**
+   * Starts the thread now, so the first snapshot does not wait for it; with `checkpointEveryMs`
+   * it also checkpoints the WAL that often (a thread started by a snapshot alone does not).
+   */
+  warm(opts: { checkpointEveryMs?: number } = {}): void {
+    if (this.closed) return;
+    if (opts.checkpointEveryMs !== undefined && this.checkpointEveryMs === null) {
+      this.checkpointEveryMs = opts.checkpointEveryMs;
+      // A thread already running without checkpoints is replaced once it is idle.
+      if (this.worker && this.running.size === 0) void this.stopWorker();
+    }
+    this.ensure();
+  }
+
+  private async stopWorker(): Promise<void> {
+    const worker = this.worker;
+    this.worker = null;
+    await worker?.terminate();
   }
 
   /**
-   * Starts a snapshot's membership and returns once its read view is fixed (blocking the event
-   * loop for that first read: the membership is the database's as of this call, whatever is
-   * written after it returns). `done` resolves with the member count once every window is
-   * written; `onProgress` hears the count after each window.
+   * Starts reading a snapshot's membership and returns once its read view is fixed (blocking the
+   * event loop for that first read: the membership is the database's as of this call, whatever is
+   * written after it returns). `write` gets each window's seqs in order, one window at a time;
+   * `done` resolves once every window is written, and rejects with the first failure (a window's
+   * write, the thread's read), after which no window is written.
    */
-  begin(spec: SnapshotSpec, onProgress: (count: number) => void): { done: Promise<number> } {
+  begin(spec: SnapshotSpec, write: (seqs: Float64Array) => Promise<void>): { done: Promise<void> } {
     if (this.closed) throw new Error('the store is closed');
     const worker = this.ensure();
     const job = this.nextJob++;
     const started = new SharedArrayBuffer(4);
-    const done = new Promise<number>((resolve, reject) => this.running.set(job, { resolve, reject, onProgress }));
+    const done = new Promise<void>((resolve, reject) => this.running.set(job, { resolve, reject, write, writes: Promise.resolve(), failed: false }));
     if (this.running.size === 1) worker.ref();
     worker.postMessage({ kind: 'job', job, started, ...spec } satisfies SnapshotJob);
     if (Atomics.wait(new Int32Array(started), 0, 0, VIEW_WAIT_MS) === 'timed-out') {
-      worker.postMessage({ kind: 'cancel', job });
-      this.settle(job)?.reject(new Error(`the snapshot thread did not start reading within ${VIEW_WAIT_MS} ms`));
+      this.fail(job, new Error(`the snapshot thread did not start reading within ${VIEW_WAIT_MS} ms`));
     }
     // A view that failed (VIEW_FAILED): `done` rejects with the thread's reason when it arrives.
     return { done };
@@ -59,26 +81,19 @@ export class SnapshotThread {
 
   async close(): Promise<void> {
     this.closed = true;
-    const worker = this.worker;
-    this.worker = null;
-    this.failAll(new Error('the store was closed during the snapshot'));
-    if (worker) await worker.terminate();
+    for (const job of [...this.running.keys()]) this.fail(job, new Error('the store was closed during the snapshot'));
+    await this.stopWorker();
   }
 
   private ensure(): Worker {
     if (this.worker) return this.worker;
-    const worker = startWorker({ fleetSnapshotThread: true, file: this.file });
+    const worker = startWorker({ fleetSnapshotThread: true, file: this.file, checkpointEveryMs: this.checkpointEveryMs });
     worker.unref();
-    worker.on('message', (r: SnapshotReport) => {
-      if (r.kind === 'progress') return this.running.get(r.job)?.onProgress(r.count);
-      const job = this.settle(r.job);
-      if (r.kind === 'done') job?.resolve(r.count);
-      else job?.reject(new Error(r.message));
-    });
+    worker.on('message', (r: SnapshotReport) => this.onReport(worker, r));
     const gone = (err: Error) => {
       if (this.worker !== worker) return;
       this.worker = null;
-      this.failAll(err);
+      for (const job of [...this.running.keys()]) this.fail(job, err);
     };
     worker.on('error', gone);
     worker.on('exit', (code) => gone(new Error(`the snapshot thread exited (${code})`)));
@@ -86,17 +101,39 @@ export class SnapshotThread {
     return worker;
   }
 
-  private settle(job: number): Running | undefined {
-    const r = this.running.get(job);
-    this.running.delete(job);
-    if (this.running.size === 0) this.worker?.unref();
-    return r;
+  private onReport(worker: Worker, r: SnapshotReport): void {
+    const run = this.running.get(r.job);
+    if (!run || run.failed) return;
+    if (r.kind === 'failed') return this.fail(r.job, new Error(r.message));
+    if (r.kind === 'window') {
+      run.writes = run.writes.then(async () => {
+        if (run.failed) return;
+        await run.write(r.seqs);
+        worker.postMessage({ kind: 'written', job: r.job } satisfies SnapshotControl);
+      });
+    } else {
+      run.writes = run.writes.then(() => {
+        if (run.failed) return;
+        this.settle(r.job);
+        run.resolve();
+      });
+    }
+    run.writes.catch((err: unknown) => this.fail(r.job, err instanceof Error ? err : new Error(String(err))));
   }
 
-  private failAll(err: Error): void {
-    const all = [...this.running.values()];
-    this.running.clear();
-    for (const r of all) r.reject(err);
+  /** Ends a job with `err`: the thread stops reading it, no window of it is written any more. */
+  private fail(job: number, err: Error): void {
+    const run = this.running.get(job);
+    if (!run || run.failed) return;
+    run.failed = true;
+    this.worker?.postMessage({ kind: 'cancel', job } satisfies SnapshotControl);
+    this.settle(job);
+    run.reject(err);
+  }
+
+  private settle(job: number): void {
+    this.running.delete(job);
+    if (this.running.size === 0) this.worker?.unref();
   }
 }
 

@@ -4,30 +4,31 @@ import type { EpisodeFilter } from '../shared/types.js';
 import { buildListQuery, ListPlanner } from './list-plan.js';
 
 /**
- * The thread that writes dataset snapshots' memberships (started by SnapshotThread, see
- * SqliteDatasets.snapshot). It has its own connections to the database file: a read-only one per
- * snapshot, inside one read transaction, so every window of the membership sees the database as
- * of the same instant (WAL snapshot isolation), and one writer that adds each window's members in
- * a short transaction of its own. Neither the reads nor the writes run on the cloud's event loop:
- * a report being ingested waits only for SQLite's write lock (one window's insert), never behind
- * the snapshot's reads, planning or JSON.
+ * The store's background thread (started by SnapshotThread): it checkpoints the WAL (see
+ * checkpointEvery) and reads dataset snapshots' memberships (see SqliteDatasets.snapshot). It has its own read-only connection per snapshot, inside one read
+ * transaction, so every window of the membership sees the database as of the same instant (WAL
+ * snapshot isolation); it plans and runs each window's query and hands the window's seqs to the
+ * cloud, which writes them on its own connection in short transactions. The reading and planning
+ * (about half of a snapshot's work) never run on the cloud's event loop, and the write lock stays
+ * with the cloud's one writer: a second writing connection would make ingest wait in SQLite's
+ * busy handler, whose growing sleeps (1, 2, 5, 10, 15… ms) turn a few milliseconds of lock into
+ * tens.
  */
 
 export interface SnapshotWorkerData {
   /** Marks the thread as ours: a module loaded in some other worker (a test runner's) does nothing. */
   fleetSnapshotThread: true;
   file: string;
+  /** Checkpoint the WAL this often (PASSIVE), so the cloud's connection does not have to; null: never. */
+  checkpointEveryMs: number | null;
 }
 
 export interface SnapshotJob {
   kind: 'job';
   job: number;
   orgId: string;
-  datasetId: string;
-  /** The claim this snapshot holds; each window is written only while the dataset still carries it. */
-  token: string;
   filter: EpisodeFilter;
-  /** Seqs read per window: starts at `initial`, adapts to `targetMs` per window within [min, max]. */
+  /** Seqs read per window: starts at `initial`, adapts to `targetMs` of reading within [min, max]. */
   window: { initial: number; min: number; max: number };
   targetMs: number;
   /**
@@ -37,15 +38,17 @@ export interface SnapshotJob {
   started: SharedArrayBuffer;
 }
 
-export type SnapshotControl = SnapshotJob | { kind: 'cancel'; job: number };
+export type SnapshotControl = SnapshotJob | { kind: 'written'; job: number } | { kind: 'cancel'; job: number };
 
 export type SnapshotReport =
-  | { kind: 'progress'; job: number; count: number }
-  | { kind: 'done'; job: number; count: number }
+  | { kind: 'window'; job: number; seqs: Float64Array }
+  | { kind: 'done'; job: number }
   | { kind: 'failed'; job: number; message: string };
 
 export const VIEW_FIXED = 1;
 export const VIEW_FAILED = 2;
+/** Windows handed over and not yet written: reading stays at most this far ahead of the writes. */
+export const WINDOWS_AHEAD = 2;
 
 const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
@@ -54,32 +57,47 @@ function signal(started: SharedArrayBuffer, state: number): void {
   if (Atomics.compareExchange(view, 0, 0, state) === 0) Atomics.notify(view, 0);
 }
 
-function open(file: string, readonly: boolean): Database.Database {
-  const db = new Database(file, { readonly, fileMustExist: true });
-  db.pragma('busy_timeout = 5000');
-  if (!readonly) {
-    db.pragma('synchronous = NORMAL');
-    db.pragma('foreign_keys = ON');
-  }
-  return db;
+interface Running {
+  cancelled: boolean;
+  /** Windows handed over whose 'written' has not come back. */
+  ahead: number;
+  /** Called when a 'written' or a cancel comes. */
+  wake: (() => void) | null;
+}
+
+/**
+ * Copies the WAL's committed pages into the database file every `everyMs`, on a connection of
+ * this thread's. SQLite otherwise checkpoints in the connection whose commit takes the WAL past
+ * `wal_autocheckpoint` pages, synchronously: the cloud's, blocking its event loop for tens of
+ * milliseconds (45 ms measured behind a snapshot's member writes). PASSIVE never waits for a
+ * reader or a writer and never holds the write lock.
+ */
+function checkpointEvery(file: string, everyMs: number): void {
+  let db: Database.Database | null = null;
+  const timer = setInterval(() => {
+    try {
+      db ??= new Database(file, { fileMustExist: true });
+      db.pragma('wal_checkpoint(PASSIVE)');
+    } catch {
+      // The next tick tries again; the cloud's own fallback checkpoint bounds the WAL meanwhile.
+      db?.close();
+      db = null;
+    }
+  }, everyMs);
+  timer.unref();
 }
 
 function serve(port: NonNullable<typeof parentPort>, file: string): void {
-  const writer = open(file, false);
-  const claimHeld = writer.prepare<[string, string]>('SELECT 1 FROM datasets WHERE id = ? AND snapshot_claim = ? AND snapshot_at IS NULL').pluck();
-  const addMembers = writer.prepare('INSERT INTO dataset_members (dataset_id, position, episode_seq) SELECT ?, ? + key + 1, value FROM json_each(?)');
-  const writeWindow = writer.transaction((datasetId: string, token: string, after: number, seqs: number[]): boolean => {
-    if (claimHeld.get(datasetId, token) === undefined) return false;
-    addMembers.run(datasetId, after, JSON.stringify(seqs));
-    return true;
-  });
-  const cancelled = new Set<number>();
-  const post = (r: SnapshotReport) => port.postMessage(r);
+  const running = new Map<number, Running>();
+  const post = (r: SnapshotReport, transfer: ArrayBuffer[] = []) => port.postMessage(r, transfer);
 
   async function run(job: SnapshotJob): Promise<void> {
+    const state: Running = { cancelled: false, ahead: 0, wake: null };
+    running.set(job.job, state);
     let reader: Database.Database | null = null;
     try {
-      reader = open(file, true);
+      reader = new Database(file, { readonly: true, fileMustExist: true });
+      reader.pragma('busy_timeout = 5000');
       reader.exec('BEGIN');
       // The read transaction's view is fixed by its first read: this one.
       const top = reader.prepare<[string], { m: number | null }>('SELECT max(seq) AS m FROM episodes WHERE org_id = ?').get(job.orgId)?.m ?? 0;
@@ -88,9 +106,9 @@ function serve(port: NonNullable<typeof parentPort>, file: string): void {
       const planner = new ListPlanner(reader);
       const { initial, min, max } = job.window;
       let window = initial;
-      let count = 0;
       for (let after = 0; after < top; ) {
-        if (cancelled.has(job.job)) throw new Error('the snapshot was cancelled');
+        while (state.ahead >= WINDOWS_AHEAD && !state.cancelled) await new Promise<void>((resolve) => (state.wake = resolve));
+        if (state.cancelled) throw new Error('the snapshot was cancelled');
         const t0 = performance.now();
         const upTo = Math.min(top, after + window);
         const driver = planner.plan(job.orgId, job.filter, after, upTo);
@@ -98,49 +116,43 @@ function serve(port: NonNullable<typeof parentPort>, file: string): void {
           const { sql, params } = buildListQuery(job.orgId, job.filter, after, -1, 'e.seq', upTo, driver);
           let stmt = statements.get(sql);
           if (!stmt) statements.set(sql, (stmt = reader.prepare<unknown[]>(sql).pluck()));
-          const seqs = stmt.all(...params) as number[];
+          const seqs = Float64Array.from(stmt.all(...params) as number[]);
           if (seqs.length > 0) {
-            if (!writeWindow.immediate(job.datasetId, job.token, count, seqs)) throw new Error(`dataset ${job.datasetId}: the snapshot claim was lost`);
-            count += seqs.length;
-            post({ kind: 'progress', job: job.job, count });
+            state.ahead++;
+            post({ kind: 'window', job: job.job, seqs }, [seqs.buffer]);
           }
         }
         after = upTo;
         const ms = performance.now() - t0;
         if (ms < job.targetMs / 2) window = Math.min(max, window * 2);
         else if (ms > job.targetMs) window = Math.max(min, Math.floor(window / 2));
-        // Control messages (a cancel, another snapshot's start) are read between windows.
+        // Control messages ('written', a cancel, another snapshot's start) are read between windows.
         await yieldToLoop();
       }
       reader.exec('COMMIT');
-      post({ kind: 'done', job: job.job, count });
+      post({ kind: 'done', job: job.job });
     } catch (err) {
       signal(job.started, VIEW_FAILED);
       post({ kind: 'failed', job: job.job, message: err instanceof Error ? err.message : String(err) });
     } finally {
       reader?.close();
-      cancelled.delete(job.job);
+      running.delete(job.job);
     }
   }
 
   port.on('message', (m: SnapshotControl) => {
-    if (m.kind === 'cancel') cancelled.add(m.job);
-    else void run(m);
+    if (m.kind === 'job') return void run(m);
+    const state = running.get(m.job);
+    if (!state) return;
+    if (m.kind === 'written') state.ahead--;
+    else state.cancelled = true;
+    state.wake?.();
+    state.wake = null;
   });
 }
 
 const data = workerData as Partial<SnapshotWorkerData> | null;
 if (parentPort && data?.fleetSnapshotThread === true && typeof data.file === 'string') {
-  const port = parentPort;
-  try {
-    serve(port, data.file);
-  } catch (err) {
-    // Every job is answered, so no caller stays blocked waiting for a view that never comes.
-    const message = `the snapshot thread could not open the database: ${err instanceof Error ? err.message : String(err)}`;
-    port.on('message', (m: SnapshotControl) => {
-      if (m.kind !== 'job') return;
-      signal(m.started, VIEW_FAILED);
-      port.postMessage({ kind: 'failed', job: m.job, message } satisfies SnapshotReport);
-    });
-  }
+  serve(parentPort, data.file);
+  if (typeof data.checkpointEveryMs === 'number') checkpointEvery(data.file, data.checkpointEveryMs);
 }

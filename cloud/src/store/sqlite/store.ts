@@ -10,12 +10,17 @@ import { SqliteRobots } from './robots.js';
 import { SqliteEpisodes } from './episodes.js';
 import { SqliteEvents } from './events.js';
 import { SqliteDatasets } from './datasets.js';
+import { SnapshotThread } from './snapshot-thread.js';
 import { SqliteWebhooks } from './webhooks.js';
 import { SqliteSync } from './sync.js';
 import { SqliteGauges } from './gauges.js';
 import { StoreOfParts, type Store } from '../shared/types.js';
 
 export const DATABASE_FILE = 'cloud.sqlite';
+/** How often the background thread checkpoints the WAL of a serving process. */
+const CHECKPOINT_EVERY_MS = 200;
+/** WAL pages (4 KiB) past which a serving process's own connection checkpoints (SQLite's default: 1,000). */
+const FALLBACK_CHECKPOINT_PAGES = 16_000;
 
 /**
  * Opens (creating if needed) the cloud database under `dataDir` and applies pending migrations.
@@ -74,11 +79,27 @@ export class SqliteStore extends StoreOfParts implements Store {
     time: TimeSource = { clock: systemClock, scheduler: systemScheduler },
   ) {
     const episodes = new SqliteEpisodes(db);
+    const thread = db.memory ? null : new SnapshotThread(db.name);
     super({
       orgs: new SqliteOrgs(db), apiKeys: new SqliteApiKeys(db), idempotency: new SqliteIdempotency(db), meters: new SqliteMeters(db),
-      robots: new SqliteRobots(db), episodes, datasets: new SqliteDatasets(db, episodes, time.clock, time.scheduler),
+      robots: new SqliteRobots(db), episodes, datasets: new SqliteDatasets(db, episodes, time.clock, time.scheduler, thread),
       webhooks: new SqliteWebhooks(db), events: new SqliteEvents(db), sync: new SqliteSync(db), gauges: new SqliteGauges(db),
     });
+    this.thread = thread;
+  }
+
+  private readonly thread: SnapshotThread | null;
+
+  /**
+   * Starts the background thread: a snapshot's first read then waits for no thread's start, and
+   * the thread checkpoints the WAL (PASSIVE, every CHECKPOINT_EVERY_MS) so this connection's
+   * commits do not, on the event loop. Should the thread fall behind, this connection still
+   * checkpoints once the WAL reaches FALLBACK_CHECKPOINT_PAGES.
+   */
+  startBackground(): void {
+    if (!this.thread) return;
+    this.thread.warm({ checkpointEveryMs: CHECKPOINT_EVERY_MS });
+    this.db.pragma(`wal_autocheckpoint = ${FALLBACK_CHECKPOINT_PAGES}`);
   }
 
   async checkSecretKey(fingerprint: string): Promise<'recorded' | 'same' | 'different'> {

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { FastifyBaseLogger } from 'fastify';
 import { pino } from 'pino';
@@ -18,7 +17,7 @@ import { robotStatusEvent } from './events.js';
 import { loadSecretBox } from './secret-box.js';
 import { openStore } from './store/index.js';
 import { isStoreUnavailable } from './store/shared/unavailable.js';
-import { CLOUD_MQTT_USERNAME, robotBrokerHooks } from './robots/broker-auth.js';
+import { robotBrokerHooks } from './robots/broker-auth.js';
 import { RobotLink } from './robots/link.js';
 import { CredentialRotator } from './robots/credentials.js';
 import { EpisodeIngestor } from './episodes/ingest.js';
@@ -169,8 +168,6 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         const linkAuth = config.mqttAccountFile ? readBrokerAccount(config.mqttAccountFile) : {};
         return { value: { broker: null, linkUrl: config.mqttUrl, linkAuth }, close: async () => undefined };
       }
-      // The cloud's own client authenticates with a secret that lives only in this process.
-      const cloudPassword = randomBytes(32).toString('base64url');
       const throttle = new PublishThrottle<Client>({
         messagesPerSecond: config.mqttMessagesPerSecond,
         bytesPerSecond: config.mqttBytesPerSecond,
@@ -186,7 +183,8 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         ...(store.sharedCounters ? { shared: store.sharedCounters } : {}),
         onError: (err) => logger.error({ err }, 'counting a failed mqtt login failed'),
       });
-      const hooks = robotBrokerHooks(store, cloudPassword, (msg, extra) => logger.warn(extra, msg), { throttle, clock, failures });
+      // The robot link works inside the broker (no connection of its own): no client logs in as the cloud.
+      const hooks = robotBrokerHooks(store, null, (msg, extra) => logger.warn(extra, msg), { throttle, clock, failures });
       // Nobody is connected to a broker that has just started; robots republish on reconnect.
       // Each robot shown connected until now goes offline in the event log too.
       await store.robots.markAllDisconnected({ at: clock.now(), logChange: robotStatusEvent });
@@ -199,7 +197,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         }),
       );
       return {
-        value: { broker: b, linkUrl: b.url, linkAuth: { username: CLOUD_MQTT_USERNAME, password: cloudPassword } },
+        value: { broker: b, linkUrl: b.url, linkAuth: {} },
         close: () => b.close(),
       };
     });
@@ -245,7 +243,8 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         commandTimeoutMs: config.commandTimeoutMs,
         ...(config.mqttUrl ? { shareGroup: REPLICA_SHARE_GROUP } : {}),
         // Presence from the connections themselves: the embedded broker's, or mosquitto's log of them.
-        ...(broker ? { sessions: broker } : { brokerLog: true }),
+        // On the embedded broker the link works inside it, without a connection of its own.
+        ...(broker ? { sessions: broker, inProcess: broker.aedes } : { brokerLog: true }),
       });
       const rot = new CredentialRotator({ store, clock, secrets, link: l, sessions: broker, accounts, logger });
       l.on('robotOnline', (robotId) => rot.robotOnline(robotId));

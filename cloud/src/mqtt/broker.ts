@@ -141,6 +141,17 @@ interface RetainedPersistence {
 const isWildcard = (pattern: string) => pattern.includes('+') || pattern.includes('#');
 
 /**
+ * The retained messages whose topics match `patterns`, as aedes hands them to a client that
+ * subscribes. `aedes.subscribe` (an in-process subscription) gets live messages only.
+ */
+export async function* retainedMessages(aedes: Aedes, patterns: string[]): AsyncGenerator<{ topic: string; payload: Buffer }> {
+  const persistence = (aedes as unknown as { persistence: RetainedPersistence }).persistence;
+  for await (const packet of persistence.createRetainedStreamCombi(patterns) as AsyncIterable<RetainedPacket>) {
+    yield { topic: packet.topic, payload: Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload) };
+  }
+}
+
+/**
  * aedes' memory persistence answers every SUBSCRIBE by testing the pattern against every
  * retained message. Each robot keeps a retained status, and each robot subscribes on connect, so
  * a fleet of N robots connecting costs O(N²) topic matches on the event loop: connects slowed

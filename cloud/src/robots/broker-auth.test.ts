@@ -1,4 +1,4 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, test } from 'vitest';
 import mqtt, { type MqttClient } from 'mqtt';
 import { ManualClock, topics } from '@fleet/protocol';
 import { startEmbeddedBroker, type EmbeddedBroker } from '../mqtt/broker.js';
@@ -158,4 +158,18 @@ describe('failed broker logins per client address (real aedes, real mqtt.js clie
     clock.advance(1_000);
     expect(await attempt(b.id, b.id, b.password)).toBe('accepted');
   });
+});
+
+test("with no cloud account (the link works inside the broker) nobody logs in as the cloud, whatever the password", async () => {
+  const clock = new ManualClock(Date.now());
+  const { store } = await storeWithRobots(clock, 1);
+  const broker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: robotBrokerHooks(store, null, () => undefined, { clock }) });
+  try {
+    for (const password of ['', 'guess', CLOUD_PASSWORD]) {
+      await expect(mqtt.connectAsync(broker.url, { protocolVersion: 4, clientId: 'cloud_x', username: CLOUD_MQTT_USERNAME, password, reconnectPeriod: 0, connectTimeout: 5000 })).rejects.toMatchObject({ code: 4 });
+    }
+  } finally {
+    await broker.close();
+    await store.close();
+  }
 });

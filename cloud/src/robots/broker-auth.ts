@@ -7,7 +7,7 @@ import type { BrokerHooks } from '../mqtt/broker.js';
 import type { PublishThrottle } from '../mqtt/throttle.js';
 import type { Store } from '../store/index.js';
 
-/** The username of the cloud's own MQTT client; it may publish and subscribe anywhere. */
+/** The username of the cloud's own MQTT client (a link with a connection of its own); it may publish and subscribe anywhere. */
 export const CLOUD_MQTT_USERNAME = '$cloud';
 
 const ROBOT_PUBLISH = new Set(['status', 'cmd/reply', 'outbox', 'sync/request']);
@@ -39,7 +39,8 @@ function addressOf(client: Client): string | undefined {
  */
 export function robotBrokerHooks(
   store: Store,
-  cloudPassword: string,
+  /** The cloud client's secret; null when no client may log in as the cloud (its link works inside the broker). */
+  cloudPassword: string | null,
   log: (msg: string, extra: object) => void,
   opts: { throttle?: PublishThrottle<Client>; clock?: Clock; failures?: FailedLoginLimiter } = {},
 ): BrokerHooks {
@@ -49,7 +50,7 @@ export function robotBrokerHooks(
     authenticate(client, username, password, done) {
       const pass = password?.toString('utf8') ?? '';
       // The cloud's own client is let in whatever its address did: robots (a simulator) may share it.
-      if (username === CLOUD_MQTT_USERNAME && equalSecret(pass, cloudPassword)) {
+      if (username === CLOUD_MQTT_USERNAME && cloudPassword !== null && equalSecret(pass, cloudPassword)) {
         cloudClients.add(client);
         done(null, true);
         return;

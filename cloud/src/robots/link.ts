@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import mqtt, { type MqttClient } from 'mqtt';
+import mqtt from 'mqtt';
+import type { Aedes } from 'aedes';
 import type { FastifyBaseLogger } from 'fastify';
 import {
   CommandReplySchema,
-  disableNagle,
   parseBoundedJson,
   parseRobotTopic,
   RobotIdSchema,
@@ -25,6 +25,7 @@ import { BrokerConnectionLog } from '../mqtt/broker-log.js';
 import { BROKER_LOG_TOPIC } from '../mqtt/dynsec-config.js';
 import { robotStatusEvent } from '../events.js';
 import type { Store } from '../store/index.js';
+import { InProcessTransport, MqttTransport, type LinkTransport } from './link-transport.js';
 
 interface Pending {
   resolve: (reply: CommandReply) => void;
@@ -50,14 +51,16 @@ export interface BrokerSessions {
 
 /**
  * The cloud's MQTT client: keeps robot presence and sends commands, waiting for the reply with
- * the same `cmd_id`. Presence is what the cloud saw of a robot's connection, not what the robot
- * says: a status `online: true` counts only while the robot's connection is up (the embedded
- * broker's sessions, mosquitto's log of connects and disconnects), and a connection that ends
- * turns the robot offline whether or not it left a will. Several cloud replicas can each run
- * one; a reply reaches the replica that waits for it because every replica subscribes to all
- * replies and ignores ids it does not wait for. With `shareGroup` (an external broker shared by
- * replicas) outbox messages and sync requests come through MQTT shared subscriptions, so each is
- * handled by one replica; every replica writes every status, in order.
+ * the same `cmd_id`. It has a connection of its own to an external broker and works inside the
+ * embedded one (`inProcess`, robots/link-transport.ts). Presence is what the cloud saw of a
+ * robot's connection, not what the robot says: a status `online: true` counts only while the
+ * robot's connection is up (the embedded broker's sessions, mosquitto's log of connects and
+ * disconnects), and a connection that ends turns the robot offline whether or not it left a
+ * will. Several cloud replicas can each run one; a reply reaches the replica that waits for it
+ * because every replica subscribes to all replies and ignores ids it does not wait for. With
+ * `shareGroup` (an external broker shared by replicas) outbox messages and sync requests come
+ * through MQTT shared subscriptions, so each is handled by one replica; every replica writes
+ * every status, in order.
  */
 export class RobotLink extends EventEmitter<{
   /** A robot's status turned it from offline to online (a pending credential rotation goes out). */
@@ -65,7 +68,7 @@ export class RobotLink extends EventEmitter<{
   /** A status changed a robot's presence or recording state: a robot.status event was logged for the organization. */
   statusLogged: [orgId: string];
 }> {
-  private client: MqttClient | null = null;
+  private transport: LinkTransport | null = null;
   private readonly pending = new Map<string, Pending>();
   /** Presence snapshots in flight (awaited by `stop`, so none writes after the store closed). */
   private readonly snapshots = new Set<Promise<void>>();
@@ -78,9 +81,10 @@ export class RobotLink extends EventEmitter<{
   /** Robots being asked whether they are there (see `probe`). */
   private readonly probing = new Set<string>();
   /**
-   * The handlers of robots' messages, awaited before the next message of the subscription (so
-   * they pace the broker): every outbox message (the outbox router), every sync request (grant
-   * and assignment requests). What the link only tells of goes out as events instead.
+   * The handlers of robots' messages: every outbox message (the outbox router), every sync
+   * request (grant and assignment requests). Each message is handed over as it comes, its
+   * handler's failure logged; neither transport waits for a handler before the next message.
+   * What the link only tells of goes out as events instead.
    */
   onOutbox: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
   onSyncRequest: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
@@ -91,9 +95,15 @@ export class RobotLink extends EventEmitter<{
 
   constructor(
     private readonly opts: {
+      /** The broker the link connects to (and its account), unless it is `inProcess`. */
       url: string;
       username?: string;
       password?: string;
+      /**
+       * The embedded broker, in this process: the link subscribes and publishes on it directly,
+       * without a connection of its own (`url` and the account go unused).
+       */
+      inProcess?: Aedes;
       store: Store;
       clock: Clock;
       /** Command and snapshot timeouts (the system's by default). */
@@ -121,32 +131,33 @@ export class RobotLink extends EventEmitter<{
   }
 
   async start(): Promise<void> {
-    const client = await mqtt.connectAsync(this.opts.url, {
-      protocolVersion: 4,
-      clientId: `cloud_${randomBytes(8).toString('hex')}`,
-      clean: true,
-      reconnectPeriod: 1000,
-      ...(this.opts.username ? { username: this.opts.username } : {}),
-      ...(this.opts.password ? { password: this.opts.password } : {}),
-    });
-    this.client = client;
-    disableNagle(client.stream);
-    client.on('connect', () => disableNagle(client.stream));
-    client.on('message', (topic, payload, packet) => {
+    if (this.opts.inProcess && this.opts.shareGroup) throw new Error('the embedded broker has no shared subscriptions');
+    const transport: LinkTransport = this.opts.inProcess
+      ? new InProcessTransport(this.opts.inProcess)
+      : await MqttTransport.connect(
+          {
+            url: this.opts.url,
+            clientId: `cloud_${randomBytes(8).toString('hex')}`,
+            ...(this.opts.username ? { username: this.opts.username } : {}),
+            ...(this.opts.password ? { password: this.opts.password } : {}),
+          },
+          (err) => this.opts.logger.warn({ err }, 'mqtt client error'),
+        );
+    this.transport = transport;
+    transport.on('message', (topic, payload, retained) => {
       if (topic === BROKER_LOG_TOPIC) return this.onBrokerLog(payload);
       // Behind an external broker retained messages are the presence snapshot's (below): it reads
       // them on a connection of its own and knows when it has read them all, so each is handled
       // once and a starting replica knows when presence is read.
-      if (this.opts.shareGroup && packet.retain) return;
-      this.onMessage(topic, payload, packet.retain).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'robot message handling failed'));
+      if (this.opts.shareGroup && retained) return;
+      this.onMessage(topic, payload, retained).catch((err: unknown) => this.opts.logger.error({ err, topic }, 'robot message handling failed'));
     });
-    client.on('error', (err) => this.opts.logger.warn({ err }, 'mqtt client error'));
     // What was logged while this link was away is lost: robots are unknown again until seen.
-    client.on('connect', () => this.brokerLog.clear());
+    transport.on('reconnected', () => this.brokerLog.clear());
     this.stopSessions = this.opts.sessions?.onDisconnect((clientId) => this.connectionEnded(clientId)) ?? null;
     if (this.opts.brokerLog) {
       try {
-        await client.subscribeAsync(BROKER_LOG_TOPIC, { qos: 0 });
+        await transport.subscribe([BROKER_LOG_TOPIC], 0);
       } catch (err) {
         this.opts.logger.warn({ err, topic: BROKER_LOG_TOPIC }, 'the broker refused the cloud its log topic: a robot that leaves without a will stays shown connected');
       }
@@ -158,12 +169,12 @@ export class RobotLink extends EventEmitter<{
     // one robot could go to two replicas and be written in either order (a robot left
     // `recording` after it went idle); every replica writing every status in its order ends on
     // the robot's last one. Statuses are few (connections and state changes), so that costs little.
-    await client.subscribeAsync([topics.allStatus, topics.allCommandReplies, shared(topics.allOutbox), shared(topics.allSyncRequests)], { qos: 1 });
+    await transport.subscribe([topics.allStatus, topics.allCommandReplies, shared(topics.allOutbox), shared(topics.allSyncRequests)], 1);
     if (share) {
       await this.presenceSnapshot();
       // After a lost connection (a broker restart) statuses published meanwhile, and those sent
       // before the subscriptions were renewed, are only in the retained messages: read them again.
-      client.on('connect', () => {
+      transport.on('reconnected', () => {
         this.presenceSnapshot().catch((err: unknown) => this.opts.logger.warn({ err }, 'presence snapshot after a reconnect failed'));
       });
     }
@@ -231,7 +242,7 @@ export class RobotLink extends EventEmitter<{
   }
 
   get connected(): boolean {
-    return this.client?.connected ?? false;
+    return this.transport?.connected ?? false;
   }
 
   async stop(): Promise<void> {
@@ -239,8 +250,8 @@ export class RobotLink extends EventEmitter<{
     this.pending.clear();
     this.stopSessions?.();
     this.stopSessions = null;
-    await this.client?.endAsync();
-    this.client = null;
+    await this.transport?.end();
+    this.transport = null;
     await Promise.allSettled([...this.snapshots]);
     await Promise.allSettled([...this.statusChains.values()]);
   }
@@ -251,8 +262,8 @@ export class RobotLink extends EventEmitter<{
    * robot's memory, so it never acts twice).
    */
   async send(robotId: string, command: RobotCommandName, cmdId: string, args?: Record<string, unknown>): Promise<CommandReply> {
-    const client = this.client;
-    if (!client?.connected) throw new ApiError('robot_offline', 'the cloud has no connection to the MQTT broker');
+    const transport = this.transport;
+    if (!transport?.connected) throw new ApiError('robot_offline', 'the cloud has no connection to the MQTT broker');
     const key = `${robotId}\n${cmdId}`;
     if (this.pending.has(key)) throw new ApiError('idempotency_key_in_use', 'this command id is already waiting for the robot');
     const msg: RobotCommand = { cmd_id: cmdId, command, sent_at: this.opts.clock.now(), ...(args ? { args } : {}) };
@@ -268,7 +279,7 @@ export class RobotLink extends EventEmitter<{
       // the robot's own PUBACK to the broker) would double the packets of every round trip and
       // add nothing: a command lost with a dropped connection ends in command_timeout, and the
       // caller's retry with the same id is safe (the robot never acts twice for one id).
-      await client.publishAsync(topics.command(robotId), JSON.stringify(msg), { qos: 0 });
+      await transport.publish(topics.command(robotId), JSON.stringify(msg), 0);
     } catch (err) {
       const p = this.pending.get(key);
       if (p) this.scheduler.clearTimeout(p.timer);
@@ -309,14 +320,14 @@ export class RobotLink extends EventEmitter<{
 
   /** Assignments, grants and deferrals for a robot (QoS 1). */
   async publishSync(robotId: string, msg: SyncMessage): Promise<void> {
-    if (!this.client) throw new Error('robot link stopped');
-    await this.client.publishAsync(topics.sync(robotId), JSON.stringify(msg), { qos: 1 });
+    if (!this.transport) throw new Error('robot link stopped');
+    await this.transport.publish(topics.sync(robotId), JSON.stringify(msg), 1);
   }
 
   /** The application-level acknowledgment of an outbox message, or of a batch's messages in one publish (QoS 1). */
   async publishAck(robotId: string, ack: OutboxAck | { acks: OutboxAck[] }): Promise<void> {
-    if (!this.client) throw new Error('robot link stopped');
-    await this.client.publishAsync(topics.outboxAck(robotId), JSON.stringify(ack), { qos: 1 });
+    if (!this.transport) throw new Error('robot link stopped');
+    await this.transport.publish(topics.outboxAck(robotId), JSON.stringify(ack), 1);
   }
 
   /**
@@ -357,7 +368,7 @@ export class RobotLink extends EventEmitter<{
 
   /** A robot's connection ended: it is offline, will or no will (unless it is back already). */
   private connectionEnded(clientId: string): void {
-    if (!this.client || !RobotIdSchema.safeParse(clientId).success) return;
+    if (!this.transport || !RobotIdSchema.safeParse(clientId).success) return;
     this.statusInOrder(clientId, async () => {
       if (this.connectionUp(clientId) !== true) await this.writePresence(clientId, false);
     }).catch((err: unknown) => this.opts.logger.error({ err, robot_id: clientId }, 'writing a closed robot connection failed'));

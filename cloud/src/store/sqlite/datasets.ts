@@ -198,6 +198,9 @@ export class SqliteDatasets implements DatasetStore {
       await done;
       pinned = this.db.transaction(() => this.pinClaimed.run(at, count, id, token).changes === 1).immediate();
       if (!pinned) throw new Error(`dataset ${id}: the snapshot claim was lost`);
+      // The members' pages are all in the WAL (no checkpoint passes a read transaction): the
+      // thread copies them now, before the answer (and the manifest reads that follow it).
+      await this.thread!.checkpoint();
       return datasetFromDb({ ...ds, snapshot_at: at, episode_count: count });
     } finally {
       if (!pinned) {

@@ -29,11 +29,15 @@ export type SnapshotSpec = Omit<SnapshotJob, 'kind' | 'job' | 'started'>;
 export class SnapshotThread {
   private worker: Worker | null = null;
   private readonly running = new Map<number, Running>();
+  /** Checkpoints asked for and not done yet (a thread that goes away resolves them: best effort). */
+  private readonly checkpoints = new Map<number, () => void>();
   private nextJob = 1;
   private closed = false;
 
   /** Checkpoint the WAL from the thread this often (set by `warm`); null: leave it to SQLite. */
   private checkpointEveryMs: number | null = null;
+  /** Told when a thread that checkpoints stops unasked (the connection takes checkpoints back). */
+  private onCheckpointsStopped: (() => void) | null = null;
 
   constructor(private readonly file: string) {}
 
@@ -41,10 +45,11 @@ export class SnapshotThread {
    * Starts the thread now, so the first snapshot does not wait for it; with `checkpointEveryMs`
    * it also checkpoints the WAL that often (a thread started by a snapshot alone does not).
    */
-  warm(opts: { checkpointEveryMs?: number } = {}): void {
+  warm(opts: { checkpointEveryMs?: number; onCheckpointsStopped?: () => void } = {}): void {
     if (this.closed) return;
     if (opts.checkpointEveryMs !== undefined && this.checkpointEveryMs === null) {
       this.checkpointEveryMs = opts.checkpointEveryMs;
+      this.onCheckpointsStopped = opts.onCheckpointsStopped ?? null;
       // A thread already running without checkpoints is replaced once it is idle.
       if (this.worker && this.running.size === 0) void this.stopWorker();
     }
@@ -79,8 +84,26 @@ export class SnapshotThread {
     return { done };
   }
 
+  /**
+   * Checkpoints the WAL in the thread now (PASSIVE) and resolves when done: after a snapshot,
+   * whose member pages the WAL holds (no checkpoint gets past its read transaction), so they are
+   * copied before anyone reads them, and not by the cloud's connection on the event loop.
+   */
+  checkpoint(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    const worker = this.ensure();
+    const job = this.nextJob++;
+    return new Promise<void>((resolve) => {
+      this.checkpoints.set(job, resolve);
+      if (this.running.size === 0 && this.checkpoints.size === 1) worker.ref();
+      worker.postMessage({ kind: 'checkpoint', job } satisfies SnapshotControl);
+    });
+  }
+
   async close(): Promise<void> {
     this.closed = true;
+    for (const resolve of this.checkpoints.values()) resolve();
+    this.checkpoints.clear();
     for (const job of [...this.running.keys()]) this.fail(job, new Error('the store was closed during the snapshot'));
     await this.stopWorker();
   }
@@ -94,6 +117,13 @@ export class SnapshotThread {
       if (this.worker !== worker) return;
       this.worker = null;
       for (const job of [...this.running.keys()]) this.fail(job, err);
+      for (const resolve of this.checkpoints.values()) resolve();
+      this.checkpoints.clear();
+      if (this.checkpointEveryMs !== null) {
+        // The next thread (started by the next snapshot) checkpoints too; until then, nobody would.
+        this.onCheckpointsStopped?.();
+        this.onCheckpointsStopped = null;
+      }
     };
     worker.on('error', gone);
     worker.on('exit', (code) => gone(new Error(`the snapshot thread exited (${code})`)));
@@ -102,6 +132,12 @@ export class SnapshotThread {
   }
 
   private onReport(worker: Worker, r: SnapshotReport): void {
+    if (r.kind === 'checkpointed') {
+      this.checkpoints.get(r.job)?.();
+      this.checkpoints.delete(r.job);
+      if (this.running.size === 0 && this.checkpoints.size === 0) worker.unref();
+      return;
+    }
     const run = this.running.get(r.job);
     if (!run || run.failed) return;
     if (r.kind === 'failed') return this.fail(r.job, new Error(r.message));
@@ -133,7 +169,7 @@ export class SnapshotThread {
 
   private settle(job: number): void {
     this.running.delete(job);
-    if (this.running.size === 0) this.worker?.unref();
+    if (this.running.size === 0 && this.checkpoints.size === 0) this.worker?.unref();
   }
 }
 

@@ -5,7 +5,7 @@ import { buildListQuery, ListPlanner } from './list-plan.js';
 
 /**
  * The store's background thread (started by SnapshotThread): it checkpoints the WAL (see
- * checkpointEvery) and reads dataset snapshots' memberships (see SqliteDatasets.snapshot). It has its own read-only connection per snapshot, inside one read
+ * checkpointer) and reads dataset snapshots' memberships (see SqliteDatasets.snapshot). It has its own read-only connection per snapshot, inside one read
  * transaction, so every window of the membership sees the database as of the same instant (WAL
  * snapshot isolation); it plans and runs each window's query and hands the window's seqs to the
  * cloud, which writes them on its own connection in short transactions. The reading and planning
@@ -38,11 +38,12 @@ export interface SnapshotJob {
   started: SharedArrayBuffer;
 }
 
-export type SnapshotControl = SnapshotJob | { kind: 'written'; job: number } | { kind: 'cancel'; job: number };
+export type SnapshotControl = SnapshotJob | { kind: 'written'; job: number } | { kind: 'cancel'; job: number } | { kind: 'checkpoint'; job: number };
 
 export type SnapshotReport =
   | { kind: 'window'; job: number; seqs: Float64Array }
   | { kind: 'done'; job: number }
+  | { kind: 'checkpointed'; job: number }
   | { kind: 'failed'; job: number; message: string };
 
 export const VIEW_FIXED = 1;
@@ -66,28 +67,27 @@ interface Running {
 }
 
 /**
- * Copies the WAL's committed pages into the database file every `everyMs`, on a connection of
- * this thread's. SQLite otherwise checkpoints in the connection whose commit takes the WAL past
+ * Copies the WAL's committed pages into the database file, on a connection of this thread's.
+ * SQLite otherwise checkpoints in the connection whose commit takes the WAL past
  * `wal_autocheckpoint` pages, synchronously: the cloud's, blocking its event loop for tens of
  * milliseconds (45 ms measured behind a snapshot's member writes). PASSIVE never waits for a
  * reader or a writer and never holds the write lock.
  */
-function checkpointEvery(file: string, everyMs: number): void {
+function checkpointer(file: string): () => void {
   let db: Database.Database | null = null;
-  const timer = setInterval(() => {
+  return () => {
     try {
       db ??= new Database(file, { fileMustExist: true });
       db.pragma('wal_checkpoint(PASSIVE)');
     } catch {
-      // The next tick tries again; the cloud's own fallback checkpoint bounds the WAL meanwhile.
+      // The next one tries again; the cloud's own fallback checkpoint bounds the WAL meanwhile.
       db?.close();
       db = null;
     }
-  }, everyMs);
-  timer.unref();
+  };
 }
 
-function serve(port: NonNullable<typeof parentPort>, file: string): void {
+function serve(port: NonNullable<typeof parentPort>, file: string, checkpoint: () => void): void {
   const running = new Map<number, Running>();
   const post = (r: SnapshotReport, transfer: ArrayBuffer[] = []) => port.postMessage(r, transfer);
 
@@ -142,6 +142,10 @@ function serve(port: NonNullable<typeof parentPort>, file: string): void {
 
   port.on('message', (m: SnapshotControl) => {
     if (m.kind === 'job') return void run(m);
+    if (m.kind === 'checkpoint') {
+      checkpoint();
+      return post({ kind: 'checkpointed', job: m.job });
+    }
     const state = running.get(m.job);
     if (!state) return;
     if (m.kind === 'written') state.ahead--;
@@ -153,6 +157,7 @@ function serve(port: NonNullable<typeof parentPort>, file: string): void {
 
 const data = workerData as Partial<SnapshotWorkerData> | null;
 if (parentPort && data?.fleetSnapshotThread === true && typeof data.file === 'string') {
-  serve(parentPort, data.file);
-  if (typeof data.checkpointEveryMs === 'number') checkpointEvery(data.file, data.checkpointEveryMs);
+  const checkpoint = checkpointer(data.file);
+  serve(parentPort, data.file, checkpoint);
+  if (typeof data.checkpointEveryMs === 'number') setInterval(checkpoint, data.checkpointEveryMs).unref();
 }

@@ -19,8 +19,8 @@ import { StoreOfParts, type Store } from '../shared/types.js';
 export const DATABASE_FILE = 'cloud.sqlite';
 /** How often the background thread checkpoints the WAL of a serving process. */
 const CHECKPOINT_EVERY_MS = 200;
-/** WAL pages (4 KiB) past which a serving process's own connection checkpoints (SQLite's default: 1,000). */
-const FALLBACK_CHECKPOINT_PAGES = 16_000;
+/** SQLite's own `wal_autocheckpoint`, in WAL pages. */
+const SQLITE_DEFAULT_CHECKPOINT_PAGES = 1000;
 
 /**
  * Opens (creating if needed) the cloud database under `dataDir` and applies pending migrations.
@@ -93,13 +93,20 @@ export class SqliteStore extends StoreOfParts implements Store {
   /**
    * Starts the background thread: a snapshot's first read then waits for no thread's start, and
    * the thread checkpoints the WAL (PASSIVE, every CHECKPOINT_EVERY_MS) so this connection's
-   * commits do not, on the event loop. Should the thread fall behind, this connection still
-   * checkpoints once the WAL reaches FALLBACK_CHECKPOINT_PAGES.
+   * commits do not, on the event loop (a snapshot of 1M members leaves ~100 MB of WAL, which no
+   * checkpoint can pass while its read transaction is open: a size threshold here would copy it
+   * all inside the next commit). Should the thread stop unasked, this connection checkpoints
+   * again as SQLite does by default.
    */
   startBackground(): void {
     if (!this.thread) return;
-    this.thread.warm({ checkpointEveryMs: CHECKPOINT_EVERY_MS });
-    this.db.pragma(`wal_autocheckpoint = ${FALLBACK_CHECKPOINT_PAGES}`);
+    this.db.pragma('wal_autocheckpoint = 0');
+    this.thread.warm({
+      checkpointEveryMs: CHECKPOINT_EVERY_MS,
+      onCheckpointsStopped: () => {
+        if (this.db.open) this.db.pragma(`wal_autocheckpoint = ${SQLITE_DEFAULT_CHECKPOINT_PAGES}`);
+      },
+    });
   }
 
   async checkSecretKey(fingerprint: string): Promise<'recorded' | 'same' | 'different'> {

@@ -132,7 +132,7 @@ describe('chunked dataset snapshots', () => {
     }
   });
 
-  it("keeps ingest, annotation and outcome writes working between the windows the snapshot thread reads and this connection writes", async () => {
+  it("keeps ingest, annotation and outcome writes working between the windows the background thread reads and this connection writes", async () => {
     const ids = await ingest(ORG, Array.from({ length: 300 }, (_, i) => testReport({ task_id: i % 2 === 0 ? 't1' : 't2' })));
     await createDataset('ds_busy', { task_id: 't1' });
     const want = await matching({ task_id: 't1' });

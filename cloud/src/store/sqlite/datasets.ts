@@ -4,13 +4,13 @@ import { datasetFromDb, type DatasetDbRow } from '../shared/rows.js';
 import type { Db } from './db.js';
 import type { EpisodeDbRow, SqliteEpisodes } from './episodes.js';
 import { buildListQuery } from './list-plan.js';
-import type { SnapshotThread } from './snapshot-thread.js';
+import type { BackgroundThread } from './background-thread.js';
 import { EPISODE_LINE_SELECT, type EpisodeLineRow } from '../shared/episode-lines.js';
 import type { DatasetRow, DatasetStore, EpisodeFilter, EpisodeLineBatch, EpisodeRow } from '../shared/types.js';
 
 /** How long a snapshot in progress keeps its claim without writing a chunk (a dead process's claim expires). */
 const SNAPSHOT_LEASE_MS = 30_000;
-/** Target duration of one window's read in the snapshot thread (off the event loop). */
+/** Target duration of one window's read in the background thread (off the event loop). */
 const READ_TARGET_MS = 10;
 /**
  * Target duration of one transaction writing members, on the event loop: the longest a report
@@ -56,7 +56,7 @@ export class SqliteDatasets implements DatasetStore {
     private readonly clock: Clock,
     private readonly scheduler: Scheduler,
     /** The store's background thread; null for an in-memory database (no second connection). */
-    private readonly thread: SnapshotThread | null,
+    private readonly thread: BackgroundThread | null,
   ) {
     this.insert = db.prepare(
       'INSERT INTO datasets (id, org_id, name, description, filter, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
@@ -130,13 +130,13 @@ export class SqliteDatasets implements DatasetStore {
   }
 
   /**
-   * The membership is read by the snapshot thread (snapshot-worker.ts) on its own connection,
-   * inside one read transaction, so every window sees the database as of the same instant (WAL
-   * snapshot isolation), fixed before `snapshot` returns to the event loop: exactly the episodes
-   * matching at that instant, whatever is ingested, re-annotated or synced meanwhile. The thread
-   * plans and reads each window off the event loop; this connection, the only writer, writes the
-   * members in transactions of about WRITE_TARGET_MS, so a report waits behind one of them at
-   * most per turn of the loop. Members stay invisible (snapshot_at NULL, the manifest refuses a
+   * The membership is read by the store's background thread (background-worker.ts) on its own
+   * connection, inside one read transaction, so every window sees the database as of the same
+   * instant (WAL snapshot isolation), fixed before `snapshot` returns to the event loop: exactly
+   * the episodes matching at that instant, whatever is ingested, re-annotated or synced meanwhile.
+   * The thread plans and reads each window off the event loop; this connection, the only writer,
+   * writes the members in transactions of about WRITE_TARGET_MS, so a report waits behind one of
+   * them at most per turn of the loop. Members stay invisible (snapshot_at NULL, the manifest refuses a
    * live dataset) until the last transaction pins the count. A claim with a lease keeps a second
    * snapshot of the same dataset out; it waits and then sees `already`.
    */
@@ -215,7 +215,7 @@ export class SqliteDatasets implements DatasetStore {
     }
   }
 
-  /** Stops the snapshot thread; snapshots in progress fail and clean up before this resolves. */
+  /** Stops the background thread; snapshots in progress fail and clean up before this resolves. */
   async close(): Promise<void> {
     await this.thread?.close();
     await Promise.all([...this.inflight]);

@@ -10,7 +10,7 @@ import { SqliteRobots } from './robots.js';
 import { SqliteEpisodes } from './episodes.js';
 import { SqliteEvents } from './events.js';
 import { SqliteDatasets } from './datasets.js';
-import { SnapshotThread } from './snapshot-thread.js';
+import { BackgroundThread } from './background-thread.js';
 import { SqliteWebhooks } from './webhooks.js';
 import { SqliteSync } from './sync.js';
 import { SqliteGauges } from './gauges.js';
@@ -79,7 +79,7 @@ export class SqliteStore extends StoreOfParts implements Store {
     time: TimeSource = { clock: systemClock, scheduler: systemScheduler },
   ) {
     const episodes = new SqliteEpisodes(db);
-    const thread = db.memory ? null : new SnapshotThread(db.name);
+    const thread = db.memory ? null : new BackgroundThread(db.name);
     super({
       orgs: new SqliteOrgs(db), apiKeys: new SqliteApiKeys(db), idempotency: new SqliteIdempotency(db), meters: new SqliteMeters(db),
       robots: new SqliteRobots(db), episodes, datasets: new SqliteDatasets(db, episodes, time.clock, time.scheduler, thread),
@@ -88,7 +88,7 @@ export class SqliteStore extends StoreOfParts implements Store {
     this.thread = thread;
   }
 
-  private readonly thread: SnapshotThread | null;
+  private readonly thread: BackgroundThread | null;
 
   /**
    * Starts the background thread: a snapshot's first read then waits for no thread's start, and

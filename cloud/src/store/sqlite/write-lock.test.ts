@@ -6,9 +6,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { testReport } from '../../test-support.js';
 import { openSqliteStore, type SqliteStore } from './store.js';
 
-// The snapshot thread writes on a connection of its own (so can `fleet-cloud` beside `serve`). A
-// transaction that reads before it writes must be IMMEDIATE: a deferred one that has read
-// cannot wait for another connection's write lock, SQLite answers SQLITE_BUSY at once.
+// Another connection may write the same file (`fleet-cloud` beside `serve`). A transaction that
+// reads before it writes must be IMMEDIATE: a deferred one that has read cannot wait for another
+// connection's write lock, SQLite answers SQLITE_BUSY at once.
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';
 

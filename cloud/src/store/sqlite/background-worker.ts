@@ -4,7 +4,7 @@ import type { EpisodeFilter } from '../shared/types.js';
 import { buildListQuery, ListPlanner } from './list-plan.js';
 
 /**
- * The store's background thread (started by SnapshotThread): it checkpoints the WAL (see
+ * The store's background thread (started by BackgroundThread): it checkpoints the WAL (see
  * checkpointer) and reads dataset snapshots' memberships (see SqliteDatasets.snapshot). It has its own read-only connection per snapshot, inside one read
  * transaction, so every window of the membership sees the database as of the same instant (WAL
  * snapshot isolation); it plans and runs each window's query and hands the window's seqs to the
@@ -15,9 +15,9 @@ import { buildListQuery, ListPlanner } from './list-plan.js';
  * tens.
  */
 
-export interface SnapshotWorkerData {
+export interface BackgroundWorkerData {
   /** Marks the thread as ours: a module loaded in some other worker (a test runner's) does nothing. */
-  fleetSnapshotThread: true;
+  fleetBackgroundThread: true;
   file: string;
   /** Checkpoint the WAL this often (PASSIVE), so the cloud's connection does not have to; null: never. */
   checkpointEveryMs: number | null;
@@ -155,8 +155,8 @@ function serve(port: NonNullable<typeof parentPort>, file: string, checkpoint: (
   });
 }
 
-const data = workerData as Partial<SnapshotWorkerData> | null;
-if (parentPort && data?.fleetSnapshotThread === true && typeof data.file === 'string') {
+const data = workerData as Partial<BackgroundWorkerData> | null;
+if (parentPort && data?.fleetBackgroundThread === true && typeof data.file === 'string') {
   const checkpoint = checkpointer(data.file);
   serve(parentPort, data.file, checkpoint);
   if (typeof data.checkpointEveryMs === 'number') setInterval(checkpoint, data.checkpointEveryMs).unref();

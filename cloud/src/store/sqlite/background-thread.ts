@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import type { SnapshotControl, SnapshotJob, SnapshotReport, SnapshotWorkerData } from './snapshot-worker.js';
+import type { BackgroundWorkerData, SnapshotControl, SnapshotJob, SnapshotReport } from './background-worker.js';
 
 /**
  * How long `begin` blocks the event loop, at most, for the thread to fix its read view: its first
@@ -22,11 +22,11 @@ interface Running {
 export type SnapshotSpec = Omit<SnapshotJob, 'kind' | 'job' | 'started'>;
 
 /**
- * The cloud's side of the store's background thread (snapshot-worker.ts): started on first use
- * (or by `warm`), one per database file, kept only while a snapshot runs from keeping the process
- * alive.
+ * The cloud's side of the store's background thread (background-worker.ts), one per database
+ * file: started by `warm` (a serving store) or by the first snapshot. It keeps the process alive
+ * only while a snapshot or a checkpoint asked for is under way.
  */
-export class SnapshotThread {
+export class BackgroundThread {
   private worker: Worker | null = null;
   private readonly running = new Map<number, Running>();
   /** Checkpoints asked for and not done yet (a thread that goes away resolves them: best effort). */
@@ -78,7 +78,7 @@ export class SnapshotThread {
     if (this.running.size === 1) worker.ref();
     worker.postMessage({ kind: 'job', job, started, ...spec } satisfies SnapshotJob);
     if (Atomics.wait(new Int32Array(started), 0, 0, VIEW_WAIT_MS) === 'timed-out') {
-      this.fail(job, new Error(`the snapshot thread did not start reading within ${VIEW_WAIT_MS} ms`));
+      this.fail(job, new Error(`the background thread did not start reading within ${VIEW_WAIT_MS} ms`));
     }
     // A view that failed (VIEW_FAILED): `done` rejects with the thread's reason when it arrives.
     return { done };
@@ -110,7 +110,7 @@ export class SnapshotThread {
 
   private ensure(): Worker {
     if (this.worker) return this.worker;
-    const worker = startWorker({ fleetSnapshotThread: true, file: this.file, checkpointEveryMs: this.checkpointEveryMs });
+    const worker = startWorker({ fleetBackgroundThread: true, file: this.file, checkpointEveryMs: this.checkpointEveryMs });
     worker.unref();
     worker.on('message', (r: SnapshotReport) => this.onReport(worker, r));
     const gone = (err: Error) => {
@@ -126,7 +126,7 @@ export class SnapshotThread {
       }
     };
     worker.on('error', gone);
-    worker.on('exit', (code) => gone(new Error(`the snapshot thread exited (${code})`)));
+    worker.on('exit', (code) => gone(new Error(`the background thread exited (${code})`)));
     this.worker = worker;
     return worker;
   }
@@ -174,13 +174,13 @@ export class SnapshotThread {
 }
 
 /**
- * The built thread (dist/…/snapshot-worker.js); from the TypeScript sources (tests), the same
+ * The built thread (dist/…/background-worker.js); from the TypeScript sources (tests), the same
  * module through tsx, which the worker registers for itself before loading it.
  */
-function startWorker(data: SnapshotWorkerData): Worker {
-  const js = new URL('./snapshot-worker.js', import.meta.url);
+function startWorker(data: BackgroundWorkerData): Worker {
+  const js = new URL('./background-worker.js', import.meta.url);
   if (existsSync(fileURLToPath(js))) return new Worker(js, { workerData: data });
-  const ts = new URL('./snapshot-worker.ts', import.meta.url).href;
+  const ts = new URL('./background-worker.ts', import.meta.url).href;
   const source = `import('tsx/esm/api').then((tsx) => { tsx.register(); return import(${JSON.stringify(ts)}); });`;
   return new Worker(source, { eval: true, workerData: data });
 }

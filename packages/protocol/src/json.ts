@@ -37,34 +37,50 @@ function pointer(segments: readonly (string | number)[]): string {
     .join('');
 }
 
+/** A container still to visit: its parent's frame and its key there make its path, built only on a violation. */
+interface BoundsFrame {
+  node: object;
+  depth: number;
+  parent: BoundsFrame | null;
+  key: string | number;
+}
+
+function framePath(frame: BoundsFrame): string {
+  const segments: (string | number)[] = [];
+  for (let f: BoundsFrame | null = frame; f && f.parent; f = f.parent) segments.push(f.key);
+  return pointer(segments.reverse());
+}
+
 /**
  * The first bound `value` breaks, or null. Walks the tree with an explicit stack (no recursion),
- * so it is safe on any value, however deep.
+ * so it is safe on any value, however deep. It runs on every robot message and request body: a
+ * container costs one small frame, and a path is put together only for a violation.
  */
 export function findJsonBoundsViolation(value: unknown, limits: JsonLimits = JSON_LIMITS): JsonBoundsViolation | null {
-  const stack: { node: unknown; depth: number; path: (string | number)[] }[] = [{ node: value, depth: 1, path: [] }];
+  if (value === null || typeof value !== 'object') return null;
+  const stack: BoundsFrame[] = [{ node: value, depth: 1, parent: null, key: '' }];
   while (stack.length > 0) {
-    const { node, depth, path } = stack.pop()!;
-    if (node === null || typeof node !== 'object') continue;
+    const frame = stack.pop()!;
+    const { node, depth } = frame;
     if (depth > limits.maxDepth) {
-      return { limit: 'depth', max: limits.maxDepth, path: pointer(path), message: `JSON nested deeper than ${limits.maxDepth} levels` };
+      return { limit: 'depth', max: limits.maxDepth, path: framePath(frame), message: `JSON nested deeper than ${limits.maxDepth} levels` };
     }
     if (Array.isArray(node)) {
       if (node.length > limits.maxArrayLength) {
-        return { limit: 'array_length', max: limits.maxArrayLength, path: pointer(path), message: `JSON array longer than ${limits.maxArrayLength} items` };
+        return { limit: 'array_length', max: limits.maxArrayLength, path: framePath(frame), message: `JSON array longer than ${limits.maxArrayLength} items` };
       }
       for (let i = node.length - 1; i >= 0; i--) {
         const child: unknown = node[i];
-        if (child !== null && typeof child === 'object') stack.push({ node: child, depth: depth + 1, path: [...path, i] });
+        if (child !== null && typeof child === 'object') stack.push({ node: child, depth: depth + 1, parent: frame, key: i });
       }
     } else {
       const keys = Object.keys(node);
       if (keys.length > limits.maxObjectKeys) {
-        return { limit: 'keys', max: limits.maxObjectKeys, path: pointer(path), message: `JSON object with more than ${limits.maxObjectKeys} keys` };
+        return { limit: 'keys', max: limits.maxObjectKeys, path: framePath(frame), message: `JSON object with more than ${limits.maxObjectKeys} keys` };
       }
       for (let i = keys.length - 1; i >= 0; i--) {
         const child: unknown = (node as Record<string, unknown>)[keys[i]!];
-        if (child !== null && typeof child === 'object') stack.push({ node: child, depth: depth + 1, path: [...path, keys[i]!] });
+        if (child !== null && typeof child === 'object') stack.push({ node: child, depth: depth + 1, parent: frame, key: keys[i]! });
       }
     }
   }

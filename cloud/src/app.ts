@@ -12,6 +12,7 @@ import { z } from 'zod';
 import { every, HOUR, systemClock, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
 import { Authenticator, LastUsedTracker } from './auth.js';
 import { FailedLoginLimiter } from './login-limit.js';
+import { lazyChildLoggerFactory } from './logger.js';
 import type { CloudConfig } from './config.js';
 import { ApiError } from './errors.js';
 import { handleClientError, requestIdFor, sendFrameworkError } from './http/error-edge.js';
@@ -98,7 +99,8 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   });
   const authenticator = new Authenticator(store, clock, lastUsed, undefined, failedLogins);
   const fastify = Fastify({
-    ...(deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
+    // Request loggers (one per request, with its id) are built only when something is logged.
+    ...(deps.logger ? { loggerInstance: deps.logger, childLoggerFactory: lazyChildLoggerFactory } : { logger: false }),
     bodyLimit: config.bodyLimitBytes,
     // A client gets requestTimeoutMs to send its whole request (node answers 408 and closes),
     // checked every second rather than node's default 30 s.

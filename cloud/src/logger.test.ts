@@ -1,7 +1,10 @@
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { newId, newSecret } from './ids.js';
-import { createLogger, redactUrl, scrubSecrets } from './logger.js';
+import { buildApp } from './app.js';
+import { parseCloudConfig } from './config.js';
+import { createLogger, lazyChildLoggerFactory, redactUrl, scrubSecrets } from './logger.js';
+import { openTestStore } from './store/test-store.js';
 
 const SECRETS = ['ak', 'whsec', 'dsec', 'rsec', 'ret'].map((p) => newSecret(p));
 
@@ -52,5 +55,55 @@ describe('createLogger', () => {
     expect(lines).toHaveLength(5);
     for (const s of SECRETS) expect(text).not.toContain(s);
     expect(text).toContain('api_key=[redacted]');
+  });
+});
+
+describe('lazyChildLoggerFactory (request loggers)', () => {
+  const capture = () => {
+    const lines: string[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, done) {
+        lines.push(chunk.toString());
+        done();
+      },
+    });
+    return { lines, sink };
+  };
+  const withoutTime = (line: string) => line.replace(/"time":\d+,/, '');
+
+  it('builds the child only when something is logged at an enabled level, and writes what the child writes', () => {
+    const { lines, sink } = capture();
+    const log = createLogger('warn', sink);
+    const lazy = lazyChildLoggerFactory(log, { reqId: 'req_1' }, {}) as unknown as { built: boolean } & typeof log;
+    lazy.info({ req: { method: 'GET', url: '/v1/x' } }, 'incoming request');
+    lazy.debug('nothing');
+    expect(lazy.built).toBe(false);
+    expect(lines).toHaveLength(0);
+    expect(lazy.level).toBe('warn');
+    lazy.warn({ token: 'ret_x', n: 1 }, `slow with ${SECRETS[0]}`);
+    expect(lazy.built).toBe(true);
+    log.child({ reqId: 'req_1' }).warn({ token: 'ret_x', n: 1 }, `slow with ${SECRETS[0]}`);
+    expect(lines).toHaveLength(2);
+    expect(withoutTime(lines[0]!)).toBe(withoutTime(lines[1]!));
+    expect(lines[0]).toContain('"reqId":"req_1"');
+    expect(lines[0]).not.toContain(SECRETS[0]);
+  });
+
+  it('logs Fastify\'s request lines with the request id when info is enabled', async () => {
+    const { lines, sink } = capture();
+    const store = await openTestStore();
+    const cloud = await buildApp(parseCloudConfig({}), { store, logger: createLogger('info', sink) });
+    const { app } = cloud;
+    try {
+      const res = await app.inject({ method: 'GET', url: '/healthz' });
+      expect(res.statusCode).toBe(200);
+      const logged = lines.map((l) => JSON.parse(l) as { reqId?: string; msg?: string });
+      const id = res.headers['x-request-id'];
+      expect(id).toBeTruthy();
+      expect(logged.filter((l) => l.msg === 'incoming request' || l.msg === 'request completed').map((l) => l.reqId)).toEqual([id, id]);
+    } finally {
+      await cloud.close();
+      await store.close();
+    }
   });
 });

@@ -3,6 +3,7 @@ import type {
   FastifyError,
   FastifyInstance,
   onRequestAbortAsyncHookHandler,
+  onRequestAsyncHookHandler,
   onResponseAsyncHookHandler,
   onSendAsyncHookHandler,
   preValidationAsyncHookHandler,
@@ -146,6 +147,30 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
     }
   };
 
+  /**
+   * Authentication, scope and entitlement of a route that takes a key: a route onRequest hook
+   * (from onRoute, with the route's policy), so after the global one above and before any other.
+   */
+  const authenticate = (policy: Extract<RoutePolicy, { auth: 'key' }>): onRequestAsyncHookHandler => {
+    const required = policy.scope === null ? [] : typeof policy.scope === 'string' ? [policy.scope] : policy.scope;
+    return async (request) => {
+      const principal = await authenticator.authenticate(request.headers.authorization, request.ip);
+      if (required.length > 0 && !required.some((s) => scopeSatisfies(principal.key.scopes, s))) {
+        throw new ApiError('insufficient_scope', `this endpoint needs the scope ${required.join(' or ')}`, {
+          required_scope: required.length === 1 ? required[0] : required,
+          key_scopes: principal.key.scopes,
+        });
+      }
+      if (policy.feature && !hasFeature(principal.org, policy.feature)) {
+        throw new ApiError('entitlement_required', `the organization's plan does not include ${policy.feature}`, {
+          feature: policy.feature,
+          tier: principal.org.tier,
+        });
+      }
+      request.principal = principal;
+    };
+  };
+
   app.addHook('onRoute', (route) => {
     const methods = Array.isArray(route.method) ? route.method : [route.method];
     if (!route.url.startsWith('/v1/') && route.url !== '/v1') return;
@@ -162,6 +187,7 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
     // its promise round, also where it returns at once. Idempotency-Key is honoured on POST
     // with an API key; the meter counts routes that declare one. Ahead of any hook the route
     // declares itself, where global hooks ran.
+    if (policy.auth === 'key') prependHook(route, 'onRequest', authenticate(policy));
     if (policy.auth === 'key' && methods.includes('POST')) {
       prependHook(route, 'preValidation', beginIdempotency);
       prependHook(route, 'onSend', completeIdempotency);
@@ -172,7 +198,9 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
 
   installJsonBodyParser(app);
 
-  app.addHook('onRequest', async (request, reply) => {
+  // Every request: its id in the answer, and no NUL in its URL. Synchronous (a throw is the
+  // hook's error), so it costs no promise.
+  app.addHook('onRequest', (request, reply, done) => {
     void reply.header('X-Request-Id', request.id);
     // No stored text holds a NUL character (PostgreSQL text cannot), so no id or filter value
     // with one can name anything: refused before any lookup, the same on every engine.
@@ -181,23 +209,7 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
       const q = request.url.indexOf('?');
       throw validationError(q >= 0 && nul > q ? 'querystring' : 'params', '', 'NUL characters (%00) are not allowed in the URL', 'nul_character');
     }
-    const policy = request.routeOptions.config.policy;
-    if (!policy || policy.auth !== 'key') return;
-    const principal = await authenticator.authenticate(request.headers.authorization, request.ip);
-    const required = policy.scope === null ? [] : typeof policy.scope === 'string' ? [policy.scope] : policy.scope;
-    if (required.length > 0 && !required.some((s) => scopeSatisfies(principal.key.scopes, s))) {
-      throw new ApiError('insufficient_scope', `this endpoint needs the scope ${required.join(' or ')}`, {
-        required_scope: required.length === 1 ? required[0] : required,
-        key_scopes: principal.key.scopes,
-      });
-    }
-    if (policy.feature && !hasFeature(principal.org, policy.feature)) {
-      throw new ApiError('entitlement_required', `the organization's plan does not include ${policy.feature}`, {
-        feature: policy.feature,
-        tier: principal.org.tier,
-      });
-    }
-    request.principal = principal;
+    done();
   });
 
   app.setNotFoundHandler((request, reply) => {

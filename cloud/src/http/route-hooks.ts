@@ -1,6 +1,6 @@
 import type { RouteOptions } from 'fastify';
 
-type RouteHookName = 'preParsing' | 'preValidation' | 'onSend' | 'onResponse' | 'onRequestAbort';
+type RouteHookName = 'onRequest' | 'preParsing' | 'preValidation' | 'onSend' | 'onResponse' | 'onRequestAbort';
 
 /**
  * Adds `hook` to a route's own `name` hooks (from an onRoute hook), ahead of any the route

@@ -173,6 +173,8 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
 
   app.addHook('onRoute', (route) => {
     const methods = Array.isArray(route.method) ? route.method : [route.method];
+    // Any route that declares it takes a key is authenticated, wherever it is.
+    if (route.config?.policy?.auth === 'key') prependHook(route, 'onRequest', authenticate(route.config.policy));
     if (!route.url.startsWith('/v1/') && route.url !== '/v1') return;
     const policy = route.config?.policy;
     if (!policy) throw new Error(`route ${methods.join(',')} ${route.url} declares no policy`);
@@ -187,7 +189,6 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
     // its promise round, also where it returns at once. Idempotency-Key is honoured on POST
     // with an API key; the meter counts routes that declare one. Ahead of any hook the route
     // declares itself, where global hooks ran.
-    if (policy.auth === 'key') prependHook(route, 'onRequest', authenticate(policy));
     if (policy.auth === 'key' && methods.includes('POST')) {
       prependHook(route, 'preValidation', beginIdempotency);
       prependHook(route, 'onSend', completeIdempotency);

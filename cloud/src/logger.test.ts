@@ -74,7 +74,7 @@ describe('lazyChildLoggerFactory (request loggers)', () => {
   it('builds the child only when something is logged at an enabled level, and writes what the child writes', () => {
     const { lines, sink } = capture();
     const log = createLogger('warn', sink);
-    const lazy = lazyChildLoggerFactory(log, { reqId: 'req_1' }, {}) as unknown as { built: boolean } & typeof log;
+    const lazy = lazyChildLoggerFactory.call({} as never, log, { reqId: 'req_1' }, {}, {} as never) as unknown as { built: boolean } & typeof log;
     lazy.info({ req: { method: 'GET', url: '/v1/x' } }, 'incoming request');
     lazy.debug('nothing');
     expect(lazy.built).toBe(false);

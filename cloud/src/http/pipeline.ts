@@ -149,7 +149,7 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
 
   /**
    * Authentication, scope and entitlement of a route that takes a key: a route onRequest hook
-   * (from onRoute, with the route's policy), so after the global one above and before any other.
+   * (from onRoute, with the route's policy): after the global onRequest hook, before any other.
    */
   const authenticate = (policy: Extract<RoutePolicy, { auth: 'key' }>): onRequestAsyncHookHandler => {
     const required = policy.scope === null ? [] : typeof policy.scope === 'string' ? [policy.scope] : policy.scope;

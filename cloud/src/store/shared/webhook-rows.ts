@@ -37,6 +37,9 @@ export interface DeliveryDbRow {
   created_at: number;
 }
 
+/** The columns of a delivery that an attempt's outcome writes from (attemptWrite). */
+export type AttemptedDeliveryDbRow = Pick<DeliveryDbRow, 'id' | 'subscription_id' | 'event_id' | 'event_type' | 'attempts'>;
+
 export interface AttemptDbRow {
   id: number;
   subscription_id: string;
@@ -109,7 +112,7 @@ export function deliveryFromDb(r: DeliveryDbRow): DeliveryRow {
  * a dead one records when it was dead-lettered. The subscription keeps its newest error, cleared
  * by a success, which also stamps its last delivery.
  */
-export function attemptWrite(d: DeliveryDbRow, o: DeliveryOutcome) {
+export function attemptWrite(d: AttemptedDeliveryDbRow, o: DeliveryOutcome) {
   const error = o.kind === 'delivered' ? null : o.error;
   return {
     attempt: [d.subscription_id, d.id, d.event_id, d.event_type, d.attempts + 1, o.status, error, o.latencyMs === undefined ? null : Math.max(0, Math.round(o.latencyMs)), o.kind, o.at],

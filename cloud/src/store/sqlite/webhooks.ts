@@ -1,6 +1,6 @@
 import { activation } from '../../webhooks/activation.js';
 import type { Db } from './db.js';
-import { ATTEMPT_INSERT_COLUMNS, attemptFromDb, attemptWrite, deliveryFromDb, newClaimToken, subFromDb, type AttemptDbRow, type DeliveryDbRow, type SubDbRow } from '../shared/webhook-rows.js';
+import { ATTEMPT_INSERT_COLUMNS, attemptFromDb, attemptWrite, deliveryFromDb, newClaimToken, subFromDb, type AttemptDbRow, type AttemptedDeliveryDbRow, type DeliveryDbRow, type SubDbRow } from '../shared/webhook-rows.js';
 import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type ClaimedDelivery, type DeliveryAttemptRow, type DeliveryOutcome, type DeliveryRow, type WebhookRow, type WebhookStore } from '../shared/types.js';
 
 const SUB_COLUMNS = `s.*, (SELECT COUNT(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.state = 'pending') AS pending`;
@@ -20,10 +20,10 @@ export class SqliteWebhooks implements WebhookStore {
   private readonly headOf;
   private readonly claim;
   private readonly releaseClaim;
-  private readonly claimOf;
   private readonly deliveryById;
   private readonly markAttempt;
   private readonly subAttempted;
+  private readonly subAttemptedUnderClaim;
   private readonly insertAttempt;
   private readonly trimAttempts;
   private readonly fanOutStatements;
@@ -71,13 +71,19 @@ export class SqliteWebhooks implements WebhookStore {
     );
     this.claim = db.prepare('UPDATE webhook_subscriptions SET claim_token = ?, claimed_until = ? WHERE id = ?');
     this.releaseClaim = db.prepare('UPDATE webhook_subscriptions SET claim_token = NULL, claimed_until = NULL WHERE id = ? AND claim_token = ?');
-    this.claimOf = db.prepare<[string], { claim_token: string | null }>('SELECT claim_token FROM webhook_subscriptions WHERE id = ?');
-    this.deliveryById = db.prepare<[number], DeliveryDbRow>('SELECT * FROM webhook_deliveries WHERE id = ?');
+    // What an outcome's writes need of the delivery (not its payload).
+    this.deliveryById = db.prepare<[number], AttemptedDeliveryDbRow>('SELECT id, subscription_id, event_id, event_type, attempts FROM webhook_deliveries WHERE id = ?');
     this.markAttempt = db.prepare(
       `UPDATE webhook_deliveries SET state = COALESCE(?, state), attempts = attempts + 1, last_status = ?, last_error = ?,
          next_attempt_at = COALESCE(?, next_attempt_at), dead_lettered_at = COALESCE(?, dead_lettered_at) WHERE id = ?`,
     );
     this.subAttempted = db.prepare('UPDATE webhook_subscriptions SET last_delivered_at = COALESCE(?, last_delivered_at), last_delivery_error = ? WHERE id = ?');
+    // The same, and the release of the claim, only while `claim` holds (one statement instead of
+    // a read of the token, the release and this update).
+    this.subAttemptedUnderClaim = db.prepare(
+      `UPDATE webhook_subscriptions SET last_delivered_at = COALESCE(?, last_delivered_at), last_delivery_error = ?, claim_token = NULL, claimed_until = NULL
+       WHERE id = ? AND claim_token = ?`,
+    );
     this.insertAttempt = db.prepare(`INSERT INTO webhook_attempts (${ATTEMPT_INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
     this.fanOutStatements = {
       subs: db.prepare<[], SubDbRow>(`SELECT s.*, 0 AS pending FROM webhook_subscriptions s`),
@@ -282,13 +288,10 @@ export class SqliteWebhooks implements WebhookStore {
     // One row per attempt; the subscription keeps its newest ATTEMPTS_KEPT_PER_SUBSCRIPTION.
     this.insertAttempt.run(...write.attempt);
     this.trimAttempts.run(d.subscription_id, d.subscription_id, ATTEMPTS_KEPT_PER_SUBSCRIPTION);
-    if (claim !== undefined) {
-      // A lease that ran out and was taken over: the attempt happened, the new holder decides.
-      if (this.claimOf.get(d.subscription_id)?.claim_token !== claim) return undefined;
-      this.releaseClaim.run(d.subscription_id, claim);
-    }
+    if (claim === undefined) this.subAttempted.run(...write.subscription, d.subscription_id);
+    // A lease that ran out and was taken over: the attempt happened, the new holder decides.
+    else if (this.subAttemptedUnderClaim.run(...write.subscription, d.subscription_id, claim).changes === 0) return undefined;
     this.markAttempt.run(...write.delivery, deliveryId);
-    this.subAttempted.run(...write.subscription, d.subscription_id);
     if (next === undefined || claim === undefined || o.kind === 'retry') return undefined;
     return this.claimHeadOf(d.subscription_id, next.now, next.leaseMs);
   }

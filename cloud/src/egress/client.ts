@@ -124,11 +124,20 @@ const defaultResolver: Resolver = (hostname) => dnsLookup(hostname, { all: true,
 const LOOPBACK_V4 = new BlockList();
 LOOPBACK_V4.addSubnet('127.0.0.0', 8, 'ipv4');
 
+/** Loopback verdicts by address text (BlockList.check builds a SocketAddress per call). */
+const loopbackVerdicts = new Map<string, boolean>();
+const LOOPBACK_VERDICTS_KEPT = 1024;
+
 function isPlainLoopback(address: string): boolean {
-  const family = isIP(address);
-  if (family === 4) return LOOPBACK_V4.check(address, 'ipv4');
-  // Only ::1 itself, not ::ffff:127.0.0.1 and the like.
-  return family === 6 && parseHostLiteral(address)?.address === '::1';
+  let verdict = loopbackVerdicts.get(address);
+  if (verdict === undefined) {
+    const family = isIP(address);
+    // Only ::1 itself, not ::ffff:127.0.0.1 and the like.
+    verdict = family === 4 ? LOOPBACK_V4.check(address, 'ipv4') : family === 6 && parseHostLiteral(address)?.address === '::1';
+    if (loopbackVerdicts.size >= LOOPBACK_VERDICTS_KEPT) loopbackVerdicts.clear();
+    loopbackVerdicts.set(address, verdict);
+  }
+  return verdict;
 }
 
 /** Resolver answers that mean the name does not exist (anything else may be transient). */

@@ -408,5 +408,29 @@ describe('webhook attempt log', () => {
     await store.webhooks.delete('org_a', sub);
     if (engine === 'sqlite') expect(sqliteDb(store).prepare('SELECT COUNT(*) AS n FROM webhook_attempts WHERE subscription_id = ?').get(sub)).toEqual({ n: 0 });
   });
+
+  it('trims the attempt log on disk in batches: never far past the bound, and pages never show the rows past it', async () => {
+    const sub = await subscription();
+    const rows = () => (sqliteDb(store).prepare('SELECT COUNT(*) AS n FROM webhook_attempts WHERE subscription_id = ?').get(sub) as { n: number }).n;
+    let most = 0;
+    for (let i = 0; i < ATTEMPTS_KEPT_PER_SUBSCRIPTION * 2; i++) {
+      const d = await store.webhooks.enqueue(sub, { eventId: `evt_${i}`, eventType: 'episode.finalized', payload: '{}' }, T0);
+      await store.webhooks.record(d, { kind: 'delivered', status: 200, at: T0 + i });
+      if (engine === 'sqlite') most = Math.max(most, rows());
+    }
+    // SQLite trims every 64 attempts of a subscription (PostgreSQL at each).
+    if (engine === 'sqlite') expect(most).toBeLessThanOrEqual(ATTEMPTS_KEPT_PER_SUBSCRIPTION + 64);
+    const pages: string[] = [];
+    let before: number | null = null;
+    for (;;) {
+      const page: { id: number; eventId: string }[] = (await store.webhooks.attempts('org_a', sub, before, 150))!;
+      if (page.length === 0) break;
+      pages.push(...page.map((a) => a.eventId));
+      before = page[page.length - 1]!.id;
+    }
+    expect(pages).toHaveLength(ATTEMPTS_KEPT_PER_SUBSCRIPTION);
+    expect(pages[0]).toBe(`evt_${ATTEMPTS_KEPT_PER_SUBSCRIPTION * 2 - 1}`);
+    expect(pages[pages.length - 1]).toBe(`evt_${ATTEMPTS_KEPT_PER_SUBSCRIPTION}`);
+  });
 });
 });

@@ -5,6 +5,13 @@ import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type ClaimedDelivery, type DeliveryAtte
 
 const SUB_COLUMNS = `s.*, (SELECT COUNT(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.state = 'pending') AS pending`;
 const FAN_OUT_BATCH = 1000;
+/**
+ * A subscription's attempt log is trimmed every this many attempts (per process), not at each:
+ * the trim walks ATTEMPTS_KEPT_PER_SUBSCRIPTION index entries to find the bound, a quarter of an
+ * outcome's writes. Until then up to this many more (per process) stay on disk; `attempts()`
+ * shows only the newest ATTEMPTS_KEPT_PER_SUBSCRIPTION, as documented.
+ */
+const TRIM_EVERY = 64;
 
 export class SqliteWebhooks implements WebhookStore {
   private readonly byId;
@@ -26,6 +33,9 @@ export class SqliteWebhooks implements WebhookStore {
   private readonly subAttemptedUnderClaim;
   private readonly insertAttempt;
   private readonly trimAttempts;
+  private readonly attemptPage;
+  /** Attempts logged per subscription since its last trim (in this process). */
+  private readonly untrimmed = new Map<string, number>();
   private readonly fanOutStatements;
   /**
    * The newest event id every subscription's cursor had passed at the last fan-out that left
@@ -98,6 +108,12 @@ export class SqliteWebhooks implements WebhookStore {
       `DELETE FROM webhook_attempts WHERE subscription_id = ? AND id <= (
          SELECT id FROM webhook_attempts WHERE subscription_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)`,
     );
+    // A page of the log within the bound (rows past it may wait for the next trim).
+    this.attemptPage = db.prepare<[string, number, string, number, number], AttemptDbRow>(
+      `SELECT * FROM webhook_attempts WHERE subscription_id = ? AND id < ? AND id > COALESCE((
+         SELECT id FROM webhook_attempts WHERE subscription_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?), 0)
+       ORDER BY id DESC LIMIT ?`,
+    );
   }
 
   async create(row: Parameters<WebhookStore['create']>[0], maxActive: number): Promise<'ok' | 'limit'> {
@@ -135,6 +151,7 @@ export class SqliteWebhooks implements WebhookStore {
     return this.db.transaction(() => {
       const gone = this.db.prepare('DELETE FROM webhook_subscriptions WHERE org_id = ? AND id = ?').run(orgId, id).changes > 0;
       if (gone) {
+        this.untrimmed.delete(id);
         this.db.prepare('DELETE FROM webhook_deliveries WHERE subscription_id = ?').run(id);
         this.db.prepare('DELETE FROM webhook_attempts WHERE subscription_id = ?').run(id);
       }
@@ -287,7 +304,13 @@ export class SqliteWebhooks implements WebhookStore {
     const write = attemptWrite(d, o);
     // One row per attempt; the subscription keeps its newest ATTEMPTS_KEPT_PER_SUBSCRIPTION.
     this.insertAttempt.run(...write.attempt);
-    this.trimAttempts.run(d.subscription_id, d.subscription_id, ATTEMPTS_KEPT_PER_SUBSCRIPTION);
+    const untrimmed = (this.untrimmed.get(d.subscription_id) ?? 0) + 1;
+    if (untrimmed >= TRIM_EVERY) {
+      this.trimAttempts.run(d.subscription_id, d.subscription_id, ATTEMPTS_KEPT_PER_SUBSCRIPTION);
+      this.untrimmed.delete(d.subscription_id);
+    } else {
+      this.untrimmed.set(d.subscription_id, untrimmed);
+    }
     if (claim === undefined) this.subAttempted.run(...write.subscription, d.subscription_id);
     // A lease that ran out and was taken over: the attempt happened, the new holder decides.
     else if (this.subAttemptedUnderClaim.run(...write.subscription, d.subscription_id, claim).changes === 0) return undefined;
@@ -298,10 +321,7 @@ export class SqliteWebhooks implements WebhookStore {
 
   async attempts(orgId: string, subscriptionId: string, beforeId: number | null, limit: number): Promise<DeliveryAttemptRow[] | undefined> {
     if (!this.byId.get(orgId, subscriptionId)) return undefined;
-    return this.db
-      .prepare<[string, number, number], AttemptDbRow>('SELECT * FROM webhook_attempts WHERE subscription_id = ? AND id < ? ORDER BY id DESC LIMIT ?')
-      .all(subscriptionId, beforeId ?? Number.MAX_SAFE_INTEGER, limit)
-      .map(attemptFromDb);
+    return this.attemptPage.all(subscriptionId, beforeId ?? Number.MAX_SAFE_INTEGER, subscriptionId, ATTEMPTS_KEPT_PER_SUBSCRIPTION, limit).map(attemptFromDb);
   }
 
   async deadLetters(orgId: string, subscriptionId: string): Promise<DeliveryRow[] | undefined> {

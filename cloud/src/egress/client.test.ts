@@ -162,6 +162,31 @@ describe('EgressClient against a real HTTPS receiver', () => {
     expect(failure).toBe('too_large');
   });
 
+  it('with discardBody returns the status and headers of an answer whose body it read past, and keeps connections as a read does', async () => {
+    const ok = await loopbackClient().post(`${receiver.origin()}/ok`, { body: '{"a":1}', discardBody: true });
+    expect(ok.status).toBe(200);
+    expect(ok.headers['x-receiver']).toBe('yes');
+    expect(ok.body.length).toBe(0);
+    const connectionsFor = async (discardBody: boolean): Promise<number> => {
+      const c = loopbackClient();
+      const before = receiver.connections();
+      for (let i = 0; i < 6; i++) expect((await c.post(`${receiver.origin()}/ok`, { body: `{"i":${i}}`, discardBody })).status).toBe(200);
+      return receiver.connections() - before;
+    };
+    const discarding = await connectionsFor(true);
+    expect(discarding).toBeLessThan(6);
+    expect(discarding).toBe(await connectionsFor(false));
+  });
+
+  it('with discardBody still refuses a declared body past the cap, with its status, and cuts off an endless one', async () => {
+    const { failure, error } = await failureOf(loopbackClient().post(`${receiver.origin()}/huge`, { maxResponseBytes: 64 * 1024, discardBody: true }));
+    expect(failure).toBe('too_large');
+    expect(error.details.status).toBe(200);
+    const endless = await loopbackClient().post(`${receiver.origin()}/stream`, { maxResponseBytes: 100 * 1024, discardBody: true, timeoutMs: 5000 });
+    expect(endless.status).toBe(200);
+    expect(endless.body.length).toBe(0);
+  });
+
   it('times out on a receiver that never answers', async () => {
     const { failure } = await failureOf(loopbackClient().post(`${receiver.origin()}/hang`, { timeoutMs: 300 }));
     expect(failure).toBe('timeout');

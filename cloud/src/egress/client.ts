@@ -98,6 +98,12 @@ export interface EgressPostOptions {
   /** Overall deadline: resolution, connection, response headers and body. */
   timeoutMs?: number;
   maxResponseBytes?: number;
+  /**
+   * The caller reads only the status (a webhook delivery): the body is read past and dropped,
+   * at most `maxResponseBytes` of it (more, and the connection is closed instead of kept), and
+   * `body` is empty. Never `too_large` for a body without a declared length.
+   */
+  discardBody?: boolean;
 }
 
 export interface EgressResponse {
@@ -118,6 +124,8 @@ export interface EgressResponse {
 export function readJsonAnswer(res: Pick<EgressResponse, 'body'>): BoundedJsonResult {
   return parseBoundedJson(res.body.toString('utf8'));
 }
+
+const EMPTY_BODY = Buffer.alloc(0);
 
 const defaultResolver: Resolver = (hostname) => dnsLookup(hostname, { all: true, verbatim: true });
 
@@ -263,6 +271,11 @@ export class EgressClient implements AsyncDisposable {
           tooLarge = true;
           res.body.destroy();
           throw new EgressError('too_large', `response body of ${declared} bytes exceeds ${maxResponseBytes}`, { status: res.statusCode });
+        }
+        if (opts.discardBody === true) {
+          // One 'data' listener instead of an async iterator and its promise per chunk.
+          await res.body.dump({ limit: maxResponseBytes, signal: controller.signal });
+          return { status: res.statusCode, headers, body: EMPTY_BODY, durationMs: performance.now() - started, address: addresses[0]!.address };
         }
         const chunks: Buffer[] = [];
         let size = 0;

@@ -250,6 +250,7 @@ export class DeliveryWorker {
         body: d.payload,
         timeoutMs: this.opts.receiverTimeoutMs ?? RECEIVER_TIMEOUT_MS,
         maxResponseBytes: MAX_RESPONSE_BYTES,
+        discardBody: true,
       });
       outcome = byStatus(res.status, clock.now());
     } catch (err) {

@@ -4,6 +4,7 @@ import { hashSecret } from '../ids.js';
 import { createEnrollmentToken, enrollRobot } from '../robots/enrollment.js';
 import { ROBOT_SORTS, robotSortValue, type RobotListPosition, type RobotListQuery, type RobotSort } from './shared/robot-list-query.js';
 import { describeStore, sqliteDb, type TestStore } from './test-store.js';
+import { SqliteWebhooks } from './sqlite/webhooks.js';
 import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type EnrollmentTokenRow, type NewRobotRow, type RobotStore } from './shared/types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
@@ -431,6 +432,24 @@ describe('webhook attempt log', () => {
     expect(pages).toHaveLength(ATTEMPTS_KEPT_PER_SUBSCRIPTION);
     expect(pages[0]).toBe(`evt_${ATTEMPTS_KEPT_PER_SUBSCRIPTION * 2 - 1}`);
     expect(pages[pages.length - 1]).toBe(`evt_${ATTEMPTS_KEPT_PER_SUBSCRIPTION}`);
+  });
+
+  it.skipIf(engine !== 'sqlite')("trims at a subscription's first attempt in a process: rows an earlier process left past the bound go", async () => {
+    const sub = await subscription();
+    const db = sqliteDb(store);
+    const d0 = await store.webhooks.enqueue(sub, { eventId: 'evt_0', eventType: 'episode.finalized', payload: '{}' }, T0);
+    await store.webhooks.record(d0, { kind: 'delivered', status: 200, at: T0 });
+    // An earlier process stopped with its rows untrimmed: the bound and 63 more.
+    const columns = Object.keys(db.prepare('SELECT * FROM webhook_attempts WHERE subscription_id = ?').get(sub) as object).filter((c) => c !== 'id');
+    const copy = db.prepare(`INSERT INTO webhook_attempts (${columns.join(', ')}) SELECT ${columns.join(', ')} FROM webhook_attempts WHERE subscription_id = ? LIMIT 1`);
+    for (let i = 0; i < ATTEMPTS_KEPT_PER_SUBSCRIPTION + 63; i++) copy.run(sub);
+    const rows = () => (db.prepare('SELECT COUNT(*) AS n FROM webhook_attempts WHERE subscription_id = ?').get(sub) as { n: number }).n;
+    expect(rows()).toBe(ATTEMPTS_KEPT_PER_SUBSCRIPTION + 64);
+    // This process (a new store on the same database) trims at its first attempt.
+    const next = new SqliteWebhooks(db);
+    const d1 = await next.enqueue(sub, { eventId: 'evt_1', eventType: 'episode.finalized', payload: '{}' }, T0);
+    await next.record(d1, { kind: 'delivered', status: 200, at: T0 + 1 });
+    expect(rows()).toBe(ATTEMPTS_KEPT_PER_SUBSCRIPTION);
   });
 });
 });

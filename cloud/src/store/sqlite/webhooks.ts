@@ -8,8 +8,9 @@ const FAN_OUT_BATCH = 1000;
 /**
  * A subscription's attempt log is trimmed every this many attempts (per process), not at each:
  * the trim walks ATTEMPTS_KEPT_PER_SUBSCRIPTION index entries to find the bound, a quarter of an
- * outcome's writes. Until then up to this many more (per process) stay on disk; `attempts()`
- * shows only the newest ATTEMPTS_KEPT_PER_SUBSCRIPTION, as documented.
+ * outcome's writes (and at a subscription's first attempt in a process). Until then up to this
+ * many more stay on disk; `attempts()` shows only the newest ATTEMPTS_KEPT_PER_SUBSCRIPTION, as
+ * documented.
  */
 const TRIM_EVERY = 64;
 
@@ -304,12 +305,14 @@ export class SqliteWebhooks implements WebhookStore {
     const write = attemptWrite(d, o);
     // One row per attempt; the subscription keeps its newest ATTEMPTS_KEPT_PER_SUBSCRIPTION.
     this.insertAttempt.run(...write.attempt);
-    const untrimmed = (this.untrimmed.get(d.subscription_id) ?? 0) + 1;
-    if (untrimmed >= TRIM_EVERY) {
+    // The first attempt in this process trims too: a process that stops before its 64th attempt
+    // must not leave its rows to every later one (restarts would let the log grow without bound).
+    const seen = this.untrimmed.get(d.subscription_id);
+    if (seen === undefined || seen + 1 >= TRIM_EVERY) {
       this.trimAttempts.run(d.subscription_id, d.subscription_id, ATTEMPTS_KEPT_PER_SUBSCRIPTION);
-      this.untrimmed.delete(d.subscription_id);
+      this.untrimmed.set(d.subscription_id, 0);
     } else {
-      this.untrimmed.set(d.subscription_id, untrimmed);
+      this.untrimmed.set(d.subscription_id, seen + 1);
     }
     if (claim === undefined) this.subAttempted.run(...write.subscription, d.subscription_id);
     // A lease that ran out and was taken over: the attempt happened, the new holder decides.

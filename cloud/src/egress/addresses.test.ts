@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { classifyAddress, parseHostLiteral, type AddressClass } from './addresses.js';
+import { classifyAddress, parseHostLiteral, rememberedByText, type AddressClass } from './addresses.js';
 
 /** The SSRF address table: address -> verdict. */
 const ADDRESSES: readonly (readonly [string, AddressClass])[] = [
@@ -177,5 +177,24 @@ describe('parseHostLiteral', () => {
   it('throws on hosts no URL accepts', () => {
     expect(() => parseHostLiteral('0x1ffffffff')).toThrow(TypeError);
     expect(() => parseHostLiteral('256.0.0.1')).toThrow(TypeError);
+  });
+});
+
+describe('rememberedByText', () => {
+  it('asks once per text, holds at most `kept` answers, and never remembers a throw', () => {
+    const asked: string[] = [];
+    const upper = rememberedByText((text) => {
+      asked.push(text);
+      if (text === 'bad') throw new TypeError('bad');
+      return text === 'none' ? undefined : text.toUpperCase();
+    }, 2);
+    expect([upper('a'), upper('a'), upper('none'), upper('none')]).toEqual(['A', 'A', undefined, undefined]);
+    expect(asked).toEqual(['a', 'none']);
+    expect(() => upper('bad')).toThrow(TypeError);
+    expect(() => upper('bad')).toThrow(TypeError);
+    expect(asked).toEqual(['a', 'none', 'bad', 'bad']);
+    // Full at two: the third text drops both, so 'a' is asked again.
+    expect([upper('b'), upper('a')]).toEqual(['B', 'A']);
+    expect(asked.slice(4)).toEqual(['b', 'a']);
   });
 });

@@ -145,20 +145,26 @@ function classifyV6(ip: string): AddressClass {
  * is refused. Accepts IPv4 dotted quads and IPv6 (with or without brackets or a zone id);
  * anything else is `invalid`. Host names are not resolved here: see {@link parseHostLiteral}.
  */
-export function classifyAddress(ip: string): AddressClass {
-  // A pure function of the text, asked again for every webhook attempt to the same address.
-  let verdict = verdicts.get(ip);
-  if (verdict === undefined) {
-    verdict = classifyText(ip);
-    if (verdicts.size >= VERDICTS_KEPT) verdicts.clear();
-    verdicts.set(ip, verdict);
-  }
-  return verdict;
-}
+export const classifyAddress: (ip: string) => AddressClass = rememberedByText(classifyText, 4096);
 
-/** Verdicts remembered (addresses are short strings: a few hundred KiB at most). */
-const VERDICTS_KEPT = 4096;
-const verdicts = new Map<string, AddressClass>();
+/**
+ * `fn`, remembering its answers by their text: for pure functions of short strings (addresses,
+ * URLs) that every outbound attempt asks again for the same place. At most `kept` answers are
+ * held (all are dropped when full: a few hundred KiB at most); a call that throws is not
+ * remembered.
+ */
+export function rememberedByText<T>(fn: (text: string) => T, kept: number): (text: string) => T {
+  const answers = new Map<string, T>();
+  return (text) => {
+    let answer = answers.get(text);
+    if (answer === undefined && !answers.has(text)) {
+      answer = fn(text);
+      if (answers.size >= kept) answers.clear();
+      answers.set(text, answer);
+    }
+    return answer as T;
+  };
+}
 
 function classifyText(ip: string): AddressClass {
   let text = ip.trim();

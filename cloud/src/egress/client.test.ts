@@ -85,6 +85,11 @@ beforeAll(async () => {
         return;
       case '/hang':
         return; // never answers
+      case '/trickle':
+        // Answers the headers and a first chunk of the body, then never finishes it.
+        res.writeHead(200, { 'content-type': 'application/octet-stream' });
+        res.write('a first chunk');
+        return;
       case '/reset':
         ctx.reset();
         return;
@@ -204,6 +209,22 @@ describe('EgressClient against a real HTTPS receiver', () => {
     expect(settled).toBe(false);
     scheduler.advance(1);
     expect((await outcome).failure).toBe('timeout');
+  });
+
+  it('times out when the deadline passes while the body is still coming, read or discarded', async () => {
+    for (const discardBody of [false, true]) {
+      const scheduler = new ManualScheduler(new ManualClock(0));
+      const slow = client({ allowLoopback: true, resolve: tableResolver({ localhost: ['127.0.0.1'] }).resolve, scheduler });
+      const before = receiver.requests.filter((r) => r.url === '/trickle').length;
+      let settled = false;
+      const outcome = failureOf(slow.post(`${receiver.origin()}/trickle`, { timeoutMs: 60_000, discardBody })).finally(() => (settled = true));
+      await expect.poll(() => receiver.requests.filter((r) => r.url === '/trickle').length).toBe(before + 1);
+      // Long enough for the headers and the first chunk to arrive: the body has begun.
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(settled).toBe(false);
+      scheduler.advance(60_000);
+      expect((await outcome).failure, `discardBody ${discardBody}`).toBe('timeout');
+    }
   });
 
   it('reports a connection reset as unreachable', async () => {

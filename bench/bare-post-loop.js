@@ -6,14 +6,43 @@
 // each `count` requests on a fresh pool. Prints one JSON line: per measured round, POST/s and the
 // CPU ms (user + system) the process spent on it.
 //
+// With `via: "egress"` the same loop goes through what the webhook worker sends with instead:
+// the cloud's egress client (built, cloud/dist) with a signature per request and the worker's
+// headers and options. Its CPU per request next to the bare loop's is the worker's HTTP part
+// alone, without the queue and its durable outcomes.
+//
 // Usage: node bare-post-loop.js '<json options>'
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { Pool } from 'undici';
 
-const { origin, caFile, count, concurrency, bodyBytes, warmup, rounds } = JSON.parse(process.argv[2] ?? '{}');
+const { origin, caFile, count, concurrency, bodyBytes, warmup, rounds, via = 'bare' } = JSON.parse(process.argv[2] ?? '{}');
 const ca = readFileSync(caFile, 'utf8');
 const body = 'x'.repeat(bodyBytes);
+
+/** The worker's request (cloud/src/webhooks/delivery.ts): its client, headers, signature and options. */
+async function egressSender() {
+  const { EgressClient } = await import('../cloud/dist/egress/client.js');
+  const { signPayload } = await import('@fleet/protocol');
+  const egress = new EgressClient({ allowLoopback: true, ca });
+  const secret = 'whsec_bench_0123456789abcdefghijklmnopqrstuv';
+  const send = (r, n) =>
+    egress.post(`${origin}/hook/bare/${n % 25}`, {
+      headers: {
+        'content-type': 'application/json',
+        'user-agent': 'fleet-webhooks/1',
+        'x-service-event': 'episode.finalized',
+        'x-service-event-id': `bare_${r}_${n}`,
+        'x-service-signature': signPayload(body, [secret], Math.floor(Date.now() / 1000)),
+      },
+      body,
+      timeoutMs: 10_000,
+      maxResponseBytes: 64 * 1024,
+      discardBody: true,
+    });
+  return { send, close: () => egress.close() };
+}
+const viaEgress = via === 'egress' ? await egressSender() : null;
 
 async function round(r) {
   const pool = new Pool(origin, { connections: concurrency, connect: { ca } });
@@ -24,6 +53,11 @@ async function round(r) {
     Array.from({ length: concurrency }, async () => {
       while (next < count) {
         const n = next++;
+        if (viaEgress) {
+          const { status } = await viaEgress.send(r, n);
+          if (status !== 200) throw new Error(`egress POST: HTTP ${status}`);
+          continue;
+        }
         const res = await pool.request({
           method: 'POST',
           path: '/bare',
@@ -44,4 +78,5 @@ async function round(r) {
 for (let r = 0; r < warmup; r++) await round(r);
 const measured = [];
 for (let r = 0; r < rounds; r++) measured.push(await round(warmup + r));
+await viaEgress?.close();
 process.stdout.write(`${JSON.stringify(measured)}\n`);

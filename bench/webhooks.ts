@@ -177,13 +177,19 @@ export const webhooks: BenchModule = {
       if (!pacedDone) throw new BenchFailure(`webhooks: INCOMPLETE, paced events not all delivered within ${waitS} s`);
       const delays = [...createdAt].map(([id, at]) => receivedAt.get(id)! - at).sort((a, b) => a - b);
 
-      // (b) bare undici POST loop, same receiver, same body size, same concurrency, its own process
-      const { stdout } = await promisify(execFile)(process.execPath, [
-        BARE_LOOP,
-        JSON.stringify({ origin: rx.origin('127.0.0.1'), caFile: pki.caFile, count: total, concurrency: WORKER_CONCURRENCY, bodyBytes: bodyBytes || 200, warmup: BARE_WARMUP_ROUNDS, rounds: BARE_ROUNDS }),
-      ]);
-      const bareRounds = (JSON.parse(stdout) as { perS: number; cpuMs: number }[]).sort((x, y) => x.perS - y.perS);
-      const bare = bareRounds[Math.floor(bareRounds.length / 2)]!;
+      // (b) bare undici POST loop, same receiver, same body size, same concurrency, its own process;
+      // (c) the same loop through the worker's egress client with its signature and headers: the
+      // worker's HTTP part alone, without its queue and outcomes.
+      const loop = async (via: 'bare' | 'egress') => {
+        const { stdout } = await promisify(execFile)(process.execPath, [
+          BARE_LOOP,
+          JSON.stringify({ origin: rx.origin('127.0.0.1'), caFile: pki.caFile, count: total, concurrency: WORKER_CONCURRENCY, bodyBytes: bodyBytes || 200, warmup: BARE_WARMUP_ROUNDS, rounds: BARE_ROUNDS, via }),
+        ]);
+        const rounds = (JSON.parse(stdout) as { perS: number; cpuMs: number }[]).sort((x, y) => x.perS - y.perS);
+        return { rounds, median: rounds[Math.floor(rounds.length / 2)]! };
+      };
+      const { rounds: bareRounds, median: bare } = await loop('bare');
+      const { rounds: egressRounds, median: viaEgress } = await loop('egress');
       const bareRate = bare.perS;
 
       process.stdout.write(
@@ -199,6 +205,7 @@ export const webhooks: BenchModule = {
           [
             ['fleet-cloud webhooks', String(drained), fmt(cloudRate, 0), fmt(cpuPerDelivery, 3), fmt(percentile(delays, 50), 1), fmt(percentile(delays, 95), 1)],
             [`bare undici POST loop (median of ${BARE_ROUNDS}: ${bareRounds.map((r) => fmt(r.perS, 0)).join(', ')})`, String(total), fmt(bareRate, 0), fmt(bare.cpuMs / total, 3), '-', '-'],
+            [`the same loop through the worker's egress client, signed (${egressRounds.map((r) => fmt(r.perS, 0)).join(', ')})`, String(total), fmt(viaEgress.perS, 0), fmt(viaEgress.cpuMs / total, 3), '-', '-'],
           ],
         )}\n`,
       );
@@ -206,6 +213,14 @@ export const webhooks: BenchModule = {
       const subsTotal = orgs * subsPerOrg;
       return [
         row({ name: `webhook deliveries (backlog drain), ${subsTotal} subscriptions, ${total} events`, figure: cloudRate, unit: 'deliv/s', baseline: bareRate, baselineUnit: 'POST/s', baselineName: 'bare undici POST loop, same receiver' }),
+        row({
+          name: "webhook HTTP part alone: the worker's egress client and signature, CPU per request",
+          figure: (viaEgress.cpuMs / total) * 1000,
+          unit: 'µs',
+          baseline: (bare.cpuMs / total) * 1000,
+          baselineUnit: 'µs',
+          baselineName: 'bare undici POST loop, same receiver',
+        }),
         row({ name: `webhook ingest-to-delivery delay p50, ${pacedRate} events/s`, figure: percentile(delays, 50), unit: 'ms', baseline: null, baselineUnit: null }),
       ];
     } finally {

@@ -37,6 +37,7 @@ const MAX_HOLD_MS = 8000;
 const BARE_WARMUP_ROUNDS = 3;
 const BARE_ROUNDS = 3;
 const BARE_LOOP = fileURLToPath(new URL('./bare-post-loop.js', import.meta.url));
+const WORKER_DRAIN = fileURLToPath(new URL('./worker-drain.js', import.meta.url));
 
 /** CPU ms (user + system, every thread) a process has used so far (Linux /proc). */
 function cpuMs(pid: number): number {
@@ -180,16 +181,19 @@ export const webhooks: BenchModule = {
       // (b) bare undici POST loop, same receiver, same body size, same concurrency, its own process;
       // (c) the same loop through the worker's egress client with its signature and headers: the
       // worker's HTTP part alone, without its queue and outcomes.
-      const loop = async (via: 'bare' | 'egress') => {
-        const { stdout } = await promisify(execFile)(process.execPath, [
-          BARE_LOOP,
-          JSON.stringify({ origin: rx.origin('127.0.0.1'), caFile: pki.caFile, count: total, concurrency: WORKER_CONCURRENCY, bodyBytes: bodyBytes || 200, warmup: BARE_WARMUP_ROUNDS, rounds: BARE_ROUNDS, via }),
-        ]);
+      const medianOf = (stdout: string) => {
         const rounds = (JSON.parse(stdout) as { perS: number; cpuMs: number }[]).sort((x, y) => x.perS - y.perS);
         return { rounds, median: rounds[Math.floor(rounds.length / 2)]! };
       };
+      const options = { origin: rx.origin('127.0.0.1'), caFile: pki.caFile, count: total, concurrency: WORKER_CONCURRENCY, bodyBytes: bodyBytes || 200, warmup: BARE_WARMUP_ROUNDS, rounds: BARE_ROUNDS };
+      const loop = async (via: 'bare' | 'egress') => medianOf((await promisify(execFile)(process.execPath, [BARE_LOOP, JSON.stringify({ ...options, via })])).stdout);
+      // (d) the experiment: the worker alone in a process of its own, its queues in SQLite as in
+      // the cloud, then in memory (no durable outcome).
+      const workerAlone = async (store: 'sqlite' | 'memory') => medianOf((await promisify(execFile)(process.execPath, [WORKER_DRAIN, JSON.stringify({ ...options, store })])).stdout);
       const { rounds: bareRounds, median: bare } = await loop('bare');
       const { rounds: egressRounds, median: viaEgress } = await loop('egress');
+      const { rounds: sqliteRounds, median: withSqlite } = await workerAlone('sqlite');
+      const { rounds: memoryRounds, median: inMemory } = await workerAlone('memory');
       const bareRate = bare.perS;
 
       process.stdout.write(
@@ -206,6 +210,8 @@ export const webhooks: BenchModule = {
             ['fleet-cloud webhooks', String(drained), fmt(cloudRate, 0), fmt(cpuPerDelivery, 3), fmt(percentile(delays, 50), 1), fmt(percentile(delays, 95), 1)],
             [`bare undici POST loop (median of ${BARE_ROUNDS}: ${bareRounds.map((r) => fmt(r.perS, 0)).join(', ')})`, String(total), fmt(bareRate, 0), fmt(bare.cpuMs / total, 3), '-', '-'],
             [`the same loop through the worker's egress client, signed (${egressRounds.map((r) => fmt(r.perS, 0)).join(', ')})`, String(total), fmt(viaEgress.perS, 0), fmt(viaEgress.cpuMs / total, 3), '-', '-'],
+            [`the worker alone, queues in SQLite (${sqliteRounds.map((r) => fmt(r.perS, 0)).join(', ')})`, String(total), fmt(withSqlite.perS, 0), fmt(withSqlite.cpuMs / total, 3), '-', '-'],
+            [`the worker alone, queues in memory, no outcome written (${memoryRounds.map((r) => fmt(r.perS, 0)).join(', ')})`, String(total), fmt(inMemory.perS, 0), fmt(inMemory.cpuMs / total, 3), '-', '-'],
           ],
         )}\n`,
       );
@@ -219,6 +225,22 @@ export const webhooks: BenchModule = {
           unit: 'µs',
           baseline: (bare.cpuMs / total) * 1000,
           baselineUnit: 'µs',
+          baselineName: 'bare undici POST loop, same receiver',
+        }),
+        row({
+          name: 'webhook worker alone, queues in SQLite (each outcome durable before its queue moves on)',
+          figure: withSqlite.perS,
+          unit: 'deliv/s',
+          baseline: bareRate,
+          baselineUnit: 'POST/s',
+          baselineName: 'bare undici POST loop, same receiver',
+        }),
+        row({
+          name: 'webhook worker alone, queues in memory (no outcome written: the experiment)',
+          figure: inMemory.perS,
+          unit: 'deliv/s',
+          baseline: bareRate,
+          baselineUnit: 'POST/s',
           baselineName: 'bare undici POST loop, same receiver',
         }),
         row({ name: `webhook ingest-to-delivery delay p50, ${pacedRate} events/s`, figure: percentile(delays, 50), unit: 'ms', baseline: null, baselineUnit: null }),

@@ -12,6 +12,9 @@
  * reference. Every socket has TCP_NODELAY, as the cloud's broker, its link and the agent set it
  * (without it, Nagle's algorithm meeting delayed ACKs cost every command about 88 ms).
  *
+ * Configured actions (bench/commands-actions.ts): the same command answered by a program the
+ * agent's config maps to it against the simulated robot's in-process answer, both through /v1.
+ *
  * Capacity: fleets of increasing size (simulator processes of at most --per-process robots)
  * against one cloud process with its embedded broker: robots connected (GET /v1/robots), the
  * cloud's RSS before and after, memory per robot. Bounded by --capacity-timeout.
@@ -33,6 +36,7 @@ import { closedLoop, type LoopFigures } from './lib/closed-loop.js';
 import { fmt, table } from './lib/measure.js';
 import { BENCH_SERVE_ARGS, liftRequestLimits } from './lib/limits.js';
 import { BenchFailure, row, type SummaryRow } from './lib/summary.js';
+import { measureConfiguredActions, type ActionsFigures } from './commands-actions.js';
 
 const BARE_BROKER = fileURLToPath(new URL('./bare-broker.ts', import.meta.url));
 const RESPONDER = fileURLToPath(new URL('./mqtt-responder.ts', import.meta.url));
@@ -246,7 +250,7 @@ function positiveInts(name: string, raw: string): number[] {
 }
 
 export const commands: BenchModule = {
-  description: 'POST /v1/robots/{id}/stack/status round trips vs raw mqtt.js request/response over the same broker; robots one cloud process holds',
+  description: 'POST /v1/robots/{id}/stack/status round trips vs raw mqtt.js request/response over the same broker; a command answered by a configured program vs in-process; robots one cloud process holds',
   async run(argv) {
     const args = parseBenchArgs(argv, {
       'log-level': { type: 'string', default: 'warn' },
@@ -255,7 +259,11 @@ export const commands: BenchModule = {
       'per-process': { type: 'string', default: '250' },
       'capacity-timeout': { type: 'string', default: '600' },
       'skip-capacity': { type: 'boolean', default: false },
+      'skip-actions': { type: 'boolean', default: false },
+      /** Only the configured-actions rows (no raw baseline, no capacity). */
+      'actions-only': { type: 'boolean', default: false },
     });
+    const actionsOnly = args.extra['actions-only'] === true;
     const logLevel = String(args.extra['log-level']);
     const robotCount = positiveInts('robots', String(args.extra.robots))[0]!;
     const sizes = positiveInts('sizes', String(args.extra.sizes)).sort((a, b) => a - b);
@@ -266,6 +274,16 @@ export const commands: BenchModule = {
       `${load.durationS} s per run (+${load.warmupS} s warm-up), sequential and ${load.concurrency} in flight; ${robotCount} simulated robots; ` +
         `cloud log level ${logLevel}; node ${process.version}, ${availableParallelism()} CPUs`,
     );
+
+    const actionsRows = async (): Promise<SummaryRow[]> => {
+      if (args.extra['skip-actions'] === true) return [];
+      await using cloud = await startCloud({ logLevel, args: BENCH_SERVE_ARGS });
+      await liftRequestLimits(cloud);
+      const a = await measureConfiguredActions(cloud, (label, c, robots) => measureV1(label, c, robots, load), log);
+      printActions(a);
+      return actionsSummary(a);
+    };
+    if (actionsOnly) return actionsRows();
 
     // 1. Over one external bare broker: raw baseline and /v1, same broker, same run.
     let raw: LoopFigures[];
@@ -326,7 +344,10 @@ export const commands: BenchModule = {
     );
     process.stdout.write(`${table(['target', 'in flight', 'cmds/s', 'p50 ms', 'p99 ms'], rows)}\n`);
 
-    // 3. Capacity.
+    // 3. Configured actions.
+    const actionSummary = await actionsRows();
+
+    // 4. Capacity.
     let cap: Awaited<ReturnType<typeof capacity>> | null = null;
     if (args.extra['skip-capacity'] !== true) {
       cap = await capacity({ sizes, perProcess, timeoutS: capacityTimeoutS, logLevel });
@@ -393,7 +414,32 @@ export const commands: BenchModule = {
         baselineUnit: 'cmd/s',
         baselineName: floorName,
       }),
+      ...actionSummary,
     ];
     return summary;
   },
 };
+
+function printActions(a: ActionsFigures): void {
+  const fig = (f: LoopFigures) => [f.label, String(f.concurrency), fmt(f.per_s, 0), fmt(f.p50_ms), fmt(f.p99_ms)];
+  const rows: string[][] = [];
+  for (const i of [0, 1]) {
+    const p = a.program[i]!;
+    const s = a.inProcess[i]!;
+    rows.push(fig(s), fig(p), ['  ratio program over in-process', String(p.concurrency), fmt(p.per_s / s.per_s, 3), fmt(p.p50_ms / s.p50_ms, 3), fmt(p.p99_ms / s.p99_ms, 3)]);
+  }
+  process.stdout.write('\nstack.status answered by a configured program (sh) against the in-process simulated robot, both real agents on one cloud.\n');
+  process.stdout.write(`${table(['target', 'in flight', 'cmds/s', 'p50 ms', 'p99 ms'], rows)}\n`);
+  process.stdout.write(`${JSON.stringify({ bench: 'commands', configured_actions: a })}\n`);
+}
+
+function actionsSummary(a: ActionsFigures): SummaryRow[] {
+  const baselineName = 'the same command answered in-process (simulated robot), same run';
+  const [p1, pN] = a.program;
+  const [s1, sN] = a.inProcess;
+  return [
+    row({ name: '/v1 stack/status by a configured sh program p50, 1 in flight', figure: p1!.p50_ms, unit: 'ms', baseline: s1!.p50_ms, baselineUnit: 'ms', baselineName }),
+    row({ name: `/v1 stack/status by a configured sh program p50, ${pN!.concurrency} in flight`, figure: pN!.p50_ms, unit: 'ms', baseline: sN!.p50_ms, baselineUnit: 'ms', baselineName }),
+    row({ name: `/v1 stack/status by a configured sh program throughput, ${pN!.concurrency} in flight`, figure: pN!.per_s, unit: 'cmd/s', baseline: sN!.per_s, baselineUnit: 'cmd/s', baselineName }),
+  ];
+}

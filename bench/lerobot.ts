@@ -23,7 +23,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { ManualClock } from '@fleet/protocol';
-import { ManualScheduler, SyntheticRecorder, newEpisodeId } from '@fleet/agent';
+import { ManualScheduler, newEpisodeId } from '@fleet/agent';
+import { SyntheticRecorder } from '@fleet/simulator/synthetic-recorder';
 import { DEFAULT_MAPPING, parseMapping, type Mapping } from '@fleet/lerobot';
 import { WRIST_CAMERA_TOPIC, loadGridEpisode, parseManifestLine } from '../packages/lerobot/src/source/index.js';
 import { codecNames, videoEncoding, type VideoCodec } from '../packages/lerobot/src/writer/ffmpeg.js';
@@ -78,6 +79,8 @@ async function recordEpisode(root: string, bucket: string, index: number, s: Siz
   const recorder = new SyntheticRecorder({
     clock,
     scheduler,
+    // The exporter reads JSON recordings only (until it reads ROS 2 bags).
+    format: 'json',
     bytesPerSecond: s.cameras * s.width * s.height * 3 * s.fps + 64 * 1024,
     chunkIntervalMs: 100,
     cameras: s.cameras,

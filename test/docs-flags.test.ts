@@ -60,6 +60,7 @@ describe('docs/operations.md flag tables match the CLIs', () => {
   test.each([
     ['Running the cloud', 'cloud/dist/cli.js', ['serve']],
     ['Reference grant provider', 'simulator/dist/cli.js', ['grant-provider']],
+    ['Simulated fleet', 'simulator/dist/cli.js', ['fleet']],
   ])('%s: every flag of %s %s, with its variable', (heading, cli, args) => {
     const help = helpOptions(cli, args);
     const table = flagRows(section(operations, heading));

@@ -103,10 +103,12 @@ describe('episode reports from a real agent to a real cloud', () => {
     expect(exported).toHaveLength(1);
     const row = EpisodeWithLocationsSchema.parse(exported[0]);
     expect(row.files).toEqual(manifest.files);
-    expect(row.files.map((f) => f.path)).toEqual(['recording.mcap']);
-    // The manifest describes the file on the robot byte for byte.
-    const bytes = await readFile(join(dir, 'episodes', id, 'recording.mcap'));
-    expect(row.files[0]).toEqual({ path: 'recording.mcap', size_bytes: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex') });
+    // The simulated robot's rosbag2 directory; the manifest describes each file on the robot byte for byte.
+    expect(row.files.map((f) => f.path)).toEqual(['bag/bag_0.mcap', 'bag/metadata.yaml']);
+    for (const f of row.files) {
+      const bytes = await readFile(join(dir, 'episodes', id, ...f.path.split('/')));
+      expect(f).toEqual({ path: f.path, size_bytes: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex') });
+    }
 
     await waitOutboxEmpty(dir);
     expect((await agentStatus(dir)).outbox).toEqual({ pending: 0, refused: 0 });

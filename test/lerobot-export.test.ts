@@ -143,7 +143,8 @@ beforeAll(async () => {
   fleet = await startFleet(cloud, {
     count: 1,
     token: token.token,
-    args: ['--allow-http-uploads', '--cameras', '2', '--camera-width', '64', '--camera-height', '48', '--camera-hz', String(FPS), '--state-hz', '50'],
+    // The exporter reads JSON recordings (not yet ROS 2 bags): ask the simulator for them.
+    args: ['--allow-http-uploads', '--recording-format', 'json', '--cameras', '2', '--camera-width', '64', '--camera-height', '48', '--camera-hz', String(FPS), '--state-hz', '50'],
   });
   robot = fleet.robots[0]!;
   for (const [end, ms] of [

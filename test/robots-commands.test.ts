@@ -159,7 +159,8 @@ describe('the recording state table through /v1', () => {
     await idle(robot);
     const ep = await episodeFile(robot, episodeId);
     expect(ep).toMatchObject({ id: episodeId, robot_id: robot.robotId, outcome });
-    const mcap = join(robot.dataDir, 'episodes', episodeId, 'recording.mcap');
+    // The simulated robot records a rosbag2 directory (its MCAP and metadata.yaml).
+    const mcap = join(robot.dataDir, 'episodes', episodeId, 'bag', 'bag_0.mcap');
     const manifest = JSON.parse(await readFile(join(robot.dataDir, 'episodes', episodeId, 'manifest.json'), 'utf8')) as { files: { path: string }[] };
     if (outcome === 'discarded') {
       // Recorded files are deleted; the row (episode.json) is kept.
@@ -168,7 +169,7 @@ describe('the recording state table through /v1', () => {
       expect(ep.bag_size_bytes).toBe(0);
     } else {
       expect(existsSync(mcap)).toBe(true);
-      expect(manifest.files.map((f) => f.path)).toEqual(['recording.mcap']);
+      expect(manifest.files.map((f) => f.path)).toEqual(['bag/bag_0.mcap', 'bag/metadata.yaml']);
     }
   });
 

@@ -1,5 +1,6 @@
 import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
+import { AGENT_RUNTIME_VERSION } from '@fleet/agent';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { makeTempDir, startCloud, type CloudProcess } from './support/cloud.js';
 import {
@@ -141,7 +142,7 @@ describe('robots in the API', () => {
       connected: true,
       recording_state: 'idle',
       capabilities: ['episodes.v1'],
-      runtime_version: '0.1.0',
+      runtime_version: AGENT_RUNTIME_VERSION,
       platform: 'so-100',
     });
     expect(one.body.last_seen_at).toMatch(ISO);

@@ -1,3 +1,4 @@
+import { AGENT_RUNTIME_VERSION } from '@fleet/agent';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { cleanEnv, makeTempDir, REPO_ROOT, startCloud, type CloudProcess } from './support/cloud.js';
 import { exitWithin } from './support/process.js';
@@ -34,7 +35,7 @@ describe('fleet-sim fleet', () => {
       const listed = (await listRobots(cloud)).filter((r) => fleet.robots.includes(r.id));
       expect(listed).toHaveLength(3);
       for (const r of listed) {
-        expect(r).toMatchObject({ connected: true, recording_state: 'idle', capabilities: ['episodes.v1'], platform: 'sim-arm', runtime_version: '0.1.0' });
+        expect(r).toMatchObject({ connected: true, recording_state: 'idle', capabilities: ['episodes.v1'], platform: 'sim-arm', runtime_version: AGENT_RUNTIME_VERSION });
         expect(r.name).toMatch(/^sim-[0-2]$/);
       }
 

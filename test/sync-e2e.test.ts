@@ -104,7 +104,8 @@ describe('cloud sync end to end', () => {
       await using fleet = await startFleet(cloud, {
         count: 1,
         token: token.token,
-        args: ['--bytes-per-second', String(2 * 1024 * 1024), '--allow-http-uploads'],
+        // JSON recordings hold the byte rate exactly, so 5 s make a file over the multipart threshold.
+        args: ['--recording-format', 'json', '--bytes-per-second', String(2 * 1024 * 1024), '--allow-http-uploads'],
       });
       const robotId = fleet.robots[0]!;
 
@@ -197,7 +198,7 @@ describe('cloud sync end to end', () => {
       args: ['--port', String(port), '--multipart-threshold-bytes', String(5 * 1024 * 1024), '--part-size-bytes', String(5 * 1024 * 1024)],
     });
     expect(provider.url).toBe(`https://127.0.0.1:${port}`);
-    await using agent = await startAgentProcess(cloud, { args: ['--allow-http-uploads', '--upload-limit', String(limit), '--bytes-per-second', String(2 * 1024 * 1024)] });
+    await using agent = await startAgentProcess(cloud, { args: ['--recording-format', 'json', '--allow-http-uploads', '--upload-limit', String(limit), '--bytes-per-second', String(2 * 1024 * 1024)] });
     // About 6 MiB (two 5 MiB parts' worth at most), waiting on the recording's size, not a clock:
     // at the limit its upload lasts over ten seconds, long enough to sample.
     const episodeId = await recordAtLeast(agent.dataDir, 6 * 1024 * 1024);

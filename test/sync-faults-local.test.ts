@@ -116,9 +116,10 @@ describe('a local file corrupted after finalize (fleet-agent start)', () => {
     });
     try {
       // 2 MiB/s: an episode finished right after it started stays well under one part (a single
-      // PUT), and one of more than a part takes a few seconds to record.
+      // PUT), and one of more than a part takes a few seconds to record. JSON recordings: one file
+      // per episode that holds the byte rate exactly (a ROS 2 bag's zstd chunks make it smaller).
       await using agent = await startAgentProcess(stack.cloud, {
-        args: ['--bytes-per-second', String(2 * MiB), '--chunk-interval-ms', '50', '--outbox-ack-timeout-ms', '2000', '--allow-http-uploads', '--sync-part-parallel', '1', '--sync-retry-schedule-ms', '300'],
+        args: ['--recording-format', 'json', '--bytes-per-second', String(2 * MiB), '--chunk-interval-ms', '50', '--outbox-ack-timeout-ms', '2000', '--allow-http-uploads', '--sync-part-parallel', '1', '--sync-retry-schedule-ms', '300'],
       });
       const dataDir = agent.dataDir;
       const multipart = await recordAtLeast(dataDir, PART + 1);
@@ -246,10 +247,13 @@ describe('the grant provider down for hours (the agent on a clock the test moves
         done.push(await expected(stack.cloud, robot.dataDir, id));
       }
       await expectBucketHolds(stack.s3, done);
-      // Each object went once; one episode row and one verified event each.
+      // Each object (every file of each episode: a ROS 2 bag has two) went once; one episode row
+      // and one verified event each.
+      const files = (await Promise.all(ids.map((id) => episodeFiles(robot.dataDir, id)))).flatMap((e) => e.manifest.files);
+      expect(files.length).toBeGreaterThanOrEqual(ids.length);
       const puts = stack.proxy.requests.filter((r) => r.method === 'PUT');
-      expect(puts.map((r) => r.status)).toEqual(ids.map(() => 200));
-      expect(new Set(puts.map((r) => r.url.split('?')[0])).size).toBe(ids.length);
+      expect(puts.map((r) => r.status)).toEqual(files.map(() => 200));
+      expect(new Set(puts.map((r) => r.url.split('?')[0])).size).toBe(files.length);
       expect((await listEpisodes(stack.cloud)).map((e) => e.id).sort()).toEqual([...ids].sort());
       for (const id of ids) await waitFor(() => (stack.hooks.of('episode.verified', id).length === 1 ? true : undefined), { description: `episode.verified for ${id}` });
       expect(stack.hooks.deliveries.filter((d) => d.event === 'episode.failed')).toEqual([]);

@@ -43,8 +43,14 @@ afterAll(async () => {
 
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
-/** One part on the wire at a time, so "part 2 held" means part 1 is done and 3.. not sent; quick retries. */
+/**
+ * One part on the wire at a time, so "part 2 held" means part 1 is done and 3.. not sent; quick
+ * retries. JSON recordings: one file per episode that holds the byte rate exactly (a ROS 2 bag's
+ * zstd chunks make it smaller than the rate).
+ */
 const agentArgs = (bytesPerSecond: number, partParallel: number) => [
+  '--recording-format',
+  'json',
   '--bytes-per-second',
   String(bytesPerSecond),
   '--chunk-interval-ms',

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { runAction, SimulatedRobotActions } from './actions.js';
+import { SimulatedRobotActions, type ActionCommand, type RobotActions } from './actions.js';
+
+const runAction = (a: RobotActions, command: ActionCommand) => a.run({ command, args: {}, robot_id: 'rbt_aaaaaaaaaaaaaaaaaaaaaaaaaa', cmd_id: 'cmd_1' });
 
 describe('SimulatedRobotActions', () => {
   it('starts with the stack running, autonomy off, pose unknown; stack.status reports it', async () => {

@@ -16,39 +16,27 @@ export function isReadOnlyAction(command: ActionCommand): boolean {
 }
 
 /**
- * What the robot does for the non-episode commands. A real robot plugs in its motion and
- * software stack here. Each method resolves with the command-specific result fields, or throws
- * a {@link RefusalError} (`invalid_state` when the robot cannot do it now, `failed` when it
- * tried and could not).
+ * What an action is given: the command, the API body that came with it (`{}` when none), and
+ * which robot and command id it is for. A configured program reads exactly this as JSON on stdin
+ * and an endpoint as the body of its POST (configured-actions.ts).
  */
-export interface RobotActions {
-  goHome(): Promise<Record<string, unknown>>;
-  goToStart(): Promise<Record<string, unknown>>;
-  startAutonomous(): Promise<Record<string, unknown>>;
-  stopAutonomous(): Promise<Record<string, unknown>>;
-  stackStart(): Promise<Record<string, unknown>>;
-  stackStop(): Promise<Record<string, unknown>>;
-  stackStatus(): Promise<Record<string, unknown>>;
+export interface ActionRequest {
+  command: ActionCommand;
+  args: Record<string, unknown>;
+  robot_id: string;
+  cmd_id: string;
 }
 
-/** Runs `command` on `actions`. */
-export function runAction(actions: RobotActions, command: ActionCommand): Promise<Record<string, unknown>> {
-  switch (command) {
-    case 'go_home':
-      return actions.goHome();
-    case 'go_to_start':
-      return actions.goToStart();
-    case 'start_autonomous':
-      return actions.startAutonomous();
-    case 'stop_autonomous':
-      return actions.stopAutonomous();
-    case 'stack.start':
-      return actions.stackStart();
-    case 'stack.stop':
-      return actions.stackStop();
-    case 'stack.status':
-      return actions.stackStatus();
-  }
+/**
+ * What the robot does for the non-episode commands: the agent's config maps each one to a
+ * program or a robot-local HTTP endpoint (configured-actions.ts), or to the in-agent
+ * {@link SimulatedRobotActions}. `run` resolves with the command-specific result fields, or
+ * throws a {@link RefusalError}: the robot's decline (`invalid_state` when it cannot do it now,
+ * `invalid_args`, `failed` when it tried and could not, `not_configured`, `action_timeout`).
+ * Anything else it throws is answered `failed` with its message.
+ */
+export interface RobotActions {
+  run(request: ActionRequest): Promise<Record<string, unknown>>;
 }
 
 export type SimulatedPose = 'home' | 'start' | 'unknown';
@@ -72,49 +60,69 @@ export class SimulatedRobotActions implements RobotActions {
     this.s = { pose: 'unknown', autonomous: false, stack: 'running', ...initial };
   }
 
+  /** One method per command, so that a test robot can override one of them. */
+  run(request: ActionRequest): Promise<Record<string, unknown>> {
+    switch (request.command) {
+      case 'go_home':
+        return this.goHome(request);
+      case 'go_to_start':
+        return this.goToStart(request);
+      case 'start_autonomous':
+        return this.startAutonomous(request);
+      case 'stop_autonomous':
+        return this.stopAutonomous(request);
+      case 'stack.start':
+        return this.stackStart(request);
+      case 'stack.stop':
+        return this.stackStop(request);
+      case 'stack.status':
+        return this.stackStatus(request);
+    }
+  }
+
   get state(): Readonly<SimulatedRobotState> {
     return { ...this.s };
   }
 
-  async goHome(): Promise<Record<string, unknown>> {
+  async goHome(_request?: ActionRequest): Promise<Record<string, unknown>> {
     this.requireMovable('go home');
     this.s.pose = 'home';
     return { pose: this.s.pose };
   }
 
-  async goToStart(): Promise<Record<string, unknown>> {
+  async goToStart(_request?: ActionRequest): Promise<Record<string, unknown>> {
     this.requireMovable('go to the start pose');
     this.s.pose = 'start';
     return { pose: this.s.pose };
   }
 
-  async startAutonomous(): Promise<Record<string, unknown>> {
+  async startAutonomous(_request?: ActionRequest): Promise<Record<string, unknown>> {
     if (this.s.stack !== 'running') throw new RefusalError('invalid_state', 'cannot start autonomous mode while the stack is stopped');
     if (this.s.autonomous) throw new RefusalError('invalid_state', 'autonomous mode is already on');
     this.s.autonomous = true;
     return { autonomous: true };
   }
 
-  async stopAutonomous(): Promise<Record<string, unknown>> {
+  async stopAutonomous(_request?: ActionRequest): Promise<Record<string, unknown>> {
     if (!this.s.autonomous) throw new RefusalError('invalid_state', 'autonomous mode is not on');
     this.s.autonomous = false;
     return { autonomous: false };
   }
 
-  async stackStart(): Promise<Record<string, unknown>> {
+  async stackStart(_request?: ActionRequest): Promise<Record<string, unknown>> {
     if (this.s.stack === 'running') throw new RefusalError('invalid_state', 'the stack is already running');
     this.s.stack = 'running';
     return { stack: this.s.stack };
   }
 
-  async stackStop(): Promise<Record<string, unknown>> {
+  async stackStop(_request?: ActionRequest): Promise<Record<string, unknown>> {
     if (this.s.stack === 'stopped') throw new RefusalError('invalid_state', 'the stack is already stopped');
     if (this.s.autonomous) throw new RefusalError('invalid_state', 'cannot stop the stack while autonomous mode is on');
     this.s.stack = 'stopped';
     return { stack: this.s.stack };
   }
 
-  async stackStatus(): Promise<Record<string, unknown>> {
+  async stackStatus(_request?: ActionRequest): Promise<Record<string, unknown>> {
     return { stack: this.s.stack, autonomous: this.s.autonomous, pose: this.s.pose };
   }
 

@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { stat } from 'node:fs/promises';
+import { stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { createServer, type AddressInfo, type Server } from 'node:net';
 import { fileURLToPath } from 'node:url';
@@ -7,6 +8,7 @@ import { Aedes } from 'aedes';
 import mqtt from 'mqtt';
 import { EnrollBodySchema, RobotStatusSchema, topics, type EnrollResponse, type RobotStatus } from '@fleet/protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AGENT_RUNTIME_VERSION } from './config.js';
 import { credentialsPath } from './credentials.js';
 import { fakeRobotId, makeTempDir, removeTempDirs } from './test-support.js';
 
@@ -22,7 +24,7 @@ interface Result {
 
 function run(args: string[]): Promise<Result> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [...NODE_ARGS, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FLEET_AGENT_DATA_DIR: undefined } });
+    const child = spawn(process.execPath, [...NODE_ARGS, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FLEET_AGENT_DATA_DIR: undefined, FLEET_AGENT_CONFIG: 'none' } });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -120,7 +122,7 @@ describe('fleet-agent CLI', () => {
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout)).toEqual({ robot_id: robotId, name: 'arm-7', data_dir: dataDir });
-    expect(enrollBodies.at(-1)).toEqual({ token: 'ret_good', name: 'arm-7', platform: 'ur5e', runtime_version: '0.1.0' });
+    expect(enrollBodies.at(-1)).toEqual({ token: 'ret_good', name: 'arm-7', platform: 'ur5e', runtime_version: AGENT_RUNTIME_VERSION });
     expect((await stat(credentialsPath(dataDir))).mode & 0o777).toBe(0o600);
     const again = await run(['enroll', '--api', apiUrl, '--token', 'ret_good', '--data-dir', dataDir]);
     expect(again.code).not.toBe(0);
@@ -128,7 +130,12 @@ describe('fleet-agent CLI', () => {
   });
 
   it('start prints one connected line once connected and announces the enrolled platform', async () => {
-    const child = spawn(process.execPath, [...NODE_ARGS, 'start', '--data-dir', dataDir, '--bytes-per-second', '4096'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    // A robot configured as on hardware: a program records each episode (here a node script that
+    // appends to a file until SIGINT).
+    const configFile = join(dataDir, '..', `agent-${process.pid}.yaml`);
+    const script = "const fs=require('node:fs');const fd=fs.openSync('rec.bin','w');const t=setInterval(()=>fs.writeSync(fd,'x'),20);process.on('SIGINT',()=>{clearInterval(t);fs.closeSync(fd);process.exit(0)})";
+    await writeFile(configFile, `recorder:\n  kind: command\n  command: [${JSON.stringify(process.execPath)}, -e, ${JSON.stringify(script)}]\n  start_grace_ms: 100\n`);
+    const child = spawn(process.execPath, [...NODE_ARGS, 'start', '--config', configFile, '--data-dir', dataDir], { stdio: ['ignore', 'pipe', 'pipe'] });
     daemon = child;
     child.stderr.on('data', (d: Buffer) => (daemonStderr += d.toString()));
     const line = await firstStdoutLine(child);

@@ -2,11 +2,12 @@
 import { applyUsageRules, EXIT_USAGE, systemClock } from '@fleet/protocol';
 import { Command, Option } from 'commander';
 import { pino } from 'pino';
-import { ZodError } from 'zod';
-import { AGENT_RUNTIME_VERSION, LEGACY_RUNTIME_VERSION, parseAgentConfig, type AgentConfig, type AgentConfigInput } from './config.js';
+import { AGENT_RUNTIME_VERSION, LEGACY_RUNTIME_VERSION, type AgentConfig, type AgentConfigInput } from './config.js';
+import { configFileFor, dataDirFor, describeConfig, effectiveConfig, type ConfigOptions, type EffectiveConfig } from './cli-config.js';
 import { OPERATOR_CONTEXT_KEYS, type OperatorContextPatch } from './context.js';
 import { controlCall, controlSocketPath, ControlError } from './control/client.js';
 import { MAX_EPISODES_LISTED, type ControlResponse } from './control/protocol.js';
+import { ConfigFileError, DEFAULT_CONFIG_PATH, formatProblem } from './config-file.js';
 import { formatEpisode, formatEpisodeList } from './episodes-format.js';
 import type { EpisodeView } from './episodes-view.js';
 import { EPISODE_ID_PATTERN } from './ids.js';
@@ -16,21 +17,13 @@ import { formatStatus, type StatusForView } from './status-view.js';
 const EXIT_REFUSED = 1;
 const EXIT_NOT_RUNNING = 3;
 
-const dataDirOption = () => new Option('--data-dir <dir>', 'the robot data directory (credentials, agent.sqlite, episodes, agent.sock)').env('FLEET_AGENT_DATA_DIR').makeOptionMandatory();
+const dataDirOption = () => new Option('--data-dir <dir>', 'the robot data directory (credentials, agent.sqlite, episodes, agent.sock); default: data_dir of the config file').env('FLEET_AGENT_DATA_DIR');
+const configOption = () => new Option('--config <file>', `the agent's YAML config file (default ${DEFAULT_CONFIG_PATH} when it exists; \`none\`: no file)`).env('FLEET_AGENT_CONFIG');
 const socketOption = () => new Option('--socket <path>', 'control socket (default <data-dir>/agent.sock)').env('FLEET_AGENT_SOCKET');
 
 function fail(message: string, code: number): never {
   process.stderr.write(`fleet-agent: ${message}\n`);
   process.exit(code);
-}
-
-function configOrExit(input: AgentConfigInput): AgentConfig {
-  try {
-    return parseAgentConfig(input);
-  } catch (err) {
-    if (err instanceof ZodError) fail(`invalid configuration: ${err.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`, EXIT_USAGE);
-    throw err;
-  }
 }
 
 const program = new Command('fleet-agent')
@@ -42,6 +35,7 @@ program
   .description('enroll this robot with the cloud and store its credentials (mode 0600) in the data directory')
   .addOption(new Option('--api <url>', 'the fleet API base URL').env('FLEET_AGENT_API').makeOptionMandatory())
   .addOption(new Option('--token <token>', 'enrollment token (ret_…). Prefer FLEET_AGENT_ENROLL_TOKEN: a flag shows in the process list').env('FLEET_AGENT_ENROLL_TOKEN').makeOptionMandatory())
+  .addOption(configOption())
   .addOption(dataDirOption())
   .option('--name <name>', 'robot name (the cloud picks one if absent)')
   .option('--platform <platform>', 'robot platform, e.g. the arm model')
@@ -49,32 +43,108 @@ program
   .option('--legacy-runtime', `enroll as a runtime without episodes.v1 (announces ${LEGACY_RUNTIME_VERSION})`)
   .addOption(new Option('--mqtt-url <url>', 'broker address to store instead of the one the cloud answers with').env('FLEET_AGENT_MQTT_URL'))
   .option('--force', 'replace existing credentials (the robot becomes a new robot)')
-  .action(async (o: { api: string; token: string; dataDir: string; name?: string; platform?: string; runtimeVersion?: string; legacyRuntime?: boolean; mqttUrl?: string; force?: boolean }) => {
+  .action(async (o: { api: string; token: string; dataDir?: string; config?: string; name?: string; platform?: string; runtimeVersion?: string; legacyRuntime?: boolean; mqttUrl?: string; force?: boolean }) => {
     // Loaded when used (as the daemon below): the control commands (status, record, episodes)
     // start without the HTTP and MQTT clients.
     const { enroll, EnrollError } = await import('./enroll.js');
+    let dataDir: string;
+    try {
+      dataDir = await dataDirFor(o);
+    } catch (err) {
+      if (err instanceof ConfigFileError) fail(err.problems.map(formatProblem).join('\n'), EXIT_USAGE);
+      throw err;
+    }
     try {
       const creds = await enroll({
         api: o.api,
         token: o.token,
-        dataDir: o.dataDir,
+        dataDir,
         runtimeVersion: o.runtimeVersion ?? (o.legacyRuntime ? LEGACY_RUNTIME_VERSION : AGENT_RUNTIME_VERSION),
         ...(o.name !== undefined ? { name: o.name } : {}),
         ...(o.platform !== undefined ? { platform: o.platform } : {}),
         ...(o.mqttUrl !== undefined ? { mqttUrl: o.mqttUrl } : {}),
         ...(o.force ? { force: true } : {}),
       });
-      process.stdout.write(`${JSON.stringify({ robot_id: creds.robot_id, name: creds.name, data_dir: o.dataDir })}\n`);
+      process.stdout.write(`${JSON.stringify({ robot_id: creds.robot_id, name: creds.name, data_dir: dataDir })}\n`);
     } catch (err) {
       if (err instanceof EnrollError) fail(err.message, err.code === 'already_enrolled' ? EXIT_USAGE : EXIT_REFUSED);
       throw err;
     }
   });
 
+/** `start` options whose attribute is the AgentConfig key of the same name (strings, parsed by the schema). */
+const START_SETTINGS = [
+  'dataDir',
+  'bytesPerSecond',
+  'chunkIntervalMs',
+  'finalizingDelayMs',
+  'mqttUrl',
+  'platform',
+  'runtimeVersion',
+  'reconnectMinMs',
+  'reconnectMaxMs',
+  'outboxAckTimeoutMs',
+  'outboxMaxInFlight',
+  'syncConcurrency',
+  'syncPartParallel',
+  'syncGrantTimeoutMs',
+  'syncAssignmentsRefreshMs',
+  'uploadTimeoutMs',
+  'uploadCaFile',
+  'uploadLimit',
+  'logLevel',
+] as const;
+
+const truthy = (v: unknown) => v === true || v === 'true' || v === '1';
+
+/**
+ * What the flags and FLEET_AGENT_* variables of `start` set: only the ones given (a value from
+ * commander's default would hide the file's), as AgentConfig input.
+ */
+function startOverrides(o: Record<string, string | boolean | undefined>, cmd: Command): Partial<AgentConfigInput> {
+  const given = (k: string) => {
+    const source = cmd.getOptionValueSource(k);
+    return source === 'cli' || source === 'env';
+  };
+  const out: Record<string, unknown> = {};
+  for (const k of START_SETTINGS) if (given(k) && typeof o[k] === 'string') out[k] = o[k];
+  if (given('legacyRuntime')) out.legacyRuntime = truthy(o.legacyRuntime);
+  if (given('allowHttpUploads')) out.allowHttpUploads = truthy(o.allowHttpUploads);
+  if (given('sync') && o.sync === false) out.sync = false;
+  else if (process.env.FLEET_AGENT_SYNC === '0' || process.env.FLEET_AGENT_SYNC === 'false') out.sync = false;
+  const schedule = given('syncRetryScheduleMs') ? o.syncRetryScheduleMs : undefined;
+  if (typeof schedule === 'string') out.syncRetryScheduleMs = schedule.split(',').map((v) => v.trim());
+  if (given('simulate') && truthy(o.simulate)) {
+    out.recorder = { kind: 'synthetic', ...(typeof o.recordingFormat === 'string' ? { format: o.recordingFormat } : {}) };
+    out.actions = 'simulated';
+  } else if (given('recordingFormat')) {
+    fail('--recording-format is a setting of the synthetic recorder: give it with --simulate (or recorder.format in the config file)', EXIT_USAGE);
+  }
+  // Node trusts NODE_EXTRA_CA_CERTS by itself; an --upload-ca-file rebuilds the list and keeps it.
+  if (process.env.NODE_EXTRA_CA_CERTS) out.extraCaCertsFile = process.env.NODE_EXTRA_CA_CERTS;
+  return out;
+}
+
+/** The effective config, or exit 2 with every problem (file, line, key) on stderr. */
+async function effectiveConfigOrExit(overrides: Partial<AgentConfigInput>, o: ConfigOptions, opts: { checkPrograms?: boolean } = {}): Promise<EffectiveConfig> {
+  try {
+    return await effectiveConfig(overrides, o, process.env, opts);
+  } catch (err) {
+    if (err instanceof ConfigFileError) {
+      process.stderr.write(`fleet-agent: invalid configuration:\n${err.problems.map((p) => `  ${formatProblem(p)}`).join('\n')}\n`);
+      process.exit(EXIT_USAGE);
+    }
+    throw err;
+  }
+}
+
 program
   .command('start')
   .description('run the agent daemon (needs credentials from `fleet-agent enroll`; never enrolls by itself)')
+  .addOption(configOption())
   .addOption(dataDirOption())
+  .addOption(new Option('--simulate', "a simulated robot: the simulator's synthetic recorder and simulated actions (needs the simulator installed; overrides recorder and actions of the file)").env('FLEET_AGENT_SIMULATE'))
+  .addOption(new Option('--recording-format <format>', 'with --simulate: ros2 (a rosbag2 MCAP directory, the default) or json').choices(['ros2', 'json']).env('FLEET_AGENT_RECORDING_FORMAT'))
   .addOption(new Option('--legacy-runtime', 'behave as a runtime without episodes.v1').env('FLEET_AGENT_LEGACY_RUNTIME'))
   .addOption(new Option('--bytes-per-second <n>', 'synthetic recorder byte rate (default 65536)').env('FLEET_AGENT_BYTES_PER_SECOND'))
   .addOption(new Option('--chunk-interval-ms <ms>', 'synthetic recorder write interval (default 100)').env('FLEET_AGENT_CHUNK_INTERVAL_MS'))
@@ -96,51 +166,30 @@ program
   .addOption(new Option('--upload-ca-file <file>', 'PEM of extra CAs trusted for upload URLs (besides the system CAs and NODE_EXTRA_CA_CERTS)').env('FLEET_AGENT_UPLOAD_CA_FILE'))
   .addOption(new Option('--allow-http-uploads', 'allow plain http:// upload URLs (refused by default)').env('FLEET_AGENT_ALLOW_HTTP_UPLOADS'))
   .addOption(new Option('--upload-limit <bytes/s>', 'most bytes per second all uploads together may send (default: unlimited)').env('FLEET_AGENT_UPLOAD_LIMIT'))
-  .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_AGENT_LOG_LEVEL').default('info'))
-  .action(async (o: Record<string, string | boolean | undefined>) => {
-    const str = (k: string) => (typeof o[k] === 'string' ? o[k] : undefined);
-    const input: AgentConfigInput = { dataDir: String(o.dataDir), legacyRuntime: o.legacyRuntime === true || o.legacyRuntime === 'true' || o.legacyRuntime === '1' };
-    const set = <K extends keyof AgentConfigInput>(key: K, value: AgentConfigInput[K] | undefined) => {
-      if (value !== undefined) input[key] = value;
-    };
-    set('bytesPerSecond', str('bytesPerSecond'));
-    set('chunkIntervalMs', str('chunkIntervalMs'));
-    set('finalizingDelayMs', str('finalizingDelayMs'));
-    set('mqttUrl', str('mqttUrl'));
-    set('platform', str('platform'));
-    set('runtimeVersion', str('runtimeVersion'));
-    set('reconnectMinMs', str('reconnectMinMs'));
-    set('reconnectMaxMs', str('reconnectMaxMs'));
-    set('outboxAckTimeoutMs', str('outboxAckTimeoutMs'));
-    set('outboxMaxInFlight', str('outboxMaxInFlight'));
-    set('logLevel', str('logLevel') as AgentConfig['logLevel']);
-    const flag = (v: string | boolean | undefined) => v === true || v === 'true' || v === '1';
-    input.sync = o.sync !== false && process.env.FLEET_AGENT_SYNC !== '0' && process.env.FLEET_AGENT_SYNC !== 'false';
-    input.allowHttpUploads = flag(o.allowHttpUploads);
-    set('syncConcurrency', str('syncConcurrency'));
-    set('syncPartParallel', str('syncPartParallel'));
-    set('syncGrantTimeoutMs', str('syncGrantTimeoutMs'));
-    set('syncAssignmentsRefreshMs', str('syncAssignmentsRefreshMs'));
-    const schedule = str('syncRetryScheduleMs');
-    if (schedule !== undefined) input.syncRetryScheduleMs = schedule.split(',').map((v) => v.trim());
-    set('uploadTimeoutMs', str('uploadTimeoutMs'));
-    set('uploadCaFile', str('uploadCaFile'));
-    set('uploadLimit', str('uploadLimit'));
-    // Node trusts NODE_EXTRA_CA_CERTS by itself; an --upload-ca-file rebuilds the list and keeps it.
-    set('extraCaCertsFile', process.env.NODE_EXTRA_CA_CERTS || undefined);
-    await runDaemon(configOrExit(input));
+  .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent (default info)').env('FLEET_AGENT_LOG_LEVEL'))
+  .action(async (o: Record<string, string | boolean | undefined>, cmd: Command) => {
+    const { config, file } = await effectiveConfigOrExit(startOverrides(o, cmd), { ...(typeof o.config === 'string' ? { config: o.config } : {}) });
+    await runDaemon(config, file?.path);
   });
 
-async function runDaemon(config: AgentConfig): Promise<void> {
+const configCmd = program.command('config').description("the agent's YAML config file");
+configCmd
+  .command('check')
+  .description('check a config file (default: --config, else ' + DEFAULT_CONFIG_PATH + '): print the effective settings as JSON, or every error with file, line and key (exit 2)')
+  .argument('[file]', 'the config file')
+  .addOption(configOption())
+  .addOption(dataDirOption())
+  .action(async (fileArg: string | undefined, o: { config?: string; dataDir?: string }) => {
+    const path = fileArg ?? o.config ?? DEFAULT_CONFIG_PATH;
+    const { config } = await effectiveConfigOrExit(o.dataDir !== undefined ? { dataDir: o.dataDir } : {}, { config: path });
+    process.stdout.write(`${JSON.stringify({ file: path, settings: describeConfig(config) }, null, 2)}\n`);
+  });
+
+async function runDaemon(config: AgentConfig, configFile: string | undefined): Promise<void> {
   const logger = pino({ level: config.logLevel, base: { pid: process.pid }, redact: ['password', '*.password'] }, pino.destination({ dest: 2, sync: true }));
-  const [{ SimulatedRobotActions }, { Agent, NotEnrolledError }, { SyntheticRecorder }, { systemScheduler }] = await Promise.all([
-    import('./actions.js'),
-    import('./daemon.js'),
-    import('./recording/synthetic-recorder.js'),
-    import('./time.js'),
-  ]);
-  const recorder = new SyntheticRecorder({ clock: systemClock, scheduler: systemScheduler, bytesPerSecond: config.bytesPerSecond, chunkIntervalMs: config.chunkIntervalMs });
-  const agent = new Agent(config, { clock: systemClock, scheduler: systemScheduler, logger, recorder, actions: new SimulatedRobotActions() });
+  const [{ Agent, NotEnrolledError }, { buildRobotParts }, { systemScheduler }] = await Promise.all([import('./daemon.js'), import('./robot-parts.js'), import('./time.js')]);
+  const parts = await buildRobotParts(config, { clock: systemClock, scheduler: systemScheduler, logger, env: process.env, ...(configFile ? { configFile } : {}) });
+  const agent = new Agent(config, { clock: systemClock, scheduler: systemScheduler, logger, ...parts });
   try {
     await agent.start();
   } catch (err) {
@@ -169,10 +218,25 @@ async function runDaemon(config: AgentConfig): Promise<void> {
   process.on('SIGINT', shutdown);
 }
 
-/** One control request; an agent that is not running exits EXIT_NOT_RUNNING with the reason. */
-async function controlCallOrExit(o: { dataDir: string; socket?: string }, body: Parameters<typeof controlCall>[1]): Promise<ControlResponse> {
+/** The control socket: the flag, else the config file's `socket_path`, else `<data dir>/agent.sock`. */
+async function socketOf(o: { dataDir?: string; socket?: string; config?: string }): Promise<string> {
+  if (o.socket !== undefined) return o.socket;
   try {
-    return await controlCall(o.socket ?? controlSocketPath(o.dataDir), body);
+    if (o.dataDir === undefined) {
+      const file = await configFileFor(o);
+      if (file?.input.socketPath !== undefined) return file.input.socketPath;
+    }
+    return controlSocketPath(await dataDirFor(o));
+  } catch (err) {
+    if (err instanceof ConfigFileError) fail(err.problems.map(formatProblem).join('\n'), EXIT_USAGE);
+    throw err;
+  }
+}
+
+/** One control request; an agent that is not running exits EXIT_NOT_RUNNING with the reason. */
+async function controlCallOrExit(o: { dataDir?: string; socket?: string; config?: string }, body: Parameters<typeof controlCall>[1]): Promise<ControlResponse> {
+  try {
+    return await controlCall(await socketOf(o), body);
   } catch (err) {
     if (err instanceof ControlError) fail(err.message, EXIT_NOT_RUNNING);
     throw err;
@@ -180,7 +244,7 @@ async function controlCallOrExit(o: { dataDir: string; socket?: string }, body: 
 }
 
 /** Sends one control request, prints the answer as JSON; refusals exit non-zero with the reason. */
-async function control(o: { dataDir: string; socket?: string }, body: Parameters<typeof controlCall>[1]): Promise<void> {
+async function control(o: { dataDir?: string; socket?: string; config?: string }, body: Parameters<typeof controlCall>[1]): Promise<void> {
   const response = await controlCallOrExit(o, body);
   process.stdout.write(`${JSON.stringify(response.ok ? response.result : { error: response.error })}\n`);
   if (!response.ok) fail(`${response.error.code}: ${response.error.message}`, EXIT_REFUSED);
@@ -192,19 +256,21 @@ for (const verb of ['start', 'finish', 'fail', 'discard'] as const) {
   episode
     .command(verb)
     .description(outcome)
+    .addOption(configOption())
     .addOption(dataDirOption())
     .addOption(socketOption())
-    .action((o: { dataDir: string; socket?: string }) => control(o, { op: `episode.${verb}` }));
+    .action((o: { dataDir?: string; socket?: string; config?: string }) => control(o, { op: `episode.${verb}` }));
 }
 
 const context = program.command('context').description('the operator context episodes are stamped with');
 const setCmd = context
   .command('set')
   .description('set context fields; an empty value clears a field, an absent option leaves it as it is, except that an id changed without its name (--task-id without --task-name) clears the name')
+  .addOption(configOption())
   .addOption(dataDirOption())
   .addOption(socketOption());
 for (const key of OPERATOR_CONTEXT_KEYS) setCmd.option(`--${key.replaceAll('_', '-')} <value>`, key);
-setCmd.action((o: Record<string, string | undefined> & { dataDir: string; socket?: string }) => {
+setCmd.action((o: Record<string, string | undefined> & { dataDir?: string; socket?: string; config?: string }) => {
   const patch: OperatorContextPatch = {};
   for (const key of OPERATOR_CONTEXT_KEYS) {
     const camel = key.replace(/_([a-z])/g, (_m, c: string) => c.toUpperCase());
@@ -217,24 +283,26 @@ setCmd.action((o: Record<string, string | undefined> & { dataDir: string; socket
 context
   .command('get')
   .description('print the current operator context')
+  .addOption(configOption())
   .addOption(dataDirOption())
   .addOption(socketOption())
-  .action((o: { dataDir: string; socket?: string }) => control(o, { op: 'context.get' }));
+  .action((o: { dataDir?: string; socket?: string; config?: string }) => control(o, { op: 'context.get' }));
 
 program
   .command('status')
   .description(
     "print the running agent's status (recording state, connection, outbox, sync counts) and each pending episode's upload progress per destination: progress bars on a terminal, one line per upload otherwise, the control socket's JSON with --json",
   )
+  .addOption(configOption())
   .addOption(dataDirOption())
   .addOption(socketOption())
   .option('--json', 'print the JSON answer of the control socket')
-  .action(async (o: { dataDir: string; socket?: string; json?: boolean }) => {
+  .action(async (o: { dataDir?: string; socket?: string; config?: string; json?: boolean }) => {
     await controlView(o, { op: 'status' }, (result) => formatStatus(result as unknown as StatusForView, { tty: process.stdout.isTTY === true, columns: process.stdout.columns ?? 100 }));
   });
 
 /** One control request whose result is printed by `format`, or as JSON with --json. */
-async function controlView(o: { dataDir: string; socket?: string; json?: boolean }, body: Parameters<typeof controlCall>[1], format: (result: Record<string, unknown>) => string): Promise<void> {
+async function controlView(o: { dataDir?: string; socket?: string; config?: string; json?: boolean }, body: Parameters<typeof controlCall>[1], format: (result: Record<string, unknown>) => string): Promise<void> {
   if (o.json) return control(o, body);
   const response = await controlCallOrExit(o, body);
   if (!response.ok) fail(`${response.error.code}: ${response.error.message}`, EXIT_REFUSED);
@@ -245,12 +313,13 @@ const episodes = program.command('episodes').description('the episodes on this r
 episodes
   .command('list')
   .description('the newest episodes, newest first (the one recording now on top): state, directory, files with sizes, and per destination the replica state, bytes sent, last error; when the local copy is due for pruning')
+  .addOption(configOption())
   .addOption(dataDirOption())
   .addOption(socketOption())
   .option('--limit <n>', `how many episodes (1-${MAX_EPISODES_LISTED}, default 50)`)
   .option('--json', "print the control socket's JSON answer")
   .addHelpText('after', '\nExamples:\n  $ fleet-agent episodes list --data-dir ./robot-1\n  $ fleet-agent episodes list --data-dir ./robot-1 --limit 5 --json')
-  .action(async (o: { dataDir: string; socket?: string; json?: boolean; limit?: string }) => {
+  .action(async (o: { dataDir?: string; socket?: string; config?: string; json?: boolean; limit?: string }) => {
     const limit = o.limit === undefined ? undefined : Number(o.limit);
     if (limit !== undefined && !(Number.isInteger(limit) && limit >= 1 && limit <= MAX_EPISODES_LISTED)) {
       fail(`--limit must be a whole number from 1 to ${MAX_EPISODES_LISTED}, got ${JSON.stringify(o.limit)} (see fleet-agent episodes list --help)`, EXIT_USAGE);
@@ -261,11 +330,12 @@ episodes
   .command('show')
   .description('one episode: state, times, directory, files with sizes and sha256, and its sync state per destination')
   .argument('<id>', 'episode id (ep_…)')
+  .addOption(configOption())
   .addOption(dataDirOption())
   .addOption(socketOption())
   .option('--json', "print the control socket's JSON answer")
   .addHelpText('after', '\nExample:\n  $ fleet-agent episodes show ep_2kq4x7a3bcdefghijklmnopqrs --data-dir ./robot-1')
-  .action(async (id: string, o: { dataDir: string; socket?: string; json?: boolean }) => {
+  .action(async (id: string, o: { dataDir?: string; socket?: string; config?: string; json?: boolean }) => {
     if (!EPISODE_ID_PATTERN.test(id)) fail(`not an episode id: ${JSON.stringify(id)}, expected ep_ and 26 characters a-z, 2-7 (see fleet-agent episodes show --help)`, EXIT_USAGE);
     await controlView(o, { op: 'episodes.show', episode_id: id }, (r) => `${formatEpisode(r.episode as EpisodeView, { detail: true })}\n`);
   });
@@ -273,9 +343,10 @@ episodes
 program
   .command('metrics')
   .description("print the running agent's outbox and upload figures in Prometheus text format (outbox messages by kind and state, bytes and attempts uploaded, replicas by state, free disk and backlog)")
+  .addOption(configOption())
   .addOption(dataDirOption())
   .addOption(socketOption())
-  .action(async (o: { dataDir: string; socket?: string }) => {
+  .action(async (o: { dataDir?: string; socket?: string; config?: string }) => {
     await controlView(o, { op: 'metrics' }, (result) => String(result.text));
   });
 

@@ -14,7 +14,7 @@ import {
   type RobotCommand,
 } from '@fleet/protocol';
 import type { Logger } from 'pino';
-import { isActionCommand, isReadOnlyAction, runAction, type ActionCommand, type RobotActions } from './actions.js';
+import { isActionCommand, isReadOnlyAction, type ActionCommand, type RobotActions } from './actions.js';
 import { RefusalError } from './errors.js';
 import type { EpisodeTransitionResult, RecordingStateMachine } from './recording/state-machine.js';
 import type { AgentStore, RememberedCommand, StoredCommandResult } from './store/types.js';
@@ -174,7 +174,7 @@ export class CommandHandler {
     }
     let reply: CommandReply;
     try {
-      reply = this.ok(cmd, await runAction(this.opts.actions, command));
+      reply = this.ok(cmd, await this.opts.actions.run({ command, args: cmd.args ?? {}, robot_id: this.opts.robotId, cmd_id: cmd.cmd_id }));
     } catch (err) {
       reply = this.refusalOf(cmd, err);
     }

@@ -1,7 +1,10 @@
 import { z } from 'zod';
+import { ActionsSectionSchema } from './configured-actions.js';
+import { RecorderConfigSchema, type RecorderKind } from './recording/recorder-config.js';
+import { AGENT_VERSION } from './version.js';
 
 /** The runtime version this build announces; `--legacy-runtime` announces a pre-episodes.v1 one. */
-export const AGENT_RUNTIME_VERSION = '0.1.0';
+export const AGENT_RUNTIME_VERSION = AGENT_VERSION;
 /** What a legacy runtime (no native episode commands) announces by default. */
 export const LEGACY_RUNTIME_VERSION = '0.0.9-legacy';
 
@@ -76,6 +79,14 @@ export const AgentConfigSchema = z
     /** The local control socket; `<dataDir>/agent.sock` by default. */
     socketPath: z.string().min(1).optional(),
     logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    /** What writes episode files (`recorder.kind`: command, import, synthetic); absent: nothing is recorded. */
+    recorder: RecorderConfigSchema.optional(),
+    /** What answers each robot command: a program, a shell command or a robot-local endpoint, or `simulated`. */
+    actions: ActionsSectionSchema.shape.actions,
+    /** Timeout of an action without its own `timeout_ms`; keep it under the cloud's command wait (10 s by default). */
+    actionTimeoutMs: ActionsSectionSchema.shape.action_timeout_ms,
+    /** Most bytes read from an action program's stdout or an endpoint's body. */
+    actionOutputMaxBytes: ActionsSectionSchema.shape.action_output_max_bytes,
   })
   .refine((c) => c.reconnectMinMs <= c.reconnectMaxMs, { message: 'reconnectMinMs must not exceed reconnectMaxMs', path: ['reconnectMinMs'] });
 
@@ -85,6 +96,11 @@ export type AgentConfigInput = z.input<typeof AgentConfigSchema>;
 /** Parses once and freezes; throws a ZodError naming the offending fields. */
 export function parseAgentConfig(input: AgentConfigInput): AgentConfig {
   return Object.freeze(AgentConfigSchema.parse(input));
+}
+
+/** The recorder kind the config chose (`none` when it chose none). */
+export function recorderKindOf(config: AgentConfig): RecorderKind {
+  return config.recorder?.kind ?? 'none';
 }
 
 /** The runtime version the agent announces under `config`. */

@@ -6,6 +6,7 @@ import type { RobotActions } from './actions.js';
 import { CommandHandler } from './commands.js';
 import { NotFoundError, RefusalError } from './errors.js';
 import { runtimeVersionOf, type AgentConfig } from './config.js';
+import { recorderTakesEpisodeVerbs, type RecorderKind } from './recording/recorder-config.js';
 import type { OperatorContext, OperatorContextPatch } from './context.js';
 import { controlSocketPath } from './control/client.js';
 import type { ControlRequest } from './control/protocol.js';
@@ -34,6 +35,14 @@ export interface AgentDeps {
   logger: Logger;
   recorder: Recorder;
   actions: RobotActions;
+  /**
+   * Which kind of recorder `recorder` is (default `synthetic`: one the agent drives). With
+   * `import` the robot's own stack starts and ends recordings and with `none` nothing records:
+   * neither announces `episodes.v1`, and only `fail` works.
+   */
+  recorderKind?: RecorderKind;
+  /** With `import`: the folder's watcher, made once the state machine runs, stopped before it. */
+  importWatcher?: (deps: { machine: RecordingStateMachine; store: AgentStore; dataDir: string; clock: Clock; scheduler: Scheduler; logger: Logger }) => { start(): Promise<void> | void; stop(): Promise<void> };
   /** Default: read from `<dataDir>/credentials.json`. */
   credentials?: Credentials;
   /** Default: `<dataDir>/agent.sqlite`. */
@@ -153,7 +162,12 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
   }
 
   get capabilities(): string[] {
-    return this.config.legacyRuntime ? [] : [CAPABILITY_EPISODES_V1];
+    return this.config.legacyRuntime || !this.drivesRecorder ? [] : [CAPABILITY_EPISODES_V1];
+  }
+
+  /** Whether episodes start and end by the verbs (the agent drives its recorder), or by the robot's own stack. */
+  private get drivesRecorder(): boolean {
+    return recorderTakesEpisodeVerbs(this.deps.recorderKind ?? 'synthetic');
   }
 
   /**
@@ -340,7 +354,8 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       store,
       clock: deps.clock,
       logger: log,
-      legacyRuntime: config.legacyRuntime,
+      // Without episodes.v1 (a legacy runtime, an import folder, no recorder) only `fail` runs.
+      legacyRuntime: config.legacyRuntime || !this.drivesRecorder,
       windowMs: config.commandResultWindowMs,
       publish: (reply: CommandReply) => link?.publishReply(reply) ?? Promise.resolve(),
       rotateCredentials: async ({ password }) => {
@@ -351,6 +366,14 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
         log.info({ robot_id: creds.robot_id, previous_password_kept: stored.mqtt.previous_password !== undefined }, 'broker credentials rotated and stored');
       },
     });
+    if (deps.importWatcher) {
+      const make = deps.importWatcher;
+      await life.add('import watcher', async () => {
+        const w = make({ machine, store, dataDir: config.dataDir, clock: deps.clock, scheduler: deps.scheduler, logger: log.child({ component: 'import' }) });
+        await w.start();
+        return { value: w, close: () => w.stop() };
+      });
+    }
     await this.prune();
     this.accepting = true;
     if (link) {
@@ -433,6 +456,9 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
    * transition as the cloud's command, available on every runtime.
    */
   episode(verb: 'start' | EndVerb, source = 'local'): Promise<EpisodeTransitionResult> {
+    if (verb !== 'fail' && this.deps.recorderKind === 'import') {
+      return Promise.reject(new RefusalError('unsupported', `cannot ${verb}: with recorder kind import the robot's own stack starts and ends recordings (only fail works)`));
+    }
     return this.machine.apply(verb, { source });
   }
 

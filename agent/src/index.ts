@@ -29,7 +29,7 @@ export {
   type OperatorContextKey,
   type OperatorContextPatch,
 } from './context.js';
-export { ACTION_COMMANDS, SimulatedRobotActions, runAction, type ActionCommand, type RobotActions, type SimulatedRobotState, type SimulatedPose } from './actions.js';
+export { ACTION_COMMANDS, SimulatedRobotActions, type ActionCommand, type ActionRequest, type RobotActions, type SimulatedRobotState, type SimulatedPose } from './actions.js';
 export { CommandHandler, type CommandHandlerOptions } from './commands.js';
 export { RefusalError, IllegalTransitionError } from './errors.js';
 export { newEpisodeId, newRecordingSessionId, EPISODE_ID_PATTERN } from './ids.js';
@@ -42,7 +42,6 @@ export {
   type RecordedFiles,
   type RecorderStats,
 } from './recording/recorder.js';
-export { CAMERA_TOPIC, JOINT_STATES_TOPIC, SyntheticRecorder, SYNTHETIC_FILE, type SyntheticRecorderOptions } from './recording/synthetic-recorder.js';
 export {
   RecordingStateMachine,
   type RecordingState,

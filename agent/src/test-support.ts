@@ -4,11 +4,12 @@
  * import this module (the build excludes it).
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, open, readdir, readFile, rm, type FileHandle } from 'node:fs/promises';
 import { createServer, type AddressInfo, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
+import { McapStreamReader, McapWriter } from '@mcap/core';
 import { Aedes, type Client } from 'aedes';
 import mqtt, { type MqttClient } from 'mqtt';
 import { ManualClock, OutboxBatchSchema, OutboxMessageSchema, parseRobotTopic, topics, type OutboxAck, type OutboxMessage, type RobotCommand } from '@fleet/protocol';
@@ -17,10 +18,10 @@ import { SimulatedRobotActions } from './actions.js';
 import { parseAgentConfig, type AgentConfigInput } from './config.js';
 import type { Credentials } from './credentials.js';
 import { Agent, type AgentDeps } from './daemon.js';
+import type { RecordedFiles, Recorder, RecorderStats, RecordingHandle, RecordingInfo } from './recording/recorder.js';
 import { RecordingStateMachine } from './recording/state-machine.js';
-import { SyntheticRecorder } from './recording/synthetic-recorder.js';
 import { openAgentStore, type SqliteAgentStore } from './store/sqlite.js';
-import { ManualScheduler, type Scheduler } from './time.js';
+import { ManualScheduler, type Scheduler, type TimerHandle } from './time.js';
 
 export interface LogCapture {
   logger: Logger;
@@ -54,6 +55,117 @@ export async function removeTempDirs(): Promise<void> {
   for (const dir of tempDirs.splice(0)) await rm(dir, { recursive: true, force: true });
 }
 
+/** The test recorder's file. */
+export const TEST_RECORDING_FILE = 'recording.mcap';
+
+/**
+ * The agent tests' recorder (the synthetic arm lives in the simulator, which the agent does not
+ * depend on): one real MCAP file, `recording.mcap`, one channel of opaque messages, and at every
+ * tick one message carrying exactly the payload the manual clock owes at `bytesPerSecond`. Small
+ * chunks, so a recording abandoned mid-way (a crash test) has messages on disk.
+ */
+export class TestRecorder implements Recorder {
+  private readonly queues = new Set<{ queue: Promise<void> }>();
+
+  constructor(private readonly opts: { clock: { now(): number }; scheduler: Scheduler; bytesPerSecond: number; chunkIntervalMs: number }) {}
+
+  /** Resolves once every write that has fallen due so far is on disk. */
+  async settled(): Promise<void> {
+    await Promise.all([...this.queues].map((q) => q.queue));
+  }
+
+  async start(dir: string, info: RecordingInfo): Promise<RecordingHandle> {
+    const path = join(dir, TEST_RECORDING_FILE);
+    const fh: FileHandle = await open(path, 'wx', 0o644);
+    let position = 0n;
+    const writer = new McapWriter({
+      writable: {
+        write: async (buf: Uint8Array) => {
+          await fh.write(buf);
+          position += BigInt(buf.byteLength);
+        },
+        position: () => position,
+      },
+      chunkSize: 16 * 1024,
+    });
+    await writer.start({ profile: '', library: 'fleet-agent test recorder' });
+    const channelId = await writer.registerChannel({ topic: '/payload', messageEncoding: 'binary', schemaId: 0, metadata: new Map() });
+    const { clock, scheduler, bytesPerSecond, chunkIntervalMs } = this.opts;
+    const state: { queue: Promise<void> } = { queue: Promise.resolve() };
+    this.queues.add(state);
+    let written = 0;
+    let messages = 0;
+    let timer: TimerHandle | undefined;
+    let failure: unknown;
+    const writeOwed = (now: number) => {
+      state.queue = state.queue.then(async () => {
+        const owed = Math.floor((Math.max(0, now - info.startedAt) * bytesPerSecond) / 1000) - written;
+        if (owed <= 0 || failure !== undefined) return;
+        const t = BigInt(now) * 1_000_000n;
+        try {
+          await writer.addMessage({ channelId, sequence: messages, logTime: t, publishTime: t, data: new Uint8Array(owed).fill(messages % 251) });
+          written += owed;
+          messages += 1;
+        } catch (err) {
+          failure = err;
+        }
+      });
+    };
+    const tick = () => {
+      timer = scheduler.setTimeout(() => {
+        writeOwed(clock.now());
+        tick();
+      }, chunkIntervalMs);
+    };
+    tick();
+    const halt = () => {
+      if (timer !== undefined) scheduler.clearTimeout(timer);
+      timer = undefined;
+    };
+    const stats = (): RecorderStats => ({ messageCount: messages, bytes: Number(position) });
+    return {
+      stats,
+      stop: async (): Promise<RecordedFiles> => {
+        halt();
+        writeOwed(clock.now());
+        await state.queue;
+        try {
+          if (failure !== undefined) throw failure instanceof Error ? failure : new Error('test recorder write failed', { cause: failure });
+          await writer.end();
+          await fh.sync();
+        } finally {
+          await fh.close();
+          this.queues.delete(state);
+        }
+        return { files: [TEST_RECORDING_FILE], messageCount: messages };
+      },
+      abort: async () => {
+        halt();
+        await state.queue;
+        await fh.close().catch(() => undefined);
+        this.queues.delete(state);
+        await rm(path, { force: true });
+      },
+    };
+  }
+
+  /** After a crash: the MCAP files of `dir` and the messages that can still be read from them. */
+  async recover(dir: string): Promise<RecordedFiles> {
+    const files = (await readdir(dir)).filter((n) => n.endsWith('.mcap')).sort();
+    let messageCount = 0;
+    for (const name of files) {
+      const reader = new McapStreamReader({ validateCrcs: false });
+      try {
+        reader.append(await readFile(join(dir, name)));
+        for (let rec = reader.nextRecord(); rec; rec = reader.nextRecord()) if (rec.type === 'Message') messageCount += 1;
+      } catch {
+        // A file cut short ends in a partial record: what came before still counts.
+      }
+    }
+    return { files, messageCount };
+  }
+}
+
 const BASE32 = 'abcdefghijklmnopqrstuvwxyz234567';
 export function fakeRobotId(): string {
   return `rbt_${[...randomBytes(26)].map((b) => BASE32[b & 31]).join('')}`;
@@ -70,7 +182,7 @@ export function testCredentials(robotId = fakeRobotId(), mqttUrl = 'mqtt://127.0
 
 export interface TestMachine {
   machine: RecordingStateMachine;
-  recorder: SyntheticRecorder;
+  recorder: TestRecorder;
   store: SqliteAgentStore;
   clock: ManualClock;
   scheduler: ManualScheduler;
@@ -90,7 +202,7 @@ export async function openTestMachine(
   const logs = captureLogs();
   const store = openAgentStore(dataDir);
   const robotId = opts.robotId ?? fakeRobotId();
-  const recorder = new SyntheticRecorder({ clock, scheduler, bytesPerSecond: opts.bytesPerSecond ?? 64 * 1024, chunkIntervalMs: 100 });
+  const recorder = new TestRecorder({ clock, scheduler, bytesPerSecond: opts.bytesPerSecond ?? 64 * 1024, chunkIntervalMs: 100 });
   const machine = new RecordingStateMachine({
     store,
     recorder,
@@ -155,7 +267,7 @@ export async function startTestAgent(
     clock,
     scheduler,
     logger: logs.logger,
-    recorder: new SyntheticRecorder({ clock, scheduler, bytesPerSecond: config.bytesPerSecond, chunkIntervalMs: config.chunkIntervalMs }),
+    recorder: new TestRecorder({ clock, scheduler, bytesPerSecond: config.bytesPerSecond, chunkIntervalMs: config.chunkIntervalMs }),
     actions,
     credentials,
     link: opts.link ?? false,

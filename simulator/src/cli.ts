@@ -30,6 +30,7 @@ program
   .addOption(new Option('--data-dir <dir>', 'one directory per robot under it: robot-0, robot-1, …').env('FLEET_SIM_DATA_DIR').makeOptionMandatory())
   .option('--legacy-runtime', 'robots without episodes.v1')
   .option('--bytes-per-second <n>', 'synthetic recorder byte rate per robot; sizes frames and rates not fixed below (default 65536)')
+  .addOption(new Option('--recording-format <format>', 'what the synthetic recorder writes: ros2 (a rosbag2 directory bag/ with an MCAP of CDR messages, as ros2 bag record writes) or json (one recording.mcap of JSON messages, what the LeRobot export reads) (default ros2)').choices(['ros2', 'json']).env('FLEET_SIM_RECORDING_FORMAT'))
   .option('--cameras <n>', 'synthetic cameras per robot: 1 (front) or 2 (front and wrist) (default 1)')
   .option('--camera-width <px>', 'camera frame width, 16..1920 (default: sized by --bytes-per-second)')
   .option('--camera-height <px>', 'camera frame height, 16..1920 (default: 3/4 of the width, or sized by --bytes-per-second)')
@@ -71,6 +72,7 @@ program
     const optional: [keyof FleetOptionsInput, string][] = [
       ['token', 'token'],
       ['bytesPerSecond', 'bytesPerSecond'],
+      ['recordingFormat', 'recordingFormat'],
       ['cameras', 'cameras'],
       ['cameraWidth', 'cameraWidth'],
       ['cameraHeight', 'cameraHeight'],

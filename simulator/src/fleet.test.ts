@@ -2,12 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Agent, ManualScheduler, SimulatedRobotActions, SyntheticRecorder, parseAgentConfig, type Credentials, type EpisodeFacts } from '@fleet/agent';
+import { Agent, ManualScheduler, SimulatedRobotActions, parseAgentConfig, type Credentials, type EpisodeFacts } from '@fleet/agent';
 import { ManualClock } from '@fleet/protocol';
 import { pino } from 'pino';
 import { afterEach, describe, expect, test } from 'vitest';
 import { agentAsOperatorRobot, FleetError, operatorScript, parseFleetOptions, runFleet } from './fleet.js';
 import { ScriptedOperator } from './operator.js';
+import { SyntheticRecorder } from './recording/synthetic-recorder.js';
 import { seededRandom } from './random.js';
 
 const dirs: string[] = [];

@@ -5,7 +5,6 @@ import {
   AGENT_RUNTIME_VERSION,
   LEGACY_RUNTIME_VERSION,
   SimulatedRobotActions,
-  SyntheticRecorder,
   enroll,
   parseAgentConfig,
   readCredentials,
@@ -17,6 +16,7 @@ import {
 import { systemClock, type Clock } from '@fleet/protocol';
 import { pino, type Logger } from 'pino';
 import { z } from 'zod';
+import { SYNTHETIC_RECORDING_FORMATS, SyntheticRecorder } from './recording/synthetic-recorder.js';
 import { ScriptedOperator, type OperatorRobot, type OperatorScript, type OperatorTask } from './operator.js';
 import { quotaFreeBytes } from './disk-quota.js';
 import { seededRandom } from './random.js';
@@ -39,7 +39,13 @@ export const FleetOptionsSchema = z.strictObject({
   legacyRuntime: z.boolean().default(false),
   /** Synthetic recorder byte rate per robot. */
   bytesPerSecond: z.coerce.number().int().min(1).max(1024 * 1024 * 1024).default(64 * 1024),
-  /** Synthetic recorder cameras: 1 (front, `/camera/image`) or 2 (also the wrist, `/camera/wrist/image`). */
+  /**
+   * What the synthetic recorder writes: `ros2`, a rosbag2 directory (`bag/bag_0.mcap` of CDR
+   * messages and `bag/metadata.yaml`, what `ros2 bag record --storage mcap` writes), or `json`, one
+   * `recording.mcap` of JSON messages (what the LeRobot exporter reads today).
+   */
+  recordingFormat: z.enum(SYNTHETIC_RECORDING_FORMATS).default('ros2'),
+  /** Synthetic recorder cameras: 1 (the front camera) or 2 (also the wrist camera). */
   cameras: z.coerce.number().int().min(1).max(2).default(1),
   /** Synthetic camera frame width (px); with no width or height the frames are sized by `bytesPerSecond`. */
   cameraWidth: z.coerce.number().int().min(16).max(1920).optional(),
@@ -295,6 +301,7 @@ export async function runFleet(input: FleetOptionsInput | FleetOptions, deps: Fl
       recorder: new SyntheticRecorder({
         clock,
         scheduler,
+        format: opts.recordingFormat,
         bytesPerSecond: config.bytesPerSecond,
         chunkIntervalMs: config.chunkIntervalMs,
         cameras: opts.cameras === 2 ? 2 : 1,

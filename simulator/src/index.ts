@@ -33,3 +33,25 @@ export { episodeKeyPrefix, planUploads, type FilePlan } from './grant-provider/l
 export { runGrantProvider, type RunningGrantProvider } from './grant-provider/main.js';
 export { createS3UploadStore, type InFlightUpload, type UploadStore } from './grant-provider/s3-store.js';
 export { MAX_BODY_BYTES, PROVIDER_ERRORS, buildGrantProviderServer, type GrantProviderDeps } from './grant-provider/server.js';
+export {
+  createSyntheticRecorder,
+  planRates,
+  planRecording,
+  ROS2_BAG_FILES,
+  SYNTHETIC_FILE,
+  SYNTHETIC_RECORDING_FORMATS,
+  SyntheticRecorder,
+  CAMERA_TOPIC,
+  JOINT_COMMANDS_TOPIC,
+  JOINT_STATES_TOPIC,
+  WRIST_CAMERA_TOPIC,
+  ROS2_FRONT_COMPRESSED_TOPIC,
+  ROS2_FRONT_RAW_TOPIC,
+  ROS2_JOINT_COMMANDS_TOPIC,
+  ROS2_JOINT_STATES_TOPIC,
+  ROS2_WRIST_COMPRESSED_TOPIC,
+  type RatePlan,
+  type RecordingPlan,
+  type SyntheticRecorderOptions,
+  type SyntheticRecordingFormat,
+} from './recording/synthetic-recorder.js';

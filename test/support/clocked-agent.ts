@@ -4,7 +4,7 @@ import { SimulatedRobotActions, type RobotActions } from '../../agent/src/action
 import { parseAgentConfig, type AgentConfigInput } from '../../agent/src/config.js';
 import { readCredentials } from '../../agent/src/credentials.js';
 import { Agent } from '../../agent/src/daemon.js';
-import { SyntheticRecorder } from '../../agent/src/recording/synthetic-recorder.js';
+import { SyntheticRecorder } from '../../simulator/src/recording/synthetic-recorder.js';
 import type { UploadProgressView } from '../../agent/src/sync/progress.js';
 import type { FreeBytes } from '../../agent/src/sync/pressure.js';
 import { captureLogs, type LogCapture } from '../../agent/src/test-support.js';

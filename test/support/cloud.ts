@@ -39,6 +39,8 @@ function assertBuilt(): void {
 export function cleanEnv(extra: Record<string, string | undefined> = {}): Record<string, string | undefined> {
   const env: Record<string, string | undefined> = {};
   for (const k of Object.keys(process.env)) if (k.startsWith('FLEET_')) env[k] = undefined;
+  // An agent under test never reads the machine's /etc/fleet-agent/agent.yaml (the package test installs one).
+  env.FLEET_AGENT_CONFIG = 'none';
   return { ...env, ...extra };
 }
 

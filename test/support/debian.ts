@@ -1,5 +1,5 @@
 /**
- * The Debian packages the suites run for real (PostgreSQL, mosquitto, chromium, ffmpeg), installed
+ * The Debian packages the suites run for real (PostgreSQL, mosquitto, chromium, ffmpeg, lintian), installed
  * with apt-get when the tests run as root and a package's binary is missing, so that a fresh
  * machine needs no manual step. vitest's global setup installs every missing one in a single
  * apt-get call before any worker starts: two workers each installing its own package at once
@@ -47,8 +47,11 @@ export const CHROMIUM_PACKAGE: DebianPackage = { name: 'chromium', find: firstOf
 /** ffmpeg encodes the LeRobot export's videos; its ffprobe is one of the test's independent readers. */
 export const FFMPEG: DebianPackage = { name: 'ffmpeg', find: firstOf(['/usr/bin/ffmpeg'], ['/usr/bin/ffprobe']) };
 
+/** Debian's package checker, run on the agent's .deb (test/agent-package.test.ts); it brings dpkg-shlibdeps (dpkg-dev) too. */
+export const LINTIAN: DebianPackage = { name: 'lintian', find: firstOf(['/usr/bin/lintian'], ['/usr/bin/dpkg-shlibdeps']) };
+
 /** Every package some suite needs. */
-export const TEST_PACKAGES: readonly DebianPackage[] = [POSTGRESQL, MOSQUITTO, CHROMIUM_PACKAGE, FFMPEG];
+export const TEST_PACKAGES: readonly DebianPackage[] = [POSTGRESQL, MOSQUITTO, CHROMIUM_PACKAGE, FFMPEG, LINTIAN];
 
 const isRoot = process.getuid?.() === 0;
 

@@ -70,9 +70,12 @@ export async function recordShortEpisode(dataDir: string): Promise<string> {
   return id;
 }
 
+/** Bytes of the files under `dir`, in subdirectories too (a ROS 2 recording is a `bag/` directory). */
 async function dirBytes(dir: string): Promise<number> {
   let n = 0;
-  for (const name of await readdir(dir).catch(() => [] as string[])) n += (await stat(join(dir, name)).catch(() => ({ size: 0 }))).size;
+  for (const entry of await readdir(dir, { recursive: true, withFileTypes: true }).catch(() => [])) {
+    if (entry.isFile()) n += (await stat(join(entry.parentPath, entry.name)).catch(() => ({ size: 0 }))).size;
+  }
   return n;
 }
 

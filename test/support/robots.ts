@@ -207,6 +207,8 @@ export interface AgentProcessOptions {
   logLevel?: string;
   /** More `start` flags. */
   args?: readonly string[];
+  /** A simulated robot (`--simulate`: synthetic recorder, simulated actions); default true. */
+  simulate?: boolean;
 }
 
 /** A running `fleet-agent start`, connected and shown connected by the API. */
@@ -223,7 +225,7 @@ export interface AgentProcess extends AsyncDisposable {
 }
 
 /** Spawns `fleet-agent start --data-dir D` (no enrollment) and waits for its connected line. */
-export async function spawnAgent(dataDir: string, opts: Pick<AgentProcessOptions, 'legacy' | 'finalizingDelayMs' | 'logLevel' | 'args'> = {}): Promise<SpawnedProcess> {
+export async function spawnAgent(dataDir: string, opts: Pick<AgentProcessOptions, 'legacy' | 'finalizingDelayMs' | 'logLevel' | 'args' | 'simulate'> = {}): Promise<SpawnedProcess> {
   assertBuilt();
   const args = [
     AGENT_CLI,
@@ -236,6 +238,7 @@ export async function spawnAgent(dataDir: string, opts: Pick<AgentProcessOptions
     '100',
     '--reconnect-max-ms',
     '1000',
+    ...(opts.simulate ?? true ? ['--simulate'] : []),
     ...(opts.legacy ? ['--legacy-runtime'] : []),
     ...(opts.finalizingDelayMs !== undefined ? ['--finalizing-delay-ms', String(opts.finalizingDelayMs)] : []),
     ...(opts.args ?? []),

@@ -4,6 +4,7 @@ import mqtt, { type MqttClient } from 'mqtt';
 import { CommandReplySchema, RobotStatusSchema, topics, type CommandReply, type RobotCommand, type RobotStatus } from '@fleet/protocol';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Agent } from '../daemon.js';
+import { AGENT_RUNTIME_VERSION } from '../config.js';
 import { readCredentials, writeCredentials } from '../credentials.js';
 import { makeTempDir, removeTempDirs, startTestAgent, testCredentials, type TestAgent } from '../test-support.js';
 import { systemScheduler } from '../time.js';
@@ -120,7 +121,7 @@ describe('MQTT link against a real broker', () => {
     const o = await watch(broker, t.credentials.robot_id);
     await expect.poll(() => o.seen.length).toBeGreaterThan(0);
     expect(o.seen[0]!.retain).toBe(true);
-    expect(o.statuses()[0]).toMatchObject({ online: true, runtime_version: '0.1.0', platform: 'test-arm', capabilities: ['episodes.v1'], recording_state: 'idle' });
+    expect(o.statuses()[0]).toMatchObject({ online: true, runtime_version: AGENT_RUNTIME_VERSION, platform: 'test-arm', capabilities: ['episodes.v1'], recording_state: 'idle' });
 
     await t.agent.episode('start');
     await expect.poll(() => o.statuses().at(-1)?.recording_state).toBe('recording');

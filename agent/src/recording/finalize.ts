@@ -81,6 +81,25 @@ export function buildFacts(args: {
   };
 }
 
+/**
+ * The recording's own start and end (`RecordedFiles.startedAt`/`endedAt`, e.g. an imported MCAP's
+ * statistics) in place of the verbs' clock. A subtask step taken at or before the episode's begin
+ * (the context it started with) moves to the recording's start, so it still covers the recording.
+ */
+export function withRecordedTimes<R extends { startedAt: number; endedAt: number }>(
+  recording: R,
+  steps: readonly SubtaskStep[],
+  recorded: Pick<RecordedFiles, 'startedAt' | 'endedAt'>,
+): { recording: R; steps: SubtaskStep[] } {
+  if (recorded.startedAt === undefined && recorded.endedAt === undefined) return { recording, steps: [...steps] };
+  const startedAt = recorded.startedAt ?? Math.min(recording.startedAt, recorded.endedAt!);
+  const endedAt = Math.max(recorded.endedAt ?? recording.endedAt, startedAt);
+  return {
+    recording: { ...recording, startedAt, endedAt },
+    steps: steps.map((s) => (s.at <= recording.startedAt ? { ...s, at: startedAt } : s)),
+  };
+}
+
 /** Writes `name` in `dir` by way of a temporary file, fsync and rename: never half a file. */
 export async function writeJsonAtomic(dir: string, name: string, value: unknown): Promise<void> {
   const tmp = join(dir, `${name}.tmp-${process.pid}`);

@@ -1,3 +1,5 @@
+import type { ImportSourceRow } from '../store/types.js';
+
 /**
  * What writes an episode's files. The agent owns the episode directory and the state machine;
  * a recorder only writes data files into the directory it is given (never `manifest.json` or
@@ -11,6 +13,12 @@ export interface Recorder {
    * reports what is there. Without it the agent takes every data file in `dir` as it is.
    */
   recover?(dir: string): Promise<RecordedFiles>;
+  /**
+   * Called at start-up, before `recover`, for a recording left in `recording` by a previous
+   * process: a handle when the recording goes on as the same episode (the import recorder's
+   * source still being written, or closed and not yet taken), undefined to end it as interrupted.
+   */
+  resume?(dir: string, info: RecordingInfo): Promise<RecordingHandle | undefined>;
 }
 
 export interface RecordingInfo {
@@ -18,6 +26,11 @@ export interface RecordingInfo {
   episodeId: string;
   /** Robot clock, ms since the epoch. */
   startedAt: number;
+  /**
+   * The operator context's task id when the episode started (null: none). Optional so that a
+   * recorder written before it existed, or a caller that has no context, still fits.
+   */
+  taskId?: string | null;
 }
 
 export interface RecorderStats {
@@ -31,6 +44,12 @@ export interface RecordedFiles {
   files: string[];
   /** null when the recorder cannot tell (e.g. after a crash). */
   messageCount: number | null;
+  /**
+   * When the recording itself says it started and ended (ms since the epoch, e.g. an imported
+   * MCAP's statistics); the episode's times then come from here instead of the verbs' clock.
+   */
+  startedAt?: number;
+  endedAt?: number;
 }
 
 export interface RecordingHandle {
@@ -39,6 +58,30 @@ export interface RecordingHandle {
   stop(): Promise<RecordedFiles>;
   /** Stops writing and deletes every file it wrote (used by discard). */
   abort(): Promise<void>;
+  /**
+   * The agent stops cleanly while the recording goes on without it (the import recorder's source
+   * is the robot's own): lets go without taking anything, so the next start resumes it. Without
+   * it `close()` stops the recording.
+   */
+  detach?(): Promise<void>;
+  /** The import folder's recording this one is made from, noted with the episode's begin. */
+  readonly importSource?: Omit<ImportSourceRow, 'episodeId'>;
+  /**
+   * Registers the one listener told when the recording ended by itself (a recorder program that
+   * died), never after `stop()` or `abort()`. A recording that already ended calls it at once.
+   * The state machine ends such an episode as a `failure` with `metadata.recorder_exit`.
+   */
+  onUnexpectedEnd?(listener: (exit: RecorderExit) => void): void;
+}
+
+/** How a recorder's program ended on its own (`metadata.recorder_exit` of the failed episode). */
+export interface RecorderExit {
+  /** Its exit code; null when a signal ended it. */
+  code: number | null;
+  /** The signal that ended it (`SIGSEGV`, ...); null when it exited. */
+  signal: string | null;
+  /** The last output it printed (stdout and stderr as they arrived), at most about 1 KiB. */
+  output_tail: string;
 }
 
 /** Names the agent itself writes into an episode directory; never recorded data. */

@@ -9,8 +9,8 @@ import { newEpisodeId, newRecordingSessionId } from '../ids.js';
 import type { AgentStore, RecordingRow, StoredCommandResult } from '../store/types.js';
 import type { Scheduler, TimerHandle } from '../time.js';
 import type { EpisodeOutcome, SubtaskStep } from './facts.js';
-import { closeRecordingFiles, finalizeEpisode, removeOrphanDirectories } from './finalize.js';
-import type { Recorder, RecordingHandle } from './recorder.js';
+import { closeRecordingFiles, finalizeEpisode, removeOrphanDirectories, withRecordedTimes } from './finalize.js';
+import type { Recorder, RecorderExit, RecordingHandle } from './recorder.js';
 import { episodeReportMessage } from './report.js';
 
 /** The robot's recording state (spec: Robot recording state). */
@@ -101,6 +101,8 @@ interface ActiveRecording {
   row: RecordingRow;
   /** Absent for a recording recovered from a previous process. */
   handle?: RecordingHandle;
+  /** Added to the finalized episode's metadata (`recorder_exit` of a recorder that died). */
+  metadata?: Record<string, unknown>;
 }
 
 /**
@@ -142,7 +144,7 @@ export class RecordingStateMachine extends EventEmitter<{ state: [StateChange] }
    */
   async init(): Promise<void> {
     const row = await this.opts.store.recording.get();
-    if (row) {
+    if (row && !(await this.resumed(row))) {
       this.current = row.state;
       this.active = { row };
       this.opts.logger.warn({ episode_id: row.episodeId, state: row.state }, 'recovering a recording interrupted by a crash');
@@ -156,6 +158,27 @@ export class RecordingStateMachine extends EventEmitter<{ state: [StateChange] }
       await this.startFinalize(this.active, true);
     }
     await removeOrphanDirectories({ dataDir: this.opts.dataDir, store: this.opts.store, logger: this.opts.logger, currentEpisodeId: this.active?.row.episodeId });
+  }
+
+  /**
+   * A recording left in `recording` that the recorder can go on with (`Recorder.resume`: the
+   * import recorder's source still in its folder) stays `recording` as the same episode.
+   */
+  private async resumed(row: RecordingRow): Promise<boolean> {
+    const recorder = this.opts.recorder;
+    if (row.state !== 'recording' || !recorder.resume) return false;
+    const info = { robotId: this.opts.robotId, episodeId: row.episodeId, startedAt: row.startedAt, taskId: row.context.task_id };
+    const handle = await recorder.resume(join(this.opts.dataDir, row.dir), info).catch((err: unknown) => {
+      this.opts.logger.error({ err, episode_id: row.episodeId }, 'the recorder could not resume the recording; ending it as interrupted');
+      return undefined;
+    });
+    if (!handle) return false;
+    this.current = 'recording';
+    this.active = { row, handle };
+    handle.onUnexpectedEnd?.((exit) => this.recorderEnded(row.episodeId, exit));
+    this.scheduleAlive();
+    this.opts.logger.info({ episode_id: row.episodeId }, 'resuming the recording the previous process left running');
+    return true;
   }
 
   start(cause?: TransitionCause): Promise<EpisodeTransitionResult> {
@@ -222,7 +245,9 @@ export class RecordingStateMachine extends EventEmitter<{ state: [StateChange] }
       const active = this.active;
       if (this.current === 'recording' && active?.handle) {
         await this.opts.store.recording.touch(active.row.episodeId, this.opts.clock.now());
-        await active.handle.stop().catch((err: unknown) => this.opts.logger.error({ err }, 'recorder did not stop cleanly'));
+        // A recording that goes on without the agent (import) is let go, to be resumed at the next start.
+        const stopped = active.handle.detach ? active.handle.detach() : active.handle.stop();
+        await stopped.catch((err: unknown) => this.opts.logger.error({ err }, 'recorder did not stop cleanly'));
         active.handle = undefined;
       }
     });
@@ -230,12 +255,29 @@ export class RecordingStateMachine extends EventEmitter<{ state: [StateChange] }
   }
 
   private end(verb: EndVerb, cause?: TransitionCause): Promise<EpisodeTransitionResult> {
-    return this.exclusive(async () => {
-      const result = await this.transition(verb, () => this.stopRecording(verb, cause), cause);
-      const active = this.active!;
-      void this.startFinalize(active, false);
-      return result;
+    return this.exclusive(() => this.endRecording(verb, cause));
+  }
+
+  private async endRecording(verb: EndVerb, cause?: TransitionCause): Promise<EpisodeTransitionResult> {
+    const result = await this.transition(verb, () => this.stopRecording(verb, cause), cause);
+    const active = this.active!;
+    void this.startFinalize(active, false);
+    return result;
+  }
+
+  /**
+   * The recorder's program ended by itself while `episodeId` was recording: the episode ends as a
+   * failure with `metadata.recorder_exit`. Too late (already ending, or another episode) is a no-op.
+   */
+  private recorderEnded(episodeId: string, exit: RecorderExit): void {
+    const run = this.exclusive(async () => {
+      const active = this.active;
+      if (this.current !== 'recording' || active?.row.episodeId !== episodeId) return;
+      this.opts.logger.error({ episode_id: episodeId, recorder_exit: exit }, 'recorder ended while recording; the episode fails');
+      active.metadata = { ...active.metadata, recorder_exit: exit };
+      await this.endRecording('fail', { source: 'recorder' });
     });
+    run.catch((err: unknown) => this.opts.logger.error({ err, episode_id: episodeId }, 'could not end the episode of a recorder that ended'));
   }
 
   /** The one place the state changes. */
@@ -281,9 +323,11 @@ export class RecordingStateMachine extends EventEmitter<{ state: [StateChange] }
       context.subtask_id !== null || context.subtask_name !== null ? { at: now, subtask_id: context.subtask_id, subtask_name: context.subtask_name } : undefined;
     let handle: RecordingHandle | undefined;
     try {
-      handle = await this.opts.recorder.start(dir, { robotId: this.opts.robotId, episodeId, startedAt: now });
+      handle = await this.opts.recorder.start(dir, { robotId: this.opts.robotId, episodeId, startedAt: now, taskId: context.task_id });
       const commandResult = cause?.commandResult?.(result);
-      await store.recording.begin({ recording: row, session, ...(firstStep ? { firstStep } : {}), ...(commandResult ? { commandResult } : {}) });
+      // An imported recording's source is noted in the same transaction: see import-recorder.ts.
+      const importSource = handle.importSource ? { ...handle.importSource, episodeId } : undefined;
+      await store.recording.begin({ recording: row, session, ...(firstStep ? { firstStep } : {}), ...(commandResult ? { commandResult } : {}), ...(importSource ? { importSource } : {}) });
     } catch (err) {
       // Nothing was committed: undo the files so the robot is exactly as before.
       await handle?.abort().catch(() => undefined);
@@ -291,6 +335,7 @@ export class RecordingStateMachine extends EventEmitter<{ state: [StateChange] }
       throw err;
     }
     this.active = { row, handle };
+    handle.onUnexpectedEnd?.((exit) => this.recorderEnded(episodeId, exit));
     this.scheduleAlive();
     return result;
   }
@@ -326,7 +371,7 @@ export class RecordingStateMachine extends EventEmitter<{ state: [StateChange] }
     const delayed = interrupted ? Promise.resolve() : this.delay(this.opts.finalizingDelayMs);
     const recorded = await closeRecordingFiles({ handle, discard: row.outcome === 'discarded', dir, recorder: this.opts.recorder, logger, episodeId: row.episodeId });
     await delayed;
-    const metadata: Record<string, unknown> = {};
+    const metadata: Record<string, unknown> = { ...active.metadata };
     let outcome = row.outcome;
     if (interrupted) {
       metadata.interrupted = true;
@@ -336,12 +381,13 @@ export class RecordingStateMachine extends EventEmitter<{ state: [StateChange] }
     }
     for (;;) {
       try {
-        const steps = await this.opts.store.recording.steps(row.episodeId);
+        // The recording's own times, when the recorder read them (an import), over the verbs' clock.
+        const timed = withRecordedTimes({ ...row, outcome }, await this.opts.store.recording.steps(row.episodeId), recorded);
         const episode = await finalizeEpisode({
           dataDir,
           robotId: this.opts.robotId,
-          recording: { ...row, outcome },
-          steps,
+          recording: timed.recording,
+          steps: timed.steps,
           files: recorded.files,
           messageCount: recorded.messageCount,
           metadata,

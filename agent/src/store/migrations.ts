@@ -223,5 +223,24 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       ALTER TABLE upload_parts_v6 RENAME TO upload_parts;
     `,
   },
+  {
+    version: 7,
+    name: 'imports: the folder recording each imported episode was made from',
+    sql: `
+      -- Written in the same transaction as the episode's recording row and before the source is
+      -- moved out of the import folder: after a crash at any point the agent knows which episode a
+      -- recording still in the folder belongs to, and never makes a second one of it. A
+      -- byte-identical copy dropped later is told by its episode's manifest (size, then digests).
+      CREATE TABLE imports (
+        episode_id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('file', 'directory')),
+        ino INTEGER NOT NULL,
+        size_at_begin INTEGER NOT NULL,
+        mtime_ms INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX imports_by_source ON imports (name, ino);
+    `,
+  },
 ];
-

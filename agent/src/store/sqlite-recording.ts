@@ -2,9 +2,11 @@ import type Database from 'better-sqlite3';
 import { emptyOperatorContext, OPERATOR_CONTEXT_KEYS, type OperatorContext } from '../context.js';
 import type { EpisodeOutcome, SubtaskStep } from '../recording/facts.js';
 import { insertCommandResult } from './sqlite-episodes.js';
+import { insertImportSource } from './sqlite-imports.js';
 import { insertOutboxMessage } from './sqlite-outbox.js';
 import type {
   EpisodeRow,
+  ImportSourceRow,
   NewOutboxMessage,
   OperatorContextStore,
   RecordingRow,
@@ -62,7 +64,7 @@ export class SqliteRecording implements RecordingStore {
       .all(episodeId) as SubtaskStep[];
   }
 
-  async begin(args: { recording: RecordingRow; session: RecordingSessionRow; firstStep?: SubtaskStep; commandResult?: StoredCommandResult }): Promise<void> {
+  async begin(args: { recording: RecordingRow; session: RecordingSessionRow; firstStep?: SubtaskStep; commandResult?: StoredCommandResult; importSource?: ImportSourceRow }): Promise<void> {
     const { recording: r, session: s } = args;
     this.db.transaction(() => {
       this.db
@@ -80,6 +82,7 @@ export class SqliteRecording implements RecordingStore {
       this.db.prepare('INSERT OR REPLACE INTO agent_meta (key, value) VALUES (?, ?)').run(CURRENT_SESSION, s.id);
       if (args.firstStep) insertStep(this.db, r.episodeId, args.firstStep);
       if (args.commandResult) insertCommandResult(this.db, args.commandResult);
+      if (args.importSource) insertImportSource(this.db, args.importSource);
     }).immediate();
   }
 

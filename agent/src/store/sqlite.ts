@@ -3,10 +3,11 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { MIGRATIONS } from './migrations.js';
 import { SqliteCommandResults, SqliteEpisodes } from './sqlite-episodes.js';
+import { SqliteImports } from './sqlite-imports.js';
 import { SqliteOutbox } from './sqlite-outbox.js';
 import { SqliteSync } from './sqlite-sync.js';
 import { SqliteOperatorContext, SqliteRecording, SqliteRecordingSessions } from './sqlite-recording.js';
-import type { AgentStore, CommandResultStore, EpisodeStore, OperatorContextStore, OutboxStore, RecordingSessionStore, RecordingStore, SyncStore } from './types.js';
+import type { AgentStore, CommandResultStore, EpisodeStore, ImportStore, OperatorContextStore, OutboxStore, RecordingSessionStore, RecordingStore, SyncStore } from './types.js';
 
 export const AGENT_DATABASE_FILE = 'agent.sqlite';
 
@@ -49,6 +50,7 @@ export class SqliteAgentStore implements AgentStore {
   readonly sessions: RecordingSessionStore;
   readonly outbox: OutboxStore;
   readonly sync: SyncStore;
+  readonly imports: ImportStore;
 
   constructor(private readonly db: Database.Database) {
     this.recording = new SqliteRecording(db);
@@ -58,6 +60,7 @@ export class SqliteAgentStore implements AgentStore {
     this.sessions = new SqliteRecordingSessions(db);
     this.outbox = new SqliteOutbox(db);
     this.sync = new SqliteSync(db);
+    this.imports = new SqliteImports(db);
   }
 
   async close(): Promise<void> {

@@ -17,6 +17,8 @@ export interface AgentStore {
   readonly outbox: OutboxStore;
   /** Cloud sync: assignments, replica states and upload progress. */
   readonly sync: SyncStore;
+  /** Recordings the `import` recorder took from its folder. */
+  readonly imports: ImportStore;
   close(): Promise<void>;
 }
 
@@ -72,10 +74,10 @@ export interface RecordingStore {
   steps(episodeId: string): Promise<SubtaskStep[]>;
   /**
    * Inserts the recording in state `recording`, makes `session` current and advances its
-   * sequence past `recording.episodeSeq` (creating it when new), records `firstStep`, and stores
-   * `commandResult`; one transaction. Throws if a recording exists.
+   * sequence past `recording.episodeSeq` (creating it when new), records `firstStep`, stores
+   * `commandResult` and notes `importSource`; one transaction. Throws if a recording exists.
    */
-  begin(args: { recording: RecordingRow; session: RecordingSessionRow; firstStep?: SubtaskStep; commandResult?: StoredCommandResult }): Promise<void>;
+  begin(args: { recording: RecordingRow; session: RecordingSessionRow; firstStep?: SubtaskStep; commandResult?: StoredCommandResult; importSource?: ImportSourceRow }): Promise<void>;
   /** Moves the recording to `finalizing` with its outcome and end, and stores `commandResult`; one transaction. */
   end(args: { episodeId: string; outcome: EpisodeOutcome; endedAt: number; commandResult?: StoredCommandResult }): Promise<void>;
   /** Notes the recording alive at `at`. */
@@ -86,6 +88,35 @@ export interface RecordingStore {
    * both or neither.
    */
   complete(episode: EpisodeRow, report: NewOutboxMessage): Promise<void>;
+}
+
+/**
+ * The recording in the import folder an episode was made from, noted in the same transaction as
+ * the episode's begin and before the source is moved, so that neither a crash nor a restart makes
+ * a second episode of it.
+ */
+export interface ImportSourceRow {
+  episodeId: string;
+  /** Its name in the import folder: a `*.mcap` file or a (rosbag2) directory. */
+  name: string;
+  kind: 'file' | 'directory';
+  /** Its inode when the import began: the same name written again later is another recording. */
+  ino: number;
+  /** Bytes (a directory's files together) and mtime when the import began; it may still grow. */
+  sizeAtBegin: number;
+  mtimeMs: number;
+  createdAt: number;
+}
+
+export interface ImportStore {
+  byEpisode(episodeId: string): Promise<ImportSourceRow | undefined>;
+  /** The import of the source `name` with inode `ino`, if any (the same recording seen again). */
+  bySource(name: string, ino: number): Promise<ImportSourceRow | undefined>;
+  /**
+   * Imports whose finalized episode holds exactly `sizeBytes` (its manifest's total: the episode
+   * directory holds the source alone), newest first: the recordings a new drop may duplicate.
+   */
+  withSize(sizeBytes: number): Promise<ImportSourceRow[]>;
 }
 
 /** A finished (finalized) episode. */

@@ -249,7 +249,7 @@ export interface paths {
         put?: never;
         /**
          * Send go_home to a robot and wait for its answer
-         * @description When the robot declines the command (its state does not allow it, the action failed, or it was interrupted by a restart) the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). 422 `validation_failed` when the robot's runtime says it does not support the command. 409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time (retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).
+         * @description When the robot declines the command (its state does not allow it, the action failed, was interrupted by a restart, timed out, or is not configured on the robot) the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). 422 `validation_failed` when the robot's runtime says it does not support the command. 409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time (retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).
          *
          *     Scope: robots:command. Entitlement: api.robot_commands. Meter: commands.go_home.
          */
@@ -271,7 +271,7 @@ export interface paths {
         put?: never;
         /**
          * Send go_to_start to a robot and wait for its answer
-         * @description When the robot declines the command (its state does not allow it, the action failed, or it was interrupted by a restart) the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). 422 `validation_failed` when the robot's runtime says it does not support the command. 409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time (retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).
+         * @description When the robot declines the command (its state does not allow it, the action failed, was interrupted by a restart, timed out, or is not configured on the robot) the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). 422 `validation_failed` when the robot's runtime says it does not support the command. 409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time (retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).
          *
          *     Scope: robots:command. Entitlement: api.robot_commands. Meter: commands.go_to_start.
          */
@@ -293,7 +293,7 @@ export interface paths {
         put?: never;
         /**
          * Send start_autonomous to a robot and wait for its answer
-         * @description When the robot declines the command (its state does not allow it, the action failed, or it was interrupted by a restart) the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). 422 `validation_failed` when the robot's runtime says it does not support the command. 409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time (retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).
+         * @description When the robot declines the command (its state does not allow it, the action failed, was interrupted by a restart, timed out, or is not configured on the robot) the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). 422 `validation_failed` when the robot's runtime says it does not support the command. 409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time (retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).
          *
          *     Scope: robots:command. Entitlement: api.robot_commands. Meter: commands.start_autonomous.
          */
@@ -315,7 +315,7 @@ export interface paths {
         put?: never;
         /**
          * Send stop_autonomous to a robot and wait for its answer
-         * @description When the robot declines the command (its state does not allow it, the action failed, or it was interrupted by a restart) the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). 422 `validation_failed` when the robot's runtime says it does not support the command. 409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time (retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).
+         * @description When the robot declines the command (its state does not allow it, the action failed, was interrupted by a restart, timed out, or is not configured on the robot) the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). 422 `validation_failed` when the robot's runtime says it does not support the command. 409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time (retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).
          *
          *     Scope: robots:command. Entitlement: api.robot_commands. Meter: commands.stop_autonomous.
          */
@@ -337,7 +337,7 @@ export interface paths {
         put?: never;
         /**
          * Send stack.start to a robot and wait for its answer
-         * @description When the robot declines the command (its state does not allow it, the action failed, or it was interrupted by a restart) the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). 422 `validation_failed` when the robot's runtime says it does not support the command. 409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time (retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).
+         * @description When the robot declines the command (its state does not allow it, the action failed, was interrupted by a restart, timed out, or is not configured on the robot) the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). 422 `validation_failed` when the robot's runtime says it does not support the command. 409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time (retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).
          *
          *     Scope: robots:command. Entitlement: api.robot_commands. Meter: commands.stack_start.
          */
@@ -359,7 +359,7 @@ export interface paths {
         put?: never;
         /**
          * Send stack.stop to a robot and wait for its answer
-         * @description When the robot declines the command (its state does not allow it, the action failed, or it was interrupted by a restart) the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). 422 `validation_failed` when the robot's runtime says it does not support the command. 409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time (retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).
+         * @description When the robot declines the command (its state does not allow it, the action failed, was interrupted by a restart, timed out, or is not configured on the robot) the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). 422 `validation_failed` when the robot's runtime says it does not support the command. 409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time (retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).
          *
          *     Scope: robots:command. Entitlement: api.robot_commands. Meter: commands.stack_stop.
          */
@@ -381,7 +381,7 @@ export interface paths {
         put?: never;
         /**
          * Send stack.status to a robot and wait for its answer
-         * @description When the robot declines the command (its state does not allow it, the action failed, or it was interrupted by a restart) the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). 422 `validation_failed` when the robot's runtime says it does not support the command. 409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time (retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).
+         * @description When the robot declines the command (its state does not allow it, the action failed, was interrupted by a restart, timed out, or is not configured on the robot) the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). 422 `validation_failed` when the robot's runtime says it does not support the command. 409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time (retry with the same Idempotency-Key: it is the command id, so the robot does not act twice).
          *
          *     Scope: robots:command. Entitlement: api.robot_commands. Meter: commands.stack_status.
          */
@@ -1310,7 +1310,7 @@ export interface components {
             ok: false;
             error: {
                 /** @enum {string} */
-                code: "invalid_state" | "invalid_args" | "failed" | "interrupted";
+                code: "invalid_state" | "invalid_args" | "failed" | "interrupted" | "not_configured" | "action_timeout";
                 message: string;
             };
             cmd_id: string;

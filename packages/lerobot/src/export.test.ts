@@ -12,7 +12,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { ManualClock } from '@fleet/protocol';
-import { ManualScheduler, SyntheticRecorder } from '@fleet/agent';
+import { ManualScheduler } from '@fleet/agent';
+import { SyntheticRecorder } from '@fleet/simulator/synthetic-recorder';
 import { ExportError, exportLeRobot, type ExportOptions } from './export.js';
 import { validateLeRobotDataset } from './validate/index.js';
 import { JOINT_STATE_JSON_SCHEMA, RAW_IMAGE_JSON_SCHEMA, jointState, ms, writeMcap } from './source/fixtures.js';
@@ -42,7 +43,7 @@ async function record(id: string, durationMs: number, outcome = 'success'): Prom
   await mkdir(dir, { recursive: true });
   const clock = new ManualClock();
   const scheduler = new ManualScheduler(clock);
-  const recorder = new SyntheticRecorder({ clock, scheduler, bytesPerSecond: 64 * 1024, chunkIntervalMs: 100, cameras: 1, cameraWidth: 64, cameraHeight: 48, cameraHz: 10, stateHz: 50 });
+  const recorder = new SyntheticRecorder({ clock, scheduler, format: 'json', bytesPerSecond: 64 * 1024, chunkIntervalMs: 100, cameras: 1, cameraWidth: 64, cameraHeight: 48, cameraHz: 10, stateHz: 50 });
   const handle = await recorder.start(dir, { robotId: 'rbt_test', episodeId: id, startedAt: clock.now() });
   for (let t = 0; t < durationMs; t += 100) {
     scheduler.advance(100);

@@ -145,10 +145,13 @@ export function findCommandArgsViolation(args: unknown): CommandArgsViolation | 
  * Why a robot declined a command. `invalid_state`: not possible in the robot's current state;
  * `unsupported`: its runtime lacks the command; `invalid_args`: the arguments are wrong; `failed`:
  * it tried and could not; `interrupted`: the robot stopped (crashed or restarted) while running
- * this `cmd_id`, so whether it acted is unknown, and it will not run it again. How the API
- * answers each: `cloud/src/routes/v1/robot-commands.ts`.
+ * this `cmd_id`, so whether it acted is unknown, and it will not run it again;
+ * `not_configured`: the robot's agent maps no program or endpoint to this command (its config's
+ * `actions`); `action_timeout`: the action did not answer within its timeout and was stopped
+ * (whether it moved the robot first is unknown). How the API answers each:
+ * `cloud/src/routes/v1/robot-commands.ts`.
  */
-export const COMMAND_REFUSALS = ['invalid_state', 'unsupported', 'invalid_args', 'failed', 'interrupted'] as const;
+export const COMMAND_REFUSALS = ['invalid_state', 'unsupported', 'invalid_args', 'failed', 'interrupted', 'not_configured', 'action_timeout'] as const;
 export const CommandRefusalSchema = z.enum(COMMAND_REFUSALS);
 export type CommandRefusal = z.infer<typeof CommandRefusalSchema>;
 

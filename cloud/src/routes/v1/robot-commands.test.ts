@@ -51,7 +51,7 @@ const NON_EPISODE = COMMAND_ROUTES.filter((r) => !r.command.startsWith('episodes
 const EPISODE_VERBS = COMMAND_ROUTES.filter((r) => r.command.startsWith('episodes.'));
 
 describe('a robot that declines a non-episode command', () => {
-  it.each(['invalid_state', 'failed', 'interrupted', 'invalid_args'] as const)('%s: 200 with the decline in result, on every non-episode route', async (code) => {
+  it.each(['invalid_state', 'failed', 'interrupted', 'invalid_args', 'not_configured', 'action_timeout'] as const)('%s: 200 with the decline in result, on every non-episode route', async (code) => {
     robot.refuse(code, 'cannot go home while the stack is stopped');
     for (const route of NON_EPISODE) {
       const res = await post(route.path, { 'idempotency-key': `k-${code}-${route.path}` });

@@ -86,6 +86,9 @@ const EPISODE_REFUSAL_TO_ERROR = {
   invalid_state: 'internal',
   failed: 'internal',
   interrupted: 'internal',
+  // Only actions answer these two; an episode verb that did would be the robot's side breaking.
+  not_configured: 'internal',
+  action_timeout: 'internal',
   invalid_args: 'validation_failed',
 } as const satisfies Record<Exclude<CommandRefusal, 'unsupported'>, ApiErrorCode>;
 
@@ -104,7 +107,7 @@ export const robotCommandRoutes: V1Plugin = async (app) => {
           (isEpisodeVerb(def.command)
             ? '500 `internal` when the robot refuses the verb in its current recording state or fails to run it (`details.robot_error` names its code); ' +
               '400 `validation_failed` when it refuses the arguments. '
-            : 'When the robot declines the command (its state does not allow it, the action failed, or it was interrupted by a restart) ' +
+            : 'When the robot declines the command (its state does not allow it, the action failed, was interrupted by a restart, timed out, or is not configured on the robot) ' +
               'the answer is 200 with `result.ok` false and `result.error` `{code, message}` (RobotCommandDeclined). ') +
           `422 \`validation_failed\` when the robot's runtime ${def.needsEpisodesV1 ? `does not announce ${CAPABILITY_EPISODES_V1} or ` : ''}says it does not support the command. ` +
           '409 `robot_deenrolled` when the robot was de-enrolled; 503 `robot_offline` when the robot is not connected; 504 `command_timeout` when it does not answer in time ' +

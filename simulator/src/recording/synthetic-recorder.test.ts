@@ -2,9 +2,10 @@ import { mkdir, open, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { McapIndexedReader, type IReadable } from '@mcap/core';
 import { afterEach, describe, expect, it } from 'vitest';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { ManualScheduler } from '@fleet/agent';
 import { ManualClock } from '@fleet/protocol';
-import { makeTempDir, removeTempDirs } from '../test-support.js';
-import { ManualScheduler } from '../time.js';
 import {
   CAMERA_TOPIC,
   JOINT_COMMANDS_TOPIC,
@@ -17,7 +18,15 @@ import {
 } from './synthetic-recorder.js';
 import { JOINT_NAMES } from './synthetic-signals.js';
 
-afterEach(removeTempDirs);
+const tempDirs: string[] = [];
+async function makeTempDir(): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'fs-rec-'));
+  tempDirs.push(dir);
+  return dir;
+}
+afterEach(async () => {
+  for (const dir of tempDirs.splice(0)) await rm(dir, { recursive: true, force: true });
+});
 
 /** Random access to a file, as the indexed reader wants it. */
 async function fileReadable(path: string): Promise<IReadable & { close(): Promise<void> }> {
@@ -45,7 +54,7 @@ async function recordEpisode(
   await mkdir(dir, { recursive: true });
   const clock = new ManualClock();
   const scheduler = new ManualScheduler(clock);
-  const recorder = new SyntheticRecorder({ clock, scheduler, bytesPerSecond, chunkIntervalMs: 100, mcapChunkBytes: 64 * 1024, ...extra });
+  const recorder = new SyntheticRecorder({ clock, scheduler, format: 'json', bytesPerSecond, chunkIntervalMs: 100, mcapChunkBytes: 64 * 1024, ...extra });
   const handle = await recorder.start(dir, { robotId: 'rb_test', episodeId, startedAt: clock.now() });
   for (let done = 0; done < ms; done += 100) {
     scheduler.advance(100);
@@ -56,7 +65,7 @@ async function recordEpisode(
   return { path: join(dir, SYNTHETIC_FILE), messageCount: recorded.messageCount };
 }
 
-describe('SyntheticRecorder: an MCAP file Foxglove can open', () => {
+describe('SyntheticRecorder, json format: an MCAP file Foxglove can open', () => {
   it('has joint states, joint commands and camera frames with JSON schemas, chunks, indexes and a summary, and its messages decode', async () => {
     const { path, messageCount } = await recordEpisode(64 * 1024, 3000);
     const file = await fileReadable(path);
@@ -261,7 +270,7 @@ describe('SyntheticRecorder: commands, cameras and rates for training data', () 
     expect(size).toBeGreaterThan(64 * 1024 * 2 * 0.97);
     expect(size).toBeLessThan(64 * 1024 * 2 * 1.1 + 8 * 1024);
     const clock = new ManualClock();
-    const base = { clock, scheduler: new ManualScheduler(clock), bytesPerSecond: 4096, chunkIntervalMs: 100 };
+    const base = { clock, scheduler: new ManualScheduler(clock), format: 'json' as const, bytesPerSecond: 4096, chunkIntervalMs: 100 };
     for (const bad of [{ cameras: 3 }, { cameraWidth: 8 }, { cameraHeight: 2000 }, { cameraHz: 0 }, { cameraHz: 121 }, { stateHz: 501 }, { stateHz: 1.5 }]) {
       expect(() => new SyntheticRecorder({ ...base, ...(bad as Partial<SyntheticRecorderOptions>) })).toThrow(RangeError);
     }

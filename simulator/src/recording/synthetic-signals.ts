@@ -120,10 +120,11 @@ export function frameOverhead(frameId: string, width: number, height: number): n
 
 /**
  * A frame size whose message is close to `frameBytes`: about 4:3, with the pixel count nearest
- * the budget (every pixel is 4 base64 bytes), so frames of a fixed size keep the byte rate.
+ * the budget (every pixel is 4 base64 bytes in JSON; the ros2 format passes its own cost), so
+ * frames of a fixed size keep the byte rate.
  */
-export function frameSize(frameBytes: number, frameId: string): { width: number; height: number } {
-  const pixels = Math.max(48, (frameBytes - frameOverhead(frameId, 100, 100)) / 4);
+export function frameSize(frameBytes: number, frameId: string, bytesPerPixel = 4, overhead = frameOverhead(frameId, 100, 100)): { width: number; height: number } {
+  const pixels = Math.max(48, (frameBytes - overhead) / bytesPerPixel);
   const h0 = Math.sqrt((pixels * 3) / 4);
   let best = { width: 8, height: 6, score: Infinity };
   for (let height = Math.max(2, Math.floor(h0 * 0.85)); height <= Math.ceil(h0 * 1.15); height++) {

@@ -1,10 +1,16 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, test } from 'vitest';
 import { makeTempDir, REPO_ROOT, startCloud, type CloudProcess, type TempDir } from './support/cloud.js';
 import { runProcess, spawnProcess, type RunResult, type SpawnedProcess } from './support/process.js';
-import { createEnrollmentToken, waitForRobot } from './support/robots.js';
+import { createTestPki } from '../cloud/src/egress/test-https.js';
+import { getEpisode } from './support/episodes.js';
+import { writeProviderTls } from './support/grant-provider.js';
+import { ensurePythonEnv } from './support/python.js';
+import { createEnrollmentToken, sendCommand, waitForRobot } from './support/robots.js';
+import { startSyncStack } from './support/sync-stack.js';
+import { waitFor } from './support/wait.js';
 
 /**
  * The agent's Debian package as a robot gets it: `npm run package:agent` builds it, Debian's
@@ -151,6 +157,68 @@ describe.skipIf(skipReason !== null)(`the agent's Debian package${skipReason ? `
 
     // systemd's stop: SIGTERM, and the agent exits cleanly by itself.
     expect(await agent.kill('SIGTERM', 60_000)).toEqual({ code: 0, signal: null });
+  });
+
+  test('the installed agent with `ros2 bag record` configured records, syncs and verifies an episode whose bag rosbags reads', async () => {
+    const python = ensurePythonEnv();
+    const pki = createTestPki();
+    const dir = await makeTempDir('fleet-pkg-ros2-');
+    const stack = await startSyncStack({ pki, tls: writeProviderTls(pki, dir.path), events: ['episode.verified'] });
+    let installed: SpawnedProcess | undefined;
+    try {
+      const config = join(dir.path, 'agent.yaml');
+      // Root runs it here (not the service's user): the stand-in ros2 and its Python live under /root.
+      writeFileSync(
+        config,
+        [
+          `data_dir: ${join(dir.path, 'robot')}`,
+          'allow_http_uploads: true',
+          'recorder:',
+          '  kind: command',
+          `  command: [${JSON.stringify(join(REPO_ROOT, 'test', 'support', 'fake-ros2', 'ros2'))}, bag, record, --storage, mcap, --output, "{dir}/bag", /joint_states]`,
+          '  env:',
+          `    PATH: ${JSON.stringify(`${dirname(python)}:/usr/bin:/bin`)}`,
+          '',
+        ].join('\n'),
+      );
+      const token = await createEnrollmentToken(stack.cloud);
+      const enrolled = ok(await runProcess(`/usr/bin/${PKG}`, ['enroll', '--config', config, '--api', stack.cloud.http, '--token', token.token], { name: 'fleet-agent enroll (packaged)', cwd: '/', env: noFleetEnv(), timeoutMs: STEP_MS }), 'enroll');
+      const { robot_id: robotId } = JSON.parse(enrolled.stdout) as { robot_id: string };
+      installed = spawnProcess(`/usr/bin/${PKG}`, ['start', '--config', config], { name: 'fleet-agent start (packaged, ros2)', cwd: '/', env: noFleetEnv() });
+      await installed.waitForStdout((l) => l.includes('"state":"connected"'), { timeoutMs: 120_000, description: 'the connected line' });
+      await waitForRobot(stack.cloud, robotId, (r) => r.connected && r.capabilities.includes('episodes.v1'), { timeoutMs: 60_000, description: 'connected with episodes.v1' });
+
+      const start = await sendCommand(stack.cloud, robotId, 'episodes/start');
+      expect(start.status, JSON.stringify(start.body)).toBe(200);
+      const id = (start.body as { result: { episode_id: string } }).result.episode_id;
+      const bag = join(dir.path, 'robot', 'episodes', id, 'bag');
+      await waitFor(() => (existsSync(bag) && readdirSync(bag).some((f) => f.endsWith('.mcap')) ? true : undefined), { timeoutMs: 60_000, description: 'ros2 writing its bag' });
+      expect((await sendCommand(stack.cloud, robotId, 'episodes/finish')).status).toBe(200);
+      const ep = await waitFor(
+        async () => {
+          const e = await getEpisode(stack.cloud, id);
+          return e?.replicas[0]?.state === 'verified' ? e : undefined;
+        },
+        { timeoutMs: 120_000, description: 'the episode verified' },
+      );
+      // The bag as the bucket holds it, read by Python's rosbags.
+      const copy = join(dir.path, 'from-bucket', 'bag');
+      mkdirSync(copy, { recursive: true });
+      const key = ep.replicas[0]!.object_key!;
+      const objects = (await stack.s3.listObjects()).filter((o) => o.key.startsWith(key));
+      expect(objects.map((o) => o.key.slice(key.length)).sort()).toEqual([expect.stringMatching(/^bag\/[^/]+\.mcap$/), 'bag/metadata.yaml']);
+      for (const o of objects) writeFileSync(join(copy, o.key.slice(key.length + 'bag/'.length)), (await stack.s3.getObject(o.key))!.body);
+      const read = spawnSync(python, ['-c', 'import sys\nfrom pathlib import Path\nfrom rosbags.highlevel import AnyReader\nwith AnyReader([Path(sys.argv[1])]) as r:\n    print(sum(1 for _ in r.messages()), r.connections[0].msgtype)', copy], { encoding: 'utf8' });
+      expect(read.stderr).toBe('');
+      const [count, type] = read.stdout.trim().split(' ');
+      expect(Number(count)).toBeGreaterThan(0);
+      expect(type).toBe('sensor_msgs/msg/JointState');
+    } finally {
+      await installed?.kill('SIGTERM', 60_000);
+      await stack.dispose();
+      await dir[Symbol.asyncDispose]();
+      pki.cleanup();
+    }
   });
 
   test('dpkg -r removes the program and keeps the conffile and the data; dpkg --purge removes those too', async () => {

@@ -1,5 +1,6 @@
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
 import { REPO_ROOT } from './support/cloud.js';
@@ -78,6 +79,36 @@ describe('docs/operations.md flag tables match the CLIs', () => {
     const missing = table.filter((f) => !fleet.has(f));
     const except = /takes the same\s+options except ([^.]*)\./.exec(text)?.[1] ?? '';
     expect(missing.sort()).toEqual([...except.matchAll(/`(--[a-z0-9-]+)`/g)].map((m) => m[1]!).sort());
+  });
+});
+
+describe('docs/robots.md (Every setting) matches fleet-agent start', () => {
+  const robots = read('docs/robots.md');
+  const text = section(robots, 'Every setting');
+
+  test('every flag of fleet-agent start has a row, with its variable', () => {
+    const help = helpOptions('agent/dist/cli.js', ['start']);
+    const table = flagRows(text);
+    expect([...table.keys()].sort()).toEqual([...help.keys()].sort());
+    for (const [flag, env] of help) if (env !== null) expect(table.get(flag), flag).toEqual([env]);
+  });
+
+  test('every agent.yaml key the table names is one the config file takes', () => {
+    const keys = [...text.matchAll(/^\| `--[^|]*\|[^|]*\| `([a-z_]+)`/gm)].map((m) => m[1]!);
+    expect(keys.length).toBeGreaterThan(15);
+    const dir = mkdtempSync(join(tmpdir(), 'robots-md-'));
+    try {
+      // Each key alone in a file: `config check` refuses an unknown key with exit 2.
+      const unknown = keys.filter((k) => {
+        const file = join(dir, `${k}.yaml`);
+        writeFileSync(file, `data_dir: ${dir}\n${k}: ${k === 'recorder' ? '{kind: synthetic}' : 'X'}\n`);
+        const r = spawnSync(process.execPath, [join(REPO_ROOT, 'agent/dist/cli.js'), 'config', 'check', file], { encoding: 'utf8', env: { ...process.env, FLEET_AGENT_CONFIG: 'none' } });
+        return /unknown key/.test(r.stderr);
+      });
+      expect(unknown).toEqual([]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 

@@ -147,6 +147,38 @@ describe('a configured agent with `ros2 bag record` as its recorder', () => {
     }
   });
 
+  test('a ros2 that exits at start refuses the start (500, details.robot_error failed, its reason); one that dies mid-recording ends the episode as a failure with recorder_exit', async () => {
+    const broken = join(tmp.path, 'broken.yaml');
+    // The stand-in, like rosbag2, refuses a storage it does not have.
+    await writeFile(broken, (await readFile(configFile, 'utf8')).replace('--storage, mcap', '--storage, sqlite9'));
+    {
+      await using agent = await startAgentProcess(stack.cloud, { simulate: false, args: ['--config', broken] });
+      const refused = await sendCommand(stack.cloud, agent.robotId, 'episodes/start');
+      expect(refused.status).toBe(500);
+      const error = (refused.body as { error: { code: string; message: string; details: { robot_error: string } } }).error;
+      expect(error.code).toBe('internal');
+      expect(error.details.robot_error).toBe('failed');
+      expect(error.message).toContain('only --storage mcap is supported');
+      // Nothing changed: the robot is idle and has no episode.
+      expect(await (await stack.cloud.fetch(`/v1/robots/${agent.robotId}`)).json()).toMatchObject({ recording_state: 'idle' });
+      expect(await listEpisodes(stack.cloud, `robot_id=${agent.robotId}`)).toEqual([]);
+    }
+
+    await using agent = await startAgentProcess(stack.cloud, { simulate: false, args: ['--config', configFile] });
+    const start = await sendCommand(stack.cloud, agent.robotId, 'episodes/start');
+    expect(start.status, JSON.stringify(start.body)).toBe(200);
+    const id = (start.body as { result: { episode_id: string } }).result.episode_id;
+    await waitFor(async () => ((await bagFile(agent.dataDir, id)) > 0 ? true : undefined), { timeoutMs: 60_000, description: 'ros2 writing its bag' });
+    // The recorder dies on its own (a crash of ros2): SIGKILL, so it cannot close its bag.
+    expect(spawnSync('pkill', ['-KILL', '-f', `${join(agent.dataDir, 'episodes', id)}/bag`]).status).toBe(0);
+    const ep = await waitFor(async () => {
+      const e = await getEpisode(stack.cloud, id);
+      return e?.outcome === 'failure' ? e : undefined;
+    }, { timeoutMs: 60_000, description: 'the episode ended as a failure' });
+    expect(ep.metadata).toMatchObject({ recorder_exit: { code: null, signal: 'SIGKILL' } });
+    await waitIdle(agent.robotId);
+  });
+
   test('kill -9 of the agent mid-recording: the next start stops the ros2 left running, and the episode is finalized once', async () => {
     await using agent = await startAgentProcess(stack.cloud, { simulate: false, args: ['--config', configFile] });
     const start = await sendCommand(stack.cloud, agent.robotId, 'episodes/start');

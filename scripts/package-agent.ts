@@ -311,6 +311,10 @@ function main(): void {
     const changelog = debianChangelog(readFileSync(join(REPO, 'CHANGELOG.md'), 'utf8'), PKG, maintainer);
     if (!changelog.startsWith(`${PKG} (${version})`)) throw new Error(`CHANGELOG.md has no section for ${agent.version} first`);
     writeFileSync(join(doc, 'changelog.gz'), gzipSync(changelog, { level: 9 }));
+    // The ROS 2 examples docs/robots.md points agent.yaml at: an action wrapper and a button node.
+    const examples = join(doc, 'examples');
+    mkdirSync(examples, { recursive: true });
+    for (const f of ['ros2-action.py', 'ros2-button.py']) copyFileSync(join(REPO, 'docs', 'examples', f), join(examples, f));
 
     normalizeModes(stage);
     if (nativeArch) {

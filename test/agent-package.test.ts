@@ -102,6 +102,8 @@ describe.skipIf(skipReason !== null)(`the agent's Debian package${skipReason ? `
     expect(contents).not.toMatch(/node_modules\/(@fleet\/simulator|typescript|vitest|tsx|prebuild-install)\//);
     expect(contents).not.toMatch(/better-sqlite3\/(deps|src)\//);
     expect(contents).toMatch(/\.\/usr\/lib\/fleet-agent\/node_modules\/better-sqlite3\/build\/Release\/better_sqlite3\.node/);
+    expect(contents).toMatch(/\.\/usr\/share\/doc\/fleet-agent\/examples\/ros2-action\.py/);
+    expect(contents).toMatch(/\.\/usr\/share\/doc\/fleet-agent\/examples\/ros2-button\.py/);
 
     // lintian exits non-zero on errors only (by default); any `E:` line fails the test, warnings are tolerated.
     const lint = await run('lintian', ['--tag-display-limit', '0', deb]);

@@ -10,7 +10,8 @@ import { IllegalTransitionError } from '../errors.js';
 import { openAgentStore, type SqliteAgentStore } from '../store/sqlite.js';
 import { captureLogs, fakeRobotId, makeTempDir, removeTempDirs, type LogCapture } from '../test-support.js';
 import { ManualScheduler, systemScheduler, type Scheduler } from '../time.js';
-import { checkImportRecorderConfig, ImportRecorder, ImportRecorderConfigSchema, ImportWatcher, type ImportRecorderConfig } from './import-recorder.js';
+import { checkImportRecorderConfig, ImportRecorder, ImportRecorderConfigSchema, type ImportRecorderConfig } from './import-recorder.js';
+import { ImportWatcher } from './import-watcher.js';
 import { episodeReportMsgId } from './report.js';
 import { RecordingStateMachine } from './state-machine.js';
 

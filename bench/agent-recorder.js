@@ -1,4 +1,4 @@
-/* global process */
+/* global process, setInterval, clearInterval */
 // The recorder program of `npm run bench -- agent` (bench/agent.ts), started by the agent's
 // `command` recorder once per episode: `node agent-recorder.js FILE BYTES_PER_SECOND CHUNK_MS`.
 // It appends incompressible bytes (one random block, as compressed camera frames are) to FILE at

@@ -32,6 +32,7 @@ const BENCHMARKS: Readonly<Record<string, () => Promise<BenchModule>>> = {
   scale: async () => (await import('./scale.js')).scale,
   stream: async () => (await import('./stream.js')).stream,
   lerobot: async () => (await import('./lerobot.js')).lerobot,
+  agent: async () => (await import('./agent.js')).agent,
 };
 
 /**
@@ -49,6 +50,7 @@ const ALL_ARGS: Readonly<Record<string, readonly string[]>> = {
   scale: ['--duration', '10'],
   stream: [],
   lerobot: ['--episodes', '20', '--seconds', '5'],
+  agent: ['--duration', '10', '--warmup', '3'],
 };
 
 const DEFAULT_OUT = fileURLToPath(new URL('./results/latest.json', import.meta.url));

@@ -143,6 +143,16 @@ describe('robot commands answered by configured actions, through /v1', () => {
     expect(await declined('stack/start', 'stack.start', 'failed')).toContain('printed more than 4096 bytes');
   });
 
+  test('with no recorder configured the robot records nothing: no episodes.v1, start answers 422 through /v1 and is refused at the control socket', async () => {
+    const r = (await (await cloud.fetch(`/v1/robots/${robot.robotId}`)).json()) as { capabilities: string[]; recording_state: string };
+    expect(r.capabilities).not.toContain('episodes.v1');
+    expect((await sendCommand(cloud, robot.robotId, 'episodes/start')).status).toBe(422);
+    const local = await robot.control(['episode', 'start']);
+    expect(local.code).toBe(1);
+    expect(local.stderr).toContain('unsupported: no recorder is configured on this robot');
+    expect(((await robot.status()) as { recording_state: string }).recording_state).toBe('idle');
+  });
+
   test('a command the config does not map: 200 with the decline not_configured, naming the key', async () => {
     expect(await declined('stack/stop', 'stack.stop', 'not_configured')).toBe(`stack.stop is not configured on this robot (${configFile}: actions.stack.stop)`);
   });

@@ -4,7 +4,7 @@ import { MAX_OUTBOX_MESSAGE_BYTES } from '@fleet/protocol';
 import { describe, expect, test } from 'vitest';
 import { makeTempDir, startCloud } from './support/cloud.js';
 import {
-  AGENT_ARGS,
+  AGENT_ARGS as RECORDING_AGENT_ARGS,
   agentStatus,
   listEpisodes,
   portsOf,
@@ -17,6 +17,10 @@ import {
 } from './support/episodes.js';
 import { startAgentProcess } from './support/robots.js';
 import { waitFor } from './support/wait.js';
+
+// Ingest under faults is the subject, not the recording: the JSON recorder is the cheapest, so
+// several agents recording back to back leave the CPU to the cloud on a loaded 2-core machine.
+const AGENT_ARGS = [...RECORDING_AGENT_ARGS, '--recording-format', 'json'];
 
 /** Every id in `ids` appears exactly once in the whole index. */
 function expectExactlyOnce(counts: Map<string, number>, ids: readonly string[]): void {

@@ -2,12 +2,13 @@
 import { applyUsageRules, EXIT_USAGE, systemClock } from '@fleet/protocol';
 import { Command, Option } from 'commander';
 import { pino } from 'pino';
-import { AGENT_RUNTIME_VERSION, LEGACY_RUNTIME_VERSION, type AgentConfig, type AgentConfigInput } from './config.js';
-import { configFileFor, dataDirFor, describeConfig, effectiveConfig, type ConfigOptions, type EffectiveConfig } from './cli-config.js';
+import type { AgentConfig, AgentConfigInput } from './config.js';
+import { AGENT_RUNTIME_VERSION, LEGACY_RUNTIME_VERSION } from './version.js';
+import type { ConfigOptions, EffectiveConfig } from './cli-config.js';
 import { OPERATOR_CONTEXT_KEYS, type OperatorContextPatch } from './context.js';
 import { controlCall, controlSocketPath, ControlError } from './control/client.js';
 import { MAX_EPISODES_LISTED, type ControlResponse } from './control/protocol.js';
-import { ConfigFileError, DEFAULT_CONFIG_PATH, formatProblem } from './config-file.js';
+import { ConfigFileError, DEFAULT_CONFIG_PATH, formatProblem } from './config-errors.js';
 import { formatEpisode, formatEpisodeList } from './episodes-format.js';
 import type { EpisodeView } from './episodes-view.js';
 import { EPISODE_ID_PATTERN } from './ids.js';
@@ -25,6 +26,12 @@ function fail(message: string, code: number): never {
   process.stderr.write(`fleet-agent: ${message}\n`);
   process.exit(code);
 }
+
+/**
+ * The config file's reading and checking, loaded when a command needs it: its schemas import the
+ * recorders and actions, which `fleet-agent status --data-dir DIR` (a button, a script) does not.
+ */
+const cliConfig = () => import('./cli-config.js');
 
 const program = new Command('fleet-agent')
   .description('On-robot agent: enrolls the robot, records episodes, answers commands from the fleet cloud.')
@@ -49,7 +56,7 @@ program
     const { enroll, EnrollError } = await import('./enroll.js');
     let dataDir: string;
     try {
-      dataDir = await dataDirFor(o);
+      dataDir = o.dataDir ?? (await (await cliConfig()).dataDirFor(o));
     } catch (err) {
       if (err instanceof ConfigFileError) fail(err.problems.map(formatProblem).join('\n'), EXIT_USAGE);
       throw err;
@@ -128,7 +135,7 @@ function startOverrides(o: Record<string, string | boolean | undefined>, cmd: Co
 /** The effective config, or exit 2 with every problem (file, line, key) on stderr. */
 async function effectiveConfigOrExit(overrides: Partial<AgentConfigInput>, o: ConfigOptions, opts: { checkPrograms?: boolean } = {}): Promise<EffectiveConfig> {
   try {
-    return await effectiveConfig(overrides, o, process.env, opts);
+    return await (await cliConfig()).effectiveConfig(overrides, o, process.env, opts);
   } catch (err) {
     if (err instanceof ConfigFileError) {
       process.stderr.write(`fleet-agent: invalid configuration:\n${err.problems.map((p) => `  ${formatProblem(p)}`).join('\n')}\n`);
@@ -182,7 +189,7 @@ configCmd
   .action(async (fileArg: string | undefined, o: { config?: string; dataDir?: string }) => {
     const path = fileArg ?? o.config ?? DEFAULT_CONFIG_PATH;
     const { config } = await effectiveConfigOrExit(o.dataDir !== undefined ? { dataDir: o.dataDir } : {}, { config: path });
-    process.stdout.write(`${JSON.stringify({ file: path, settings: describeConfig(config) }, null, 2)}\n`);
+    process.stdout.write(`${JSON.stringify({ file: path, settings: (await cliConfig()).describeConfig(config) }, null, 2)}\n`);
   });
 
 async function runDaemon(config: AgentConfig, configFile: string | undefined): Promise<void> {
@@ -222,10 +229,10 @@ async function runDaemon(config: AgentConfig, configFile: string | undefined): P
 async function socketOf(o: { dataDir?: string; socket?: string; config?: string }): Promise<string> {
   if (o.socket !== undefined) return o.socket;
   try {
-    if (o.dataDir === undefined) {
-      const file = await configFileFor(o);
-      if (file?.input.socketPath !== undefined) return file.input.socketPath;
-    }
+    if (o.dataDir !== undefined) return controlSocketPath(o.dataDir);
+    const { configFileFor, dataDirFor } = await cliConfig();
+    const file = await configFileFor(o);
+    if (file?.input.socketPath !== undefined) return file.input.socketPath;
     return controlSocketPath(await dataDirFor(o));
   } catch (err) {
     if (err instanceof ConfigFileError) fail(err.problems.map(formatProblem).join('\n'), EXIT_USAGE);

@@ -11,9 +11,9 @@ import { dirname, isAbsolute, resolve } from 'node:path';
 import { isMap, isPair, isScalar, LineCounter, parseDocument, type Document } from 'yaml';
 import { z } from 'zod';
 import { AgentConfigSchema, type AgentConfigInput } from './config.js';
+import { ConfigFileError, type ConfigProblem } from './config-errors.js';
 
-/** Where the package installs the config; used when `--config` is absent and the file exists. */
-export const DEFAULT_CONFIG_PATH = '/etc/fleet-agent/agent.yaml';
+export { ConfigFileError, DEFAULT_CONFIG_PATH, formatProblem, type ConfigProblem } from './config-errors.js';
 
 /** Largest config file read: a config is a page of text, not data. */
 const MAX_CONFIG_BYTES = 256 * 1024;
@@ -38,26 +38,6 @@ for (const [key, schema] of Object.entries(baseShape)) {
 
 /** What the file may hold: every flag's setting under its snake_case name, all optional. */
 export const AgentConfigFileSchema = z.strictObject(fileShape);
-
-export interface ConfigProblem {
-  file: string;
-  /** 1-based; absent when the problem is not tied to a place (an unreadable file). */
-  line?: number;
-  /** Dotted key path (`recorder.command`), empty for the whole file. */
-  key: string;
-  message: string;
-}
-
-export class ConfigFileError extends Error {
-  override readonly name = 'ConfigFileError';
-  constructor(readonly problems: readonly ConfigProblem[]) {
-    super(problems.map(formatProblem).join('\n'));
-  }
-}
-
-export function formatProblem(p: ConfigProblem): string {
-  return `${p.file}${p.line !== undefined ? `:${p.line}` : ''}: ${p.key ? `${p.key}: ` : ''}${p.message}`;
-}
 
 export interface LoadedConfigFile {
   path: string;

@@ -1,12 +1,10 @@
 import { z } from 'zod';
 import { ActionsSectionSchema } from './configured-actions.js';
 import { RecorderConfigSchema, type RecorderKind } from './recording/recorder-config.js';
-import { AGENT_VERSION } from './version.js';
+import { AGENT_RUNTIME_VERSION, LEGACY_RUNTIME_VERSION } from './version.js';
 
-/** The runtime version this build announces; `--legacy-runtime` announces a pre-episodes.v1 one. */
-export const AGENT_RUNTIME_VERSION = AGENT_VERSION;
-/** What a legacy runtime (no native episode commands) announces by default. */
-export const LEGACY_RUNTIME_VERSION = '0.0.9-legacy';
+export { AGENT_RUNTIME_VERSION, LEGACY_RUNTIME_VERSION };
+
 
 const ms = (min: number) => z.coerce.number().int().min(min);
 

@@ -16,3 +16,8 @@ function readAgentVersion(): string {
 }
 
 export const AGENT_VERSION: string = readAgentVersion();
+
+/** The runtime version this build announces; `--legacy-runtime` announces a pre-episodes.v1 one. */
+export const AGENT_RUNTIME_VERSION = AGENT_VERSION;
+/** What a legacy runtime (no native episode commands) announces by default. */
+export const LEGACY_RUNTIME_VERSION = '0.0.9-legacy';

@@ -4,14 +4,14 @@
  * check that what it names is there, and the RobotActions that runs each command by its
  * program, shell command or endpoint (action-runners.ts) or declines it `not_configured`.
  */
-import { accessSync, constants, statSync } from 'node:fs';
 import { BlockList, isIP } from 'node:net';
-import { delimiter, isAbsolute, join } from 'node:path';
+import { isAbsolute } from 'node:path';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { callEndpoint, runProgram, type ActionRun } from './action-runners.js';
 import { ACTION_COMMANDS, SimulatedRobotActions, type ActionCommand, type ActionRequest, type RobotActions } from './actions.js';
 import { RefusalError } from './errors.js';
+import { executableProblem, resolveProgram } from './programs.js';
 import type { Scheduler } from './time.js';
 
 export { DECLINE_CODES, DECLINE_EXIT_CODE, DECLINE_STATUSES } from './action-runners.js';
@@ -162,26 +162,11 @@ export function checkActionsConfig(cfg: ActionsSection, env: Env): ActionsConfig
 function findExecutable(file: string, path: string): { problem?: string } {
   if (file.includes('/')) {
     if (!isAbsolute(file)) return { problem: `${file} is a relative path; give the program's absolute path or a name on PATH` };
-    return { ...(executableProblem(file) ? { problem: executableProblem(file)! } : {}) };
+    const problem = executableProblem(file);
+    return problem ? { problem } : {};
   }
-  for (const dir of path.split(delimiter)) {
-    if (dir && !executableProblem(join(dir, file))) return {};
-  }
+  if (resolveProgram(file, path) !== undefined) return {};
   return { problem: `${file} is not on PATH (${path || 'empty'})` };
-}
-
-function executableProblem(file: string): string | null {
-  try {
-    if (!statSync(file).isFile()) return `${file} is not a file`;
-  } catch {
-    return `${file} does not exist`;
-  }
-  try {
-    accessSync(file, constants.X_OK);
-  } catch {
-    return `${file} is not executable`;
-  }
-  return null;
 }
 
 export interface ConfiguredActionsDeps {

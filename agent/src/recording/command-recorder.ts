@@ -1,10 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, constants, statSync } from 'node:fs';
 import { readFile, rm, writeFile } from 'node:fs/promises';
-import { delimiter, isAbsolute, join, resolve } from 'node:path';
+import { isAbsolute, join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { RefusalError } from '../errors.js';
+import { executableProblem, resolveProgram } from '../programs.js';
 import type { Scheduler, TimerHandle } from '../time.js';
 import { RecorderOutput } from './command-output.js';
 import { deleteDataFiles, listDataFiles } from './finalize.js';
@@ -104,20 +104,11 @@ export function commandArgv(cfg: CommandRecorderConfig, dir: string, info: Recor
 export function checkCommandRecorderConfig(cfg: CommandRecorderConfig, env: ProgramEnv): string[] {
   const program = cfg.shell !== undefined ? RECORDER_SHELL : cfg.command![0]!;
   if (program.includes('{')) return [];
-  if (isAbsolute(program)) return isExecutableFile(program) ? [] : [`recorder program ${program} is not an executable file`];
+  if (isAbsolute(program)) return executableProblem(program) === null ? [] : [`recorder program ${program} is not an executable file`];
   if (program.includes('/')) return [`recorder program ${program} is a relative path: give an absolute path or a name on PATH`];
   const path = cfg.env.PATH ?? env.PATH ?? '';
-  const found = path.split(delimiter).some((d) => d !== '' && isExecutableFile(join(d, program)));
+  const found = resolveProgram(program, path) !== undefined;
   return found ? [] : [`missing program: recorder program ${program} is not on PATH (${path || 'PATH is empty'})`];
-}
-
-function isExecutableFile(path: string): boolean {
-  try {
-    accessSync(path, constants.X_OK);
-    return statSync(path).isFile();
-  } catch {
-    return false;
-  }
 }
 
 export interface CommandRecorderDeps {

@@ -44,6 +44,7 @@ import type { Clock } from '@fleet/protocol';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { ImportSourceRow } from '../store/types.js';
+import { resolveProgram } from '../programs.js';
 import type { Scheduler } from '../time.js';
 import { type RecordedFiles, type Recorder, type RecorderStats, type RecordingHandle, type RecordingInfo } from './recorder.js';
 import { listDataFiles, writeJsonAtomic } from './finalize.js';
@@ -80,15 +81,6 @@ export async function existingAncestor(path: string): Promise<string> {
   }
 }
 
-/** `program` as `spawn` would find it on `PATH`, or undefined. */
-async function findProgram(program: string, env: Env): Promise<string | undefined> {
-  const candidates = program.includes('/') ? [program] : (env.PATH ?? '').split(':').filter(Boolean).map((d) => join(d, program));
-  for (const c of candidates) {
-    if (await access(c, constants.X_OK).then(() => true, () => false)) return c;
-  }
-  return undefined;
-}
-
 /**
  * What `fleet-agent config check` reports about an `import` recorder: the folder exists, is a
  * directory the agent can write (it renames entries out of it), is on the data directory's file
@@ -104,7 +96,7 @@ export async function checkImportRecorderConfig(cfg: ImportRecorderConfig, opts:
     const data = await stat(await existingAncestor(opts.dataDir));
     if (data.dev !== folder.dev) problems.push(`recorder.folder: ${cfg.folder} is not on the file system of the data directory ${opts.dataDir} (recordings are moved, not copied)`);
   }
-  if (cfg.stop && !(await findProgram(cfg.stop[0]!, opts.env))) problems.push(`recorder.stop: ${cfg.stop[0]} is not an executable program${cfg.stop[0]!.includes('/') ? '' : ' on PATH'}`);
+  if (cfg.stop && resolveProgram(cfg.stop[0]!, opts.env.PATH ?? '') === undefined) problems.push(`recorder.stop: ${cfg.stop[0]} is not an executable program${cfg.stop[0]!.includes('/') ? '' : ' on PATH'}`);
   return problems;
 }
 

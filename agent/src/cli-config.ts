@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import { ZodError } from 'zod';
 import { parseAgentConfig, type AgentConfig, type AgentConfigInput } from './config.js';
-import { ConfigFileError, DEFAULT_CONFIG_PATH, loadConfigFile, type ConfigProblem, type LoadedConfigFile } from './config-file.js';
+import { ConfigFileError, DEFAULT_CONFIG_PATH, loadConfigFile, snake, type ConfigProblem, type LoadedConfigFile } from './config-file.js';
 
 type Env = Readonly<Record<string, string | undefined>>;
 
@@ -28,7 +28,6 @@ export async function configFileFor(o: ConfigOptions): Promise<LoadedConfigFile 
   return path === undefined ? undefined : loadConfigFile(path);
 }
 
-const snake = (camel: string): string => camel.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 const flagOf = (camel: string): string => `--${camel.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
 
 export interface EffectiveConfig {

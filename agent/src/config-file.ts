@@ -24,7 +24,8 @@ const NOT_IN_FILE = new Set(['extraCaCertsFile', 'commandResultWindowMs', 'final
 /** Keys whose value is a path: a relative one is taken relative to the config file's directory. */
 const PATH_KEYS = new Set(['dataDir', 'uploadCaFile', 'socketPath']);
 
-const snake = (camel: string): string => camel.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+/** An AgentConfig key as the file writes it: `uploadLimit` is `upload_limit`. */
+export const snake = (camel: string): string => camel.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 const camel = (snakeKey: string): string => snakeKey.replace(/_([a-z0-9])/g, (_m, c: string) => c.toUpperCase());
 
 const baseShape = AgentConfigSchema.shape;

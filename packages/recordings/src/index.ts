@@ -1,0 +1,16 @@
+export { bytesSource, type ByteSource } from './byte-source.js';
+export { RECORDING_ERROR_CODES, RecordingError, isRecordingError, type RecordingErrorCode } from './errors.js';
+export { decoderFor, type MessageDecoder, type SchemaInfo } from './decoders.js';
+export { McapRecording, openMcap, type DecodedMessage, type OpenOptions, type ReadOptions, type RecordingChannel } from './recording.js';
+export {
+  COMPRESSED_IMAGE_SCHEMAS,
+  IMAGE_SCHEMAS,
+  RAW_IMAGE_ENCODINGS,
+  RAW_IMAGE_SCHEMAS,
+  cameraImage,
+  compressedFormat,
+  isImageSchema,
+  type CameraImage,
+} from './images.js';
+export { headerStampNs, timeNs, timestampNs } from './stamps.js';
+export { base64Bytes } from './base64.js';

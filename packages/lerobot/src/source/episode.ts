@@ -3,7 +3,7 @@ import { SourceError } from './errors.js';
 import type { ManifestEpisode } from './manifest.js';
 import { checkMapping, type Mapping, type TaskSource } from './mapping.js';
 import { Recording } from './mcap.js';
-import { decodeRawImage, makeGrid, nearestFrames, readVectorSamples, resampleVector, type StreamSpan } from './resample.js';
+import { frameSize, makeGrid, nearestFrames, readVectorSamples, resampleVector, type StreamSpan } from './resample.js';
 
 /**
  * One downloaded recording and its manifest line on the fixed grid. Vectors are resampled at once
@@ -52,26 +52,31 @@ async function load(recording: Recording, line: ManifestEpisode, mapping: Mappin
   const spans: StreamSpan[] = [];
   for (const topic of plan.vectorTopics) {
     const ofTopic = plan.vectors.filter((v) => v.topic === topic);
-    const read = await readVectorSamples(recording.messages([topic]), ofTopic);
-    for (const s of read) samples.set(s.key, s);
-    const times = read[0]!.timesNs;
-    spans.push({ topic, kind: 'vector', firstNs: times[0], lastNs: times.at(-1) });
+    // One read per topic and stamp rule (two features of one topic normally share it).
+    for (const stamp of new Set(ofTopic.map((v) => v.stamp))) {
+      const these = ofTopic.filter((v) => v.stamp === stamp);
+      const read = await readVectorSamples(recording.messages([topic], stamp !== undefined ? { stamp } : {}), these);
+      for (const s of read) samples.set(s.key, s);
+      const times = read[0]!.timesNs;
+      spans.push({ topic, kind: 'vector', firstNs: times[0], lastNs: times.at(-1) });
+    }
   }
   const firstFrames = new Map<string, { width: number; height: number }>();
-  /** Per camera, the last frame used (inclusive). */
+  /** Per camera, the last frame used (inclusive), by log time (what the reader's bounds are in). */
   const cameraEnds = new Map<string, bigint>();
   for (const cam of plan.cameras) {
-    const first = await recording.first(cam.topic);
-    let last = await recording.first(cam.topic, true);
+    const schemaName = recording.channel(cam.topic)?.schemaName ?? '';
+    const first = await recording.first(cam.topic, false, cam.stamp);
+    let last = await recording.first(cam.topic, true, cam.stamp);
     if (first !== undefined && last !== undefined) {
-      const f = decodeRawImage(first.data, `${cam.topic} at ${first.logTimeNs} ns`);
-      firstFrames.set(cam.key, { width: f.width, height: f.height });
+      const f = await frameSize(schemaName, first.data, `${cam.topic} at ${first.logTimeNs} ns`);
+      firstFrames.set(cam.key, f);
       // A recorder that cuts its last frame short when it stops between two frames (the
       // synthetic one keeps its byte rate so) ends the camera one frame earlier: that frame is
       // not part of the video. A size change anywhere else is still `shape_changed`.
-      const l = decodeRawImage(last.data, `${cam.topic} at ${last.logTimeNs} ns`);
+      const l = await frameSize(schemaName, last.data, `${cam.topic} at ${last.logTimeNs} ns`);
       if (last !== first && (l.width !== f.width || l.height !== f.height)) {
-        const tail = recording.messages([cam.topic], { reverse: true });
+        const tail = recording.messages([cam.topic], { reverse: true, ...(cam.stamp !== undefined ? { stamp: cam.stamp } : {}) });
         await tail.next();
         const previous = await tail.next();
         await tail.return();
@@ -79,7 +84,7 @@ async function load(recording: Recording, line: ManifestEpisode, mapping: Mappin
       }
       cameraEnds.set(cam.key, last.logTimeNs);
     }
-    spans.push({ topic: cam.topic, kind: 'camera', firstNs: first?.logTimeNs, lastNs: last?.logTimeNs });
+    spans.push({ topic: cam.topic, kind: 'camera', firstNs: first?.timeNs ?? first?.logTimeNs, lastNs: last?.timeNs ?? last?.logTimeNs });
   }
   const grid = makeGrid(mapping.fps, spans);
 
@@ -102,7 +107,8 @@ async function load(recording: Recording, line: ManifestEpisode, mapping: Mappin
         [Symbol.asyncIterator]: () => {
           if (taken) throw new SourceError('io', `the frames of ${cam.key} are read once`);
           taken = true;
-          return nearestFrames(recording.messages([cam.topic], { endNs: cameraEnds.get(cam.key)! }), grid, size, cam.topic);
+          const read = { endNs: cameraEnds.get(cam.key)!, ...(cam.stamp !== undefined ? { stamp: cam.stamp } : {}) };
+          return nearestFrames(recording.messages([cam.topic], read), grid, size, cam.topic, recording.channel(cam.topic)?.schemaName ?? '');
         },
       },
     };

@@ -18,7 +18,7 @@ export const SOURCE_ERROR_CODES = {
   size_mismatch: "a file's size differs from the manifest",
   /** Any other failure while reading or writing bytes (network, disk, a bad source URL). */
   io: 'an I/O error',
-  /** The MCAP cannot be opened with its index (no summary after a crash, a bad CRC, …) or a message is not JSON. */
+  /** The MCAP cannot be opened with its index (no summary after a crash, a bad CRC, …), a schema does not parse, a message does not decode, or a stream's stamps go backwards. */
   corrupt_recording: 'the recording cannot be read',
   /** The mapping file is malformed, or does not fit the recording (missing topic, wrong field). */
   mapping_invalid: 'the mapping does not fit',

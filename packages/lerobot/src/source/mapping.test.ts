@@ -5,6 +5,7 @@ import type { RecordingChannel } from './mcap.js';
 
 const channel = (topic: string, schemaName: string, jsonSchema: unknown, messageEncoding = 'json'): RecordingChannel => ({
   id: 0,
+  metadata: new Map(),
   topic,
   schemaName,
   schemaEncoding: 'jsonschema',
@@ -72,9 +73,34 @@ describe('checkMapping', () => {
     );
   });
 
-  it('refuses a camera topic that is not a raw image and a topic that is not JSON', () => {
+  it('refuses a camera topic that is not an image and a topic in an encoding that is not decoded', () => {
     expect(() => checkMapping(mapping({ 'observation.images.front': { topic: '/joint_states' } }), sim)).toThrow('field data of /joint_states is missing');
-    const cdr = [channel('/joint_states', 'sensor_msgs/JointState', undefined, 'cdr')];
-    expect(() => checkMapping(mapping({ 'observation.state': { topic: '/joint_states', fields: ['position'] } }), cdr)).toThrow(/cdr-encoded/);
+    const cdr = [channel('/joint_states', 'sensor_msgs/msg/JointState', undefined, 'cdr'), channel('/img', 'sensor_msgs/msg/CompressedImage', undefined, 'cdr')];
+    expect(() => checkMapping(mapping({ 'observation.images.front': { topic: '/joint_states' } }), cdr)).toThrow(/is sensor_msgs\/msg\/JointState, not an image/);
+    expect(checkMapping(mapping({ 'observation.state': { topic: '/joint_states', fields: ['position'] }, 'observation.images.front': { topic: '/img' } }), cdr).cameras).toEqual([{ key: 'observation.images.front', topic: '/img', stamp: undefined }]);
+    const ros1 = [channel('/joint_states', 'sensor_msgs/JointState', undefined, 'ros1')];
+    expect(() => checkMapping(mapping({ 'observation.state': { topic: '/joint_states', fields: ['position'] } }), ros1)).toThrow(/ros1-encoded/);
+  });
+
+  it('a list of topics reads the first the recording has (the default mapping fits both simulator formats)', () => {
+    const ros2 = [
+      channel('/joint_states', 'sensor_msgs/msg/JointState', undefined, 'cdr'),
+      channel('/joint_commands', 'sensor_msgs/msg/JointState', undefined, 'cdr'),
+      channel('/camera/front/image_raw/compressed', 'sensor_msgs/msg/CompressedImage', undefined, 'cdr'),
+      channel('/camera/front/image_raw', 'sensor_msgs/msg/Image', undefined, 'cdr'),
+    ];
+    expect(checkMapping(DEFAULT_MAPPING, ros2).cameras.map((c) => c.topic)).toEqual(['/camera/front/image_raw/compressed']);
+    expect(checkMapping(DEFAULT_MAPPING, sim).cameras.map((c) => c.topic)).toEqual(['/camera/image']);
+  });
+
+  it('field paths, joints and stamps parse; a field that is not a path is refused', () => {
+    const m = parseMapping({ stamp: 'log', features: { 'observation.state': { topic: '/joint_states', fields: ['position'], joints: ['b', 'a'], stamp: 'header' }, 'observation.vel': { topic: '/cmd_vel', fields: ['twist.linear.x'] }, action: { from_next_state: true, fields: ['position'] } } });
+    const plan = checkMapping(m, [channel('/joint_states', 'sensor_msgs/msg/JointState', undefined, 'cdr'), channel('/cmd_vel', 'geometry_msgs/msg/TwistStamped', undefined, 'cdr')]);
+    expect(plan.vectors.map((v) => [v.key, v.topic, v.joints, v.stamp])).toEqual([
+      ['observation.state', '/joint_states', ['b', 'a'], 'header'],
+      ['observation.vel', '/cmd_vel', undefined, 'log'],
+      ['action', '/joint_states', ['b', 'a'], 'header'],
+    ]);
+    expect(() => parseMapping({ features: { 'observation.state': { topic: '/j', fields: ['twist..x'] } } })).toThrow(/mapping_invalid/);
   });
 });

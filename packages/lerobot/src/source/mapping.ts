@@ -1,6 +1,7 @@
+import { isImageSchema } from '@fleet/recordings';
 import { z } from 'zod';
 import { SourceError } from './errors.js';
-import type { RecordingChannel } from './mcap.js';
+import type { RecordingChannel, StampSource } from './mcap.js';
 
 /**
  * The mapping file: how a recording's topics become LeRobot features. JSON, e.g.
@@ -8,12 +9,13 @@ import type { RecordingChannel } from './mcap.js';
  * ```json
  * {
  *   "fps": 10,
- *   "robot_type": "fleet-sim-arm",
+ *   "robot_type": "my-arm",
  *   "task": { "from": "task_id" },
  *   "features": {
- *     "observation.state": { "topic": "/joint_states", "fields": ["position"], "names_from": "name" },
- *     "action": { "topic": "/joint_commands", "fields": ["position"], "names_from": "name" },
- *     "observation.images.front": { "topic": "/camera/image" }
+ *     "observation.state": { "topic": "/joint_states", "fields": ["position"], "joints": ["shoulder", "elbow", "wrist"] },
+ *     "action": { "from_next_state": true, "fields": ["position"] },
+ *     "observation.velocity": { "topic": "/cmd_vel", "fields": ["twist.linear.x", "twist.angular.z"], "stamp": "log" },
+ *     "observation.images.front": { "topic": "/camera/front/image_raw/compressed" }
  *   },
  *   "metadata": ["operator_id"],
  *   "stateRule": "hold"
@@ -22,16 +24,26 @@ import type { RecordingChannel } from './mcap.js';
  */
 
 const Topic = z.string().min(1).max(256);
-const Field = z.string().min(1).max(128);
+/** A topic, or a list of topics of which the first the recording has is read (one mapping for recorders that name a stream differently). */
+const TopicChoice = z.union([Topic, z.array(Topic).min(1).max(16)]);
+/** A field path: a top-level key (`position`) or a dotted path into nested messages (`twist.linear.x`). */
+const Field = z.string().min(1).max(128).regex(/^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$/, 'a field path like position or twist.linear.x');
 const RuleSchema = z.enum(['hold', 'linear']);
+const StampSchema = z.enum(['header', 'log']);
+/** Joints chosen and ordered by name (from the `names_from` field, default `name`, of each message). */
+const Joints = z.array(z.string().min(1).max(128)).min(1).max(1024);
 export type StateRule = z.infer<typeof RuleSchema>;
 
 /** A numeric feature read from a topic: the listed array fields of each message, concatenated. */
 const TopicVectorSchema = z.strictObject({
-  /** The topic whose JSON messages carry the arrays. */
-  topic: Topic,
-  /** Array-of-number fields of the message (top-level keys), concatenated in this order. Their lengths are fixed by the first message and checked on every one. */
+  /** The topic whose messages carry the numbers (any encoding @fleet/recordings decodes). */
+  topic: TopicChoice,
+  /** Numeric fields of the message (arrays, typed arrays or single numbers, by dotted path), concatenated in this order. Their lengths are fixed by the first message and checked on every one. */
   fields: z.array(Field).min(1).max(16),
+  /** Only these joints, in this order, picked by name from `names_from` (default `name`) of every message. */
+  joints: Joints.optional(),
+  /** This feature's stamp rule; default the mapping's `stamp`. */
+  stamp: StampSchema.optional(),
   /** An array-of-string field naming the entries (e.g. joint names): the feature's `names` are `<name>` (one field) or `<name>.<field>` (several). Without it: `<field>.<i>`. */
   names_from: Field.optional(),
   /** Explicit names (overrides `names_from`); as many as the feature's dimension. */
@@ -46,14 +58,19 @@ const NextStateVectorSchema = z.strictObject({
   /** Array-of-number fields of the state topic, concatenated. */
   fields: z.array(Field).min(1).max(16),
   /** The state topic; default the topic of `observation.state`. */
-  topic: Topic.optional(),
+  topic: TopicChoice.optional(),
+  joints: Joints.optional(),
+  stamp: StampSchema.optional(),
   names_from: Field.optional(),
   names: z.array(z.string().min(1).max(128)).max(4096).optional(),
   rule: RuleSchema.optional(),
 });
 
-/** A camera: a topic of `foxglove.RawImage` JSON messages (`rgb8` or `bgr8`). */
-const CameraSchema = z.strictObject({ topic: Topic });
+/**
+ * A camera: a topic of `sensor_msgs/msg/Image`, `sensor_msgs/msg/CompressedImage` (JPEG, PNG),
+ * `foxglove.RawImage` or `foxglove.CompressedImage` messages, in any encoding.
+ */
+const CameraSchema = z.strictObject({ topic: TopicChoice, stamp: StampSchema.optional() });
 
 const FeatureSchema = z.union([TopicVectorSchema, NextStateVectorSchema, CameraSchema]);
 
@@ -91,6 +108,12 @@ export const MappingSchema = z
     metadata: z.array(z.string().min(1).max(256).regex(/^[A-Za-z0-9_.-]+$/)).max(64).default([]),
     /** Vectors between samples: `hold` (latest sample at or before the frame) or `linear` (interpolated). Default `hold`. */
     stateRule: RuleSchema.default('hold'),
+    /**
+     * Which time places a message on the grid: `header` (its `header.stamp`, or a Foxglove
+     * schema's `timestamp`) or `log` (when the recorder received it). Unset: the header stamp
+     * of messages that have a header, the log time of the others.
+     */
+    stamp: StampSchema.optional(),
   })
   .superRefine((m, ctx) => {
     for (const [key, f] of Object.entries(m.features)) {
@@ -100,7 +123,7 @@ export const MappingSchema = z
       }
       if ('from_next_state' in f && f.topic === undefined) {
         const state = m.features['observation.state'];
-        if (state === undefined || !('topic' in state) || state.topic === undefined || !('fields' in state)) {
+        if (state === undefined || !('topic' in state) || state.topic === undefined || !('fields' in state) || 'from_next_state' in state) {
           ctx.addIssue({ code: 'custom', path: ['features', key], message: 'from_next_state needs a topic, or an observation.state feature read from a topic' });
         }
       }
@@ -109,7 +132,16 @@ export const MappingSchema = z
 export type Mapping = z.output<typeof MappingSchema>;
 export type MappingInput = z.input<typeof MappingSchema>;
 
-/** What fits the simulator's recorder: 7 joint positions as state, the commanded positions as action, one camera. */
+/** The simulator's cameras: the ROS 2 format's front JPEG stream, the JSON format's RawImage topic. */
+export const SIM_ROS2_FRONT_CAMERA_TOPIC = '/camera/front/image_raw/compressed';
+export const SIM_JSON_FRONT_CAMERA_TOPIC = '/camera/image';
+
+/**
+ * What fits the simulator's recorder in both its formats: 7 joint positions (`/joint_states`) as
+ * state, the commanded positions (`/joint_commands`) as action, and the front camera: the ROS 2
+ * format's JPEG stream `/camera/front/image_raw/compressed` (sensor_msgs/msg/CompressedImage) or,
+ * in a JSON recording, `/camera/image` (foxglove.RawImage), whichever the recording has.
+ */
 export const DEFAULT_MAPPING: Mapping = Object.freeze({
   fps: 10,
   robot_type: 'fleet-sim-arm',
@@ -117,14 +149,16 @@ export const DEFAULT_MAPPING: Mapping = Object.freeze({
   features: {
     'observation.state': { topic: '/joint_states', fields: ['position'], names_from: 'name' },
     action: { topic: '/joint_commands', fields: ['position'], names_from: 'name' },
-    'observation.images.front': { topic: '/camera/image' },
+    'observation.images.front': { topic: [SIM_ROS2_FRONT_CAMERA_TOPIC, SIM_JSON_FRONT_CAMERA_TOPIC] },
   },
   metadata: [],
   stateRule: 'hold',
 }) as Mapping;
 
-/** A second camera the simulator may record; add it as `features['observation.images.wrist']`. */
+/** A second camera the simulator may record (JSON format); add it as `features['observation.images.wrist']`. */
 export const WRIST_CAMERA_TOPIC = '/camera/wrist/image';
+/** The same in the ROS 2 format. */
+export const ROS2_WRIST_CAMERA_TOPIC = '/camera/wrist/image_raw/compressed';
 
 /** Parses a mapping file's JSON (defaults filled in); `mapping_invalid` naming the field. */
 export function parseMapping(json: unknown): Mapping {
@@ -146,6 +180,10 @@ export interface VectorPlan {
   fields: string[];
   namesFrom: string | undefined;
   names: string[] | undefined;
+  /** Joints picked by name from `namesFrom` (default `name`) of each message; undefined: all, as recorded. */
+  joints?: string[] | undefined;
+  /** The stamp rule (undefined: header when the message has one, else log time). */
+  stamp?: StampSource | undefined;
   rule: StateRule;
   /** Frames later than the grid time it is read at: 1 for `from_next_state`. */
   offsetFrames: 0 | 1;
@@ -154,6 +192,7 @@ export interface VectorPlan {
 export interface CameraPlan {
   key: string;
   topic: string;
+  stamp?: StampSource | undefined;
 }
 
 export interface MappingPlan {
@@ -163,27 +202,35 @@ export interface MappingPlan {
   vectorTopics: string[];
 }
 
-/** The mapping with `from_next_state` resolved to its topic, vectors and cameras apart. */
-export function planMapping(mapping: Mapping): MappingPlan {
+/**
+ * The mapping with `from_next_state` resolved to its topic, vectors and cameras apart. A list of
+ * topics becomes the first one `channels` has (without channels, the first listed).
+ */
+export function planMapping(mapping: Mapping, channels?: readonly RecordingChannel[]): MappingPlan {
+  const has = new Set(channels?.map((c) => c.topic));
+  const pick = (t: string | string[]): string => (typeof t === 'string' ? t : (t.find((x) => has.has(x)) ?? t[0]!));
   const vectors: VectorPlan[] = [];
   const cameras: CameraPlan[] = [];
   const state = mapping.features['observation.state'];
+  const stateFields = state !== undefined && 'fields' in state && !('from_next_state' in state) ? state : undefined;
   for (const [key, f] of Object.entries(mapping.features)) {
     if (!('fields' in f)) {
-      cameras.push({ key, topic: f.topic });
+      cameras.push({ key, topic: pick(f.topic), stamp: f.stamp ?? mapping.stamp });
       continue;
     }
     const next = 'from_next_state' in f;
-    const stateTopic = state !== undefined && 'fields' in state ? state.topic : undefined;
-    const stateNamesFrom = state !== undefined && 'fields' in state ? state.names_from : undefined;
-    const topic = f.topic ?? stateTopic;
+    const stateTopic = stateFields !== undefined ? pick(stateFields.topic) : undefined;
+    const topic = f.topic !== undefined ? pick(f.topic) : stateTopic;
     if (topic === undefined) throw new SourceError('mapping_invalid', `feature ${key}: from_next_state needs a topic`);
+    const fromState = next && topic === stateTopic;
     vectors.push({
       key,
       topic,
       fields: f.fields,
-      namesFrom: f.names_from ?? (next && topic === stateTopic ? stateNamesFrom : undefined),
+      namesFrom: f.names_from ?? (fromState ? stateFields?.names_from : undefined),
       names: f.names,
+      joints: f.joints ?? (fromState ? stateFields?.joints : undefined),
+      stamp: f.stamp ?? (fromState ? stateFields?.stamp : undefined) ?? mapping.stamp,
       rule: f.rule ?? mapping.stateRule,
       offsetFrames: next ? 1 : 0,
     });
@@ -205,25 +252,29 @@ function isArrayOf(prop: unknown, type: 'number' | 'string'): boolean | undefine
   return type === 'number' ? t === 'number' || t === 'integer' : t === 'string';
 }
 
+/** Message encodings whose messages the export reads (through @fleet/recordings). */
+const DECODED = new Set(['json', 'cdr', 'protobuf']);
+
 /**
  * Checks the mapping against a recording's channels before reading any message: every topic
- * exists and is JSON, and where the channel has a JSON Schema, every field is an array of numbers
- * (names an array of strings) and a camera's schema has `data`, `width`, `height`. The same field
- * checks run on the messages themselves while reading, for recordings without schemas.
+ * exists in an encoding that is decoded, a camera's topic has an image schema (or, in JSON, the
+ * fields of one), and where the channel has a JSON Schema, every top-level field is an array of
+ * numbers (names an array of strings). The same field checks run on the messages themselves
+ * while reading, for schemas that cannot be checked up front.
  */
 export function checkMapping(mapping: Mapping, channels: readonly RecordingChannel[]): MappingPlan {
-  const plan = planMapping(mapping);
+  const plan = planMapping(mapping, channels);
   const byTopic = new Map(channels.map((c) => [c.topic, c]));
   const channelOf = (topic: string, key: string) => {
     const c = byTopic.get(topic);
     if (c === undefined) throw new SourceError('mapping_invalid', `the recording has no topic ${topic} (feature ${key})`);
-    if (c.messageEncoding !== 'json') throw new SourceError('mapping_invalid', `topic ${topic} (feature ${key}) is ${c.messageEncoding}-encoded; only json messages are read`);
+    if (!DECODED.has(c.messageEncoding)) throw new SourceError('mapping_invalid', `topic ${topic} (feature ${key}) is ${c.messageEncoding}-encoded; cdr, protobuf and json messages are read`);
     return c;
   };
   for (const v of plan.vectors) {
     const c = channelOf(v.topic, v.key);
     for (const field of v.fields) {
-      if (isArrayOf(schemaProperty(c, field), 'number') === false) throw new SourceError('mapping_invalid', `field ${field} of ${v.topic} is not an array of numbers (feature ${v.key})`);
+      if (!field.includes('.') && isArrayOf(schemaProperty(c, field), 'number') === false) throw new SourceError('mapping_invalid', `field ${field} of ${v.topic} is not an array of numbers (feature ${v.key})`);
     }
     if (v.namesFrom !== undefined && isArrayOf(schemaProperty(c, v.namesFrom), 'string') === false) {
       throw new SourceError('mapping_invalid', `field ${v.namesFrom} of ${v.topic} is not an array of strings (names_from of feature ${v.key})`);
@@ -231,8 +282,13 @@ export function checkMapping(mapping: Mapping, channels: readonly RecordingChann
   }
   for (const cam of plan.cameras) {
     const c = channelOf(cam.topic, cam.key);
-    for (const field of ['data', 'width', 'height']) {
-      if (schemaProperty(c, field) === null) throw new SourceError('mapping_invalid', `field ${field} of ${cam.topic} is missing: not a foxglove.RawImage (feature ${cam.key})`);
+    if (c.schemaName !== '' && c.messageEncoding !== 'json' && !isImageSchema(c.schemaName)) {
+      throw new SourceError('mapping_invalid', `topic ${cam.topic} (feature ${cam.key}) is ${c.schemaName}, not an image (sensor_msgs/msg/Image, sensor_msgs/msg/CompressedImage, foxglove.RawImage, foxglove.CompressedImage)`);
+    }
+    if (!isImageSchema(c.schemaName)) {
+      for (const field of ['data', 'width', 'height']) {
+        if (schemaProperty(c, field) === null) throw new SourceError('mapping_invalid', `field ${field} of ${cam.topic} is missing: not a foxglove.RawImage (feature ${cam.key})`);
+      }
     }
   }
   return plan;

@@ -3,8 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { JOINT_STATE_JSON_SCHEMA, jointState, mcapBytes, ms, RAW_IMAGE_JSON_SCHEMA, rawImage, type FixtureChannel } from './fixtures.js';
-import { parseRawImage, Recording } from './mcap.js';
-import { decodeRawImage } from './resample.js';
+import { messageTimeNs, Recording } from './mcap.js';
 
 let dir: string;
 beforeEach(async () => {
@@ -73,19 +72,14 @@ describe('Recording', () => {
   });
 });
 
-describe('parseRawImage', () => {
-  const decoder = new TextDecoder();
-  const bytes = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
-  it('cuts the base64 data out as bytes and parses the rest; the decoded image is the same as from the whole JSON', () => {
-    const msg = { timestamp: { sec: 1, nsec: 2 }, frame_id: 'camera', width: 2, height: 1, encoding: 'rgb8', step: 6, data: Buffer.from([1, 2, 3, 4, 5, 6]).toString('base64') };
-    const fast = parseRawImage(bytes(msg), decoder) as Record<string, unknown>;
-    expect({ ...fast, data: undefined }).toEqual({ ...msg, data: undefined });
-    expect(decodeRawImage(fast, 'x').pixels).toEqual(decodeRawImage(msg, 'x').pixels);
-  });
-  it('parses the whole message when data is not a plain string (an escape, no data key, data not last)', () => {
-    for (const msg of [{ width: 1, data: 'a\\/b' }, { width: 1 }, { data: 'QUJD', width: 1, note: 'x' }]) {
-      const parsed = parseRawImage(bytes(msg), decoder);
-      expect(typeof (parsed as { data?: unknown }).data === 'object' ? { ...(parsed as object), data: msg.data } : parsed).toEqual(msg);
-    }
+describe('messageTimeNs (the stamp rule)', () => {
+  const ros = { header: { stamp: { sec: 2, nanosec: 5 }, frame_id: 'f' } };
+  const foxglove = { timestamp: { seconds: 3, nanos: 7 } };
+  it('header stamps by default when there is a header; log time otherwise or with stamp: log', () => {
+    expect(messageTimeNs(ros, 99n, undefined, 'x')).toBe(2_000_000_005n);
+    expect(messageTimeNs(foxglove, 99n, undefined, 'x')).toBe(99n);
+    expect(messageTimeNs(ros, 99n, 'log', 'x')).toBe(99n);
+    expect(messageTimeNs(foxglove, 99n, 'header', 'x')).toBe(3_000_000_007n);
+    expect(() => messageTimeNs({ a: 1 }, 99n, 'header', '/t at 99 ns')).toThrow(/corrupt_recording: \/t at 99 ns: the message has no header.stamp/);
   });
 });

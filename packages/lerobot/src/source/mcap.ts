@@ -1,33 +1,27 @@
-import { open, type FileHandle } from 'node:fs/promises';
-import { McapIndexedReader } from '@mcap/core';
+import { headerStampNs, isRecordingError, openMcap, timestampNs, type McapRecording, type RecordingChannel as DecodedChannel, type RecordingError } from '@fleet/recordings';
+import { fileSource } from '@fleet/recordings/node';
 import { messageOf, SourceError } from './errors.js';
 
 /**
- * A local MCAP recording opened with its index (summary and chunk indexes), so each topic is read
- * on its own, in log-time order, without scanning the file. A recording cut short by a crash has
- * no summary: it is `corrupt_recording` here (the export skips it; `mcap recover` can rebuild it).
+ * A local MCAP recording, read through `@fleet/recordings`: opened by its index, chunks lz4 or
+ * zstd, messages decoded by encoding (cdr with ros2msg/ros2idl, protobuf, json). What the export
+ * needs on top: the recordings package's errors in the source's error table, and each message's
+ * time by the mapping's stamp rule. A recording cut short by a crash has no summary: it is
+ * `corrupt_recording` here (the export skips it; `mcap recover` can rebuild it).
  */
 
-export interface RecordingChannel {
-  id: number;
-  topic: string;
-  /** `fleet.JointState`, `foxglove.RawImage`, … ('' without a schema). */
-  schemaName: string;
-  /** `jsonschema`, `protobuf`, … ('' without a schema). */
-  schemaEncoding: string;
-  /** The schema itself when it is a JSON Schema (for checking a mapping's fields up front). */
-  jsonSchema: unknown;
-  /** `json`, `cdr`, `protobuf`, … */
-  messageEncoding: string;
-  /** From the file's statistics; undefined when it has none. */
-  messageCount: bigint | undefined;
-}
+export type RecordingChannel = DecodedChannel;
+
+/** Which time a message is placed at: its `header.stamp` (or Foxglove `timestamp`), or its log time. */
+export type StampSource = 'header' | 'log';
 
 export interface RecordingMessage {
   topic: string;
-  /** The message's log time (ns): the synthetic recorder stamps it with the robot's clock. */
+  /** The message's log time (ns): when the recorder received it. */
   logTimeNs: bigint;
-  /** The message's JSON, parsed. */
+  /** The time the resampling uses (ns): by the stamp rule (see `messageTimeNs`); the log time when unset. */
+  timeNs?: bigint;
+  /** The decoded message. */
   data: unknown;
 }
 
@@ -37,6 +31,30 @@ export interface ReadOptions {
   endNs?: bigint;
   /** Newest first. */
   reverse?: boolean;
+  /**
+   * `header`: the message's `header.stamp` (a message without one is `corrupt_recording`);
+   * `log`: its log time; undefined: the header stamp when the message has a header, else log time.
+   */
+  stamp?: StampSource;
+}
+
+/** The source error for a recordings-package error: an image problem is `bad_image`, any other `corrupt_recording`. */
+export function sourceErrorOf(err: RecordingError, where: string): SourceError {
+  const text = err.message.replace(/^[a-z_]+: /, '');
+  return new SourceError(err.code === 'bad_image' ? 'bad_image' : 'corrupt_recording', `${where}${where ? ': ' : ''}${text}`, { cause: err });
+}
+
+/** A message's time by the stamp rule (see `ReadOptions.stamp`). */
+export function messageTimeNs(data: unknown, logTimeNs: bigint, stamp: StampSource | undefined, where: string): bigint {
+  if (stamp === 'log') return logTimeNs;
+  const header = headerStampNs(data);
+  if (header !== undefined) return header;
+  if (stamp === 'header') {
+    const ts = timestampNs(data);
+    if (ts !== undefined) return ts;
+    throw new SourceError('corrupt_recording', `${where}: the message has no header.stamp (the mapping's stamp is header)`);
+  }
+  return logTimeNs;
 }
 
 export class Recording {
@@ -45,31 +63,9 @@ export class Recording {
 
   private constructor(
     readonly path: string,
-    private readonly fh: FileHandle,
-    private readonly reader: McapIndexedReader,
-    private readonly validateCrcs: boolean,
+    private readonly mcap: McapRecording,
   ) {
-    const decoder = new TextDecoder();
-    this.channels = [...reader.channelsById.values()].map((c) => {
-      const schema = reader.schemasById.get(c.schemaId);
-      let jsonSchema: unknown = undefined;
-      if (schema?.encoding === 'jsonschema') {
-        try {
-          jsonSchema = JSON.parse(decoder.decode(schema.data));
-        } catch {
-          // A schema that is not JSON only means the fields cannot be checked before reading.
-        }
-      }
-      return {
-        id: c.id,
-        topic: c.topic,
-        schemaName: schema?.name ?? '',
-        schemaEncoding: schema?.encoding ?? '',
-        jsonSchema,
-        messageEncoding: c.messageEncoding,
-        messageCount: reader.statistics?.channelMessageCounts.get(c.id),
-      };
-    });
+    this.channels = mcap.channels;
   }
 
   /**
@@ -78,35 +74,17 @@ export class Recording {
    * so), so the chunks' CRCs are not computed again (in JavaScript, a tenth of the export's time).
    */
   static async open(path: string, opts: { checksummed?: boolean } = {}): Promise<Recording> {
-    let fh: FileHandle;
+    let source;
     try {
-      fh = await open(path, 'r');
+      source = await fileSource(path);
     } catch (err) {
       throw new SourceError('io', `${path}: ${messageOf(err)}`, { cause: err });
     }
     try {
-      const size = BigInt((await fh.stat()).size);
-      const reader = await McapIndexedReader.Initialize({
-        readable: {
-          size: async () => size,
-          read: async (offset, length) => {
-            if (offset + length > size) throw new Error(`read past the end of the file (${offset}+${length} > ${size})`);
-            // Every byte is read into it below: no need to zero it first (chunks are up to MiBs).
-            const buf = Buffer.allocUnsafe(Number(length));
-            let done = 0;
-            while (done < buf.length) {
-              const { bytesRead } = await fh.read(buf, done, buf.length - done, Number(offset) + done);
-              if (bytesRead === 0) throw new Error(`the file ended at ${Number(offset) + done}, expected ${size} bytes`);
-              done += bytesRead;
-            }
-            return buf;
-          },
-        },
-      });
-      return new Recording(path, fh, reader, opts.checksummed !== true);
+      return new Recording(path, await openMcap(source, { name: path, validateCrcs: opts.checksummed !== true }));
     } catch (err) {
-      await fh.close().catch(() => undefined);
-      throw new SourceError('corrupt_recording', `${path}: ${messageOf(err)}`, { cause: err });
+      if (isRecordingError(err)) throw sourceErrorOf(err, '');
+      throw err;
     }
   }
 
@@ -115,45 +93,30 @@ export class Recording {
   }
 
   /**
-   * The messages of `topics`, in log-time order (across topics too), each JSON-parsed. A chunk
-   * that fails its CRC or a message that is not JSON ends the iteration with `corrupt_recording`.
+   * The messages of `topics`, decoded, in log-time order (across topics too). A chunk that fails
+   * its CRC, a schema that does not parse or a message that does not decode ends the iteration
+   * with `corrupt_recording` naming topic and schema.
    */
   async *messages(topics: readonly string[], opts: ReadOptions = {}): AsyncGenerator<RecordingMessage, void, void> {
     if (this.closed) throw new SourceError('io', `${this.path}: read after close`);
-    const topicById = new Map(this.channels.filter((c) => topics.includes(c.topic)).map((c) => [c.id, c.topic]));
-    if (topicById.size === 0) return;
-    const decoder = new TextDecoder();
-    const rawImages = new Set(this.channels.filter((c) => topicById.has(c.id) && c.schemaName === 'foxglove.RawImage').map((c) => c.id));
-    const it = this.reader.readMessages({
-      topics,
-      ...(opts.startNs !== undefined ? { startTime: opts.startNs } : {}),
-      ...(opts.endNs !== undefined ? { endTime: opts.endNs } : {}),
-      reverse: opts.reverse ?? false,
-      validateCrcs: this.validateCrcs,
-    });
+    const it = this.mcap.messages(topics, opts);
     for (;;) {
-      let next: IteratorResult<{ channelId: number; logTime: bigint; data: Uint8Array }>;
+      let next;
       try {
         next = await it.next();
       } catch (err) {
-        throw new SourceError('corrupt_recording', `${this.path}: ${messageOf(err)}`, { cause: err });
+        if (isRecordingError(err)) throw sourceErrorOf(err, '');
+        throw err;
       }
       if (next.done === true) return;
       const m = next.value;
-      const topic = topicById.get(m.channelId) ?? '';
-      let data: unknown;
-      try {
-        data = rawImages.has(m.channelId) ? parseRawImage(m.data, decoder) : JSON.parse(decoder.decode(m.data));
-      } catch (err) {
-        throw new SourceError('corrupt_recording', `${this.path}: a message of ${topic} at ${m.logTime} ns is not JSON (${messageOf(err)})`);
-      }
-      yield { topic, logTimeNs: m.logTime, data };
+      yield { topic: m.topic, logTimeNs: m.logTimeNs, timeNs: messageTimeNs(m.data, m.logTimeNs, opts.stamp, `${this.path}: ${m.topic} at ${m.logTimeNs} ns`), data: m.data };
     }
   }
 
   /** The first (or with `reverse`, last) message of a topic, or undefined when it has none. */
-  async first(topic: string, reverse = false): Promise<RecordingMessage | undefined> {
-    const it = this.messages([topic], { reverse });
+  async first(topic: string, reverse = false, stamp?: StampSource): Promise<RecordingMessage | undefined> {
+    const it = this.messages([topic], { reverse, ...(stamp !== undefined ? { stamp } : {}) });
     try {
       const r = await it.next();
       return r.done === true ? undefined : r.value;
@@ -165,7 +128,7 @@ export class Recording {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    await this.fh.close();
+    await this.mcap.close();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -176,28 +139,4 @@ export class Recording {
 /** Opens the recording and lists its channels. */
 export async function openRecording(path: string): Promise<Recording> {
   return Recording.open(path);
-}
-
-/** The base64 `data` of a `foxglove.RawImage` message, kept as its bytes (see `parseRawImage`). */
-export interface Base64Bytes {
-  base64: Buffer;
-}
-
-const DATA_KEY = Buffer.from('"data":"');
-
-/**
- * A `foxglove.RawImage` JSON message, parsed without decoding its image as UTF-8 text: the
- * `"data":"…"` string (hundreds of KiB of base64, which has no quote or backslash) is cut out as
- * bytes, the rest parsed as JSON, and `data` set to `{base64}`. Anything else (no such key, an
- * escape inside it) is parsed whole.
- */
-export function parseRawImage(bytes: Uint8Array, decoder: { decode(input: Uint8Array): string }): unknown {
-  const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const key = buf.indexOf(DATA_KEY);
-  const start = key + DATA_KEY.length;
-  const end = key < 0 ? -1 : buf.indexOf(0x22, start);
-  if (key < 0 || end < 0 || buf.subarray(start, end).includes(0x5c)) return JSON.parse(decoder.decode(bytes)) as unknown;
-  const rest = JSON.parse(decoder.decode(buf.subarray(0, start)) + decoder.decode(buf.subarray(end))) as Record<string, unknown>;
-  if (typeof rest !== 'object' || rest === null || rest.data !== '') return JSON.parse(decoder.decode(bytes)) as unknown;
-  return { ...rest, data: { base64: buf.subarray(start, end) } satisfies Base64Bytes };
 }

@@ -115,7 +115,33 @@ describe('readVectorSamples', () => {
     const strings = messagesOf([{ t: 0, data: { name: ['a'], position: ['x'], velocity: [1] } }], '/joint_states');
     const err: unknown = await readVectorSamples(strings, [plan]).catch((e: unknown) => e);
     expect(isSourceError(err, 'mapping_invalid')).toBe(true);
-    expect((err as Error).message).toContain('field position of /joint_states is not an array of numbers');
+    expect((err as Error).message).toContain('field position of /joint_states is not a number or an array of numbers');
+  });
+});
+
+describe('readVectorSamples: stamps', () => {
+  it('uses each message time (the stamp rule), and a stream whose stamps go backwards is corrupt_recording', async () => {
+    const plan: VectorPlan = { key: 'observation.state', topic: '/j', fields: ['position'], namesFrom: undefined, names: undefined, rule: 'hold', offsetFrames: 0 };
+    async function* msgs(times: bigint[]) {
+      for (const [i, t] of times.entries()) yield { topic: '/j', logTimeNs: BigInt(i), timeNs: t, data: { position: Float64Array.of(i) } };
+    }
+    const [s] = await readVectorSamples(msgs([10n, 20n]), [plan]);
+    expect(s).toMatchObject({ timesNs: [10n, 20n], values: [0, 1], names: ['position.0'] });
+    await expect(readVectorSamples(msgs([10n, 5n]), [plan])).rejects.toThrow(/corrupt_recording: the stamps of \/j go backwards/);
+  });
+
+  it('joints picked by name, in the mapping\'s order, from messages that order them differently', async () => {
+    const plan: VectorPlan = { key: 'observation.state', topic: '/j', fields: ['position'], namesFrom: undefined, names: undefined, joints: ['b', 'a'], rule: 'hold', offsetFrames: 0 };
+    async function* msgs() {
+      yield { topic: '/j', logTimeNs: 0n, data: { name: ['a', 'b', 'c'], position: Float64Array.of(1, 2, 3) } };
+      yield { topic: '/j', logTimeNs: 1n, data: { name: ['c', 'b', 'a'], position: Float64Array.of(6, 5, 4) } };
+    }
+    const [s] = await readVectorSamples(msgs(), [plan]);
+    expect(s).toMatchObject({ names: ['b', 'a'], values: [2, 1, 5, 4] });
+    async function* lacking() {
+      yield { topic: '/j', logTimeNs: 0n, data: { name: ['a'], position: [1] } };
+    }
+    await expect(readVectorSamples(lacking(), [plan])).rejects.toMatchObject({ code: 'mapping_invalid' });
   });
 });
 
@@ -162,7 +188,7 @@ describe('decodeRawImage', () => {
   });
 
   it('refuses other encodings and short data with bad_image', () => {
-    expect(() => decodeRawImage(rawImage(2, 2, 0, { encoding: 'mono8' }), 'x')).toThrow(expect.objectContaining({ code: 'bad_image' }));
+    expect(() => decodeRawImage(rawImage(2, 2, 0, { encoding: 'mono16' }), 'x')).toThrow(expect.objectContaining({ code: 'bad_image' }));
     expect(() => decodeRawImage({ ...rawImage(2, 2, 0), data: 'AAAA' }, 'x')).toThrow(expect.objectContaining({ code: 'bad_image' }));
   });
 });

@@ -1,3 +1,5 @@
+import { cameraImage, isRecordingError, type CameraImage } from '@fleet/recordings';
+import sharp from 'sharp';
 import { SourceError } from './errors.js';
 import type { StateRule, VectorPlan } from './mapping.js';
 import type { RecordingMessage } from './mcap.js';
@@ -14,8 +16,10 @@ import type { RecordingMessage } from './mcap.js';
  * - `length = floor((end - start) * fps) + 1`; `end < start` (the streams never overlap) is
  *   `too_short`, as is a mapped topic without a single message.
  *
- * Times are the messages' MCAP log times in integer nanoseconds; a grid time is rounded to the
- * nearest nanosecond, so `t_i - start` never exceeds `end - start`.
+ * Times are the messages' times by the mapping's stamp rule (`header.stamp` or the MCAP log time,
+ * see mcap.ts) in integer nanoseconds; a grid time is rounded to the nearest nanosecond, so
+ * `t_i - start` never exceeds `end - start`. A stream whose times go backwards is
+ * `corrupt_recording`.
  */
 
 export interface Grid {
@@ -63,34 +67,75 @@ export interface VectorSamples {
   values: number[];
 }
 
-function numbersOf(msg: Record<string, unknown>, field: string, topic: string, key: string): readonly number[] {
-  const v = msg[field];
-  if (!Array.isArray(v) || !v.every((x) => typeof x === 'number')) {
-    throw new SourceError('mapping_invalid', `field ${field} of ${topic} is not an array of numbers (feature ${key})`);
+/** The value at a dotted field path (`position`, `twist.linear.x`); undefined when a step is missing. */
+export function fieldAt(msg: unknown, path: string): unknown {
+  let v: unknown = msg;
+  for (const step of path.split('.')) {
+    if (typeof v !== 'object' || v === null || ArrayBuffer.isView(v)) return undefined;
+    v = (v as Record<string, unknown>)[step];
   }
   return v;
 }
 
-function namesOf(first: Record<string, unknown>, plan: VectorPlan, dims: number[]): string[] {
+/**
+ * A field's numbers: an array of numbers, a typed array (CDR's `float64[]` is a `Float64Array`,
+ * 64-bit integers come as bigints) or one number (a scalar field like `twist.linear.x` is one value).
+ */
+function numbersOf(msg: unknown, field: string, topic: string, key: string): ArrayLike<number> {
+  const v = fieldAt(msg, field);
+  if (typeof v === 'number') return [v];
+  if (typeof v === 'bigint') return [Number(v)];
+  if (v instanceof BigInt64Array || v instanceof BigUint64Array) return Array.from(v, Number);
+  if (ArrayBuffer.isView(v) && !(v instanceof DataView)) return v as unknown as ArrayLike<number>;
+  if (Array.isArray(v) && v.every((x) => typeof x === 'number')) return v;
+  throw new SourceError('mapping_invalid', `field ${field} of ${topic} is not a number or an array of numbers (feature ${key})`);
+}
+
+function stringsOf(msg: unknown, field: string, topic: string, what: string): string[] {
+  const names = fieldAt(msg, field);
+  if (!Array.isArray(names) || !names.every((n) => typeof n === 'string')) {
+    throw new SourceError('mapping_invalid', `field ${field} of ${topic} is not an array of strings (${what})`);
+  }
+  return names;
+}
+
+/**
+ * With `joints`, the index of each chosen joint in this message's `names_from` (joints are chosen
+ * and ordered by name: a driver may publish them in any order, and more of them). A chosen joint
+ * the first message lacks is `mapping_invalid`; one a later message lacks, `shape_changed`.
+ */
+function jointIndexes(msg: unknown, plan: VectorPlan, first: boolean, atNs: bigint): number[] | undefined {
+  if (plan.joints === undefined) return undefined;
+  const field = plan.namesFrom ?? 'name';
+  const names = stringsOf(msg, field, plan.topic, `the joints of feature ${plan.key}`);
+  return plan.joints.map((j) => {
+    const i = names.indexOf(j);
+    if (i < 0) {
+      const what = `joint ${j} is not in field ${field} of ${plan.topic} (feature ${plan.key}; it has ${names.join(', ') || 'none'})`;
+      throw first ? new SourceError('mapping_invalid', what) : new SourceError('shape_changed', `${what} at ${atNs} ns`);
+    }
+    return i;
+  });
+}
+
+function namesOf(first: unknown, plan: VectorPlan, dims: number[]): string[] {
   const dim = dims.reduce((a, b) => a + b, 0);
   if (plan.names !== undefined) {
     if (plan.names.length !== dim) throw new SourceError('mapping_invalid', `feature ${plan.key} has ${plan.names.length} names for ${dim} values (fields ${plan.fields.join(', ')} of ${plan.topic})`);
     return plan.names;
   }
   const out: string[] = [];
-  if (plan.namesFrom !== undefined) {
-    const names = first[plan.namesFrom];
-    if (!Array.isArray(names) || !names.every((n) => typeof n === 'string')) {
-      throw new SourceError('mapping_invalid', `field ${plan.namesFrom} of ${plan.topic} is not an array of strings (names_from of feature ${plan.key})`);
-    }
+  const listed = plan.joints ?? (plan.namesFrom !== undefined ? stringsOf(first, plan.namesFrom, plan.topic, `names_from of feature ${plan.key}`) : undefined);
+  if (listed !== undefined) {
     plan.fields.forEach((field, fi) => {
-      if (names.length !== dims[fi]) throw new SourceError('mapping_invalid', `field ${plan.namesFrom} of ${plan.topic} has ${names.length} names, field ${field} ${dims[fi]} values (feature ${plan.key})`);
-      for (const n of names) out.push(plan.fields.length === 1 ? n : `${n}.${field}`);
+      if (listed.length !== dims[fi]) throw new SourceError('mapping_invalid', `field ${plan.namesFrom ?? 'name'} of ${plan.topic} has ${listed.length} names, field ${field} ${dims[fi]} values (feature ${plan.key})`);
+      for (const n of listed) out.push(plan.fields.length === 1 ? n : `${n}.${field}`);
     });
     return out;
   }
   plan.fields.forEach((field, fi) => {
-    for (let i = 0; i < dims[fi]!; i++) out.push(`${field}.${i}`);
+    if (dims[fi] === 1 && !Array.isArray(fieldAt(first, field)) && !ArrayBuffer.isView(fieldAt(first, field))) out.push(field);
+    else for (let i = 0; i < dims[fi]!; i++) out.push(`${field}.${i}`);
   });
   return out;
 }
@@ -105,27 +150,37 @@ export async function readVectorSamples(messages: AsyncIterable<RecordingMessage
   const out = plans.map((p) => ({ plan: p, dims: [] as number[], samples: { key: p.key, dim: 0, names: [] as string[], timesNs: [] as bigint[], values: [] as number[] } }));
   let lastNs: bigint | undefined;
   for await (const m of messages) {
-    if (typeof m.data !== 'object' || m.data === null) throw new SourceError('mapping_invalid', `a message of ${m.topic} is not a JSON object`);
-    // Two messages at the same log time: the later one wins, so "latest at or before t" is one value.
-    const replace = lastNs === m.logTimeNs;
-    lastNs = m.logTimeNs;
+    if (typeof m.data !== 'object' || m.data === null) throw new SourceError('mapping_invalid', `a message of ${m.topic} is not an object`);
+    const t = m.timeNs ?? m.logTimeNs;
+    if (lastNs !== undefined && t < lastNs) throw new SourceError('corrupt_recording', `the stamps of ${m.topic} go backwards: ${t} ns after ${lastNs} ns (log time ${m.logTimeNs} ns)`);
+    // Two messages at the same time: the later one wins, so "latest at or before t" is one value.
+    const replace = lastNs === t;
+    lastNs = t;
     for (const o of out) {
-      const msg = m.data as Record<string, unknown>;
-      const arrays = o.plan.fields.map((f) => numbersOf(msg, f, o.plan.topic, o.plan.key));
-      if (o.samples.timesNs.length === 0 && !replace) {
+      const first = o.samples.timesNs.length === 0 && !replace;
+      const picks = jointIndexes(m.data, o.plan, first, t);
+      const arrays = o.plan.fields.map((f) => {
+        const a = numbersOf(m.data, f, o.plan.topic, o.plan.key);
+        if (picks === undefined) return a;
+        return picks.map((i) => {
+          if (i >= a.length) throw new SourceError(first ? 'mapping_invalid' : 'shape_changed', `field ${f} of ${o.plan.topic} has ${a.length} values, fewer than its names (feature ${o.plan.key}, at ${t} ns)`);
+          return a[i]!;
+        });
+      });
+      if (first) {
         o.dims = arrays.map((a) => a.length);
         o.samples.dim = o.dims.reduce((a, b) => a + b, 0);
-        o.samples.names = namesOf(msg, o.plan, o.dims);
+        o.samples.names = namesOf(m.data, o.plan, o.dims);
       } else {
         arrays.forEach((a, i) => {
           if (a.length !== o.dims[i]) {
-            throw new SourceError('shape_changed', `field ${o.plan.fields[i]} of ${o.plan.topic} had ${o.dims[i]} values, then ${a.length} at ${m.logTimeNs} ns (feature ${o.plan.key})`);
+            throw new SourceError('shape_changed', `field ${o.plan.fields[i]} of ${o.plan.topic} had ${o.dims[i]} values, then ${a.length} at ${t} ns (feature ${o.plan.key})`);
           }
         });
       }
       if (replace) o.samples.values.length -= o.samples.dim;
-      else o.samples.timesNs.push(m.logTimeNs);
-      for (const a of arrays) for (const x of a) o.samples.values.push(x);
+      else o.samples.timesNs.push(t);
+      for (const a of arrays) for (let i = 0; i < a.length; i++) o.samples.values.push(a[i]!);
     }
   }
   return out.map((o) => o.samples);
@@ -168,38 +223,57 @@ export interface RgbFrame {
   pixels: Uint8Array;
 }
 
-/** A `foxglove.RawImage` JSON message to packed RGB (`rgb8`, or `bgr8` swapped); row padding (`step`) dropped. */
-export function decodeRawImage(data: unknown, where: string): RgbFrame {
-  const m = data as { width?: unknown; height?: unknown; encoding?: unknown; step?: unknown; data?: unknown } | null;
-  if (typeof m !== 'object' || m === null) throw new SourceError('bad_image', `${where}: not a JSON object`);
-  const { width, height, encoding, data: b64 } = m;
-  if (typeof width !== 'number' || typeof height !== 'number' || !Number.isInteger(width) || !Number.isInteger(height) || width <= 0 || height <= 0) {
-    throw new SourceError('bad_image', `${where}: width and height must be positive integers`);
+/**
+ * A raw camera message (`sensor_msgs/msg/Image`, `foxglove.RawImage`; see @fleet/recordings'
+ * `cameraImage` for the encodings) to packed RGB. A compressed one is `bad_image` here: it needs
+ * `decodeFrame`.
+ */
+export function decodeRawImage(data: unknown, where: string, schemaName = 'foxglove.RawImage'): RgbFrame {
+  const im = imageOf(schemaName, data, where);
+  if (im.kind !== 'raw') throw new SourceError('bad_image', `${where}: a ${im.format} image, not a raw one`);
+  return { width: im.width, height: im.height, pixels: im.rgb };
+}
+
+function imageOf(schemaName: string, data: unknown, where: string): CameraImage {
+  try {
+    return cameraImage(schemaName, data, where);
+  } catch (err) {
+    if (isRecordingError(err)) throw new SourceError('bad_image', err.message.replace(/^bad_image: /, ''), { cause: err });
+    throw err;
   }
-  if (encoding !== 'rgb8' && encoding !== 'bgr8') throw new SourceError('bad_image', `${where}: encoding ${JSON.stringify(encoding)}; rgb8 and bgr8 are read`);
-  const base64 = typeof b64 === 'object' && b64 !== null && Buffer.isBuffer((b64 as { base64?: unknown }).base64) ? (b64 as { base64: Buffer }).base64 : null;
-  if (typeof b64 !== 'string' && base64 === null) throw new SourceError('bad_image', `${where}: data is not a base64 string`);
-  const row = width * 3;
-  const step = m.step === undefined ? row : m.step;
-  if (typeof step !== 'number' || !Number.isInteger(step) || step < row) throw new SourceError('bad_image', `${where}: step ${JSON.stringify(step)} is less than width * 3 = ${row}`);
-  // The bytes of the base64 text (see parseRawImage) as a one-byte string: a copy, not a UTF-8 decode.
-  const raw = Buffer.from(base64 !== null ? base64.toString('latin1') : (b64 as string), 'base64');
-  if (raw.byteLength < step * (height - 1) + row) throw new SourceError('bad_image', `${where}: ${raw.byteLength} bytes of data for ${width}x${height} with step ${step}`);
-  let pixels: Uint8Array;
-  if (step === row && encoding === 'rgb8') {
-    pixels = new Uint8Array(raw.buffer, raw.byteOffset, row * height);
-  } else {
-    pixels = new Uint8Array(row * height);
-    for (let y = 0; y < height; y++) pixels.set(raw.subarray(y * step, y * step + row), y * row);
-    if (encoding === 'bgr8') {
-      for (let o = 0; o < pixels.length; o += 3) {
-        const b = pixels[o]!;
-        pixels[o] = pixels[o + 2]!;
-        pixels[o + 2] = b;
-      }
-    }
+}
+
+// Frames are decoded once each: libvips' operation cache would only hold memory.
+sharp.cache(false);
+
+/**
+ * Any camera message to packed RGB: raw images as `decodeRawImage`; JPEG and PNG decoded once by
+ * libjpeg-turbo / libpng through sharp (the pixels then go to the video encoder: one lossy step,
+ * the camera's own, plus the video's). Grey and alpha images come out as three channels.
+ */
+export async function decodeFrame(schemaName: string, data: unknown, where: string): Promise<RgbFrame> {
+  const im = imageOf(schemaName, data, where);
+  if (im.kind === 'raw') return { width: im.width, height: im.height, pixels: im.rgb };
+  try {
+    const { data: pixels, info } = await sharp(im.data, { failOn: 'error' }).removeAlpha().toColourspace('srgb').raw().toBuffer({ resolveWithObject: true });
+    if (info.channels !== 3) throw new Error(`${info.channels} channels after conversion to RGB`);
+    return { width: info.width, height: info.height, pixels: new Uint8Array(pixels.buffer, pixels.byteOffset, pixels.byteLength) };
+  } catch (err) {
+    throw new SourceError('bad_image', `${where}: the ${im.format} data does not decode (${err instanceof Error ? err.message : String(err)})`, { cause: err });
   }
-  return { width, height, pixels };
+}
+
+/** A camera message's size without decoding its pixels (a compressed image's header is read). */
+export async function frameSize(schemaName: string, data: unknown, where: string): Promise<{ width: number; height: number }> {
+  const im = imageOf(schemaName, data, where);
+  if (im.kind === 'raw') return { width: im.width, height: im.height };
+  try {
+    const meta = await sharp(im.data).metadata();
+    if (!meta.width || !meta.height) throw new Error('no size in its header');
+    return { width: meta.width, height: meta.height };
+  } catch (err) {
+    throw new SourceError('bad_image', `${where}: the ${im.format} data does not decode (${err instanceof Error ? err.message : String(err)})`, { cause: err });
+  }
 }
 
 /**
@@ -213,6 +287,7 @@ export async function* nearestFrames(
   grid: Grid,
   size: { width: number; height: number },
   topic: string,
+  schemaName = 'foxglove.RawImage',
 ): AsyncGenerator<Uint8Array, void, void> {
   const it = messages[Symbol.asyncIterator]();
   try {
@@ -224,12 +299,13 @@ export async function* nearestFrames(
     for (let i = 0; i < grid.length; i++) {
       const t = gridTimeNs(grid, i);
       // Times only grow, so once the next image is farther than the current one, every later one is too.
-      while (peek !== undefined && (peek.logTimeNs <= t || peek.logTimeNs - t < t - cur.logTimeNs)) {
+      while (peek !== undefined && (timeOf(peek) <= t || timeOf(peek) - t < t - timeOf(cur))) {
+        if (timeOf(peek) < timeOf(cur)) throw new SourceError('corrupt_recording', `the stamps of ${topic} go backwards: ${timeOf(peek)} ns after ${timeOf(cur)} ns (log time ${peek.logTimeNs} ns)`);
         cur = peek;
         peek = await nextOf(it);
       }
       if (decoded?.msg !== cur) {
-        const frame = decodeRawImage(cur.data, `${topic} at ${cur.logTimeNs} ns`);
+        const frame = await decodeFrame(schemaName, cur.data, `${topic} at ${cur.logTimeNs} ns`);
         if (frame.width !== size.width || frame.height !== size.height) {
           throw new SourceError('shape_changed', `${topic}: frames were ${size.width}x${size.height}, then ${frame.width}x${frame.height} at ${cur.logTimeNs} ns`);
         }
@@ -241,6 +317,8 @@ export async function* nearestFrames(
     await it.return?.();
   }
 }
+
+const timeOf = (m: RecordingMessage): bigint => m.timeNs ?? m.logTimeNs;
 
 async function nextOf(it: AsyncIterator<RecordingMessage>): Promise<RecordingMessage | undefined> {
   const r = await it.next();

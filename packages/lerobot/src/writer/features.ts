@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { DatasetShape, FeatureInfo } from '../types.js';
 import { WriterError } from './errors.js';
-import { codecNames, type VideoEncoding } from './ffmpeg.js';
+import { codecNames, type VideoCodec, type VideoEncoding } from './ffmpeg.js';
 
 /** LeRobot's `DEFAULT_FEATURES`, in its order; `index` and `task_index` are set at assembly. */
 export const DEFAULT_FEATURE_KEYS = ['timestamp', 'frame_index', 'episode_index', 'index', 'task_index'] as const;
@@ -42,14 +42,10 @@ export function datasetFeatures(shape: DatasetShape, enc: VideoEncoding): Datase
   for (const [key, cam] of Object.entries(shape.cameras)) {
     claim(key);
     if (!SAFE_KEY.test(key)) throw new WriterError('invalid_shape', `camera key ${key} is not usable as a path segment`);
-    const { width, height } = cam;
-    if (!Number.isInteger(width) || !Number.isInteger(height) || width < 2 || height < 2 || width % 2 || height % 2) {
-      throw new WriterError('invalid_shape', `${key}: yuv420p needs even width and height, got ${width}x${height}`);
+    if (!Number.isInteger(cam.width) || !Number.isInteger(cam.height) || cam.width < 1 || cam.height < 1) {
+      throw new WriterError('invalid_shape', `${key}: width and height must be positive integers, got ${cam.width}x${cam.height}`);
     }
-    // SVT-AV1 refuses frames under 64 pixels on either side.
-    if (enc.codec === 'av1' && (width < 64 || height < 64)) {
-      throw new WriterError('invalid_shape', `${key}: libsvtav1 needs at least 64x64, got ${width}x${height}; use h264`);
-    }
+    const { width, height } = videoSize(cam, enc.codec);
     out.push({
       key,
       kind: 'video',
@@ -59,6 +55,29 @@ export function datasetFeatures(shape: DatasetShape, enc: VideoEncoding): Datase
   for (const key of [DONE_KEY, SUCCESS_KEY]) out.push({ key, kind: 'bool', info: { dtype: 'bool', shape: [1], names: null } });
   out.push({ key: 'timestamp', kind: 'timestamp', info: { dtype: 'float32', shape: [1], names: null } });
   for (const key of DEFAULT_FEATURE_KEYS.slice(1)) out.push({ key, kind: 'int', info: { dtype: 'int64', shape: [1], names: null } });
+  return out;
+}
+
+/** The smallest side each codec encodes: SVT-AV1 refuses frames under 64 pixels on either side. */
+export const MIN_VIDEO_SIDE: Readonly<Record<VideoCodec, number>> = { av1: 64, h264: 2 };
+
+/**
+ * The size a camera's video is encoded at: yuv420p halves the chroma planes, so both sides are
+ * made even, and at least the codec's minimum (`MIN_VIDEO_SIDE`). Frames are padded to it on the
+ * right and at the bottom with black (`padFrame`), never scaled: the source pixels keep their
+ * place, at (0, 0), and the dataset's `shape` is the padded size.
+ */
+export function videoSize(size: { width: number; height: number }, codec: VideoCodec): { width: number; height: number } {
+  const side = (n: number) => Math.max(n + (n % 2), MIN_VIDEO_SIDE[codec]);
+  return { width: side(size.width), height: side(size.height) };
+}
+
+/** `frame` (packed RGB, `from` size) placed at the top left of a black frame of `to` size. */
+export function padFrame(frame: Uint8Array, from: { width: number; height: number }, to: { width: number; height: number }): Uint8Array {
+  if (from.width === to.width && from.height === to.height) return frame;
+  const out = new Uint8Array(to.width * to.height * 3);
+  const row = from.width * 3;
+  for (let y = 0; y < from.height; y++) out.set(frame.subarray(y * row, y * row + row), y * to.width * 3);
   return out;
 }
 

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import type { DatasetShape, GridEpisode } from '../types.js';
 import { WriterError } from './errors.js';
 import { fsyncPath, jsonText, tempSibling } from './files.js';
-import { datasetFeatures, stageFingerprint } from './features.js';
+import { datasetFeatures, padFrame, stageFingerprint, videoSize } from './features.js';
 import { encodeFrames, probeDurationS, videoEncoding, type VideoCodec, type VideoEncoding } from './ffmpeg.js';
 import { boolColumn, float32Column, float32ListColumn, int64Column, parquetBytes, tableOf, type Column } from './parquet.js';
 import { ImageStatsAccumulator, vectorStats, type StatsByFeature } from './stats.js';
@@ -61,6 +61,10 @@ export async function isStaged(stageDir: string, episodeIndex: number, shape?: D
 export async function readStagedEpisode(stageDir: string, episodeIndex: number): Promise<StagedEpisode> {
   const text = await readFile(join(stagedDir(stageDir, episodeIndex), EPISODE_FILE), 'utf8');
   return JSON.parse(text) as StagedEpisode;
+}
+
+async function* padded(frames: AsyncIterable<Uint8Array>, from: { width: number; height: number }, to: { width: number; height: number }): AsyncGenerator<Uint8Array> {
+  for await (const f of frames) yield padFrame(f, from, to);
 }
 
 function validate(ep: GridEpisode, shape: DatasetShape): void {
@@ -123,9 +127,12 @@ export async function stageEpisode(
         }
         case 'video': {
           const cam = ep.cameras[f.key]!;
-          const acc = new ImageStatsAccumulator(cam.width, cam.height, n);
+          // Padded to the video's size (features.ts videoSize); the stats are of what the video holds.
+          const size = videoSize(cam, enc.codec);
+          const acc = new ImageStatsAccumulator(size.width, size.height, n);
           const path = join(tmp, `${f.key}.mp4`);
-          await encodeFrames(path, cam.frames, { width: cam.width, height: cam.height, length: n, fps: shape.fps }, enc, (i, frame) => acc.add(i, frame));
+          const frames = size.width === cam.width && size.height === cam.height ? cam.frames : padded(cam.frames, cam, size);
+          await encodeFrames(path, frames, { width: size.width, height: size.height, length: n, fps: shape.fps }, enc, (i, frame) => acc.add(i, frame));
           stats[f.key] = acc.result();
           const bytes = (await readFile(path)).byteLength;
           const durationS = await probeDurationS(path, enc);

@@ -288,8 +288,30 @@ describe('determinism and resume', () => {
     expect(Buffer.compare(x!, y!)).toBe(0);
     const { stdout } = await run('ffprobe', ['-v', 'error', '-select_streams', 'v:0', '-show_entries', 'stream=codec_name,pix_fmt', '-of', 'csv=p=0', join(stagedDir(dirs[0]!, 0), 'observation.images.front.mp4')]);
     expect(stdout.trim()).toBe('av1,yuv420p');
-    // SVT-AV1 refuses frames under 64 pixels on a side: the 64x48 shape is refused up front.
-    await expect(stageEpisode(join(root, 'av1-small'), 0, episode(0), shape)).rejects.toMatchObject({ code: 'invalid_shape' });
+  });
+
+  it('pads odd and small frames right and bottom with black: to even for h264, to at least 64x64 for AV1', async () => {
+    for (const [codec, src, want] of [
+      ['h264', { width: 51, height: 39 }, { width: 52, height: 40 }],
+      ['av1', { width: 57, height: 43 }, { width: 64, height: 64 }],
+    ] as const) {
+      const oddShape: DatasetShape = { ...shape, cameras: { 'observation.images.front': src } };
+      // A flat grey picture: the codec keeps it within a few levels, so what is source and what is padding is plain.
+      const grey = async function* () {
+        for (let i = 0; i < 4; i++) yield new Uint8Array(src.width * src.height * 3).fill(180);
+      };
+      const dir = join(root, `pad-${codec}`);
+      await stageEpisode(dir, 0, { ...episode(0, 4), cameras: { 'observation.images.front': { ...src, frames: grey() } } }, oddShape, { codec });
+      const mp4 = join(stagedDir(dir, 0), 'observation.images.front.mp4');
+      const { stdout } = await run('ffprobe', ['-v', 'error', '-select_streams', 'v:0', '-show_entries', 'stream=width,height', '-of', 'csv=p=0', mp4]);
+      expect(stdout.trim()).toBe(`${want.width},${want.height}`);
+      const { stdout: raw } = await run('ffmpeg', ['-v', 'error', '-i', mp4, '-frames:v', '1', '-f', 'rawvideo', '-pix_fmt', 'rgb24', 'pipe:1'], { encoding: 'buffer' });
+      const px = raw as unknown as Buffer;
+      const at = (x: number, y: number) => px[(y * want.width + x) * 3]!;
+      expect(Math.abs(at(Math.floor(src.width / 2), Math.floor(src.height / 2)) - 180)).toBeLessThan(8);
+      expect(at(want.width - 1, want.height - 1)).toBeLessThan(8);
+      expect(at(want.width - 1, 0)).toBeLessThan(8);
+    }
   });
 });
 

@@ -5,6 +5,7 @@
  * export-lerobot` reads every recording straight from that bucket (the cloud never serves a byte)
  * and writes a LeRobot v3.0 dataset; `fleet datasets validate-lerobot` passes, and independent
  * readers agree: DuckDB reads every parquet file, ffprobe counts every video's frames.
+ * The recordings are the simulator's default, ROS 2 bags (cdr JointState, JPEG CompressedImage).
  * Then: an export killed halfway and run again gives the same bytes, file for file; an object
  * missing from the bucket is skipped with its reason (and fails `--strict`).
  */
@@ -39,15 +40,15 @@ const episodes: { id: string; end: 'finish' | 'fail' }[] = [];
 let datasetId: string;
 let mappingFile: string;
 
-/** The default mapping plus the wrist camera (the simulator records two here). */
+/** The default mapping plus the wrist camera (the simulator records two here, as a ROS 2 bag: cdr JointState and JPEG CompressedImage). */
 const MAPPING = {
   fps: FPS,
   task: { from: 'task_id' },
   features: {
     'observation.state': { topic: '/joint_states', fields: ['position'], names_from: 'name' },
     action: { topic: '/joint_commands', fields: ['position'], names_from: 'name' },
-    'observation.images.front': { topic: '/camera/image' },
-    'observation.images.wrist': { topic: '/camera/wrist/image' },
+    'observation.images.front': { topic: '/camera/front/image_raw/compressed' },
+    'observation.images.wrist': { topic: '/camera/wrist/image_raw/compressed' },
   },
 };
 
@@ -143,8 +144,8 @@ beforeAll(async () => {
   fleet = await startFleet(cloud, {
     count: 1,
     token: token.token,
-    // The exporter reads JSON recordings (not yet ROS 2 bags): ask the simulator for them.
-    args: ['--allow-http-uploads', '--recording-format', 'json', '--cameras', '2', '--camera-width', '64', '--camera-height', '48', '--camera-hz', String(FPS), '--state-hz', '50'],
+    // The simulator's default recording: a rosbag2 directory, as `ros2 bag record --storage mcap` writes.
+    args: ['--allow-http-uploads', '--cameras', '2', '--camera-width', '64', '--camera-height', '48', '--camera-hz', String(FPS), '--state-hz', '50'],
   });
   robot = fleet.robots[0]!;
   for (const [end, ms] of [
@@ -280,7 +281,7 @@ describe('fleet datasets export-lerobot, end to end', () => {
     const c = cloud.client();
     const victim = episodes[1]!.id;
     const ep = await c.episodes.get(victim);
-    const key = `${ep.replicas[0]!.object_key}recording.mcap`;
+    const key = `${ep.replicas[0]!.object_key}bag/bag_0.mcap`;
     const client = new S3Client({ endpoint: s3.endpoint, region: s3.region, forcePathStyle: true, credentials: { accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey } });
     await client.send(new DeleteObjectCommand({ Bucket: s3.bucket, Key: key }));
     client.destroy();

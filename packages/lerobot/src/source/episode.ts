@@ -1,14 +1,14 @@
 import type { CameraFrames, DatasetShape, GridEpisode } from '../types.js';
 import { SourceError } from './errors.js';
 import type { ManifestEpisode } from './manifest.js';
-import { checkMapping, type Mapping, type TaskSource } from './mapping.js';
+import { checkMapping, type Mapping, type TaskSource, type VectorPlan } from './mapping.js';
 import { Recording } from './mcap.js';
-import { frameSize, makeGrid, nearestFrames, readVectorSamples, resampleVector, type StreamSpan } from './resample.js';
+import { concatFrames, frameSize, makeGrid, nearestFrames, readVectorSamples, resampleVector, type StreamSpan, type VectorSamples } from './resample.js';
 
 /**
- * One downloaded recording and its manifest line on the fixed grid. Vectors are resampled at once
- * (they are small); camera frames are read from the MCAP as the writer iterates them, so the
- * recording stays open until `close()` (or `await using`).
+ * One downloaded recording and its manifest line on the fixed grid (see resample.ts for the grid
+ * and the rules). Vectors are resampled at once (they are small); camera frames are read from the
+ * MCAP as the writer iterates them, so the recording stays open until `close()` (or `await using`).
  */
 export interface LoadedEpisode extends AsyncDisposable {
   episode: GridEpisode;
@@ -48,7 +48,8 @@ async function load(recording: Recording, line: ManifestEpisode, mapping: Mappin
   const plan = checkMapping(mapping, recording.channels);
   const task = taskOf(mapping.task, line);
 
-  const samples = new Map<string, Awaited<ReturnType<typeof readVectorSamples>>[number]>();
+  // By plan, not by key: a joined feature has one plan (and one read) per part.
+  const samples = new Map<VectorPlan, VectorSamples>();
   const spans: StreamSpan[] = [];
   for (const topic of plan.vectorTopics) {
     const ofTopic = plan.vectors.filter((v) => v.topic === topic);
@@ -56,7 +57,7 @@ async function load(recording: Recording, line: ManifestEpisode, mapping: Mappin
     for (const stamp of new Set(ofTopic.map((v) => v.stamp))) {
       const these = ofTopic.filter((v) => v.stamp === stamp);
       const read = await readVectorSamples(recording.messages([topic], stamp !== undefined ? { stamp } : {}), these);
-      for (const s of read) samples.set(s.key, s);
+      these.forEach((v, i) => samples.set(v, read[i]!));
       const times = read[0]!.timesNs;
       spans.push({ topic, kind: 'vector', firstNs: times[0], lastNs: times.at(-1) });
     }
@@ -71,9 +72,11 @@ async function load(recording: Recording, line: ManifestEpisode, mapping: Mappin
     if (first !== undefined && last !== undefined) {
       const f = await frameSize(schemaName, first.data, `${cam.topic} at ${first.logTimeNs} ns`);
       firstFrames.set(cam.key, f);
-      // A recorder that cuts its last frame short when it stops between two frames (the
-      // synthetic one keeps its byte rate so) ends the camera one frame earlier: that frame is
-      // not part of the video. A size change anywhere else is still `shape_changed`.
+      // The cut-short last frame rule: a recorder that stops between two frames may write a last
+      // frame of another size (the simulator's JSON recorder keeps its byte rate so). When the
+      // LAST frame alone differs from the first, the camera ends at the frame before it: that one
+      // is not part of the video and does not bound the grid's end. Only the last frame is so
+      // forgiven; a size change anywhere else is `shape_changed` (found while reading frames).
       const l = await frameSize(schemaName, last.data, `${cam.topic} at ${last.logTimeNs} ns`);
       if (last !== first && (l.width !== f.width || l.height !== f.height)) {
         const tail = recording.messages([cam.topic], { reverse: true, ...(cam.stamp !== undefined ? { stamp: cam.stamp } : {}) });
@@ -90,10 +93,13 @@ async function load(recording: Recording, line: ManifestEpisode, mapping: Mappin
 
   const vectors: Record<string, Float32Array> = {};
   const shapeVectors: DatasetShape['vectors'] = {};
-  for (const v of plan.vectors) {
-    const s = samples.get(v.key)!;
-    vectors[v.key] = resampleVector(s, grid, v.rule, v.offsetFrames);
-    shapeVectors[v.key] = { shape: [s.dim], names: s.names };
+  for (const key of new Set(plan.vectors.map((v) => v.key))) {
+    // One part for a one-topic feature; a joined one's parts, each on the grid by itself, then side by side.
+    const parts = plan.vectors.filter((v) => v.key === key).map((v) => ({ v, s: samples.get(v)! }));
+    const onGrid = parts.map(({ v, s }) => resampleVector(s, grid, v.rule, { offsetFrames: v.offsetFrames, maxStalenessNs: v.maxStalenessNs }));
+    const dims = parts.map(({ s }) => s.dim);
+    vectors[key] = onGrid.length === 1 ? onGrid[0]! : concatFrames(onGrid, dims, grid.length);
+    shapeVectors[key] = { shape: [dims.reduce((a, b) => a + b, 0)], names: parts.flatMap(({ s }) => s.names) };
   }
 
   const cameras: Record<string, CameraFrames> = {};
@@ -108,7 +114,7 @@ async function load(recording: Recording, line: ManifestEpisode, mapping: Mappin
           if (taken) throw new SourceError('io', `the frames of ${cam.key} are read once`);
           taken = true;
           const read = { endNs: cameraEnds.get(cam.key)!, ...(cam.stamp !== undefined ? { stamp: cam.stamp } : {}) };
-          return nearestFrames(recording.messages([cam.topic], read), grid, size, cam.topic, recording.channel(cam.topic)?.schemaName ?? '');
+          return nearestFrames(recording.messages([cam.topic], read), grid, size, cam.topic, recording.channel(cam.topic)?.schemaName ?? '', { key: cam.key, maxStalenessNs: cam.maxStalenessNs });
         },
       },
     };

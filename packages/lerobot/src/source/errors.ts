@@ -24,6 +24,11 @@ export const SOURCE_ERROR_CODES = {
   mapping_invalid: 'the mapping does not fit',
   /** The mapped streams do not overlap for even one frame (or one has no message at all). */
   too_short: 'the episode is shorter than one frame',
+  /**
+   * A stream has no sample within the mapping's `max_staleness_ms` of a frame time (a dropped
+   * topic, a camera that froze): the frame would carry data older, or farther away, than allowed.
+   */
+  stale_stream: 'a stream has a gap longer than the staleness tolerance',
   /** A message broke the shape fixed by the first one: a vector's dimension or a frame's size changed. */
   shape_changed: 'a stream changed shape mid-episode',
   /** A camera frame is in an encoding the export cannot convert to rgb24, or its data is too short. */

@@ -104,3 +104,91 @@ describe('checkMapping', () => {
     expect(() => parseMapping({ features: { 'observation.state': { topic: '/j', fields: ['twist..x'] } } })).toThrow(/mapping_invalid/);
   });
 });
+
+describe('resampling rules, staleness and joined features', () => {
+  const arms = [
+    channel('/left/joint_states', 'sensor_msgs/msg/JointState', undefined, 'cdr'),
+    channel('/right/joint_states', 'sensor_msgs/msg/JointState', undefined, 'cdr'),
+    channel('/gripper', 'control_msgs/msg/GripperCommand', undefined, 'cdr'),
+    channel('/img', 'sensor_msgs/msg/CompressedImage', undefined, 'cdr'),
+  ];
+
+  it('nearest is a rule; max_staleness_ms is inherited from the mapping unless a feature sets its own', () => {
+    const m = parseMapping({
+      stateRule: 'nearest',
+      max_staleness_ms: 50,
+      features: {
+        'observation.state': { topic: '/left/joint_states', fields: ['position'] },
+        action: { from_next_state: true, fields: ['position'], rule: 'linear', max_staleness_ms: 12.5 },
+        'observation.images.front': { topic: '/img', max_staleness_ms: 100 },
+        'observation.images.side': { topic: '/img' },
+      },
+    });
+    const plan = checkMapping(m, arms);
+    expect(plan.vectors.map((v) => [v.key, v.rule, v.maxStalenessNs])).toEqual([
+      ['observation.state', 'nearest', 50_000_000n],
+      ['action', 'linear', 12_500_000n],
+    ]);
+    expect(plan.cameras.map((c) => [c.key, c.maxStalenessNs])).toEqual([
+      ['observation.images.front', 100_000_000n],
+      ['observation.images.side', 50_000_000n],
+    ]);
+    // Unset: no limit.
+    expect(checkMapping(parseMapping({ features: { 'observation.state': { topic: '/gripper', fields: ['position'] } } }), arms).vectors[0]!.maxStalenessNs).toBeUndefined();
+  });
+
+  it('a joined feature plans one read per part, in order, with the feature\'s rule and tolerance', () => {
+    const m = parseMapping({
+      max_staleness_ms: 40,
+      features: {
+        'observation.state': {
+          join: [
+            { topic: '/left/joint_states', fields: ['position'], joints: ['l1', 'l2'] },
+            { topic: ['/right/arm', '/right/joint_states'], fields: ['position'], stamp: 'log' },
+            { topic: '/gripper', fields: ['command.position'], names: ['gripper'] },
+          ],
+          rule: 'linear',
+        },
+      },
+    });
+    const plan = checkMapping(m, arms);
+    expect(plan.vectors.map((v) => [v.key, v.part, v.topic, v.joints, v.stamp, v.rule, v.maxStalenessNs, v.offsetFrames])).toEqual([
+      ['observation.state', { index: 0, of: 3 }, '/left/joint_states', ['l1', 'l2'], undefined, 'linear', 40_000_000n, 0],
+      ['observation.state', { index: 1, of: 3 }, '/right/joint_states', undefined, 'log', 'linear', 40_000_000n, 0],
+      ['observation.state', { index: 2, of: 3 }, '/gripper', undefined, undefined, 'linear', 40_000_000n, 0],
+    ]);
+    expect(plan.vectorTopics).toEqual(['/left/joint_states', '/right/joint_states', '/gripper']);
+  });
+
+  it('a joined part missing from the recording is mapping_invalid naming the feature, the part and the topic', () => {
+    const m = parseMapping({ features: { 'observation.state': { join: [{ topic: '/left/joint_states', fields: ['position'] }, { topic: '/right/arm', fields: ['position'] }] } } });
+    expect(() => checkMapping(m, arms)).toThrow(expect.objectContaining({ code: 'mapping_invalid' }));
+    expect(() => checkMapping(m, arms)).toThrow('the recording has no topic /right/arm (feature observation.state, join part 2 of 2)');
+  });
+
+  it('the schema stays strict and bounded', () => {
+    const part = { topic: '/a', fields: ['position'] };
+    const bad: unknown[] = [
+      { features: { s: { join: [part] } } }, // one part is not a join
+      { features: { s: { join: Array.from({ length: 17 }, () => part) } } },
+      { features: { s: { join: [part, { ...part, rule: 'hold' }] } } }, // the rule is the feature's
+      { features: { s: { join: [part, part], topic: '/b', fields: ['p'] } } },
+      { features: { 'observation.images.front': { join: [part, part] } } },
+      { features: { s: { ...part, rule: 'cubic' } } },
+      { features: { s: { ...part, max_staleness_ms: 0 } } },
+      { features: { s: { ...part, max_staleness_ms: -5 } } },
+      { max_staleness_ms: 3_600_001, features: { s: part } },
+      { max_staleness_ms: '50', features: { s: part } },
+      { features: { 'observation.images.front': { topic: '/img', max_staleness_ms: 1e12 } } },
+    ];
+    for (const b of bad) expect(() => parseMapping(b), JSON.stringify(b)).toThrow(/mapping_invalid/);
+    expect(parseMapping({ features: { s: { join: Array.from({ length: 16 }, () => part) } } }).features.s).toMatchObject({ join: { length: 16 } });
+  });
+
+  it('from_next_state cannot take a joined observation.state without a topic of its own', () => {
+    const join = { join: [{ topic: '/left/joint_states', fields: ['position'] }, { topic: '/right/joint_states', fields: ['position'] }] };
+    expect(() => parseMapping({ features: { 'observation.state': join, action: { from_next_state: true, fields: ['position'] } } })).toThrow(/from_next_state needs a topic/);
+    const m = parseMapping({ features: { 'observation.state': join, action: { from_next_state: true, topic: '/left/joint_states', fields: ['position'] } } });
+    expect(checkMapping(m, arms).vectors.at(-1)).toMatchObject({ key: 'action', topic: '/left/joint_states', offsetFrames: 1 });
+  });
+});

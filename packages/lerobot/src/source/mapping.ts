@@ -14,11 +14,13 @@ import type { RecordingChannel, StampSource } from './mcap.js';
  *   "features": {
  *     "observation.state": { "topic": "/joint_states", "fields": ["position"], "joints": ["shoulder", "elbow", "wrist"] },
  *     "action": { "from_next_state": true, "fields": ["position"] },
- *     "observation.velocity": { "topic": "/cmd_vel", "fields": ["twist.linear.x", "twist.angular.z"], "stamp": "log" },
+ *     "observation.velocity": { "topic": "/cmd_vel", "fields": ["twist.linear.x", "twist.angular.z"], "stamp": "log", "rule": "nearest" },
+ *     "observation.gripper": { "join": [{ "topic": "/left/gripper", "fields": ["position"] }, { "topic": "/right/gripper", "fields": ["position"] }] },
  *     "observation.images.front": { "topic": "/camera/front/image_raw/compressed" }
  *   },
  *   "metadata": ["operator_id"],
- *   "stateRule": "hold"
+ *   "stateRule": "hold",
+ *   "max_staleness_ms": 200
  * }
  * ```
  */
@@ -28,7 +30,13 @@ const Topic = z.string().min(1).max(256);
 const TopicChoice = z.union([Topic, z.array(Topic).min(1).max(16)]);
 /** A field path: a top-level key (`position`) or a dotted path into nested messages (`twist.linear.x`). */
 const Field = z.string().min(1).max(128).regex(/^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$/, 'a field path like position or twist.linear.x');
-const RuleSchema = z.enum(['hold', 'linear']);
+/** How a vector is read at a frame time; see resample.ts's `resampleVector`. */
+const RuleSchema = z.enum(['hold', 'linear', 'nearest']);
+/**
+ * The staleness tolerance: how far (ms) from a frame's time the sample(s) it is made of may lie.
+ * Bounded so a typo (seconds for ms, 1e9) is refused rather than meaning "no limit".
+ */
+const StalenessMs = z.number().positive().max(3_600_000);
 const StampSchema = z.enum(['header', 'log']);
 /** Joints chosen and ordered by name (from the `names_from` field, default `name`, of each message). */
 const Joints = z.array(z.string().min(1).max(128)).min(1).max(1024);
@@ -50,6 +58,30 @@ const TopicVectorSchema = z.strictObject({
   names: z.array(z.string().min(1).max(128)).max(4096).optional(),
   /** This feature's resampling rule; default the mapping's `stateRule`. */
   rule: RuleSchema.optional(),
+  /** This feature's staleness tolerance; default the mapping's `max_staleness_ms`. */
+  max_staleness_ms: StalenessMs.optional(),
+});
+
+/** One topic of a joined feature: what a one-topic vector feature has, less the rule and tolerance (the feature's). */
+const JoinPartSchema = z.strictObject({
+  topic: TopicChoice,
+  fields: z.array(Field).min(1).max(16),
+  joints: Joints.optional(),
+  stamp: StampSchema.optional(),
+  names_from: Field.optional(),
+  names: z.array(z.string().min(1).max(128)).max(4096).optional(),
+});
+
+/**
+ * A numeric feature made of several topics (two arms, an arm and a gripper driver): each part
+ * is read and put on the grid on its own, then the values (and names) are concatenated in order.
+ */
+const JoinedVectorSchema = z.strictObject({
+  join: z.array(JoinPartSchema).min(2).max(16),
+  /** The parts' resampling rule; default the mapping's `stateRule`. */
+  rule: RuleSchema.optional(),
+  /** The parts' staleness tolerance; default the mapping's `max_staleness_ms`. */
+  max_staleness_ms: StalenessMs.optional(),
 });
 
 /** A numeric feature that is another topic's fields one frame later (an action from recorded states). */
@@ -64,15 +96,23 @@ const NextStateVectorSchema = z.strictObject({
   names_from: Field.optional(),
   names: z.array(z.string().min(1).max(128)).max(4096).optional(),
   rule: RuleSchema.optional(),
+  max_staleness_ms: StalenessMs.optional(),
 });
 
 /**
  * A camera: a topic of `sensor_msgs/msg/Image`, `sensor_msgs/msg/CompressedImage` (JPEG, PNG),
  * `foxglove.RawImage` or `foxglove.CompressedImage` messages, in any encoding.
  */
-const CameraSchema = z.strictObject({ topic: TopicChoice, stamp: StampSchema.optional() });
+const CameraSchema = z.strictObject({
+  topic: TopicChoice,
+  stamp: StampSchema.optional(),
+  /** How far (ms) the nearest image may be from a frame's time; default the mapping's `max_staleness_ms`. */
+  max_staleness_ms: StalenessMs.optional(),
+});
 
-const FeatureSchema = z.union([TopicVectorSchema, NextStateVectorSchema, CameraSchema]);
+const FeatureSchema = z.union([TopicVectorSchema, NextStateVectorSchema, JoinedVectorSchema, CameraSchema]);
+type Feature = z.output<typeof FeatureSchema>;
+const isCamera = (f: Feature): f is z.output<typeof CameraSchema> => !('fields' in f) && !('join' in f);
 
 const TaskSchema = z.union([
   /** The episode's `task_id` (or `task_name`); `default` when it is null. */
@@ -101,13 +141,24 @@ export const MappingSchema = z
     task: TaskSchema.default({ from: 'task_id' }),
     /**
      * By LeRobot feature key: keys under `observation.images.` are cameras (`{topic}`), every
-     * other key a float32 vector (`{topic, fields, ...}` or `{from_next_state: true, fields}`).
+     * other key a float32 vector (`{topic, fields, ...}`, `{join: [{topic, fields, ...}, ...]}`
+     * or `{from_next_state: true, fields}`).
      */
     features: z.record(FeatureKey, FeatureSchema).refine((f) => Object.keys(f).length > 0 && Object.keys(f).length <= 64, 'between 1 and 64 features'),
     /** Recorded `metadata` keys copied into `meta/episodes` as `meta/<key>` (string form; '' when absent). */
     metadata: z.array(z.string().min(1).max(256).regex(/^[A-Za-z0-9_.-]+$/)).max(64).default([]),
-    /** Vectors between samples: `hold` (latest sample at or before the frame) or `linear` (interpolated). Default `hold`. */
+    /**
+     * Vectors between samples: `hold` (latest sample at or before the frame), `nearest` (the
+     * sample nearest in time, a tie to the earlier) or `linear` (interpolated). Default `hold`.
+     */
     stateRule: RuleSchema.default('hold'),
+    /**
+     * The staleness tolerance of every stream (vectors and cameras) without its own: the sample(s)
+     * a frame is made of lie within this many ms of its time, else the episode is skipped with
+     * `stale_stream`. Unset: no limit (a good value depends on the robot's rates, so there is no
+     * default; twice the slowest stream's period is a reasonable start).
+     */
+    max_staleness_ms: StalenessMs.optional(),
     /**
      * Which time places a message on the grid: `header` (its `header.stamp`, or a Foxglove
      * schema's `timestamp`) or `log` (when the recorder received it). Unset: the header stamp
@@ -117,14 +168,14 @@ export const MappingSchema = z
   })
   .superRefine((m, ctx) => {
     for (const [key, f] of Object.entries(m.features)) {
-      const camera = !('fields' in f);
+      const camera = isCamera(f);
       if (camera !== key.startsWith('observation.images.')) {
         ctx.addIssue({ code: 'custom', path: ['features', key], message: camera ? 'a camera ({topic}) must be under observation.images.' : 'keys under observation.images. are cameras: {topic} only' });
       }
       if ('from_next_state' in f && f.topic === undefined) {
         const state = m.features['observation.state'];
         if (state === undefined || !('topic' in state) || state.topic === undefined || !('fields' in state) || 'from_next_state' in state) {
-          ctx.addIssue({ code: 'custom', path: ['features', key], message: 'from_next_state needs a topic, or an observation.state feature read from a topic' });
+          ctx.addIssue({ code: 'custom', path: ['features', key], message: 'from_next_state needs a topic, or an observation.state feature read from one topic (not a join)' });
         }
       }
     }
@@ -173,9 +224,11 @@ export function parseMapping(json: unknown): Mapping {
   return r.data;
 }
 
-/** A vector feature resolved against its topic. */
+/** A vector feature resolved against its topic (a joined feature has one per part, in order). */
 export interface VectorPlan {
   key: string;
+  /** A joined feature's part: its index (0-based) among `of`; undefined for a one-topic feature. */
+  part?: { index: number; of: number } | undefined;
   topic: string;
   fields: string[];
   namesFrom: string | undefined;
@@ -187,15 +240,27 @@ export interface VectorPlan {
   rule: StateRule;
   /** Frames later than the grid time it is read at: 1 for `from_next_state`. */
   offsetFrames: 0 | 1;
+  /** The staleness tolerance (ns); undefined: no limit. */
+  maxStalenessNs?: bigint | undefined;
 }
 
 export interface CameraPlan {
   key: string;
   topic: string;
   stamp?: StampSource | undefined;
+  /** The staleness tolerance (ns); undefined: no limit. */
+  maxStalenessNs?: bigint | undefined;
 }
 
+/** How a plan is named in messages: `feature observation.state`, or with its part, `feature observation.state, join part 2 of 3`. */
+export function featureLabel(plan: Pick<VectorPlan, 'key' | 'part'>): string {
+  return plan.part === undefined ? `feature ${plan.key}` : `feature ${plan.key}, join part ${plan.part.index + 1} of ${plan.part.of}`;
+}
+
+const nsOfMs = (ms: number | undefined): bigint | undefined => (ms === undefined ? undefined : BigInt(Math.round(ms * 1e6)));
+
 export interface MappingPlan {
+  /** Every vector read; a joined feature's parts are consecutive, in their order. */
   vectors: VectorPlan[];
   cameras: CameraPlan[];
   /** Every topic with a vector feature. */
@@ -214,8 +279,26 @@ export function planMapping(mapping: Mapping, channels?: readonly RecordingChann
   const state = mapping.features['observation.state'];
   const stateFields = state !== undefined && 'fields' in state && !('from_next_state' in state) ? state : undefined;
   for (const [key, f] of Object.entries(mapping.features)) {
-    if (!('fields' in f)) {
-      cameras.push({ key, topic: pick(f.topic), stamp: f.stamp ?? mapping.stamp });
+    if (isCamera(f)) {
+      cameras.push({ key, topic: pick(f.topic), stamp: f.stamp ?? mapping.stamp, maxStalenessNs: nsOfMs(f.max_staleness_ms ?? mapping.max_staleness_ms) });
+      continue;
+    }
+    if ('join' in f) {
+      f.join.forEach((p, index) => {
+        vectors.push({
+          key,
+          part: { index, of: f.join.length },
+          topic: pick(p.topic),
+          fields: p.fields,
+          namesFrom: p.names_from,
+          names: p.names,
+          joints: p.joints,
+          stamp: p.stamp ?? mapping.stamp,
+          rule: f.rule ?? mapping.stateRule,
+          offsetFrames: 0,
+          maxStalenessNs: nsOfMs(f.max_staleness_ms ?? mapping.max_staleness_ms),
+        });
+      });
       continue;
     }
     const next = 'from_next_state' in f;
@@ -233,6 +316,7 @@ export function planMapping(mapping: Mapping, channels?: readonly RecordingChann
       stamp: f.stamp ?? (fromState ? stateFields?.stamp : undefined) ?? mapping.stamp,
       rule: f.rule ?? mapping.stateRule,
       offsetFrames: next ? 1 : 0,
+      maxStalenessNs: nsOfMs(f.max_staleness_ms ?? mapping.max_staleness_ms),
     });
   }
   return { vectors, cameras, vectorTopics: [...new Set(vectors.map((v) => v.topic))] };
@@ -265,23 +349,23 @@ const DECODED = new Set(['json', 'cdr', 'protobuf']);
 export function checkMapping(mapping: Mapping, channels: readonly RecordingChannel[]): MappingPlan {
   const plan = planMapping(mapping, channels);
   const byTopic = new Map(channels.map((c) => [c.topic, c]));
-  const channelOf = (topic: string, key: string) => {
+  const channelOf = (topic: string, label: string) => {
     const c = byTopic.get(topic);
-    if (c === undefined) throw new SourceError('mapping_invalid', `the recording has no topic ${topic} (feature ${key})`);
-    if (!DECODED.has(c.messageEncoding)) throw new SourceError('mapping_invalid', `topic ${topic} (feature ${key}) is ${c.messageEncoding}-encoded; cdr, protobuf and json messages are read`);
+    if (c === undefined) throw new SourceError('mapping_invalid', `the recording has no topic ${topic} (${label})`);
+    if (!DECODED.has(c.messageEncoding)) throw new SourceError('mapping_invalid', `topic ${topic} (${label}) is ${c.messageEncoding}-encoded; cdr, protobuf and json messages are read`);
     return c;
   };
   for (const v of plan.vectors) {
-    const c = channelOf(v.topic, v.key);
+    const c = channelOf(v.topic, featureLabel(v));
     for (const field of v.fields) {
-      if (!field.includes('.') && isArrayOf(schemaProperty(c, field), 'number') === false) throw new SourceError('mapping_invalid', `field ${field} of ${v.topic} is not an array of numbers (feature ${v.key})`);
+      if (!field.includes('.') && isArrayOf(schemaProperty(c, field), 'number') === false) throw new SourceError('mapping_invalid', `field ${field} of ${v.topic} is not an array of numbers (${featureLabel(v)})`);
     }
     if (v.namesFrom !== undefined && isArrayOf(schemaProperty(c, v.namesFrom), 'string') === false) {
-      throw new SourceError('mapping_invalid', `field ${v.namesFrom} of ${v.topic} is not an array of strings (names_from of feature ${v.key})`);
+      throw new SourceError('mapping_invalid', `field ${v.namesFrom} of ${v.topic} is not an array of strings (names_from of ${featureLabel(v)})`);
     }
   }
   for (const cam of plan.cameras) {
-    const c = channelOf(cam.topic, cam.key);
+    const c = channelOf(cam.topic, `feature ${cam.key}`);
     if (c.schemaName !== '' && c.messageEncoding !== 'json' && !isImageSchema(c.schemaName)) {
       throw new SourceError('mapping_invalid', `topic ${cam.topic} (feature ${cam.key}) is ${c.schemaName}, not an image (sensor_msgs/msg/Image, sensor_msgs/msg/CompressedImage, foxglove.RawImage, foxglove.CompressedImage)`);
     }

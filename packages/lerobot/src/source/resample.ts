@@ -1,24 +1,27 @@
 import { cameraImage, isRecordingError, type CameraImage } from '@fleet/recordings';
 import sharp from 'sharp';
 import { SourceError } from './errors.js';
-import type { StateRule, VectorPlan } from './mapping.js';
+import { featureLabel, type StateRule, type VectorPlan } from './mapping.js';
 import type { RecordingMessage } from './mcap.js';
 
 /**
  * The fixed grid every episode is resampled onto: frame i is at `start + i / fps` (its LeRobot
  * `timestamp` is `i / fps`).
  *
- * - `start` is the first time every mapped vector topic has a sample (the latest of their first
- *   samples), so every vector has a real value at frame 0 without extrapolating. With no vector
- *   feature, the latest first frame of the cameras.
- * - `end` is the last time all mapped streams (vectors and cameras) still have data: the earliest
- *   of their last samples.
+ * - `start` is the first time EVERY mapped stream has data: the latest of the first samples of
+ *   all of them, vectors (each part of a joined one) and cameras alike. No frame is read before a
+ *   stream has begun, so no value or image is taken from before its first sample.
+ * - `end` is the last time every mapped stream still has data: the earliest of their last samples
+ *   (a camera's last frame is the last full-size one, see episode.ts).
  * - `length = floor((end - start) * fps) + 1`; `end < start` (the streams never overlap) is
- *   `too_short`, as is a mapped topic without a single message.
+ *   `too_short` naming the stream that starts last and the one that ends first, as is a mapped
+ *   topic without a single message.
  *
- * Times are the messages' times by the mapping's stamp rule (`header.stamp` or the MCAP log time,
- * see mcap.ts) in integer nanoseconds; a grid time is rounded to the nearest nanosecond, so
- * `t_i - start` never exceeds `end - start`. A stream whose times go backwards is
+ * Each stream is then read at every frame time by its rule (`resampleVector`, `nearestFrames`),
+ * and with a staleness tolerance, the sample(s) used must lie within it of that time, else
+ * `stale_stream`. Times are the messages' times by the mapping's stamp rule (`header.stamp` or
+ * the MCAP log time, see mcap.ts) in integer nanoseconds; a grid time is rounded to the nearest
+ * nanosecond, so `t_i - start` never exceeds `end - start`. A stream whose times go backwards is
  * `corrupt_recording`.
  */
 
@@ -38,29 +41,54 @@ export function gridTimeNs(grid: Pick<Grid, 'startNs' | 'fps'>, i: number): bigi
 
 export interface StreamSpan {
   topic: string;
-  /** Log time of its first and last message, ns; undefined when it has none. */
+  /** Time (by the stamp rule) of its first and last message used, ns; undefined when it has none. */
   firstNs: bigint | undefined;
   lastNs: bigint | undefined;
-  /** A vector topic (bounds the start) or a camera (bounds only the end). */
+  /** A vector topic or a camera; both bound the start and the end, the kind only names it in messages. */
   kind: 'vector' | 'camera';
+}
+
+/** A duration in ms for messages: `180`, `33.333`. */
+export function msText(ns: bigint): string {
+  return String(Math.round(Number(ns) / 1e3) / 1e3);
 }
 
 export function makeGrid(fps: number, spans: readonly StreamSpan[]): Grid {
   if (spans.length === 0) throw new SourceError('mapping_invalid', 'the mapping maps no stream');
   for (const s of spans) if (s.firstNs === undefined || s.lastNs === undefined) throw new SourceError('too_short', `topic ${s.topic} has no message`);
-  const starters = spans.some((s) => s.kind === 'vector') ? spans.filter((s) => s.kind === 'vector') : spans;
-  const startNs = starters.reduce((m, s) => (s.firstNs! > m ? s.firstNs! : m), starters[0]!.firstNs!);
-  const endNs = spans.reduce((m, s) => (s.lastNs! < m ? s.lastNs! : m), spans[0]!.lastNs!);
+  const starter = spans.reduce((m, s) => (s.firstNs! > m.firstNs! ? s : m));
+  const ender = spans.reduce((m, s) => (s.lastNs! < m.lastNs! ? s : m));
+  const startNs = starter.firstNs!;
+  const endNs = ender.lastNs!;
   if (endNs < startNs) {
-    throw new SourceError('too_short', `the streams do not overlap: every vector topic has data from ${startNs} ns, but one stream ends at ${endNs} ns`);
+    throw new SourceError(
+      'too_short',
+      `the streams do not overlap: ${starter.kind} topic ${starter.topic} starts at ${startNs} ns, ${msText(startNs - endNs)} ms after ${ender.kind} topic ${ender.topic} ends (${endNs} ns)`,
+    );
   }
   const length = Number(((endNs - startNs) * BigInt(fps)) / NS_PER_S) + 1;
   return { startNs, fps, length };
 }
 
-/** One vector feature's samples in time order: `values` is `timesNs.length * dim`, row-major. */
+/**
+ * `stale_stream` for frame i: the sample(s) `rule` picked for it lie `gapNs` from the time it is
+ * read at, more than the tolerance. Names feature, topic, frame (index and time) and the gap.
+ */
+function staleError(label: string, topic: string, what: string, grid: Grid, i: number, readAt: number, gapNs: bigint, maxNs: bigint): SourceError {
+  const t = gridTimeNs(grid, readAt);
+  const at = readAt === i ? '' : `, read at frame ${readAt}'s time`;
+  return new SourceError(
+    'stale_stream',
+    `${label}: topic ${topic} has ${what} ${msText(gapNs)} ms from frame ${i} (t = ${msText(t - grid.startNs)} ms into the episode, ${t} ns${at}), more than max_staleness_ms ${msText(maxNs)}`,
+  );
+}
+
+/** One vector feature's (or joined part's) samples in time order: `values` is `timesNs.length * dim`, row-major. */
 export interface VectorSamples {
   key: string;
+  /** The topic read, and how the feature is named in messages (`featureLabel`). */
+  topic: string;
+  label: string;
   dim: number;
   names: string[];
   timesNs: bigint[];
@@ -81,14 +109,14 @@ export function fieldAt(msg: unknown, path: string): unknown {
  * A field's numbers: an array of numbers, a typed array (CDR's `float64[]` is a `Float64Array`,
  * 64-bit integers come as bigints) or one number (a scalar field like `twist.linear.x` is one value).
  */
-function numbersOf(msg: unknown, field: string, topic: string, key: string): ArrayLike<number> {
+function numbersOf(msg: unknown, field: string, topic: string, label: string): ArrayLike<number> {
   const v = fieldAt(msg, field);
   if (typeof v === 'number') return [v];
   if (typeof v === 'bigint') return [Number(v)];
   if (v instanceof BigInt64Array || v instanceof BigUint64Array) return Array.from(v, Number);
   if (ArrayBuffer.isView(v) && !(v instanceof DataView)) return v as unknown as ArrayLike<number>;
   if (Array.isArray(v) && v.every((x) => typeof x === 'number')) return v;
-  throw new SourceError('mapping_invalid', `field ${field} of ${topic} is not a number or an array of numbers (feature ${key})`);
+  throw new SourceError('mapping_invalid', `field ${field} of ${topic} is not a number or an array of numbers (${label})`);
 }
 
 function stringsOf(msg: unknown, field: string, topic: string, what: string): string[] {
@@ -107,11 +135,11 @@ function stringsOf(msg: unknown, field: string, topic: string, what: string): st
 function jointIndexes(msg: unknown, plan: VectorPlan, first: boolean, atNs: bigint): number[] | undefined {
   if (plan.joints === undefined) return undefined;
   const field = plan.namesFrom ?? 'name';
-  const names = stringsOf(msg, field, plan.topic, `the joints of feature ${plan.key}`);
+  const names = stringsOf(msg, field, plan.topic, `the joints of ${featureLabel(plan)}`);
   return plan.joints.map((j) => {
     const i = names.indexOf(j);
     if (i < 0) {
-      const what = `joint ${j} is not in field ${field} of ${plan.topic} (feature ${plan.key}; it has ${names.join(', ') || 'none'})`;
+      const what = `joint ${j} is not in field ${field} of ${plan.topic} (${featureLabel(plan)}; it has ${names.join(', ') || 'none'})`;
       throw first ? new SourceError('mapping_invalid', what) : new SourceError('shape_changed', `${what} at ${atNs} ns`);
     }
     return i;
@@ -121,14 +149,14 @@ function jointIndexes(msg: unknown, plan: VectorPlan, first: boolean, atNs: bigi
 function namesOf(first: unknown, plan: VectorPlan, dims: number[]): string[] {
   const dim = dims.reduce((a, b) => a + b, 0);
   if (plan.names !== undefined) {
-    if (plan.names.length !== dim) throw new SourceError('mapping_invalid', `feature ${plan.key} has ${plan.names.length} names for ${dim} values (fields ${plan.fields.join(', ')} of ${plan.topic})`);
+    if (plan.names.length !== dim) throw new SourceError('mapping_invalid', `${featureLabel(plan)} has ${plan.names.length} names for ${dim} values (fields ${plan.fields.join(', ')} of ${plan.topic})`);
     return plan.names;
   }
   const out: string[] = [];
-  const listed = plan.joints ?? (plan.namesFrom !== undefined ? stringsOf(first, plan.namesFrom, plan.topic, `names_from of feature ${plan.key}`) : undefined);
+  const listed = plan.joints ?? (plan.namesFrom !== undefined ? stringsOf(first, plan.namesFrom, plan.topic, `names_from of ${featureLabel(plan)}`) : undefined);
   if (listed !== undefined) {
     plan.fields.forEach((field, fi) => {
-      if (listed.length !== dims[fi]) throw new SourceError('mapping_invalid', `field ${plan.namesFrom ?? 'name'} of ${plan.topic} has ${listed.length} names, field ${field} ${dims[fi]} values (feature ${plan.key})`);
+      if (listed.length !== dims[fi]) throw new SourceError('mapping_invalid', `field ${plan.namesFrom ?? 'name'} of ${plan.topic} has ${listed.length} names, field ${field} ${dims[fi]} values (${featureLabel(plan)})`);
       for (const n of listed) out.push(plan.fields.length === 1 ? n : `${n}.${field}`);
     });
     return out;
@@ -147,7 +175,7 @@ function namesOf(first: unknown, plan: VectorPlan, dims: number[]): string[] {
  * hundred Hz), so its samples are held in memory for the episode.
  */
 export async function readVectorSamples(messages: AsyncIterable<RecordingMessage>, plans: readonly VectorPlan[]): Promise<VectorSamples[]> {
-  const out = plans.map((p) => ({ plan: p, dims: [] as number[], samples: { key: p.key, dim: 0, names: [] as string[], timesNs: [] as bigint[], values: [] as number[] } }));
+  const out = plans.map((p) => ({ plan: p, dims: [] as number[], samples: { key: p.key, topic: p.topic, label: featureLabel(p), dim: 0, names: [] as string[], timesNs: [] as bigint[], values: [] as number[] } }));
   let lastNs: bigint | undefined;
   for await (const m of messages) {
     if (typeof m.data !== 'object' || m.data === null) throw new SourceError('mapping_invalid', `a message of ${m.topic} is not an object`);
@@ -160,10 +188,10 @@ export async function readVectorSamples(messages: AsyncIterable<RecordingMessage
       const first = o.samples.timesNs.length === 0 && !replace;
       const picks = jointIndexes(m.data, o.plan, first, t);
       const arrays = o.plan.fields.map((f) => {
-        const a = numbersOf(m.data, f, o.plan.topic, o.plan.key);
+        const a = numbersOf(m.data, f, o.plan.topic, featureLabel(o.plan));
         if (picks === undefined) return a;
         return picks.map((i) => {
-          if (i >= a.length) throw new SourceError(first ? 'mapping_invalid' : 'shape_changed', `field ${f} of ${o.plan.topic} has ${a.length} values, fewer than its names (feature ${o.plan.key}, at ${t} ns)`);
+          if (i >= a.length) throw new SourceError(first ? 'mapping_invalid' : 'shape_changed', `field ${f} of ${o.plan.topic} has ${a.length} values, fewer than its names (${featureLabel(o.plan)}, at ${t} ns)`);
           return a[i]!;
         });
       });
@@ -174,7 +202,7 @@ export async function readVectorSamples(messages: AsyncIterable<RecordingMessage
       } else {
         arrays.forEach((a, i) => {
           if (a.length !== o.dims[i]) {
-            throw new SourceError('shape_changed', `field ${o.plan.fields[i]} of ${o.plan.topic} had ${o.dims[i]} values, then ${a.length} at ${t} ns (feature ${o.plan.key})`);
+            throw new SourceError('shape_changed', `field ${o.plan.fields[i]} of ${o.plan.topic} had ${o.dims[i]} values, then ${a.length} at ${t} ns (${featureLabel(o.plan)})`);
           }
         });
       }
@@ -186,33 +214,82 @@ export async function readVectorSamples(messages: AsyncIterable<RecordingMessage
   return out.map((o) => o.samples);
 }
 
+export interface ResampleOptions {
+  /**
+   * 1 reads frame i at frame i+1's time (an action that is the next state). The last frame has
+   * no next one: it is read at its own time, so its action equals its state. Reading past the
+   * grid's end instead would take a sample from after the episode (another stream ended it) that
+   * no frame's state shows.
+   */
+  offsetFrames?: 0 | 1;
+  /** The staleness tolerance (ns): past it, `stale_stream`. Undefined: no limit. */
+  maxStalenessNs?: bigint | undefined;
+}
+
 /**
- * The feature on the grid. `hold`: the latest sample at or before the frame's time (before the
- * first sample, the first). `linear`: interpolated between the samples around it (clamped to the
- * first / last sample outside them). `offsetFrames` 1 reads frame i at `t_{i+1}` (an action that
- * is the next state); the last frame's `t_{i+1}` is past the end, so it takes the last sample.
+ * The feature on the grid, read at each frame time t by `rule`:
+ * - `hold`: the latest sample at or before t. Its age `t - t_sample` is the gap.
+ * - `nearest`: the sample nearest to t (a tie goes to the earlier one, as cameras). The gap is
+ *   the distance to it.
+ * - `linear`: interpolated between the samples at or before and after t; the gap is the distance
+ *   to the farther of the two. At a sample's own time, or past the last sample, that one sample
+ *   (clamped), and the gap is the distance to it.
+ * Before the first sample (only when the grid starts earlier, which `makeGrid` does not do) every
+ * rule takes the first, at its distance. A gap over `maxStalenessNs` is `stale_stream`.
  */
-export function resampleVector(samples: VectorSamples, grid: Grid, rule: StateRule, offsetFrames: 0 | 1 = 0): Float32Array {
+export function resampleVector(samples: VectorSamples, grid: Grid, rule: StateRule, opts: ResampleOptions = {}): Float32Array {
   const { dim, timesNs, values } = samples;
+  const offset = opts.offsetFrames ?? 0;
+  const max = opts.maxStalenessNs;
   const out = new Float32Array(grid.length * dim);
-  if (timesNs.length === 0) throw new SourceError('too_short', `feature ${samples.key} has no sample`);
+  if (timesNs.length === 0) throw new SourceError('too_short', `${samples.label} has no sample`);
+  const what = rule === 'hold' ? 'its latest sample' : rule === 'nearest' ? 'its nearest sample' : 'a sample it interpolates';
   let j = 0; // the latest sample at or before t (or 0 before the first)
   for (let i = 0; i < grid.length; i++) {
-    const t = gridTimeNs(grid, i + offsetFrames);
+    const readAt = Math.min(i + offset, grid.length - 1);
+    const t = gridTimeNs(grid, readAt);
     while (j + 1 < timesNs.length && timesNs[j + 1]! <= t) j++;
     const t0 = timesNs[j]!;
-    const next = j + 1 < timesNs.length ? timesNs[j + 1]! : undefined;
-    if (rule === 'linear' && t > t0 && next !== undefined) {
-      const frac = Number(t - t0) / Number(next - t0);
+    const t1 = j + 1 < timesNs.length ? timesNs[j + 1]! : undefined;
+    let from = j;
+    let frac = 0;
+    let gap: bigint;
+    if (t < t0) gap = t0 - t;
+    else if (rule === 'nearest' && t1 !== undefined && t1 - t < t - t0) {
+      from = j + 1;
+      gap = t1 - t;
+    } else if (rule === 'linear' && t > t0 && t1 !== undefined) {
+      frac = Number(t - t0) / Number(t1 - t0);
+      gap = t - t0 > t1 - t ? t - t0 : t1 - t;
+    } else gap = t - t0;
+    if (max !== undefined && gap > max) throw staleError(samples.label, samples.topic, what, grid, i, readAt, gap, max);
+    if (frac === 0) {
+      for (let d = 0; d < dim; d++) out[i * dim + d] = values[from * dim + d]!;
+    } else {
       for (let d = 0; d < dim; d++) {
         const a = values[j * dim + d]!;
         const b = values[(j + 1) * dim + d]!;
         out[i * dim + d] = a + (b - a) * frac;
       }
-    } else {
-      for (let d = 0; d < dim; d++) out[i * dim + d] = values[j * dim + d]!;
     }
   }
+  return out;
+}
+
+/**
+ * A joined feature on the grid: its parts (each resampled on its own, `dims[p]` values a frame)
+ * concatenated frame by frame, in the parts' order.
+ */
+export function concatFrames(parts: readonly Float32Array[], dims: readonly number[], length: number): Float32Array {
+  const dim = dims.reduce((a, b) => a + b, 0);
+  const out = new Float32Array(length * dim);
+  let at = 0;
+  parts.forEach((p, k) => {
+    const d = dims[k]!;
+    if (p.length !== length * d) throw new Error(`part ${k}: ${p.length} values for ${length} frames of ${d}`);
+    for (let i = 0; i < length; i++) out.set(p.subarray(i * d, (i + 1) * d), i * dim + at);
+    at += d;
+  });
   return out;
 }
 
@@ -280,7 +357,9 @@ export async function frameSize(schemaName: string, data: unknown, where: string
  * A camera on the grid: for each frame time, the image nearest in time (a tie goes to the
  * earlier one), decoded. Reads the topic's messages as a stream in time order and decodes only
  * the images it yields (the same image twice in a row is decoded once), so one frame at a time is
- * in memory. A frame of another size than `size` is `shape_changed`.
+ * in memory. A frame of another size than `size` is `shape_changed`; an image farther than
+ * `maxStalenessNs` from its frame time is `stale_stream`, found as the frames are read (the
+ * episode is skipped all the same: the export stages it whole or not at all).
  */
 export async function* nearestFrames(
   messages: AsyncIterable<RecordingMessage>,
@@ -288,6 +367,7 @@ export async function* nearestFrames(
   size: { width: number; height: number },
   topic: string,
   schemaName = 'foxglove.RawImage',
+  opts: { key?: string; maxStalenessNs?: bigint | undefined } = {},
 ): AsyncGenerator<Uint8Array, void, void> {
   const it = messages[Symbol.asyncIterator]();
   try {
@@ -304,6 +384,8 @@ export async function* nearestFrames(
         cur = peek;
         peek = await nextOf(it);
       }
+      const gap = timeOf(cur) > t ? timeOf(cur) - t : t - timeOf(cur);
+      if (opts.maxStalenessNs !== undefined && gap > opts.maxStalenessNs) throw staleError(`feature ${opts.key ?? topic}`, topic, 'its nearest image', grid, i, i, gap, opts.maxStalenessNs);
       if (decoded?.msg !== cur) {
         const frame = await decodeFrame(schemaName, cur.data, `${topic} at ${cur.logTimeNs} ns`);
         if (frame.width !== size.width || frame.height !== size.height) {

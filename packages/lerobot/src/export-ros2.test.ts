@@ -4,7 +4,11 @@
  * codec, and a bag written by Python's rosbags (JointState at 50 Hz with joints out of order,
  * CompressedImage JPEG at 10 Hz, Image rgb8 at 7 Hz, TwistStamped, header stamps 3 ms before log
  * time) with a mapping that picks joints by name and reads nested fields. Both checked with the
- * project's validator; state and action values checked against the bag's own numbers.
+ * project's validator; state and action values checked against the bag's own numbers. Then the
+ * faults of ROS 2 inputs, each in a bag rosbags wrote (write_faulty_rosbag2.py): skipped with its
+ * reason, or with --strict the export's failure naming it; and issue 23's guarantees on ROS 2
+ * input: a resumed export writes the bytes of an uninterrupted one, a missing object and a
+ * checksum that differs are skipped with their reasons.
  */
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -18,7 +22,7 @@ import { ManualClock } from '@fleet/protocol';
 import { ManualScheduler } from '@fleet/agent';
 import { createSyntheticRecorder } from '@fleet/simulator/synthetic-recorder';
 import { ensurePythonEnv } from '../../../test/support/python.js';
-import { exportLeRobot, type ExportOptions } from './export.js';
+import { ExportError, exportLeRobot, type ExportOptions } from './export.js';
 import { validateLeRobotDataset } from './validate/index.js';
 
 const FIXTURES = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', 'recordings', 'test-fixtures');
@@ -191,5 +195,93 @@ describe('exportLeRobot on ROS 2 bags', () => {
       expect(row.action.map(Math.fround)).toEqual(f32(byName(hold(bag.joint_commands, t))));
       expect(row.velocity.map(Math.fround)).toEqual(f32(hold(bag.cmd_vel, t).linear.slice(0, 2)));
     }
+  });
+});
+
+/** Every file under `dir` (but the work directory) by its SHA-256. */
+async function digestTree(dir: string): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  for (const path of await listFiles(dir)) if (!path.startsWith('.fleet-export')) out[path] = sha256(await readFile(join(dir, path)));
+  return out;
+}
+
+describe('exportLeRobot on faulty ROS 2 bags', () => {
+  /** Fault kind (write_faulty_rosbag2.py) -> the reason its episode is skipped with. */
+  const FAULTS = {
+    bad_schema: 'corrupt_recording',
+    bad_message: 'corrupt_recording',
+    yuv422: 'bad_image',
+    '32FC1': 'bad_image',
+    // 16-bit images are a documented limit (docs/training.md, "Not read"), not silently narrowed.
+    mono16: 'bad_image',
+    size_change: 'shape_changed',
+    stamps_back: 'corrupt_recording',
+    no_overlap: 'too_short',
+  } as const;
+  const mapping = {
+    fps: 10,
+    features: {
+      'observation.state': { topic: '/joint_states', fields: ['position'], names_from: 'name' },
+      action: { topic: '/joint_commands', fields: ['position'], names_from: 'name' },
+      'observation.images.front': { topic: '/camera/front/image_raw' },
+    },
+  };
+  let bags: string;
+
+  beforeAll(() => {
+    bags = join(root, 'faulty');
+    execFileSync(ensurePythonEnv(), [join(FIXTURES, 'write_faulty_rosbag2.py'), bags]);
+  }, 300_000);
+
+  test('each fault skips its episode with its named reason, the rest exports; a missing object and a checksum that differs too', async () => {
+    const good = await member('ep_good', join(bags, 'good'));
+    const faulty = [];
+    for (const kind of Object.keys(FAULTS)) faulty.push(await member(`ep_${kind.toLowerCase()}`, join(bags, kind)));
+    const missing = await member('ep_missing', join(bags, 'good'));
+    await rm(join(bucket, missing.locations[0]!.object_key, 'bag', 'bag.mcap'));
+    const tampered = await member('ep_tampered', join(bags, 'good'));
+    tampered.files.find((f) => f.path.endsWith('.mcap'))!.sha256 = '0'.repeat(64);
+
+    const out = join(root, 'faulty-out');
+    const res = await exportLeRobot(options(out, [good, ...faulty, missing, tampered], { mapping, codec: 'h264' }));
+    expect(res.episodes).toBe(1);
+    expect(res.skipped.map((s) => [s.episode_id, s.reason])).toEqual([
+      ...Object.entries(FAULTS).map(([kind, reason]) => [`ep_${kind.toLowerCase()}`, reason]),
+      ['ep_missing', 'missing'],
+      ['ep_tampered', 'checksum_mismatch'],
+    ]);
+    // Each message says where: the topic (or the file) at fault.
+    for (const s of res.skipped) expect(s.message, s.episode_id).toMatch(/\/joint_states|\/joint_commands|\/camera\/front\/image_raw|bag\.mcap/);
+    const v = await validateLeRobotDataset(out);
+    expect(v.ok, JSON.stringify(v)).toBe(true);
+  });
+
+  test.each(Object.entries(FAULTS))('--strict: %s fails the export with strict, naming the episode and %s', async (kind, reason) => {
+    const m = await member(`ep_strict_${kind.toLowerCase()}`, join(bags, kind));
+    const err = await exportLeRobot(options(join(root, `strict-${kind}`), [m], { mapping, codec: 'h264', strict: true })).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ExportError);
+    expect(err).toMatchObject({ code: 'strict', message: expect.stringContaining(`episode ${m.id} (line 1 of the manifest): ${reason}: `) as unknown });
+  });
+
+  test('an export of ROS 2 bags stopped after its first episode, run again, writes the bytes of an uninterrupted one', async () => {
+    const members = [
+      await member('ep_r1', await simulate('ep_r1', 1500)),
+      await member('ep_r2', await simulate('ep_r2', 1200)),
+      await member('ep_r3', await simulate('ep_r3', 1000)),
+    ];
+    const whole = join(root, 'resume-whole');
+    expect(await exportLeRobot(options(whole, members))).toMatchObject({ episodes: 3, resumed: 0 });
+
+    // The second episode's recording is away: --strict stops the export there, its first
+    // episode staged; the recording is back for the second run, which continues.
+    const mcap = join(bucket, members[1]!.locations[0]!.object_key, 'bag', 'bag_0.mcap');
+    const bytes = await readFile(mcap);
+    await rm(mcap);
+    const out = join(root, 'resume-stopped');
+    await expect(exportLeRobot(options(out, members, { strict: true, concurrency: 1 }))).rejects.toMatchObject({ code: 'strict', message: expect.stringContaining('ep_r2') as unknown });
+    expect(await readdir(join(out, '.fleet-export', 'stage'))).toContain('ep-000001');
+    await writeFile(mcap, bytes);
+    expect(await exportLeRobot(options(out, members))).toMatchObject({ episodes: 3, resumed: 1 });
+    expect(await digestTree(out)).toEqual(await digestTree(whole));
   });
 });

@@ -3,10 +3,10 @@ import { mkdir, readFile, readdir, rename, rm } from 'node:fs/promises';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import type { ExportProgress } from './progress.js';
+import { EPISODE_STEPS, PROGRESS_INTERVAL_MS, startTicker, systemProgressClock, systemProgressScheduler, type EpisodeStep, type ExportProgress, type ProgressClock, type ProgressScheduler } from './progress.js';
 import { DEFAULT_MAPPING, EpisodeFetcher, isSourceError, loadGridEpisode, parseManifestLine, parseMapping, SourceError, type ManifestEpisode, type ManifestHeader, type Mapping, type S3SourceOptions } from './source/index.js';
 import type { DatasetShape } from './types.js';
-import { assembleDataset, isStaged, stageEpisode, WriterError, type VideoCodec, type VideoEncoding } from './writer/index.js';
+import { assembleDataset, isStaged, resizeProblem, stageEpisode, WriterError, type VideoCodec, type VideoEncoding } from './writer/index.js';
 import { writeFileAtomic } from './writer/files.js';
 
 /**
@@ -26,6 +26,7 @@ export type SkipReason =
   | 'no_recording'
   | 'corrupt_recording'
   | 'too_short'
+  | 'stale_stream'
   | 'shape_changed'
   | 'shape_mismatch'
   | 'bad_image'
@@ -44,10 +45,39 @@ export interface SkippedEpisode {
 /** What each manifest position came to; kept in the work directory, one small file each. */
 export type PositionResult = { position: number; episode_id: string; staged: true; frames: number; bytes: number } | ({ staged: false } & SkippedEpisode);
 
-/** The export as a whole cannot go on (a mapping that does not fit, a full disk, --strict). */
+/**
+ * The export's own error table: why a whole export stopped (an episode's own problem is a skip
+ * reason instead), each with the exit code the CLI gives it. Tests check codes, not messages.
+ */
+export const EXPORT_ERROR_CODES = {
+  /** An option is malformed or out of range: a `resize` the codec cannot encode, a source URL that is not s3:// or file://, a size cap that is not positive. */
+  options: { exit: 2, summary: 'an option is invalid' },
+  /** The mapping file is malformed, or does not fit the recordings (a missing topic, a field that is not numeric, a feature with no value); the message names topic and field. */
+  mapping: { exit: 1, summary: 'the mapping does not fit the recordings' },
+  /** The snapshot's manifest does not parse, or the dataset is still live. */
+  manifest: { exit: 1, summary: 'the manifest is unusable' },
+  /** The output directory holds an unfinished export made with other settings. */
+  resume_mismatch: { exit: 1, summary: 'an unfinished export with other settings is in the way' },
+  /** The dataset has no episode, or every one was skipped. */
+  empty: { exit: 1, summary: 'no episode could be exported' },
+  /** `strict`: an episode could not be exported; the message names it and its skip reason. */
+  strict: { exit: 1, summary: 'an episode could not be exported (--strict)' },
+  /** A camera's frames are larger than the codec encodes (SVT-AV1 16384x8704, x264 16384x16384): give `resize`. */
+  frame_size: { exit: 1, summary: 'camera frames too large for the codec' },
+  /** ffmpeg or ffprobe is not installed, or failed; the message says which, with its last output. */
+  ffmpeg_failed: { exit: 1, summary: 'ffmpeg or ffprobe failed' },
+  /** The disk filled up; the next run with room continues. */
+  disk_full: { exit: 1, summary: 'the disk is full' },
+  /** The output directory already holds a finished dataset. */
+  io: { exit: 1, summary: 'the output directory cannot be used' },
+} as const satisfies Record<string, { exit: number; summary: string }>;
+
+export type ExportErrorCode = keyof typeof EXPORT_ERROR_CODES;
+
+/** The export as a whole cannot go on (a mapping that does not fit, a full disk, --strict, …): see `EXPORT_ERROR_CODES`. */
 export class ExportError extends Error {
   constructor(
-    readonly code: 'mapping' | 'manifest' | 'disk_full' | 'strict' | 'resume_mismatch' | 'empty' | 'io',
+    readonly code: ExportErrorCode,
     message: string,
     options?: ErrorOptions,
   ) {
@@ -217,7 +247,21 @@ export interface ExportOptions {
   videoFileSizeMb?: number;
   /** Keep the work directory after a finished export. */
   keepWork?: boolean;
+  /**
+   * Every camera scaled to exactly this size (no aspect kept, as LeRobot's own resize transforms
+   * do) by ffmpeg's bilinear `scale` before encoding, instead of the default padding. Even sides
+   * (yuv420p), at least 64x64 for AV1; otherwise `options`. Part of the resumable settings.
+   */
+  resize?: { width: number; height: number };
+  /**
+   * Called once a second while the export runs (downloads, decoding, encoding, assembly), on
+   * `scheduler`, and at each phase change (`manifest` first, `done` last).
+   */
   onProgress?: (p: ExportProgress) => void;
+  /** The clock of `elapsedMs` (default the system's); `ManualClock` of @fleet/protocol fits. */
+  clock?: ProgressClock;
+  /** The timer of the progress ticks (default the system's); `ManualScheduler` of @fleet/protocol fits. */
+  scheduler?: ProgressScheduler;
   /** Overrides for tests and benchmarks (ffmpeg binaries, encoder threads). */
   encoding?: Partial<VideoEncoding>;
 }
@@ -235,7 +279,7 @@ export interface ExportResult {
 }
 
 /** Source errors that leave one episode out (the others are the export's own failure). */
-const SKIPPABLE: ReadonlySet<string> = new Set(['missing', 'denied', 'checksum_mismatch', 'size_mismatch', 'no_location', 'io', 'corrupt_recording', 'too_short', 'shape_changed', 'bad_image', 'task_missing']);
+const SKIPPABLE: ReadonlySet<string> = new Set(['missing', 'denied', 'checksum_mismatch', 'size_mismatch', 'no_location', 'io', 'corrupt_recording', 'too_short', 'stale_stream', 'shape_changed', 'bad_image', 'task_missing']);
 
 /**
  * A snapshot's manifest to a LeRobot v3.0 dataset in `outDir`: each member's recording fetched
@@ -246,19 +290,89 @@ const SKIPPABLE: ReadonlySet<string> = new Set(['missing', 'denied', 'checksum_m
  * writes the same bytes an uninterrupted run would.
  */
 export async function exportLeRobot(opts: ExportOptions): Promise<ExportResult> {
-  const started = Date.now();
+  const clock = opts.clock ?? systemProgressClock;
+  const started = clock.now();
   let mapping: Mapping;
   try {
     mapping = parseMapping(opts.mapping ?? DEFAULT_MAPPING);
   } catch (err) {
     throw new ExportError('mapping', err instanceof Error ? err.message.replace(/^mapping_invalid: /, '') : String(err));
   }
+  const codec = opts.codec ?? 'av1';
+  checkOptions(opts, codec);
+  let fetcher: EpisodeFetcher;
+  try {
+    fetcher = new EpisodeFetcher({ sources: opts.sources, ...(opts.s3 !== undefined ? { s3: opts.s3 } : {}) });
+  } catch (err) {
+    if (err instanceof SourceError) throw new ExportError('options', err.message.replace(/^[a-z_]+: /, ''));
+    throw err;
+  }
   const work = new WorkDir(opts.outDir);
   if (existsSync(join(opts.outDir, 'meta', 'info.json')) && !existsSync(work.root)) {
     throw new ExportError('io', `${opts.outDir} already holds a dataset; export into another directory, or remove it first`);
   }
-  const progress: ExportProgress = { total: 0, done: 0, skipped: 0, frames: 0, bytes: 0, elapsedMs: 0, doneThisRun: 0, phase: 'manifest' };
-  const tell = () => opts.onProgress?.({ ...progress, elapsedMs: Date.now() - started });
+  const progress: ExportProgress = {
+    total: 0,
+    done: 0,
+    skipped: 0,
+    frames: 0,
+    bytes: 0,
+    elapsedMs: 0,
+    doneThisRun: 0,
+    phase: 'manifest',
+    working: { downloading: 0, decoding: 0, encoding: 0 },
+  };
+  /** Per episode in progress: its step, and the frames its cameras have sent to the encoder (all cameras together). */
+  const active = new Map<number, { step: EpisodeStep; framesSent: number; cameras: number }>();
+  const tell = () => {
+    if (opts.onProgress === undefined) return;
+    const working = Object.fromEntries(EPISODE_STEPS.map((s) => [s, 0])) as Record<EpisodeStep, number>;
+    let partial = 0;
+    for (const a of active.values()) {
+      working[a.step]++;
+      // The cameras are encoded one after the other: frames on the grid so far are the mean.
+      if (a.cameras > 0) partial += Math.floor(a.framesSent / a.cameras);
+    }
+    opts.onProgress({ ...progress, frames: progress.frames + partial, working, elapsedMs: clock.now() - started });
+  };
+  // A line a second whatever happens meanwhile: a download stalled mid-body still reports.
+  const stopTicker = startTicker(opts.scheduler ?? systemProgressScheduler, PROGRESS_INTERVAL_MS, tell);
+  try {
+    return await runExport(opts, { mapping, codec, fetcher, work, progress, active, tell });
+  } finally {
+    stopTicker();
+    fetcher.destroy();
+  }
+}
+
+/** What `exportLeRobot` set up for the run: the parsed options and the progress it reports. */
+interface RunContext {
+  mapping: Mapping;
+  codec: VideoCodec;
+  fetcher: EpisodeFetcher;
+  work: WorkDir;
+  progress: ExportProgress;
+  active: Map<number, { step: EpisodeStep; framesSent: number; cameras: number }>;
+  tell: () => void;
+}
+
+/** Options the export cannot run with, refused before anything is read or written. */
+function checkOptions(opts: ExportOptions, codec: VideoCodec): void {
+  const bad = (what: string) => {
+    throw new ExportError('options', what);
+  };
+  if (codec !== 'av1' && codec !== 'h264') bad(`codec ${String(codec)}: av1 or h264`);
+  if (opts.concurrency !== undefined && !(Number.isInteger(opts.concurrency) && opts.concurrency >= 1)) bad(`concurrency ${opts.concurrency}: a positive integer`);
+  for (const [name, v] of [['dataFileSizeMb', opts.dataFileSizeMb], ['videoFileSizeMb', opts.videoFileSizeMb]] as const) {
+    if (v !== undefined && !(Number.isFinite(v) && v > 0)) bad(`${name} ${v}: a positive number of MB`);
+  }
+  if (opts.resize !== undefined) {
+    const problem = resizeProblem(opts.resize, codec);
+    if (problem !== null) bad(`resize ${problem}`);
+  }
+}
+
+async function runExport(opts: ExportOptions, { mapping, codec, fetcher, work, progress, active, tell }: RunContext): Promise<ExportResult> {
   tell();
 
   try {
@@ -293,10 +407,20 @@ export async function exportLeRobot(opts: ExportOptions): Promise<ExportResult> 
   if (!header.snapshot_at) throw new ExportError('manifest', `dataset ${header.dataset_id} is live: snapshot it first`);
   if (positions.length === 0) throw new ExportError('empty', `dataset ${header.dataset_id} has no episodes`);
 
-  const codec = opts.codec ?? 'av1';
   const dataFileSizeMb = opts.dataFileSizeMb ?? 100;
   const videoFileSizeMb = opts.videoFileSizeMb ?? 200;
-  await work.checkSettings({ dataset_id: header.dataset_id, snapshot_at: header.snapshot_at, mapping, codec, dataFileSizeMb, videoFileSizeMb, encoding: opts.encoding ?? null });
+  const resize = opts.resize !== undefined ? { width: opts.resize.width, height: opts.resize.height } : undefined;
+  await work.checkSettings({
+    dataset_id: header.dataset_id,
+    snapshot_at: header.snapshot_at,
+    mapping,
+    codec,
+    dataFileSizeMb,
+    videoFileSizeMb,
+    encoding: opts.encoding ?? null,
+    // Only when given, so that work directories of runs without it keep matching.
+    ...(resize !== undefined ? { resize } : {}),
+  });
 
   progress.total = positions.length;
   progress.phase = 'episodes';
@@ -313,22 +437,27 @@ export async function exportLeRobot(opts: ExportOptions): Promise<ExportResult> 
 
   const shapePath = join(work.root, 'shape.json');
   let shape: DatasetShape | null = existsSync(shapePath) ? (JSON.parse(await readFile(shapePath, 'utf8')) as DatasetShape) : null;
-  const stageOpts = { codec, ...(opts.encoding !== undefined ? { encoding: opts.encoding } : {}) };
-  const fetcher = new EpisodeFetcher({ sources: opts.sources, ...(opts.s3 !== undefined ? { s3: opts.s3 } : {}) });
+  const encoding: Partial<VideoEncoding> = { ...opts.encoding, ...(resize !== undefined ? { resize } : {}) };
+  const stageOpts = { codec, ...(Object.keys(encoding).length > 0 ? { encoding } : {}) };
 
   const skip = async (position: number, line: ManifestEpisode, reason: SkipReason, message: string) => {
     if (opts.strict) throw new ExportError('strict', `episode ${line.id} (line ${position} of the manifest): ${reason}: ${message}`);
     await work.setResult({ staged: false, position, episode_id: line.id, reason, message });
     progress.skipped++;
-    tell();
   };
 
   const one = async ({ position, line }: { position: number; line: ManifestEpisode }): Promise<void> => {
     if (known.has(position)) return;
     const downloads = work.downloadDir(position);
+    const me = { step: 'downloading' as EpisodeStep, framesSent: 0, cameras: 0 };
+    active.set(position, me);
     try {
-      const fetched = await fetcher.fetchEpisode(line, downloads);
-      for (const f of fetched.files) if (!f.reused) progress.bytes += f.sizeBytes;
+      const fetched = await fetcher.fetchEpisode(line, downloads, {
+        onBytes: (n) => {
+          progress.bytes += n;
+        },
+      });
+      me.step = 'decoding';
       const mcap = fetched.files.find((f) => f.path.endsWith('.mcap'));
       if (mcap === undefined) {
         await skip(position, line, 'no_recording', `none of its ${line.files.length} file(s) is an MCAP recording`);
@@ -345,15 +474,24 @@ export async function exportLeRobot(opts: ExportOptions): Promise<ExportResult> 
           await skip(position, line, 'shape_mismatch', `its features (${describeShape(loaded.shape)}) differ from the dataset's (${describeShape(shape)})`);
           return;
         }
-        if (!(await isStaged(work.stage, position, shape, stageOpts))) await stageEpisode(work.stage, position, loaded.episode, shape, stageOpts);
+        if (!(await isStaged(work.stage, position, shape, stageOpts))) {
+          me.step = 'encoding';
+          me.cameras = Object.keys(shape.cameras).length;
+          await stageEpisode(work.stage, position, loaded.episode, shape, stageOpts, {
+            onFrame: () => {
+              me.framesSent++;
+            },
+          });
+        }
       } finally {
         await loaded.close();
       }
       await work.setResult({ staged: true, position, episode_id: line.id, frames: loaded.episode.length, bytes: mcap.sizeBytes });
+      // Out of `active` in the same turn its frames are counted, so no tick counts them twice.
+      active.delete(position);
       progress.done++;
       progress.doneThisRun++;
       progress.frames += loaded.episode.length;
-      tell();
       await rm(downloads, { recursive: true, force: true });
     } catch (err) {
       if (err instanceof ExportError) throw err;
@@ -367,7 +505,10 @@ export async function exportLeRobot(opts: ExportOptions): Promise<ExportResult> 
         await skip(position, line, 'shape_changed', err.message);
         return;
       }
+      throwWriterError(err, `episode ${line.id}: `, work);
       diskError(err);
+    } finally {
+      active.delete(position);
     }
   };
 
@@ -418,6 +559,7 @@ export async function exportLeRobot(opts: ExportOptions): Promise<ExportResult> 
       },
     );
   } catch (err) {
+    throwWriterError(err, '', work);
     diskError(err);
   }
   if (!opts.keepWork) await rm(work.root, { recursive: true, force: true });
@@ -433,6 +575,25 @@ export async function exportLeRobot(opts: ExportOptions): Promise<ExportResult> 
     skipped,
     resumed,
   };
+}
+
+/**
+ * A writer's refusal that is the input's or the machine's problem, as the export's own error (the
+ * rest, e.g. `invalid_episode`, would be this package's bug and stays as it is).
+ */
+function throwWriterError(err: unknown, where: string, work: WorkDir): void {
+  if (!(err instanceof WriterError)) return;
+  switch (err.code) {
+    case 'frame_too_large':
+      // The run's settings are saved already: another resize is a resume_mismatch until removed.
+      throw new ExportError('frame_size', `${where}${err.message} (remove ${work.root} first: it holds this run's settings)`, { cause: err });
+    case 'invalid_shape':
+      throw new ExportError('mapping', `${where}${err.message}`, { cause: err });
+    case 'ffmpeg_failed':
+      throw new ExportError('ffmpeg_failed', `${where}${err.message}`, { cause: err });
+    default:
+      return;
+  }
 }
 
 function describeShape(s: DatasetShape): string {

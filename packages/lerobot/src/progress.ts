@@ -6,15 +6,83 @@ export interface ExportProgress {
   done: number;
   /** Episodes skipped with a reason so far. */
   skipped: number;
-  /** Frames written (on the grid). */
+  /** Frames on the grid: those of finished episodes plus those encoded so far of the ones in progress. */
   frames: number;
-  /** Recording bytes downloaded by this run. */
+  /** Recording bytes downloaded by this run, counted as they arrive (a file half read counts half). */
   bytes: number;
   /** Milliseconds since this run started. */
   elapsedMs: number;
   /** Episodes finished by this run (the rate counts only these). */
   doneThisRun: number;
-  phase: 'manifest' | 'episodes' | 'assembling' | 'done';
+  phase: ExportPhase;
+  /** Episodes in progress, by what they are doing (phase `episodes`). */
+  working: Readonly<Record<EpisodeStep, number>>;
+}
+
+/**
+ * The export's phases, in order:
+ * - `manifest`: reading the snapshot's manifest (and saving it in the work directory);
+ * - `episodes`: fetching, decoding and encoding episodes (see `working`);
+ * - `assembling`: laying the staged episodes out as the dataset (concatenating videos);
+ * - `done`: the dataset is complete.
+ */
+export type ExportPhase = 'manifest' | 'episodes' | 'assembling' | 'done';
+
+/**
+ * What an episode in progress is doing:
+ * - `downloading`: its files stream from the source, hashed on the way;
+ * - `decoding`: its recording is opened and its vector streams read onto the grid;
+ * - `encoding`: its camera frames are decoded from the recording and encoded to video, one
+ *   frame at a time through the same pipe (so decoding and encoding go together here).
+ */
+export type EpisodeStep = 'downloading' | 'decoding' | 'encoding';
+
+export const EPISODE_STEPS: readonly EpisodeStep[] = ['downloading', 'decoding', 'encoding'];
+
+/** Milliseconds between two progress lines. */
+export const PROGRESS_INTERVAL_MS = 1000;
+
+/**
+ * What the progress ticker runs on: a clock and a one-shot timer, the same shape as the
+ * `Clock` and `Scheduler` of @fleet/protocol (`ManualClock`, `ManualScheduler` fit), without
+ * depending on it. The default is the system's.
+ */
+export interface ProgressClock {
+  now(): number;
+}
+
+export interface ProgressScheduler {
+  setTimeout(fn: () => void, ms: number): object;
+  clearTimeout(handle: object): void;
+}
+
+export const systemProgressClock: ProgressClock = { now: () => Date.now() };
+
+export const systemProgressScheduler: ProgressScheduler = {
+  // unref: a ticker left behind by a caller that forgot to stop must not keep Node alive.
+  setTimeout: (fn, ms) => setTimeout(fn, ms).unref(),
+  clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
+};
+
+/**
+ * Calls `tick` every `ms` on `scheduler` until stopped; each timer is armed when the previous one
+ * fires, so a slow tick never piles up.
+ */
+export function startTicker(scheduler: ProgressScheduler, ms: number, tick: () => void): () => void {
+  let handle: object | null = null;
+  let stopped = false;
+  const arm = (): void => {
+    handle = scheduler.setTimeout(() => {
+      if (stopped) return;
+      arm();
+      tick();
+    }, ms);
+  };
+  arm();
+  return () => {
+    stopped = true;
+    if (handle !== null) scheduler.clearTimeout(handle);
+  };
 }
 
 function bytesText(n: number): string {
@@ -32,8 +100,9 @@ function durationText(ms: number): string {
 }
 
 /**
- * One line: `episodes 12/100 (1 skipped)  frames 3,400  41.2 MiB  8.1 episodes/min  ETA 10m52s`.
- * The rate and the ETA count only what this run did (a resumed run starts its clock again).
+ * One line: `episodes 12/100 (1 skipped)  frames 3,400  41.2 MiB  8.1 episodes/min  ETA 10m52s
+ * downloading 1, encoding 1`. The rate and the ETA count only what this run did (a resumed run
+ * starts its clock again).
  */
 export function progressLine(p: ExportProgress): string {
   if (p.phase === 'manifest') return 'reading the manifest…';
@@ -48,5 +117,7 @@ export function progressLine(p: ExportProgress): string {
     `${rate.toFixed(1)} episodes/min`,
   ];
   const line = parts.join('  ') + eta;
-  return p.phase === 'assembling' ? `${line}  assembling the dataset…` : line;
+  if (p.phase === 'assembling') return `${line}  assembling the dataset…`;
+  const busy = EPISODE_STEPS.filter((s) => p.working[s] > 0).map((s) => `${s} ${p.working[s]}`);
+  return p.phase === 'episodes' && busy.length > 0 ? `${line}  ${busy.join(', ')}` : line;
 }

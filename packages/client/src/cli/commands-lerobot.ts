@@ -1,7 +1,8 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { Option, type Command } from 'commander';
 import { clientFor, intIn, output, type CliContext } from './context.js';
 import { CommandFailed, UsageError } from './errors.js';
+import { inspectionText } from './inspect-output.js';
 
 /** `--source dst_…=URL` (or a bare URL for every destination): where a destination's objects are. */
 function parseSources(values: readonly string[]): Record<string, string> {
@@ -23,8 +24,9 @@ function parseSources(values: readonly string[]): Record<string, string> {
 const collect = (value: string, previous: string[] | undefined) => [...(previous ?? []), value];
 
 /**
- * `fleet datasets export-lerobot` and `validate-lerobot`: the training bridge. The library
- * (@fleet/lerobot, with the AWS SDK, MCAP and Parquet) is loaded only when one of them runs.
+ * `fleet datasets export-lerobot`, `validate-lerobot` and `inspect-recording`: the training
+ * bridge. The library (@fleet/lerobot, with the AWS SDK, MCAP and Parquet) is loaded only when one
+ * of them runs.
  */
 export function registerLeRobot(datasets: Command, ctx: CliContext): void {
   datasets
@@ -35,6 +37,7 @@ export function registerLeRobot(datasets: Command, ctx: CliContext): void {
     .option('--snapshot', 'snapshot the dataset first if it is still live')
     .option('--mapping <file>', 'a mapping file (JSON): topics to features, fps, task; default: the simulator’s recordings')
     .addOption(new Option('--codec <codec>', 'video codec').choices(['av1', 'h264']).default('av1'))
+    .option('--resize <WxH>', 'scale every camera to exactly WxH (bilinear) instead of padding; even sides, at least 64x64 for av1')
     .option('--concurrency <n>', 'episodes fetched and converted at once', intIn(1, 16), 2)
     .option('--strict', 'fail on the first episode that cannot be exported instead of skipping it')
     .option('--data-file-size-mb <n>', 'start a new data file past this size', intIn(1, 10_000), 100)
@@ -47,6 +50,14 @@ export function registerLeRobot(datasets: Command, ctx: CliContext): void {
       const sources = parseSources(opts.source ?? []);
       if (opts.s3Endpoint !== undefined && !/^https?:\/\/\S+$/.test(opts.s3Endpoint)) throw new UsageError('--s3-endpoint takes an http(s) URL');
       const lerobot = await import('@fleet/lerobot');
+      let resize: { width: number; height: number } | undefined;
+      if (opts.resize !== undefined) {
+        const m = /^(\d{1,5})x(\d{1,5})$/.exec(opts.resize);
+        if (m === null) throw new UsageError(`--resize ${opts.resize.slice(0, 40)}: give WIDTHxHEIGHT in pixels, e.g. 640x480`);
+        resize = { width: Number(m[1]), height: Number(m[2]) };
+        const problem = lerobot.resizeProblem(resize, opts.codec);
+        if (problem !== null) throw new UsageError(`--resize ${problem}`);
+      }
       let mapping: unknown;
       if (opts.mapping !== undefined) {
         try {
@@ -64,7 +75,6 @@ export function registerLeRobot(datasets: Command, ctx: CliContext): void {
       }
       const out = output(ctx, cmd);
       const tty = ctx.stderr.isTTY === true;
-      let lastLine = 0;
       try {
         const result = await lerobot.exportLeRobot({
           manifest: (async function* () {
@@ -79,16 +89,15 @@ export function registerLeRobot(datasets: Command, ctx: CliContext): void {
           },
           ...(mapping !== undefined ? { mapping } : {}),
           codec: opts.codec,
+          ...(resize !== undefined ? { resize } : {}),
           concurrency: opts.concurrency,
           strict: opts.strict === true,
           dataFileSizeMb: opts.dataFileSizeMb,
           videoFileSizeMb: opts.videoFileSizeMb,
           keepWork: opts.keepWork === true,
           onProgress: (p) => {
-            // A line a second at most (every line on a terminal, redrawn in place).
-            const now = Date.now();
-            if (!tty && p.phase === 'episodes' && now - lastLine < 1000) return;
-            lastLine = now;
+            // The export calls this once a second and at each phase change: a line each time,
+            // redrawn in place on a terminal.
             ctx.stderr.write(tty ? `\r\x1b[K${lerobot.progressLine(p)}` : `${lerobot.progressLine(p)}\n`);
           },
         });
@@ -100,7 +109,7 @@ export function registerLeRobot(datasets: Command, ctx: CliContext): void {
         );
       } catch (err) {
         if (tty) ctx.stderr.write('\n');
-        if (err instanceof lerobot.ExportError) throw new CommandFailed(err.code, err.message);
+        if (err instanceof lerobot.ExportError) throw new CommandFailed(err.code, err.message, lerobot.EXPORT_ERROR_CODES[err.code].exit);
         throw err;
       }
     });
@@ -116,6 +125,35 @@ export function registerLeRobot(datasets: Command, ctx: CliContext): void {
       const s = res.summary;
       output(ctx, cmd).done(`${dir} is a valid LeRobot v3.0 dataset: ${s.episodes} episodes, ${s.frames} frames, ${s.tasks} tasks, ${s.dataFiles} data files, ${s.videoFiles} video files`, { ...s });
     });
+
+  datasets
+    .command('inspect-recording <path>')
+    .description('list a recording’s topics (types, encodings, counts, rates, stamps, fields, image sizes) and propose an export mapping; an .mcap file or a rosbag2 directory, read locally')
+    .option('--mapping-out <file>', 'write the proposed mapping (JSON) to this file, for export-lerobot --mapping')
+    .action(async (path: string, opts: { mappingOut?: string }, cmd: Command) => {
+      const lerobot = await import('@fleet/lerobot');
+      let inspection;
+      try {
+        inspection = await lerobot.inspectRecording(path);
+      } catch (err) {
+        if (err instanceof lerobot.InspectError) {
+          if (err.code === 'not_found') throw new UsageError(err.message);
+          throw new CommandFailed(err.code, err.message);
+        }
+        throw err;
+      }
+      if (opts.mappingOut !== undefined) {
+        if (inspection.mapping === null) throw new CommandFailed('no_mapping', `${path}: no topic maps to a LeRobot feature (no JointState, command or readable camera topic), so there is no mapping to write`);
+        try {
+          await writeFile(opts.mappingOut, `${JSON.stringify(inspection.mapping, null, 2)}\n`);
+        } catch (err) {
+          throw new UsageError(`--mapping-out ${opts.mappingOut}: ${(err as Error).message}`);
+        }
+      }
+      const out = output(ctx, cmd);
+      if (out.json) out.record(inspection);
+      else ctx.stdout.write(inspectionText(inspection, opts.mappingOut));
+    });
 }
 
 interface ExportCliOptions {
@@ -124,6 +162,7 @@ interface ExportCliOptions {
   snapshot?: boolean;
   mapping?: string;
   codec: 'av1' | 'h264';
+  resize?: string;
   concurrency: number;
   strict?: boolean;
   dataFileSizeMb: number;

@@ -117,6 +117,16 @@ export interface FetchedEpisode {
   files: FetchedFile[];
 }
 
+export interface FetchOptions {
+  signal?: AbortSignal;
+  /**
+   * Called with each chunk's size as it arrives from the store (S3), or as the local copy is
+   * hashed (file://), so progress moves while a large object is still streaming. A file reused
+   * from an earlier run is not counted; the bytes of a download that then fails are.
+   */
+  onBytes?: (n: number) => void;
+}
+
 export class EpisodeFetcher {
   private s3: S3Client | undefined;
   private readonly sources: Readonly<Record<string, SourceUrl>>;
@@ -130,10 +140,10 @@ export class EpisodeFetcher {
    * Every file of the episode into `workDir` (at its manifest path), verified. Files are fetched
    * one after the other; run several episodes at once for throughput.
    */
-  async fetchEpisode(line: ManifestEpisode, workDir: string, signal?: AbortSignal): Promise<FetchedEpisode> {
+  async fetchEpisode(line: ManifestEpisode, workDir: string, opts: FetchOptions = {}): Promise<FetchedEpisode> {
     const location = resolveLocation(line, this.sources);
     const files: FetchedFile[] = [];
-    for (const file of line.files) files.push(await this.fetchFile(location, file, workDir, signal));
+    for (const file of line.files) files.push(await this.fetchFile(location, file, workDir, opts));
     return { location, files };
   }
 
@@ -143,7 +153,7 @@ export class EpisodeFetcher {
     this.s3 = undefined;
   }
 
-  private async fetchFile(location: ResolvedLocation, file: ManifestFile, workDir: string, signal?: AbortSignal): Promise<FetchedFile> {
+  private async fetchFile(location: ResolvedLocation, file: ManifestFile, workDir: string, { signal, onBytes }: FetchOptions): Promise<FetchedFile> {
     const localPath = join(workDir, ...file.path.split('/'));
     if (await matchesManifest(localPath, file)) return { path: file.path, localPath, sizeBytes: file.size_bytes, reused: true };
     await mkdir(dirname(localPath), { recursive: true });
@@ -153,14 +163,14 @@ export class EpisodeFetcher {
     try {
       if (location.source.kind === 's3') {
         const body = await this.openS3(location.source.bucket, address, where, signal);
-        const digest = new DigestingStream(file, where);
+        const digest = new DigestingStream(file, where, onBytes);
         await pipeline(body, digest, createWriteStream(tmp, { flags: 'wx' }), { signal });
         digest.check();
       } else {
         // A local file: copied by the kernel (copy_file_range), then the copy is what is hashed
         // and used, so a source changing meanwhile cannot slip past the check.
         await copyFile(address, tmp, constants.COPYFILE_EXCL);
-        const digest = new DigestingStream(file, where);
+        const digest = new DigestingStream(file, where, onBytes);
         await pipeline(createReadStream(tmp), digest, new Writable({ write: (_c, _e, done) => done() }), { signal });
         digest.check();
       }
@@ -195,12 +205,14 @@ class DigestingStream extends Transform {
   constructor(
     private readonly file: ManifestFile,
     private readonly where: string,
+    private readonly onBytes?: (n: number) => void,
   ) {
     super();
   }
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback): void {
     this.bytes += chunk.byteLength;
+    this.onBytes?.(chunk.byteLength);
     if (this.bytes > this.file.size_bytes) {
       done(new SourceError('size_mismatch', `${this.where}: more than the manifest's ${this.file.size_bytes} bytes`));
       return;

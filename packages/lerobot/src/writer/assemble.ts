@@ -5,7 +5,7 @@ import type { DatasetShape } from '../types.js';
 import { WriterError } from './errors.js';
 import { commitFile, jsonText, tempSibling, writeFileAtomic } from './files.js';
 import { chunkFile, datasetFeatures, nextChunkFile, stageFingerprint, type DatasetFeature } from './features.js';
-import { codecNames, concatVideos } from './ffmpeg.js';
+import { codecNames, concatVideos, SCALE_FLAGS } from './ffmpeg.js';
 import {
   float64Column,
   inferredColumn,
@@ -342,6 +342,7 @@ export async function assembleDataset(
       preset: enc.preset,
       threads: enc.threads,
       pix_fmt: 'yuv420p',
+      ...(enc.resize !== null ? { scale: { width: enc.resize.width, height: enc.resize.height, flags: SCALE_FLAGS } } : {}),
     },
     provenance: opts.provenance ?? {},
   };

@@ -6,6 +6,8 @@ export type WriterErrorCode =
   | 'invalid_shape'
   /** A camera yielded more or fewer frames than the episode's length, or a frame of the wrong size. */
   | 'frame_mismatch'
+  /** A camera's frames are larger than the codec encodes (SVT-AV1: 16384x8704, x264: 16384x16384). */
+  | 'frame_too_large'
   /** ffmpeg or ffprobe failed or could not be started. */
   | 'ffmpeg_failed'
   /** assembleDataset found an episode that is not staged, or staged for another shape. */

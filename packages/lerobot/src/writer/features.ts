@@ -45,7 +45,11 @@ export function datasetFeatures(shape: DatasetShape, enc: VideoEncoding): Datase
     if (!Number.isInteger(cam.width) || !Number.isInteger(cam.height) || cam.width < 1 || cam.height < 1) {
       throw new WriterError('invalid_shape', `${key}: width and height must be positive integers, got ${cam.width}x${cam.height}`);
     }
-    const { width, height } = videoSize(cam, enc.codec);
+    const { width, height } = videoSize(cam, enc.codec, enc.resize);
+    const max = MAX_VIDEO_SIZE[enc.codec];
+    if (width > max.width || height > max.height) {
+      throw new WriterError('frame_too_large', `${key}: ${cam.width}x${cam.height} frames are larger than ${codecNames(enc.codec).encoder} encodes (at most ${max.width}x${max.height}); scale them down with --resize WxH`);
+    }
     out.push({
       key,
       kind: 'video',
@@ -62,12 +66,35 @@ export function datasetFeatures(shape: DatasetShape, enc: VideoEncoding): Datase
 export const MIN_VIDEO_SIDE: Readonly<Record<VideoCodec, number>> = { av1: 64, h264: 2 };
 
 /**
- * The size a camera's video is encoded at: yuv420p halves the chroma planes, so both sides are
- * made even, and at least the codec's minimum (`MIN_VIDEO_SIDE`). Frames are padded to it on the
- * right and at the bottom with black (`padFrame`), never scaled: the source pixels keep their
- * place, at (0, 0), and the dataset's `shape` is the padded size.
+ * The largest frame each codec encodes, as measured with Debian's ffmpeg 5.1: libsvtav1 refuses a
+ * width over 16384 or a height over 8704, libx264 either side over 16384.
  */
-export function videoSize(size: { width: number; height: number }, codec: VideoCodec): { width: number; height: number } {
+export const MAX_VIDEO_SIZE: Readonly<Record<VideoCodec, { width: number; height: number }>> = { av1: { width: 16384, height: 8704 }, h264: { width: 16384, height: 16384 } };
+
+/**
+ * Why `size` cannot be the `--resize` size for `codec` (yuv420p needs even sides, SVT-AV1 at
+ * least 64x64, neither codec more than `MAX_VIDEO_SIZE`), or null when it can.
+ */
+export function resizeProblem(size: { width: number; height: number }, codec: VideoCodec): string | null {
+  const { width, height } = size;
+  if (!Number.isInteger(width) || !Number.isInteger(height) || width < 1 || height < 1) return `${width}x${height}: width and height are positive integers`;
+  if (width % 2 !== 0 || height % 2 !== 0) return `${width}x${height}: yuv420p video needs even width and height`;
+  const min = MIN_VIDEO_SIDE[codec];
+  if (width < min || height < min) return `${width}x${height}: ${codecNames(codec).encoder} needs at least ${min}x${min}`;
+  const max = MAX_VIDEO_SIZE[codec];
+  if (width > max.width || height > max.height) return `${width}x${height}: ${codecNames(codec).encoder} encodes at most ${max.width}x${max.height}`;
+  return null;
+}
+
+/**
+ * The size a camera's video is encoded at: `resize` when given (every frame scaled to exactly it),
+ * else the frame's own size with both sides made even (yuv420p halves the chroma planes) and at
+ * least the codec's minimum (`MIN_VIDEO_SIDE`). Unscaled frames are padded to it on the right and
+ * at the bottom with black (`padFrame`): the source pixels keep their place, at (0, 0), and the
+ * dataset's `shape` is the padded size.
+ */
+export function videoSize(size: { width: number; height: number }, codec: VideoCodec, resize: { width: number; height: number } | null = null): { width: number; height: number } {
+  if (resize !== null) return { width: resize.width, height: resize.height };
   const side = (n: number) => Math.max(n + (n % 2), MIN_VIDEO_SIDE[codec]);
   return { width: side(size.width), height: side(size.height) };
 }
@@ -111,8 +138,9 @@ export function videoInfo(width: number, height: number, fps: number, enc: Video
  * the encoding. An episode staged under another fingerprint is not reused.
  */
 export function stageFingerprint(shape: DatasetShape, enc: VideoEncoding): string {
-  const { ffmpegPath: _f, ffprobePath: _p, ...encoding } = enc;
-  return createHash('sha256').update(JSON.stringify({ v: 1, shape, encoding })).digest('hex').slice(0, 32);
+  const { ffmpegPath: _f, ffprobePath: _p, resize, ...encoding } = enc;
+  // `resize` only when set: episodes staged before it existed keep their fingerprint.
+  return createHash('sha256').update(JSON.stringify({ v: 1, shape, encoding, ...(resize !== null ? { resize } : {}) })).digest('hex').slice(0, 32);
 }
 
 /** `chunk-XXX/file-XXX`, LeRobot's `CHUNK_FILE_PATTERN`. */

@@ -22,6 +22,12 @@ export interface VideoEncoding {
    * with and without `lp` pinned, so it is left to the encoder unless set.
    */
   threads: number | null;
+  /**
+   * Every camera scaled to exactly this size before encoding (`--resize WxH`), by ffmpeg's
+   * `scale` filter with `SCALE_FLAGS`, in the process that encodes; null: padded (features.ts
+   * `videoSize`).
+   */
+  resize: { width: number; height: number } | null;
   /** The binaries, for tests or unusual installs. */
   ffmpegPath: string;
   ffprobePath: string;
@@ -34,6 +40,7 @@ export function videoEncoding(codec: VideoCodec = 'av1', overrides: Partial<Vide
     crf: 30,
     preset: codec === 'av1' ? 12 : null,
     threads: codec === 'h264' ? 1 : null,
+    resize: null,
     ffmpegPath: 'ffmpeg',
     ffprobePath: 'ffprobe',
     ...overrides,
@@ -44,6 +51,16 @@ export function videoEncoding(codec: VideoCodec = 'av1', overrides: Partial<Vide
 export function codecNames(codec: VideoCodec): { encoder: string; canonical: string } {
   return codec === 'av1' ? { encoder: 'libsvtav1', canonical: 'av1' } : { encoder: 'libx264', canonical: 'h264' };
 }
+
+/**
+ * swscale's bilinear filter for `--resize`: a triangle kernel that swscale widens by the scale
+ * factor when it shrinks (so a 640x480 camera brought to 96x96 is averaged, not aliased), the
+ * interpolation of torchvision's `Resize` (bilinear, antialiased), which LeRobot's
+ * `ImageCropResizeProcessorStep` and the diffusion policy's `resize_shape` apply.
+ * `area` would be a box when enlarging; `accurate_rnd` rounds exactly rather than by the faster
+ * approximation, so the output does not depend on which SIMD path the CPU takes.
+ */
+export const SCALE_FLAGS = 'bilinear+accurate_rnd';
 
 // No encoder string, creation time or metadata: the same frames give the same bytes.
 const BITEXACT_OUTPUT = ['-fflags', '+bitexact', '-flags:v', '+bitexact', '-map_metadata', '-1', '-map_chapters', '-1'];
@@ -92,8 +109,8 @@ function run(bin: string, args: string[], withStdin: boolean): Run {
 }
 
 /**
- * Encode `length` rgb24 frames, streamed to ffmpeg's stdin one at a time, into an mp4 at constant
- * `fps`. `onFrame` sees each frame before it is written (for stats). Throws `frame_mismatch` when
+ * Encode `length` rgb24 frames of `size`, streamed to ffmpeg's stdin one at a time, into an mp4 at
+ * constant `fps` (scaled to `enc.resize` on the way when set). `onFrame` sees each frame before it is written (for stats). Throws `frame_mismatch` when
  * the source yields a frame of the wrong size or a count other than `length`.
  */
 export async function encodeFrames(
@@ -107,7 +124,9 @@ export async function encodeFrames(
   const args = [
     '-hide_banner', '-v', 'error',
     '-f', 'rawvideo', '-pix_fmt', 'rgb24', '-s', `${size.width}x${size.height}`, '-r', String(size.fps), '-i', 'pipe:0',
-    '-frames:v', String(size.length), ...codecArgs(enc), '-fps_mode', 'cfr', ...BITEXACT_OUTPUT,
+    '-frames:v', String(size.length),
+    ...(enc.resize !== null ? ['-vf', `scale=${enc.resize.width}:${enc.resize.height}:flags=${SCALE_FLAGS}`] : []),
+    ...codecArgs(enc), '-fps_mode', 'cfr', ...BITEXACT_OUTPUT,
     '-movflags', '+faststart', '-f', 'mp4', '-y', outPath,
   ];
   const proc = run(enc.ffmpegPath, args, true);

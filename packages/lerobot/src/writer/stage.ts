@@ -87,6 +87,12 @@ function validate(ep: GridEpisode, shape: DatasetShape): void {
   for (const key of shape.metadataKeys) if (typeof ep.metadata[key] !== 'string') fail(`missing metadata ${key}`);
 }
 
+/** What the caller hears while an episode is staged (the export's progress). */
+export interface StageProgress {
+  /** Frame `index` of camera `key` went to the encoder. */
+  onFrame?(key: string, index: number): void;
+}
+
 /**
  * Stage one episode under `stageDir/ep-<6 digits>/`: its frame table (without the global `index`
  * and `task_index`), one mp4 per camera, its stats and `episode.json`. Camera frames stream from
@@ -100,6 +106,7 @@ export async function stageEpisode(
   ep: GridEpisode,
   shape: DatasetShape,
   opts: StageOptions = {},
+  progress: StageProgress = {},
 ): Promise<StagedEpisode> {
   const enc = resolveEncoding(opts);
   const features = datasetFeatures(shape, enc);
@@ -127,12 +134,17 @@ export async function stageEpisode(
         }
         case 'video': {
           const cam = ep.cameras[f.key]!;
-          // Padded to the video's size (features.ts videoSize); the stats are of what the video holds.
-          const size = videoSize(cam, enc.codec);
+          // Padded to the video's size (features.ts videoSize), and the stats are of what the video
+          // holds; or, with `resize`, sent at their own size for ffmpeg to scale, and the stats are
+          // of the source frames (ffmpeg's scaled frames never come back to this process).
+          const size = enc.resize !== null ? { width: cam.width, height: cam.height } : videoSize(cam, enc.codec);
           const acc = new ImageStatsAccumulator(size.width, size.height, n);
           const path = join(tmp, `${f.key}.mp4`);
           const frames = size.width === cam.width && size.height === cam.height ? cam.frames : padded(cam.frames, cam, size);
-          await encodeFrames(path, frames, { width: size.width, height: size.height, length: n, fps: shape.fps }, enc, (i, frame) => acc.add(i, frame));
+          await encodeFrames(path, frames, { width: size.width, height: size.height, length: n, fps: shape.fps }, enc, (i, frame) => {
+            acc.add(i, frame);
+            progress.onFrame?.(f.key, i);
+          });
           stats[f.key] = acc.result();
           const bytes = (await readFile(path)).byteLength;
           const durationS = await probeDurationS(path, enc);

@@ -6,7 +6,7 @@ import { promisify } from 'node:util';
 import { DuckDBInstance, type DuckDBConnection } from '@duckdb/node-api';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DatasetShape, GridEpisode } from '../types.js';
-import { assembleDataset, isStaged, stageEpisode, WriterError, type AssembleOptions, type StageOptions } from './index.js';
+import { assembleDataset, datasetFeatures, isStaged, stageEpisode, videoEncoding, WriterError, type AssembleOptions, type StageOptions } from './index.js';
 import { stagedDir } from './stage.js';
 
 const run = promisify(execFile);
@@ -313,9 +313,50 @@ describe('determinism and resume', () => {
       expect(at(want.width - 1, 0)).toBeLessThan(8);
     }
   });
+
+  it('resize scales every frame to exactly WxH (no padding, no aspect kept): the source picture fills the video', async () => {
+    const src = { width: 51, height: 39 };
+    const oddShape: DatasetShape = { ...shape, cameras: { 'observation.images.front': src } };
+    // Left half dark, right half bright: after scaling, the boundary is at the video's middle.
+    const halves = async function* () {
+      const f = new Uint8Array(src.width * src.height * 3);
+      for (let y = 0; y < src.height; y++) for (let x = 0; x < src.width; x++) f.fill(x < src.width / 2 ? 30 : 220, (y * src.width + x) * 3, (y * src.width + x) * 3 + 3);
+      for (let i = 0; i < 4; i++) yield f;
+    };
+    const dir = join(root, 'resize');
+    const opts: StageOptions = { codec: 'av1', encoding: { resize: { width: 128, height: 64 } } };
+    await stageEpisode(dir, 0, { ...episode(0, 4), cameras: { 'observation.images.front': { ...src, frames: halves() } } }, oddShape, opts);
+    const mp4 = join(stagedDir(dir, 0), 'observation.images.front.mp4');
+    const { stdout } = await run('ffprobe', ['-v', 'error', '-select_streams', 'v:0', '-show_entries', 'stream=width,height', '-of', 'csv=p=0', mp4]);
+    expect(stdout.trim()).toBe('128,64');
+    const { stdout: raw } = await run('ffmpeg', ['-v', 'error', '-i', mp4, '-frames:v', '1', '-f', 'rawvideo', '-pix_fmt', 'rgb24', 'pipe:1'], { encoding: 'buffer' });
+    const px = raw as unknown as Buffer;
+    const at = (x: number, y: number) => px[(y * 128 + x) * 3]!;
+    // Bright up to the last column and row (padding would leave them black), dark on the left.
+    expect(at(127, 63)).toBeGreaterThan(200);
+    expect(at(100, 32)).toBeGreaterThan(200);
+    expect(at(20, 32)).toBeLessThan(50);
+    // A staged episode is not reused for another size.
+    expect(await isStaged(dir, 0, oddShape, opts)).toBe(true);
+    expect(await isStaged(dir, 0, oddShape, { codec: 'av1' })).toBe(false);
+    expect(await isStaged(dir, 0, oddShape, { codec: 'av1', encoding: { resize: { width: 64, height: 64 } } })).toBe(false);
+  });
 });
 
 describe('refusals', () => {
+  it('refuses frames larger than the codec encodes with frame_too_large, before starting ffmpeg', async () => {
+    const big: DatasetShape = { ...shape, cameras: { 'observation.images.front': { width: 16384, height: 8706 } } };
+    const never: AsyncIterable<Uint8Array> = {
+      [Symbol.asyncIterator]: () => {
+        throw new Error('no frame may be read');
+      },
+    };
+    const ep = { ...episode(0, 2), cameras: { 'observation.images.front': { width: 16384, height: 8706, frames: never } } };
+    // 8706 rows: over SVT-AV1's 8704, within x264's 16384.
+    await expect(stageEpisode(join(root, 'big'), 0, ep, big, { codec: 'av1' })).rejects.toMatchObject({ code: 'frame_too_large' });
+    expect(() => datasetFeatures(big, videoEncoding('h264'))).not.toThrow();
+  });
+
   it('refuses a camera that yields fewer frames than the episode length, staging nothing', async () => {
     const dir = join(root, 'short');
     const ep = { ...episode(0), cameras: { 'observation.images.front': { width: W, height: H, frames: frames(0, 5) } } };

@@ -33,6 +33,16 @@ export async function probeVideo(ffprobe: string, path: string): Promise<VideoPr
   };
 }
 
+/** Every packet's presentation time (s), in presentation order: the times LeRobot's decoder looks frames up by. */
+export async function probeFrameTimes(ffprobe: string, path: string): Promise<number[]> {
+  const { stdout } = await run(ffprobe, ['-v', 'error', '-select_streams', 'v:0', '-show_entries', 'packet=pts_time', '-of', 'csv=p=0', path], { maxBuffer: 256 * 1024 * 1024 });
+  return stdout
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .map(Number)
+    .sort((a, b) => a - b);
+}
+
 /** The episodes of each video file of one camera, in episode order. */
 export function episodesByVideoFile(camera: string, episodes: readonly EpisodeRecord[]): Map<string, EpisodeRecord[]> {
   const byFile = new Map<string, EpisodeRecord[]>();
@@ -92,5 +102,28 @@ export async function checkVideoFile(
   }
   if (!(Math.abs(probe.fps - info.fps) < 1e-6)) {
     log.add('video.fps', file, `runs at ${probe.fps} fps, but info.json fps is ${info.fps}`);
+  }
+  // LeRobot decodes frame i of an episode at from_timestamp + i / fps and refuses a frame farther
+  // than tolerance_s from it (FrameTimestampError): every frame's own time must be where the
+  // episode's columns say.
+  let times: number[];
+  try {
+    times = await probeFrameTimes(opts.ffprobe, join(dir, file));
+  } catch (error) {
+    log.add('files.readable', file, `ffprobe cannot read its packets: ${String(error)}`);
+    return;
+  }
+  let before = 0;
+  for (const ep of inFile) {
+    const { from } = ep.videos[camera]!;
+    for (let i = 0; i < ep.length; i++) {
+      const t = times[before + i];
+      const want = from + i / info.fps;
+      if (t === undefined || !(Math.abs(t - want) <= TIMESTAMP_TOLERANCE_S)) {
+        log.add('video.timestamps', file, `episode ${ep.episodeIndex} frame ${i} is at ${t ?? 'no frame'} s, expected from_timestamp ${from} + ${i} / ${info.fps} = ${want} s (within ${TIMESTAMP_TOLERANCE_S} s)`);
+        return;
+      }
+    }
+    before += ep.length;
   }
 }

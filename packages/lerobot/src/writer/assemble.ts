@@ -266,7 +266,7 @@ export async function assembleDataset(
       const path = join(outDir, rel);
       await mkdir(join(path, '..'), { recursive: true });
       const tmp = `${tempSibling(path)}.mp4`;
-      await concatVideos(g.episodes.map((i) => stagedVideo(stageDir, at[i]!, key)), tmp, enc);
+      await concatVideos(g.episodes.map((i) => ({ path: stagedVideo(stageDir, at[i]!, key), frames: lengths[i]! })), tmp, enc, shape.fps);
       await commitFile(tmp, path);
       result.videoFiles[key].push(rel);
     }

@@ -168,11 +168,27 @@ export async function probeDurationS(path: string, enc: VideoEncoding): Promise<
 /**
  * Concatenate mp4s of the same encoding into `outPath` without re-encoding (ffmpeg's concat
  * demuxer, `-c copy`), as LeRobot's `concatenate_video_files` does.
+ *
+ * Each file is given its `duration` in the list. Without it the demuxer starts a file where the
+ * previous one's container duration ends, and an mp4's is in milliseconds: 31 frames at 30 fps
+ * are 1.033 s, rounded to 1.034, so episode k would start k x 0.67 ms late, past LeRobot's
+ * `tolerance_s` of 1e-4 s after one episode (`FrameTimestampError`), while meta/episodes says
+ * `from_timestamp = frames before / fps`. The durations are differences of the rounded cumulative
+ * starts in microseconds (the demuxer's unit), so the rounding never adds up: every episode
+ * starts within 0.5 us of `frames before / fps`, which the track's timescale then rounds to the
+ * exact tick.
  */
-export async function concatVideos(inputs: string[], outPath: string, enc: VideoEncoding): Promise<void> {
+export async function concatVideos(inputs: readonly { path: string; frames: number }[], outPath: string, enc: VideoEncoding, fps: number): Promise<void> {
   const list = `${tempSibling(outPath)}.ffconcat`;
   const quote = (p: string) => `'${resolve(p).replaceAll("'", "'\\''")}'`;
-  await writeFile(list, `ffconcat version 1.0\n${inputs.map((p) => `file ${quote(p)}\n`).join('')}`);
+  const startUs = (frames: number) => Math.round((frames * 1e6) / fps);
+  let before = 0;
+  const lines = inputs.map((input) => {
+    const us = startUs(before + input.frames) - startUs(before);
+    before += input.frames;
+    return `file ${quote(input.path)}\nduration ${(us / 1e6).toFixed(6)}\n`;
+  });
+  await writeFile(list, `ffconcat version 1.0\n${lines.join('')}`);
   try {
     await run(
       enc.ffmpegPath,

@@ -8,6 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DatasetShape, GridEpisode } from '../types.js';
 import { assembleDataset, datasetFeatures, isStaged, stageEpisode, videoEncoding, WriterError, type AssembleOptions, type StageOptions } from './index.js';
 import { stagedDir } from './stage.js';
+import { validateLeRobotDataset } from '../validate/index.js';
+import { probeFrameTimes } from '../validate/videos.js';
 
 const run = promisify(execFile);
 const W = 64;
@@ -247,6 +249,30 @@ describe('file rotation', () => {
     const result = await assembleDataset(stageDir, join(root, 'two'), 3, shape, { ...h264, dataFilesSizeInMb: capMb });
     expect(result.dataFiles).toEqual(['data/chunk-000/file-000.parquet', 'data/chunk-000/file-001.parquet']);
   });
+});
+
+describe('frame times at a rate whose frame is not a whole millisecond', () => {
+  // At 30 fps an episode of 31 frames lasts 1.0333 s; an mp4's own duration is in ms, so a
+  // concatenation that trusted it would start the next episode 0.67 ms late, past LeRobot's
+  // tolerance of 0.1 ms (its loader then raises FrameTimestampError).
+  for (const codec of ['h264', 'av1'] as const) {
+    it(`every frame of every episode is at from_timestamp + i / fps (${codec})`, async () => {
+      const lengths = [31, 17, 31];
+      const shape30: DatasetShape = { ...shape, fps: 30, cameras: { 'observation.images.front': { width: 64, height: 64 } } };
+      const dir = join(root, `fps30-${codec}`);
+      for (const [i, n] of lengths.entries()) {
+        const ep = episode(i, n);
+        await stageEpisode(join(dir, 'stage'), i, { ...ep, cameras: { 'observation.images.front': { width: 64, height: 64, frames: frames(i, n, 64, 64) } } }, shape30, { codec });
+      }
+      await assembleDataset(join(dir, 'stage'), join(dir, 'out'), 3, shape30, { codec });
+      const times = await probeFrameTimes('ffprobe', join(dir, 'out', 'videos/observation.images.front/chunk-000/file-000.mp4'));
+      expect(times).toHaveLength(79);
+      const worst = Math.max(...times.map((t, k) => Math.abs(t - k / 30)));
+      expect(worst).toBeLessThan(1e-4);
+      const res = await validateLeRobotDataset(join(dir, 'out'));
+      expect(res.ok, JSON.stringify(res)).toBe(true);
+    });
+  }
 });
 
 describe('determinism and resume', () => {

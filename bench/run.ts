@@ -49,7 +49,7 @@ const ALL_ARGS: Readonly<Record<string, readonly string[]>> = {
   fleet: ['--robots', '50000', '--fit-open-files'],
   scale: ['--duration', '10'],
   stream: [],
-  lerobot: ['--episodes', '20', '--seconds', '5'],
+  lerobot: ['--input', 'json', '--episodes', '20', '--seconds', '5'],
   agent: ['--duration', '10', '--warmup', '3'],
 };
 

@@ -3,7 +3,10 @@
  * virtual environment built from the pinned `test/python/requirements.txt` with pyenv's Python
  * 3.12, never the system Python.
  *
- *   ensurePythonEnv(log?) -> absolute path of the venv's `bin/python3`
+ *   ensurePythonEnv(log?, requirements?) -> absolute path of the venv's `bin/python3`
+ *
+ * `requirements` defaults to the tests' file; another pinned file (a benchmark's peer tool whose
+ * pins conflict with the tests') gets a venv of its own by the same rule.
  *
  * Where: `${XDG_CACHE_HOME:-~/.cache}/fleet/python/<key>/`, outside the clone, where <key> is the
  * first 16 hex digits of sha256(requirements file + Python version): a changed requirements file
@@ -102,9 +105,9 @@ function lock(lockDir: string, log: (line: string) => void): () => void {
  * The absolute path of the test venv's `bin/python3`, building the venv first when there is none
  * for the current requirements file and Python. Throws with pip's output tail when pip fails.
  */
-export function ensurePythonEnv(log: (line: string) => void = (l) => console.warn(l)): string {
+export function ensurePythonEnv(log: (line: string) => void = (l) => console.warn(l), requirementsPath: string = PYTHON_REQUIREMENTS): string {
   const python = findPython312();
-  const requirements = readFileSync(PYTHON_REQUIREMENTS, 'utf8');
+  const requirements = readFileSync(requirementsPath, 'utf8');
   const key = createHash('sha256').update(requirements).update('\0').update(python.version).digest('hex').slice(0, 16);
   const root = cacheRoot();
   const ready = join(root, key);
@@ -123,7 +126,7 @@ export function ensurePythonEnv(log: (line: string) => void = (l) => console.war
     rmSync(ready, { force: true }); // a dangling symlink (its build directory was deleted by hand)
 
     const build = join(root, `${key}.build-${process.pid}-${Date.now()}`);
-    log(`python: building the test venv ${ready} (Python ${python.version}, ${PYTHON_REQUIREMENTS}); pip's output goes to ${join(build, 'pip-install.log')}`);
+    log(`python: building the venv ${ready} (Python ${python.version}, ${requirementsPath}); pip's output goes to ${join(build, 'pip-install.log')}`);
     const venv = spawnSync(python.path, ['-m', 'venv', build], { encoding: 'utf8' });
     if (venv.status !== 0) throw new Error(`python: ${python.path} -m venv ${build} failed (exit ${venv.status}): ${venv.stderr}`);
     const logPath = join(build, 'pip-install.log');
@@ -133,7 +136,7 @@ export function ensurePythonEnv(log: (line: string) => void = (l) => console.war
       // No timeout: pip reports its own network failures; a large install is slow, not stuck.
       pip = spawnSync(
         pythonIn(build),
-        ['-m', 'pip', 'install', '--no-input', '--disable-pip-version-check', '--cache-dir', join(root, 'pip-cache'), '--requirement', PYTHON_REQUIREMENTS],
+        ['-m', 'pip', 'install', '--no-input', '--disable-pip-version-check', '--cache-dir', join(root, 'pip-cache'), '--requirement', requirementsPath],
         { stdio: ['ignore', logFd, logFd], env: { ...process.env, PIP_REQUIRE_VIRTUALENV: '1' } },
       );
     } finally {
@@ -141,7 +144,7 @@ export function ensurePythonEnv(log: (line: string) => void = (l) => console.war
     }
     if (pip.status !== 0) {
       const tail = readFileSync(logPath, 'utf8').split('\n').slice(-25).join('\n');
-      throw new Error(`python: pip install -r ${PYTHON_REQUIREMENTS} failed (exit ${pip.status ?? pip.signal}); the venv is not used. Last lines of ${logPath}:\n${tail}`);
+      throw new Error(`python: pip install -r ${requirementsPath} failed (exit ${pip.status ?? pip.signal}); the venv is not used. Last lines of ${logPath}:\n${tail}`);
     }
     // The symlink appears whole or not at all: made under a temporary name, then renamed.
     const link = `${ready}.link-${process.pid}`;

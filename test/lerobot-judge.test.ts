@@ -1,12 +1,14 @@
 /**
- * LeRobot 0.6.1 judges the export (test/python/lerobot_judge.py): a simulated robot records
- * episodes, they sync to the S3-compatible test server, `fleet datasets export-lerobot` writes a
- * LeRobot v3.0 dataset from the bucket, and one Python process per dataset (importing torch is
- * slow) loads it with `LeRobotDataset` offline with the pyav backend, reads every item, compares
- * every state, action and camera frame with the source recordings it reads itself from the same
- * bucket (Foxglove's mcap readers), and runs `lerobot-train` for four ACT steps on the CPU.
+ * LeRobot 0.6.1 judges the export (test/python/lerobot_judge.py): a robot's episodes sync to the
+ * S3-compatible test server, `fleet datasets export-lerobot` writes a LeRobot v3.0 dataset from
+ * the bucket, and one Python process per dataset (importing torch is slow) loads it with
+ * `LeRobotDataset` offline with the pyav backend, reads every item, compares every state, action
+ * and camera frame with the source recordings it reads itself from the same bucket (Foxglove's
+ * mcap readers), and runs `lerobot-train` for four ACT steps on the CPU. The robot is the
+ * simulator, or a real agent with the `import` recorder over recordings that Python's rosbags and
+ * Foxglove's mcap-protobuf-support wrote (test/python/write_judge_recordings.py).
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { GetObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -17,12 +19,14 @@ import { startGrantProvider, writeProviderTls, type GrantProviderProcess } from 
 import { freePort, okJson } from './support/http.js';
 import { runProcess, type RunResult } from './support/process.js';
 import { ensurePythonEnv } from './support/python.js';
-import { createEnrollmentToken, sendCommand, startFleet } from './support/robots.js';
+import { listEpisodes } from './support/episodes.js';
+import { createEnrollmentToken, sendCommand, startAgentProcess, startFleet, type AgentProcess } from './support/robots.js';
 import { startS3Server, type S3ServerProcess } from './support/s3-server.js';
 import { waitFor } from './support/wait.js';
 
 const FLEET_CLI = join(REPO_ROOT, 'packages', 'client', 'dist', 'cli.js');
 const JUDGE = join(REPO_ROOT, 'test', 'python', 'lerobot_judge.py');
+const WRITER = join(REPO_ROOT, 'test', 'python', 'write_judge_recordings.py');
 /** The lowest PSNR accepted of a frame against its source image (measured at worst 25.5 to 29 dB: docs/training.md). */
 const MIN_PSNR_DB = 24;
 /** Loading torch, reading every item and training take minutes on a loaded 2-core machine. */
@@ -200,6 +204,40 @@ const ROS2_MAPPING = {
   },
 };
 
+/**
+ * A ROS 2 arm's bag (test/python/write_judge_recordings.py rosbag2): joints picked and ordered by
+ * name (the driver publishes them in another order, and one more), state and commanded action
+ * from their own topics, both cameras, every stream stamped by its header. At 30 fps, whose frame
+ * is not a whole millisecond: the episodes' video offsets must still be within LeRobot's 1e-4 s.
+ */
+const ARM_JOINTS = ['shoulder', 'elbow', 'wrist', 'gripper'];
+const ROSBAG_MAPPING = {
+  fps: 30,
+  robot_type: 'ros2-arm',
+  task: { from: 'task_id' },
+  stamp: 'header',
+  features: {
+    'observation.state': { topic: '/joint_states', fields: ['position', 'velocity'], joints: ARM_JOINTS },
+    action: { topic: '/joint_commands', fields: ['position'], joints: ARM_JOINTS },
+    'observation.images.front': { topic: '/camera/front/image_raw/compressed' },
+    'observation.images.wrist': { topic: '/camera/wrist/image_raw' },
+  },
+};
+
+/** The protobuf MCAP (write_judge_recordings.py protobuf): the action is the next state; stamps are the messages' `timestamp`. */
+const PROTOBUF_MAPPING = {
+  fps: 10,
+  robot_type: 'foxglove-arm',
+  task: { from: 'task_id' },
+  stamp: 'header',
+  features: {
+    'observation.state': { topic: '/arm/joints', fields: ['position'], joints: ['shoulder', 'elbow', 'wrist'] },
+    action: { from_next_state: true, fields: ['position'] },
+    'observation.images.front': { topic: '/camera/front' },
+    'observation.images.side': { topic: '/camera/side' },
+  },
+};
+
 describe('LeRobot 0.6.1 loads, reads back and trains on the export', () => {
   test(
     "the simulator's JSON recordings at 64x64, AV1 (LeRobot's default codec)",
@@ -237,7 +275,97 @@ describe('LeRobot 0.6.1 loads, reads back and trains on the export', () => {
     JUDGE_TIMEOUT_MS + 300_000,
   );
 
-  // Not yet: the recording has to reach the cloud as an episode of a robot (the agent's import
-  // recorder) before the exporter can be given it.
-  test.todo('a ROS 2 bag written by Python rosbags (JointState, CompressedImage JPEG and Image rgb8 at different rates), imported by the agent');
+  describe("recordings the robot's own stack wrote, imported by a real agent (recorder `import`)", () => {
+    let agent: AgentProcess;
+    let folder: string;
+
+    beforeAll(async () => {
+      folder = join(tmp.path, 'import');
+      mkdirSync(folder);
+      const configFile = join(tmp.path, 'agent.yaml');
+      writeFileSync(configFile, ['recorder:', '  kind: import', `  folder: ${JSON.stringify(folder)}`, '  poll_ms: 200', ''].join('\n'));
+      // Its data directory on the folder's file system: the agent moves recordings, never copies.
+      agent = await startAgentProcess(cloud, { simulate: false, dataDir: join(tmp.path, 'robot'), args: ['--config', configFile, '--allow-http-uploads'] });
+    }, 300_000);
+    afterAll(async () => {
+      await agent?.[Symbol.asyncDispose]();
+    });
+
+    test(
+      'a ROS 2 bag written by Python rosbags (JointState, CompressedImage JPEG and Image rgb8 at different rates, joints out of order, header stamps behind log time)',
+      async () => {
+        // Written in place, as `ros2 bag record` does: the watcher waits for metadata.yaml and closed MCAPs.
+        const rec = await importEpisodes('stack-cups', 2, (i, start) => writeRecording('rosbag2', join(folder, `rosbag2_run${i}`), start));
+        const summary = await exportAndJudge('rosbags-import', rec, ROSBAG_MAPPING, []);
+        expect(summary).toMatchObject({ ok: true, episodes: 2 });
+        // AV1 pads both cameras (64x48 and 40x30) to its 64x64 minimum.
+        expect(summary.cameras['observation.images.front']!.size).toEqual([64, 64, 3]);
+        expect(summary.cameras['observation.images.wrist']!.size).toEqual([64, 64, 3]);
+        expect(summary.train.steps).toBe(4);
+      },
+      JUDGE_TIMEOUT_MS + 300_000,
+    );
+
+    test(
+      "a protobuf MCAP as Foxglove's SDK writes it (a joints type of the robot's own, foxglove.CompressedImage JPEG and foxglove.RawImage rgb8)",
+      async () => {
+        // Copied in under a `.` name and renamed when complete, the other documented way in.
+        const rec = await importEpisodes('sort-parts', 2, async (i, start) => {
+          const hidden = join(folder, `.proto-run${i}.mcap`);
+          await writeRecording('protobuf', hidden, start);
+          renameSync(hidden, join(folder, `proto-run${i}.mcap`));
+        });
+        const summary = await exportAndJudge('protobuf-import', rec, PROTOBUF_MAPPING, ['--codec', 'h264']);
+        expect(summary).toMatchObject({ ok: true, episodes: 2 });
+        // H.264 needs only even sides: 48x36 and 32x24 are encoded as they are.
+        expect(summary.cameras['observation.images.front']!.size).toEqual([36, 48, 3]);
+        expect(summary.cameras['observation.images.side']!.size).toEqual([24, 32, 3]);
+        expect(summary.train.steps).toBe(4);
+      },
+      JUDGE_TIMEOUT_MS + 300_000,
+    );
+
+    /** One recording by Python (rosbags or mcap-protobuf-support: test/python/write_judge_recordings.py) starting at `startNs`. */
+    async function writeRecording(kind: 'rosbag2' | 'protobuf', out: string, startNs: bigint): Promise<void> {
+      const r = await runProcess(python, [WRITER, kind, out, String(startNs)], { name: `write ${kind}`, cwd: tmp.path, env: { PATH: `${dirname(python)}:/usr/bin:/bin` }, timeoutMs: 120_000 });
+      expect(r.code, r.stderr).toBe(0);
+    }
+
+    /**
+     * With `task` as the robot's context, `write(i, startNs)` puts each of `count` recordings into
+     * the folder; each becomes an episode (waited on before the next, so the context is its own),
+     * syncs to the bucket and is verified there; then one dataset of them.
+     */
+    async function importEpisodes(task: string, count: number, write: (i: number, startNs: bigint) => Promise<void>): Promise<Recorded> {
+      const set = await agent.control(['context', 'set', '--task-id', task]);
+      expect(set.code, set.stderr).toBe(0);
+      const c = cloud.client();
+      const ids: string[] = [];
+      for (let i = 0; i < count; i++) {
+        // Recorded a while ago (the bag's own times become the episode's), each at its own time.
+        const startNs = BigInt(Date.now() - 60_000 + i * 10_000) * 1_000_000n;
+        await write(i, startNs);
+        const ep = await waitFor(
+          async () => (await listEpisodes(cloud, `robot_id=${agent.robotId}&task_id=${task}`)).find((e) => !ids.includes(e.id)),
+          { timeoutMs: 120_000, intervalMs: 200, description: `recording ${i + 1} of ${task} imported as an episode` },
+        );
+        expect(ep.outcome).toBe('success');
+        ids.push(ep.id);
+      }
+      const episodes: Recorded['episodes'] = [];
+      for (const id of ids) {
+        const ep = await waitFor(
+          async () => {
+            const e = await c.episodes.get(id);
+            return e.replicas[0]?.state === 'verified' ? e : undefined;
+          },
+          { timeoutMs: 120_000, intervalMs: 200, description: `episode ${id} verified in the bucket` },
+        );
+        episodes.push({ id, task: String(ep.task_id), objectKey: ep.replicas[0]!.object_key! });
+      }
+      expect(episodes.map((e) => e.task)).toEqual(ids.map(() => task));
+      const ds = await c.datasets.create({ name: `judge import ${task}`, filter: { robot_id: agent.robotId, task_id: task } });
+      return { datasetId: ds.id, episodes };
+    }
+  });
 });

@@ -11,6 +11,8 @@ const PASSES: { name: string; script: string }[] = [
   { name: 'sqlite', script: 'test:sqlite' },
   { name: 'postgres', script: 'test:postgres' },
   { name: 'replicas', script: 'test:replicas' },
+  // The sync end-to-end files once more with moto's S3 server as the bucket (test/support/moto-server.ts).
+  { name: 'moto', script: 'test:moto' },
 ];
 
 const args = process.argv.slice(2);

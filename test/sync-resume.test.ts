@@ -9,7 +9,7 @@ import { writeProviderTls, type GrantProviderProcess } from './support/grant-pro
 import type { SpawnedProcess } from './support/process.js';
 import { spawnAgent, startAgentProcess, type AgentProcess } from './support/robots.js';
 import { completes, partPuts, type HeldRequest, type ProxiedRequest, type S3Proxy } from './support/s3-proxy.js';
-import type { S3ServerProcess } from './support/s3-server.js';
+import { s3ImplementationOfRun, type S3ServerProcess } from './support/s3-server.js';
 import { startSyncStack, type SyncStack, type WebhookLog } from './support/sync-stack.js';
 import { untilPast, waitFor } from './support/wait.js';
 
@@ -441,7 +441,9 @@ describe('sync resume after kill -9, expired URLs and a provider restart', () =>
     }
   });
 
-  test('a part URL that expires while the part is held is a 403; the agent re-asks at once with resume (the provider restarted meanwhile), reports no error and sends only the missing parts of the same upload', async () => {
+  // Needs a store that refuses an expired presigned URL: s3rver does, moto does not look at
+  // X-Amz-Expires (test/support/moto-server.ts), so under FLEET_TEST_S3=moto this one is s3rver's alone.
+  test.skipIf(s3ImplementationOfRun() === 'moto')('a part URL that expires while the part is held is a 403; the agent re-asks at once with resume (the provider restarted meanwhile), reports no error and sends only the missing parts of the same upload', async () => {
     const rig = await startRig({ urlLifetimeS: 15 });
     try {
       const held = rig.proxy.hold(isPart(2));

@@ -10,7 +10,7 @@ import pg from 'pg';
 import { openPgStore } from '../../cloud/src/store/postgres/store.js';
 import { ensureDebianPackages, TEST_PACKAGES } from './debian.js';
 import { ensurePostgresBinaries, startPostgres, type PgServer } from './postgres.js';
-import { ensurePythonEnv } from './python.js';
+import { ensurePythonEnv, PYTHON_DEV_REQUIREMENTS } from './python.js';
 
 export interface FleetPostgres {
   /** A URL of the server's maintenance database `postgres` (for CREATE/DROP DATABASE). */
@@ -34,6 +34,9 @@ export async function setup(project: TestProject): Promise<void> {
   ensureDebianPackages(TEST_PACKAGES, (line) => process.stderr.write(`${line}\n`));
   // The venv of the Python readers (test/support/python.ts), built once here, before the workers.
   ensurePythonEnv((line) => process.stderr.write(`${line}\n`));
+  // The Python SDK's venv (python/requirements-dev.txt: the SDK's tests, schemathesis, moto's S3
+  // server), also before the workers: built inside a test it would eat that test's timeout.
+  ensurePythonEnv((line) => process.stderr.write(`${line}\n`), PYTHON_DEV_REQUIREMENTS);
   const binDir = ensurePostgresBinaries((line) => process.stderr.write(`${line}\n`));
   if (!binDir) {
     if (process.env.FLEET_TEST_DATABASE === 'postgres') throw new Error('FLEET_TEST_DATABASE=postgres, but no PostgreSQL binaries were found (/usr/lib/postgresql/<v>/bin) and they cannot be installed without root');

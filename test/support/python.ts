@@ -35,6 +35,8 @@ import { fileURLToPath } from 'node:url';
 
 /** The pinned requirements of the tests' Python readers. */
 export const PYTHON_REQUIREMENTS = resolve(dirname(fileURLToPath(import.meta.url)), '..', 'python', 'requirements.txt');
+/** The pinned requirements of the Python SDK's development and tests (its own venv: schemathesis, moto, mypy). */
+export const PYTHON_DEV_REQUIREMENTS = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', 'python', 'requirements-dev.txt');
 
 const PYENV_ROOT = process.env.PYENV_ROOT ?? '/root/.pyenv';
 

@@ -1,12 +1,17 @@
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { GetObjectCommand, ListObjectsCommand, S3Client } from '@aws-sdk/client-s3';
+import { CreateBucketCommand, GetObjectCommand, ListObjectsCommand, S3Client } from '@aws-sdk/client-s3';
 import { cleanEnv, makeTempDir, REPO_ROOT } from './cloud.js';
+import { MOTO_CREDENTIALS, spawnMoto } from './moto-server.js';
 import { spawnProcess, type SpawnedProcess } from './process.js';
 
 const MAIN = join(REPO_ROOT, 'test', 'support', 's3-server-main.js');
 
 /*
+ * Two implementations behind one interface: s3rver (the default) and moto's server
+ * (`implementation: 'moto'`, or FLEET_TEST_S3=moto for a whole run: the `test:moto` pass).
+ * What moto checks and how a Python test uses it: moto-server.ts.
+ *
  * What the S3 server of the tests (@20minutes/s3rver 4.0.4, a maintained fork of s3rver) does,
  * as observed; an uploader written against it must not rely on more than real S3 gives:
  * - SigV4 is checked, for presigned query-string URLs and signed headers alike: a changed
@@ -34,23 +39,28 @@ export interface S3Object {
   etag: string;
 }
 
+export type S3Implementation = 's3rver' | 'moto';
+
 export interface S3ServerProcess extends AsyncDisposable {
+  readonly implementation: S3Implementation;
   /** `http://127.0.0.1:PORT`, path-style addressing. */
   readonly endpoint: string;
   readonly bucket: string;
   readonly region: string;
   readonly accessKeyId: string;
   readonly secretAccessKey: string;
-  /** Where s3rver keeps its data (removed on dispose). */
+  /** Where s3rver keeps its data (removed on dispose); moto keeps its in memory and leaves this empty. */
   readonly dataDir: string;
   readonly process: SpawnedProcess;
+  /** AWS_ENDPOINT_URL_S3, credentials and region as a Python (boto3) or CLI child reads them. */
+  awsEnv(): Record<string, string>;
   /** Every object in the bucket, by key. */
   listObjects(): Promise<S3Object[]>;
   /** The object's bytes and ETag header, or null when it does not exist. */
   getObject(key: string): Promise<{ body: Buffer; etag: string } | null>;
-  /** Stops the server (data kept): the store is unreachable until `start()`. */
+  /** Stops the server: the store is unreachable until `start()`. s3rver keeps the data; moto loses it. */
   stop(): Promise<void>;
-  /** Starts it again on the same port with the same data. */
+  /** Starts it again on the same port: s3rver with the same data, moto with the bucket empty again. */
   start(): Promise<void>;
   /** Stops it and removes its data. */
   close(): Promise<void>;
@@ -58,6 +68,16 @@ export interface S3ServerProcess extends AsyncDisposable {
 
 export interface StartS3ServerOptions {
   bucket?: string;
+  /** Default: FLEET_TEST_S3 when set, else `s3rver`. */
+  implementation?: S3Implementation;
+}
+
+/** The implementation a run asked for: FLEET_TEST_S3 (`s3rver` or `moto`), s3rver when unset. */
+export function s3ImplementationOfRun(): S3Implementation {
+  const v = process.env.FLEET_TEST_S3;
+  if (v === undefined || v === '' || v === 's3rver') return 's3rver';
+  if (v === 'moto') return 'moto';
+  throw new Error(`FLEET_TEST_S3=${v}: expected s3rver or moto`);
 }
 
 async function spawnS3(dataDir: string, bucket: string, port: number): Promise<{ proc: SpawnedProcess; endpoint: string }> {
@@ -73,16 +93,37 @@ async function spawnS3(dataDir: string, bucket: string, port: number): Promise<{
 
 /**
  * Starts an S3-compatible server as its own process on a free loopback port, with one bucket
- * created and a temp directory for its data. `await using s3 = await startS3Server()`.
+ * created and a temp directory for its data. `await using s3 = await startS3Server()`; s3rver
+ * unless `implementation` or FLEET_TEST_S3 says `moto`.
  */
 export async function startS3Server(opts: StartS3ServerOptions = {}): Promise<S3ServerProcess> {
+  const implementation = opts.implementation ?? s3ImplementationOfRun();
   const bucket = opts.bucket ?? 'episodes';
+  const region = 'us-east-1';
+  const credentials = implementation === 'moto' ? { ...MOTO_CREDENTIALS } : { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' };
   const tmp = await makeTempDir('fleet-s3-');
   const dataDir = join(tmp.path, 'data');
   await mkdir(dataDir);
+  const clientOf = (endpoint: string) => new S3Client({ endpoint, region, forcePathStyle: true, credentials, maxAttempts: 1 });
+  // s3rver makes the bucket from its command line; moto's starts empty and gets it through the
+  // AWS SDK, as a customer's would, after every start (its store is in memory).
+  const spawn = async (port: number): Promise<{ proc: SpawnedProcess; endpoint: string }> => {
+    if (implementation === 's3rver') return spawnS3(dataDir, bucket, port);
+    const started = await spawnMoto(port);
+    const admin = clientOf(started.endpoint);
+    try {
+      await admin.send(new CreateBucketCommand({ Bucket: bucket }));
+    } catch (err) {
+      await started.proc.kill('SIGKILL');
+      throw err;
+    } finally {
+      admin.destroy();
+    }
+    return started;
+  };
   let running: { proc: SpawnedProcess; endpoint: string };
   try {
-    running = await spawnS3(dataDir, bucket, 0);
+    running = await spawn(0);
   } catch (err) {
     await tmp[Symbol.asyncDispose]();
     throw err;
@@ -90,13 +131,7 @@ export async function startS3Server(opts: StartS3ServerOptions = {}): Promise<S3
   const endpoint = running.endpoint;
   const port = Number(new URL(endpoint).port);
   let stopped = false;
-  const client = new S3Client({
-    endpoint,
-    region: 'us-east-1',
-    forcePathStyle: true,
-    credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
-    maxAttempts: 1,
-  });
+  const client = clientOf(endpoint);
 
   const stop = async () => {
     if (stopped) return;
@@ -113,17 +148,26 @@ export async function startS3Server(opts: StartS3ServerOptions = {}): Promise<S3
   };
 
   return {
+    implementation,
     endpoint,
     bucket,
-    region: 'us-east-1',
-    accessKeyId: 'S3RVER',
-    secretAccessKey: 'S3RVER',
+    region,
+    ...credentials,
     dataDir,
     get process() {
       return running.proc;
     },
+    awsEnv() {
+      return {
+        AWS_ENDPOINT_URL_S3: endpoint,
+        AWS_ACCESS_KEY_ID: credentials.accessKeyId,
+        AWS_SECRET_ACCESS_KEY: credentials.secretAccessKey,
+        AWS_DEFAULT_REGION: region,
+        AWS_REGION: region,
+      };
+    },
     async listObjects() {
-      // ListObjects (v1), paged by the last key: s3rver's v2 continuation token is made with DES,
+      // ListObjects (v1), paged by the last key (both implementations): s3rver's v2 continuation token is made with DES,
       // which Node 20's OpenSSL 3 refuses, so any v2 listing of more than one page fails there
       // with InternalError (the 30-minute soak's bucket passed 1,000 objects and met it).
       const out: S3Object[] = [];
@@ -148,7 +192,7 @@ export async function startS3Server(opts: StartS3ServerOptions = {}): Promise<S3
     stop,
     async start() {
       if (!stopped) return;
-      running = await spawnS3(dataDir, bucket, port);
+      running = await spawn(port);
       stopped = false;
     },
     close,

@@ -302,7 +302,12 @@ function decorateOpenApi(fastify: FastifyInstance): void {
     }
     if (route.method === 'POST' || (Array.isArray(route.method) && route.method.includes('POST'))) {
       schema.headers ??= z.looseObject({
-        'idempotency-key': z.string().min(1).max(255).optional().describe('Replays the stored response for 24 h'),
+        // The pattern the pipeline enforces (printable ASCII, no space), stated in the document.
+        'idempotency-key': z
+          .string()
+          .regex(/^[\x21-\x7e]{1,255}$/)
+          .optional()
+          .describe('1 to 255 printable ASCII characters; replays the stored response for 24 h'),
       });
     }
   });

@@ -1,7 +1,9 @@
+import { CreateDatasetBodySchema } from '@fleet/protocol';
 import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { ApiError } from '../errors.js';
 import { EPISODE_EQ_COLUMNS, type EpisodeFilter } from '../store/index.js';
-import { MAX_FILTER_VALUE, parseEpisodeFilter } from './filter.js';
+import { FILTER_KEYS, MAX_FILTER_VALUE, parseEpisodeFilter } from './filter.js';
 
 const T1 = '2026-01-01T00:00:00Z';
 const T2 = '2026-01-02T12:30:00.500+02:00';
@@ -205,6 +207,16 @@ describe('parseEpisodeFilter', () => {
     it('refuses a destination with an invalid sync_state without crashing', () => {
       expect(refusedPaths({ to: 'dst_1', sync_state: 'nope' }).sort()).toEqual(['/sync_state', '/to']);
     });
+
+    it('names each rule between keys by its own issue code (not the generic invalid)', () => {
+      const codes = (input: Record<string, unknown>) => (refusal(input).details as { issues: Issue[] }).issues.map((i) => [i.path, i.code]);
+      expect(codes({ destination_id: 'dst_1' })).toEqual([['/destination_id', 'destination_without_sync_state']]);
+      expect(codes({ to: 'dst_1' })).toEqual([['/to', 'destination_without_sync_state']]);
+      expect(codes({ to: 'dst_1', destination_id: 'dst_2', sync_state: 'synced' })).toEqual([['/to', 'destination_mismatch']]);
+      expect(codes({ from: T2, to: T1 })).toEqual([['/from', 'range']]);
+      // A bad value keeps the generic code.
+      expect(codes({ sync_state: 'lost' })).toEqual([['/sync_state', 'invalid']]);
+    });
   });
 
   describe('metadata.<key> and annotation.<key>', () => {
@@ -246,3 +258,23 @@ describe('parseEpisodeFilter', () => {
     });
   });
 });
+
+describe("a dataset filter's JSON Schema (the OpenAPI document's)", () => {
+  // packages/protocol states the filter's keys for the document; this parser is what decides.
+  const filter = z.toJSONSchema(CreateDatasetBodySchema.shape.filter, { io: 'input' }) as { properties: Record<string, unknown>; patternProperties: Record<string, unknown>; additionalProperties: unknown };
+
+  it('lists exactly the keys the parser takes, and no other', () => {
+    expect(Object.keys(filter.properties).sort()).toEqual([...FILTER_KEYS].sort());
+    expect(filter.additionalProperties).toBe(false);
+    const patterns = Object.keys(filter.patternProperties).map((p) => new RegExp(p, 'u'));
+    for (const key of ['metadata.site', 'annotation.qa', `metadata.${'k'.repeat(256)}`]) {
+      expect(patterns.some((p) => p.test(key)), key).toBe(true);
+      expect(() => parseEpisodeFilter({ [key]: 'x' }, 'body')).not.toThrow();
+    }
+    for (const key of ['metadata.', 'annotation.', `metadata.${'k'.repeat(257)}`, 'meta.x', 'bogus']) {
+      expect(patterns.some((p) => p.test(key)), key).toBe(false);
+      expect(() => parseEpisodeFilter({ [key]: 'x' }, 'body'), key).toThrow(ApiError);
+    }
+  });
+});
+

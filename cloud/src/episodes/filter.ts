@@ -1,10 +1,10 @@
-import { EPISODE_OUTCOMES } from '@fleet/protocol';
+import { EPISODE_OUTCOMES, EPISODE_SYNC_STATES } from '@fleet/protocol';
 import { ApiError, jsonPointer, unrecognizedKeys, type ValidationIssue } from '../errors.js';
 import { EPISODE_EQ_COLUMNS, type EpisodeEqColumn, type EpisodeFilter } from '../store/index.js';
 
 export const MAX_FILTER_VALUE = 512;
 const MAX_ATTR_KEY = 256;
-const SYNC_STATES = ['unverified', 'synced', 'verified'] as const;
+const SYNC_STATES = EPISODE_SYNC_STATES;
 /** Keys a filter may hold besides `metadata.<key>` and `annotation.<key>`. */
 export const FILTER_KEYS = [...EPISODE_EQ_COLUMNS, 'from', 'to', 'destination_id', 'sync_state'] as const;
 
@@ -92,15 +92,17 @@ export function parseEpisodeFilter(input: Record<string, unknown>, location: 'qu
     }
   }
 
+  // Rules between keys, which no schema of one key can state: each has its own issue code
+  // (docs/api.md, Lists and pagination), so a client or a fuzzer can tell them from a bad value.
   if (toDestination !== undefined && destination !== undefined && toDestination !== destination) {
-    bad('to', 'names a destination other than destination_id');
+    bad('to', 'names a destination other than destination_id', 'destination_mismatch');
   }
   const dest = destination ?? toDestination;
   if (dest !== undefined) {
-    if (!filter.syncState) bad(toDestination !== undefined ? 'to' : 'destination_id', 'a destination needs sync_state (a non-date-time `to` is a destination id)');
+    if (!filter.syncState) bad(toDestination !== undefined ? 'to' : 'destination_id', 'a destination needs sync_state (a non-date-time `to` is a destination id)', 'destination_without_sync_state');
     else filter.syncState.destinationId = dest;
   }
-  if (filter.from !== undefined && filter.to !== undefined && filter.from > filter.to) bad('from', 'must not be after to');
+  if (filter.from !== undefined && filter.to !== undefined && filter.from > filter.to) bad('from', 'must not be after to', 'range');
   // Reported as the route schemas report an unknown key, so every route refuses one alike.
   if (unknown.length > 0) issues.push(unrecognizedKeys(location === 'body' ? 'body' : 'querystring', location === 'body' ? '/filter' : '', unknown));
   if (issues.length > 0) throw new ApiError('validation_failed', 'invalid filter', { issues });

@@ -1,5 +1,5 @@
 import { randomFillSync } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
+import { maxHeaderSize, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors, isResponseSerializationError } from 'fastify-type-provider-zod';
@@ -124,7 +124,9 @@ export function handleClientError(err: NodeJS.ErrnoException, socket: Socket): v
     return;
   }
   const [code, status, message]: [ApiErrorCode, number, string] =
-    err.code === 'HPE_HEADER_OVERFLOW'
+    err.code === 'HPE_HEADER_OVERFLOW' && requestLineOverflowed(err)
+      ? ['validation_failed', 400, 'the URL is too long (a path or query parameter beyond its maxLength?)']
+      : err.code === 'HPE_HEADER_OVERFLOW'
       ? ['headers_too_large', API_ERRORS.headers_too_large, 'request headers too large']
       : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
         ? ['request_timeout', API_ERRORS.request_timeout, 'the request was not received in time']
@@ -136,5 +138,19 @@ export function handleClientError(err: NodeJS.ErrnoException, socket: Socket): v
       `X-Request-Id: ${requestId}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
   );
 }
+
+/**
+ * Node counts the request line toward its header size limit, so a URL past it (a parameter far
+ * beyond its documented maxLength) was answered 431 as if a header were too large. It is the
+ * URL when the packet being parsed starts a request whose line has not ended within the limit.
+ */
+function requestLineOverflowed(err: NodeJS.ErrnoException): boolean {
+  const raw = (err as { rawPacket?: unknown }).rawPacket;
+  if (!Buffer.isBuffer(raw) || !REQUEST_LINE_START.test(raw.subarray(0, 32).toString('latin1'))) return false;
+  const eol = raw.indexOf('\r\n');
+  return eol === -1 || eol >= maxHeaderSize;
+}
+
+const REQUEST_LINE_START = /^[A-Z]{1,16} \//;
 
 const STATUS_TEXT: Record<number, string> = { 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' };

@@ -2,6 +2,8 @@ import { createHash, randomUUID } from 'node:crypto';
 import type {
   FastifyError,
   FastifyInstance,
+  FastifyReply,
+  FastifyRequest,
   onRequestAbortAsyncHookHandler,
   onRequestAsyncHookHandler,
   onResponseAsyncHookHandler,
@@ -210,24 +212,50 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
       const q = request.url.indexOf('?');
       throw validationError(q >= 0 && nul > q ? 'querystring' : 'params', '', 'NUL characters (%00) are not allowed in the URL', 'nul_character');
     }
+    // No route for this method here: answered now (405 or 404), before Fastify reads a body it
+    // would only refuse (a QUERY without Content-Type was 400, a method with a body 415). The
+    // console's scope has a not-found handler of its own (its single-page fallback).
+    if (request.is404 && !isConsolePath(request.url)) {
+      answerWithoutRoute(request, reply);
+      return;
+    }
     done();
   });
 
-  app.setNotFoundHandler((request, reply) => {
+  /**
+   * 405 with `Allow` when the path names a resource under other methods, else 404. A path can
+   * match routes of different resources: `/v1/robots/enroll` is POST's own route, and also
+   * `/v1/robots/:id` for GET and DELETE; the router takes the static route, so only the methods
+   * of the most specific routes that match (fewest parameters) are this resource's.
+   */
+  const answerWithoutRoute = (request: FastifyRequest, reply: FastifyReply): FastifyReply => {
     const path = request.url.split('?')[0]!;
     // The router would match an empty segment (`/v1/api-keys/`) as an empty parameter: no route has one.
     const hasEmptySegment = path.endsWith('/') || path.includes('//');
-    const allowed = hasEmptySegment ? [] : ROUTABLE_METHODS.filter((method) => method !== request.method && app.findRoute({ method, url: path }) !== null);
+    const matches = hasEmptySegment
+      ? []
+      : ROUTABLE_METHODS.flatMap((method) => {
+          const found = method === request.method ? null : app.findRoute({ method, url: path });
+          return found ? [{ method, params: Object.keys(found.params).length }] : [];
+        });
+    const fewest = Math.min(...matches.map((m) => m.params));
+    const allowed = matches.filter((m) => m.params === fewest).map((m) => m.method);
     if (allowed.length > 0) {
       const allow = allowed.includes('GET') ? [...allowed, 'HEAD'] : allowed;
       return sendError(reply, new ApiError('method_not_allowed', `${request.method} is not allowed here; use ${allow.join(', ')}`, undefined, { Allow: allow.join(', ') }));
     }
     return sendError(reply, new ApiError('not_found', `no route ${request.method} ${quote(path)}`));
-  });
+  };
+
+  app.setNotFoundHandler((request, reply) => answerWithoutRoute(request, reply));
 
   app.setErrorHandler((err: FastifyError, request, reply) => sendError(reply, toApiError(err, request)));
 
   return catalog;
+}
+
+function isConsolePath(url: string): boolean {
+  return url === '/console' || url.startsWith('/console/') || url.startsWith('/console?');
 }
 
 /**

@@ -1144,7 +1144,24 @@ export interface components {
             description?: string | null;
             /** @description Episode list filter keys (metadata.<key> and annotation.<key> included); values are stored as strings. */
             filter: {
-                [key: string]: unknown;
+                robot_id?: string | number | boolean;
+                task_id?: string | number | boolean;
+                subtask_id?: string | number | boolean;
+                operator_id?: string | number | boolean;
+                control_mode?: string | number | boolean;
+                policy_version_id?: string | number | boolean;
+                eval_id?: string | number | boolean;
+                destination_id?: string | number | boolean;
+                /** @enum {string} */
+                outcome?: "success" | "failure" | "discarded";
+                /** Format: date-time */
+                from?: string;
+                /** @description a date-time, or with sync_state a destination id */
+                to?: string | number | boolean;
+                /** @enum {string} */
+                sync_state?: "unverified" | "synced" | "verified";
+            } & {
+                [key: string]: (string | number | boolean) | (string | number | boolean);
             };
         };
         CreateWebhookRequestInput: {
@@ -1755,7 +1772,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path?: never;
@@ -2223,7 +2240,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path?: never;
@@ -2441,7 +2458,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path?: never;
@@ -2840,7 +2857,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -2986,7 +3003,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -3132,7 +3149,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -3278,7 +3295,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -3424,7 +3441,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -3570,7 +3587,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -3716,7 +3733,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -3862,7 +3879,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -4008,7 +4025,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -4160,7 +4177,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -4310,7 +4327,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -4460,7 +4477,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -5519,7 +5536,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path?: never;
@@ -5833,7 +5850,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -6162,7 +6179,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path?: never;
@@ -6380,7 +6397,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -6714,7 +6731,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -6856,7 +6873,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -6996,7 +7013,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -7220,7 +7237,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path?: never;
@@ -7438,7 +7455,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path: {
@@ -7660,7 +7677,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Replays the stored response for 24 h */
+                /** @description 1 to 255 printable ASCII characters; replays the stored response for 24 h */
                 "idempotency-key"?: string;
             };
             path?: never;

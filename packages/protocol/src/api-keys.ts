@@ -37,7 +37,9 @@ export const CreateApiKeyBodySchema = z
     scopes: z
       .array(ScopeSchema)
       .min(1)
-      .refine((s) => new Set(s).size === s.length, { message: 'scopes must be unique' }),
+      .refine((s) => new Set(s).size === s.length, { message: 'scopes must be unique' })
+      // The refinement in the document's terms (a refinement is code no generator reads).
+      .meta({ uniqueItems: true }),
     expires_at: Timestamp.optional(),
   })
   .meta({ id: 'CreateApiKeyRequest' });

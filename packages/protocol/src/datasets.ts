@@ -1,5 +1,31 @@
 import { z } from 'zod';
+import { EPISODE_OUTCOMES } from './episodes.js';
 import { humanText } from './text.js';
+
+/** The `sync_state` values of an episode filter. */
+export const EPISODE_SYNC_STATES = ['unverified', 'synced', 'verified'] as const;
+
+/** An equality value: 1 to 512 characters once in its string form (numbers and booleans are). */
+const FILTER_VALUE = { type: ['string', 'number', 'boolean'], minLength: 1, maxLength: 512 };
+const ATTRIBUTE_KEY = '[\\s\\S]{1,256}$';
+
+/**
+ * A dataset filter as JSON Schema: the episode list's filter keys (cloud/src/episodes/filter.ts
+ * parses them; a cloud test holds the two lists equal) with their values, and nothing else. The
+ * zod record below only checks the value types: the keys and their values are checked by the
+ * episode filter parser, which the document cannot read.
+ */
+const FILTER_JSON_SCHEMA = {
+  properties: {
+    ...Object.fromEntries(['robot_id', 'task_id', 'subtask_id', 'operator_id', 'control_mode', 'policy_version_id', 'eval_id', 'destination_id'].map((k) => [k, FILTER_VALUE])),
+    outcome: { type: 'string', enum: [...EPISODE_OUTCOMES] },
+    from: { type: 'string', format: 'date-time', maxLength: 512 },
+    to: { ...FILTER_VALUE, description: 'a date-time, or with sync_state a destination id' },
+    sync_state: { type: 'string', enum: [...EPISODE_SYNC_STATES] },
+  },
+  patternProperties: { [`^metadata\\.${ATTRIBUTE_KEY}`]: FILTER_VALUE, [`^annotation\\.${ATTRIBUTE_KEY}`]: FILTER_VALUE },
+  additionalProperties: false,
+};
 
 export const DatasetSchema = z
   .object({
@@ -20,7 +46,9 @@ export const CreateDatasetBodySchema = z
     name: humanText(1, 128),
     description: humanText(1, 4096).nullable().optional(),
     filter: z
-      .record(z.string().min(1).max(300), z.unknown())
+      // Numbers and booleans are taken for their string form; an object, an array or null is refused.
+      .record(z.string().min(1).max(300), z.union([z.string(), z.number(), z.boolean()], { error: 'must be a string, number or boolean' }))
+      .meta(FILTER_JSON_SCHEMA)
       .describe('Episode list filter keys (metadata.<key> and annotation.<key> included); values are stored as strings.'),
   })
   .meta({ id: 'CreateDatasetRequest' });

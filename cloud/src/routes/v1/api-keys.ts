@@ -5,6 +5,7 @@ import { notFound } from '../../errors.js';
 import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import type { V1Plugin } from './types.js';
+import { fromBody, linksTo } from '../../http/openapi-links.js';
 
 const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 
@@ -15,6 +16,7 @@ export const apiKeyRoutes: V1Plugin = async (app) => {
     method: 'POST',
     url: '/api-keys',
     config: { policy: { auth: 'key', scope: 'admin', feature: 'api.access', meter: 'api_keys.created' } },
+    links: { 201: linksTo(['revokeApiKey'], { id: fromBody('/id') }, 'The key just created') },
     schema: {
       operationId: 'createApiKey',
       summary: 'Create an API key',
@@ -40,6 +42,7 @@ export const apiKeyRoutes: V1Plugin = async (app) => {
     method: 'GET',
     url: '/api-keys',
     config: { policy: { auth: 'key', scope: 'admin', feature: 'api.access', meter: null } },
+    links: { 200: linksTo(['revokeApiKey'], { id: fromBody('/api_keys/0/id') }, 'The first key listed') },
     schema: {
       operationId: 'listApiKeys',
       summary: 'List API keys',

@@ -3,7 +3,7 @@ import { CreateDatasetBodySchema, DatasetCountSchema, DatasetSchema, EpisodeWith
 import { parseEpisodeFilter } from '../../episodes/filter.js';
 import { queryInt } from '../query.js';
 import { episodeLines } from '../../episodes/present.js';
-import { ApiError, jsonPointer, notFound, type ValidationIssue } from '../../errors.js';
+import { ApiError, notFound } from '../../errors.js';
 import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { newId } from '../../ids.js';
@@ -11,6 +11,7 @@ import type { DatasetRow, EpisodeFilter } from '../../store/index.js';
 import { decodeCursor, encodeCursor } from '../cursor.js';
 import { NDJSON, sendNdjson } from '../ndjson.js';
 import type { V1Plugin } from './types.js';
+import { fromBody, linksTo } from '../../http/openapi-links.js';
 
 const MANIFEST_CHUNK = 500;
 /** A live count reads the matching seqs this many at a time… */
@@ -33,18 +34,10 @@ function toDataset(d: DatasetRow): Dataset {
 
 /**
  * A dataset filter's values are stored as strings: strings as given, numbers and booleans in
- * their usual form; anything else (objects, arrays, null) is refused.
+ * their usual form (the body schema refuses anything else, and says so in the document).
  */
-function filterStrings(filter: Record<string, unknown>): Record<string, string> {
-  const out: Record<string, string> = {};
-  const issues: ValidationIssue[] = [];
-  for (const [k, v] of Object.entries(filter)) {
-    if (typeof v === 'string') out[k] = v;
-    else if (typeof v === 'number' || typeof v === 'boolean') out[k] = String(v);
-    else issues.push({ location: 'body', path: jsonPointer(['filter', k]), code: 'invalid_type', message: 'must be a string, number or boolean' });
-  }
-  if (issues.length > 0) throw new ApiError('validation_failed', 'invalid filter', { issues });
-  return out;
+function filterStrings(filter: Record<string, string | number | boolean>): Record<string, string> {
+  return Object.fromEntries(Object.entries(filter).map(([k, v]) => [k, String(v)]));
 }
 
 /** The spec's snapshot rules, on top of the dataset's own filter. */
@@ -65,6 +58,7 @@ export const datasetRoutes: V1Plugin = async (app) => {
     method: 'POST',
     url: '/datasets',
     config: { policy: { ...write, meter: 'datasets.created' } },
+    links: { 201: linksTo(['getDataset', 'getDatasetCount', 'snapshotDataset', 'getDatasetManifest'], { id: fromBody('/id') }, 'The dataset just created') },
     schema: {
       operationId: 'createDataset',
       summary: 'Create a dataset (live until snapshotted)',
@@ -94,6 +88,7 @@ export const datasetRoutes: V1Plugin = async (app) => {
     method: 'GET',
     url: '/datasets',
     config: { policy: { ...read, meter: 'datasets.list' } },
+    links: { 200: linksTo(['getDataset', 'getDatasetCount', 'snapshotDataset', 'getDatasetManifest'], { id: fromBody('/datasets/0/id') }, 'The first dataset listed') },
     schema: {
       operationId: 'listDatasets',
       summary: 'List datasets',
@@ -159,6 +154,7 @@ export const datasetRoutes: V1Plugin = async (app) => {
     method: 'POST',
     url: '/datasets/:id/snapshot',
     config: { policy: { ...write, meter: 'datasets.snapshotted' } },
+    links: { 200: linksTo(['getDatasetManifest', 'getDataset', 'getDatasetCount'], { id: fromBody('/id') }, 'The dataset just snapshotted') },
     schema: {
       operationId: 'snapshotDataset',
       summary: 'Pin the membership now (one-shot, permanent)',

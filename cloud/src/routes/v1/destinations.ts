@@ -5,6 +5,7 @@ import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { createDestination, toDestination } from '../../sync/manage.js';
 import type { V1Plugin } from './types.js';
+import { fromBody, linksTo } from '../../http/openapi-links.js';
 
 const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 
@@ -17,6 +18,12 @@ export const destinationRoutes: V1Plugin = async (app) => {
     method: 'POST',
     url: '/destinations',
     config: { policy: admin },
+    links: {
+      201: {
+        ...linksTo(['checkDestination', 'revokeDestination'], { id: fromBody('/id') }, 'The destination just created'),
+        ...linksTo(['createRoutingRule'], {}, 'Route episodes to the destination just created', { destination_id: fromBody('/id') }),
+      },
+    },
     schema: {
       operationId: 'createDestination',
       summary: 'Register a grant provider as a destination',
@@ -37,6 +44,7 @@ export const destinationRoutes: V1Plugin = async (app) => {
     method: 'GET',
     url: '/destinations',
     config: { policy: admin },
+    links: { 200: linksTo(['checkDestination', 'revokeDestination'], { id: fromBody('/destinations/0/id') }, 'The first destination listed') },
     schema: {
       operationId: 'listDestinations',
       summary: 'List destinations with their forwarding health',

@@ -23,12 +23,15 @@ import type { OpaqueIds } from '../../opaque-ids.js';
 import { NDJSON, sendNdjson } from '../ndjson.js';
 import { queryInt } from '../query.js';
 import type { V1Plugin } from './types.js';
+import { fromBody, linksTo } from '../../http/openapi-links.js';
 
 /** Largest annotations layer of one episode, as JSON. */
 export const MAX_ANNOTATIONS_BYTES = 64 * 1024;
 const EXPORT_CHUNK = 500;
 
-const filterText = z.string().max(512).optional();
+// 1 to 512 characters, as parseEpisodeFilter takes them (an empty value is refused, so the
+// document says so).
+const filterText = z.string().min(1).max(512).optional();
 /** The documented filter parameters; `metadata.<key>` and `annotation.<key>` ride in the catchall. */
 const FilterQuery = {
   cursor: z.string().min(1).max(512).optional(),
@@ -40,7 +43,8 @@ const FilterQuery = {
   policy_version_id: filterText,
   eval_id: filterText,
   outcome: z.enum(EPISODE_OUTCOMES).optional(),
-  from: filterText.describe('date-time: started_at lower bound'),
+  // Stated as a date-time (RFC 3339) in the document; `to` cannot be: it is a destination id with sync_state.
+  from: z.string().max(512).meta({ format: 'date-time' }).optional().describe('date-time: started_at lower bound'),
   to: filterText.describe('date-time: started_at upper bound; otherwise, with sync_state, a destination id'),
   destination_id: filterText.describe('with sync_state: the destination it is about'),
   sync_state: z.enum(['unverified', 'synced', 'verified']).optional(),
@@ -100,6 +104,7 @@ export const episodeRoutes: V1Plugin = async (app) => {
     method: 'GET',
     url: '/episodes',
     config: { policy: { ...read, meter: 'episodes.list' } },
+    links: { 200: linksTo(['getEpisode', 'annotateEpisode', 'listEpisodeSegments', 'getEpisodeFiles', 'getEpisodeOutcomeHistory', 'setEpisodeOutcome'], { id: fromBody('/episodes/0/id') }, 'The first episode listed') },
     schema: {
       operationId: 'listEpisodes',
       summary: 'List episodes',

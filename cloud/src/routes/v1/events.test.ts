@@ -262,6 +262,16 @@ describe('GET /v1/events/stream', () => {
     }
   });
 
+  it('names an id of the documented shape that it did not give out by its own issue code, where it was given', async () => {
+    // The pattern cannot tell a made-up sealed handle from a real one; a client (or a fuzzer) can
+    // tell this refusal from a malformed id by its code.
+    const madeUp = `evt_${'a'.repeat(26)}`;
+    const inHeader = await errorOf(await get('', { headers: { 'last-event-id': madeUp } }));
+    expect(inHeader.details).toEqual({ issues: [{ location: 'headers', path: '/last-event-id', code: 'unknown_event_id', message: 'is not an event id this service gave out' }] });
+    const inQuery = await errorOf(await get(`?last_event_id=${madeUp}`));
+    expect(inQuery.details).toEqual({ issues: [{ location: 'querystring', path: '/last_event_id', code: 'unknown_event_id', message: 'is not an event id this service gave out' }] });
+  });
+
   it('resumes after Last-Event-ID: every later event once, none lost, none repeated, then live ones', async () => {
     const robot = await robotIn(tenant.org.id);
     const first = await open();

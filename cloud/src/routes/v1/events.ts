@@ -34,11 +34,16 @@ const READ_SCOPES = [...new Set(FAMILIES.flatMap((f) => f.scopes))];
 
 const EventIdText = z.string().regex(EVENT_ID_PATTERN, 'must be an event id (evt_…)');
 
+// The document states the values `types` takes, not only "a string": one known type, or several
+// separated by commas (a repeat is harmless: each is streamed once).
+const TYPE_ALTERNATIVES = STREAM_EVENT_TYPES.map((t) => t.replaceAll('.', '\\.')).join('|');
+const TYPES_PATTERN = new RegExp(`^(?:${TYPE_ALTERNATIVES})(?:,(?:${TYPE_ALTERNATIVES}))*$`);
+
 const StreamQuery = z.strictObject({
   types: z
     .string()
-    .min(1)
     .max(512)
+    .regex(TYPES_PATTERN, `must be event types separated by commas (${STREAM_EVENT_TYPES.join(', ')})`)
     .optional()
     .describe(`comma-separated event types (${STREAM_EVENT_TYPES.join(', ')}); default: every type the key may read`),
   robot_id: z.string().min(1).max(128).optional().describe("only this robot's events"),
@@ -123,9 +128,16 @@ export const eventRoutes: V1Plugin = async (app) => {
       const principal = principalOf(request);
       const { types, robot_id: robotId, last_event_id: queryLastId } = request.query;
       const wanted = streamTypes(principal, types === undefined ? null : parseTypes(types));
-      const lastId = request.headers['last-event-id'] ?? queryLastId;
+      const headerLastId = request.headers['last-event-id'];
+      const lastId = headerLastId ?? queryLastId;
       const after = lastId === undefined ? null : ids.parseEventId(lastId);
-      if (lastId !== undefined && after === null) throw validationError('headers', '/last-event-id', 'is not an event id this service gave out');
+      // An id of the documented shape that this service did not give out (the 26-letter form is
+      // sealed, so no pattern can tell a real one from a made-up one): its own issue code.
+      if (lastId !== undefined && after === null) {
+        throw headerLastId !== undefined
+          ? validationError('headers', '/last-event-id', 'is not an event id this service gave out', 'unknown_event_id')
+          : validationError('querystring', '/last_event_id', 'is not an event id this service gave out', 'unknown_event_id');
+      }
       // HEAD (fastify's twin of every GET) gets the head alone, and holds no stream.
       if (request.method === 'HEAD') {
         reply.hijack();

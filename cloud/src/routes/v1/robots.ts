@@ -19,8 +19,9 @@ import { createEnrollmentToken, enrollRobot, toEnrollmentTokenInfo } from '../..
 import { hasFeature } from '../../entitlements.js';
 import { ROBOT_SORTS, robotSortValue, type RobotListPosition, type RobotRow, type RobotSort } from '../../store/index.js';
 import { decodeCursor, encodeCursor } from '../cursor.js';
-import { queryInt } from '../query.js';
+import { queryInt, queryIntText } from '../query.js';
 import type { V1Plugin } from './types.js';
+import { fromBody, linksTo } from '../../http/openapi-links.js';
 
 export function toRobot(r: RobotRow): Robot {
   return {
@@ -60,11 +61,7 @@ const RobotListQuerySchema = ListQuery.extend({
   q: z.string().min(1).max(128).optional().describe('Name contains this text (ASCII letters in any case)'),
   connected: z.enum(['true', 'false']).optional().describe('Only robots connected (`true`) or not (`false`) now'),
   recording_state: RecordingStateSchema.optional().describe('Only robots in this recording state'),
-  hours_to_full_below: z
-    .string()
-    .regex(/^[0-9]{1,7}$/, 'must be written in decimal digits')
-    .transform(Number)
-    .pipe(z.number().int().min(1).max(1_000_000))
+  hours_to_full_below: queryIntText(1, 1_000_000)
     .optional()
     .describe('Only robots whose last disk report projects the disk full in fewer than this many hours (needs data:read)'),
   sort: z.enum(ROBOT_SORTS).optional().describe('`id` (default), `name` (bytewise) or `last_seen_at` (never seen counts as earliest)'),
@@ -107,6 +104,12 @@ export const robotRoutes: V1Plugin = async (app) => {
     method: 'POST',
     url: '/robots/enrollment-tokens',
     config: { policy: { auth: 'key', scope: 'admin', feature: 'api.access', meter: null } },
+    links: {
+      201: {
+        ...linksTo(['revokeEnrollmentToken'], { id: fromBody('/id') }, 'The token just created'),
+        ...linksTo(['enrollRobot'], {}, 'Enroll a robot with the token just created', { token: fromBody('/token') }),
+      },
+    },
     schema: {
       operationId: 'createEnrollmentToken',
       summary: 'Create a robot enrollment token',
@@ -132,6 +135,7 @@ export const robotRoutes: V1Plugin = async (app) => {
     method: 'GET',
     url: '/robots/enrollment-tokens',
     config: { policy: { ...admin, meter: null } },
+    links: { 200: linksTo(['revokeEnrollmentToken'], { id: fromBody('/enrollment_tokens/0/id') }, 'The first token listed') },
     schema: {
       operationId: 'listEnrollmentTokens',
       summary: 'List enrollment tokens',
@@ -175,6 +179,7 @@ export const robotRoutes: V1Plugin = async (app) => {
     method: 'POST',
     url: '/robots/enroll',
     config: { policy: { auth: 'none' } },
+    links: { 201: linksTo(['getRobot', 'rotateRobotCredentials', 'sendRobotGoHome', 'sendRobotGoToStart', 'sendRobotStartAutonomous', 'sendRobotStopAutonomous', 'sendRobotStackStart', 'sendRobotStackStop', 'sendRobotStackStatus', 'startRobotEpisode', 'finishRobotEpisode', 'failRobotEpisode', 'discardRobotEpisode', 'deenrollRobot'], { id: fromBody('/robot_id') }, 'The robot just enrolled') },
     schema: {
       operationId: 'enrollRobot',
       summary: 'Enroll a robot with an enrollment token',
@@ -201,6 +206,7 @@ export const robotRoutes: V1Plugin = async (app) => {
     method: 'GET',
     url: '/robots',
     config: { policy: { auth: 'key', scope: ['robots:read', 'fleet:read'], feature: 'api.access', meter: null } },
+    links: { 200: linksTo(['getRobot', 'rotateRobotCredentials', 'deenrollRobot'], { id: fromBody('/robots/0/id') }, 'The first robot listed') },
     schema: {
       operationId: 'listRobots',
       summary: 'List robots',

@@ -5,6 +5,7 @@ import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { createRoutingRule, toRoutingRule } from '../../sync/manage.js';
 import type { V1Plugin } from './types.js';
+import { fromBody, linksTo } from '../../http/openapi-links.js';
 
 const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 const RulesList = z.object({ routing_rules: z.array(RoutingRuleSchema) });
@@ -18,6 +19,7 @@ export const routingRuleRoutes: V1Plugin = async (app) => {
     method: 'POST',
     url: '/routing-rules',
     config: { policy: admin },
+    links: { 201: linksTo(['deleteRoutingRule'], { id: fromBody('/id') }, 'The rule just created') },
     schema: {
       operationId: 'createRoutingRule',
       summary: 'Add a routing rule at the end of the order',
@@ -38,6 +40,7 @@ export const routingRuleRoutes: V1Plugin = async (app) => {
     method: 'GET',
     url: '/routing-rules',
     config: { policy: admin },
+    links: { 200: linksTo(['deleteRoutingRule'], { id: fromBody('/routing_rules/0/id') }, 'The first rule listed') },
     schema: { operationId: 'listRoutingRules', summary: 'List routing rules in order', response: { 200: RulesList } },
     handler: async (request) => ({ routing_rules: (await store.sync.listRules(principalOf(request).org.id)).map(toRoutingRule) }),
   });

@@ -36,6 +36,8 @@ export const syncHealthRoutes: V1Plugin = async (app) => {
           .string()
           .min(1)
           .max(100 * 129)
+          // The list's shape in the document: 1 to 100 ids of 1 to 128 characters, no empty one.
+          .regex(/^[^,]{1,128}(?:,[^,]{1,128}){0,99}$/, 'must be 1 to 100 robot ids of 1 to 128 characters, separated by commas')
           .transform((v) => [...new Set(v.split(','))])
           .pipe(z.array(z.string().min(1, 'an empty robot id').max(128)).max(100, 'at most 100 robot ids'))
           .optional()

@@ -4,11 +4,11 @@ import { validationError } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
 import type { V1Plugin } from './types.js';
 
-// Date.parse rolls 2026-02-30 over to March 2 instead of failing, so a real day must survive
-// the round trip back to YYYY-MM-DD.
-const Day = z
-  .string()
-  .regex(/^\d{4}-\d{2}-\d{2}$/, 'expected YYYY-MM-DD')
+// A calendar day as the document states it (`format: date` and a pattern that admits only real
+// days, leap years included), so that a client or a fuzzer knows 2026-02-30 is refused. The
+// round trip is a second guard: Date.parse rolls 2026-02-30 over to March 2 instead of failing.
+const Day = z.iso
+  .date('expected a calendar day, YYYY-MM-DD')
   .refine((d) => {
     const ms = Date.parse(`${d}T00:00:00Z`);
     return !Number.isNaN(ms) && iso(ms).slice(0, 10) === d;

@@ -21,6 +21,7 @@ import { decodeRowCursor } from '../cursor.js';
 import { queryInt } from '../query.js';
 import { checkEgressUrl } from '../../egress/url-check.js';
 import type { V1Plugin } from './types.js';
+import { fromBody, linksTo } from '../../http/openapi-links.js';
 
 /** How long the previous secret keeps signing after a rotation (spec). */
 export const ROTATION_OVERLAP_MS = DAY;
@@ -54,6 +55,7 @@ export const webhookRoutes: V1Plugin = async (app) => {
     method: 'POST',
     url: '/webhooks',
     config: { policy: admin },
+    links: { 201: linksTo(['enableWebhook', 'listWebhookDeadLetters', 'listWebhookDeliveries', 'rotateWebhookSecret', 'testWebhook', 'deleteWebhook'], { id: fromBody('/id') }, 'The subscription just created') },
     schema: {
       operationId: 'createWebhook',
       summary: 'Subscribe an HTTPS endpoint to events',
@@ -88,6 +90,7 @@ export const webhookRoutes: V1Plugin = async (app) => {
     method: 'GET',
     url: '/webhooks',
     config: { policy: admin },
+    links: { 200: linksTo(['enableWebhook', 'listWebhookDeadLetters', 'listWebhookDeliveries', 'rotateWebhookSecret', 'testWebhook', 'deleteWebhook'], { id: fromBody('/webhooks/0/id') }, 'The first subscription listed') },
     schema: { operationId: 'listWebhooks', summary: 'List webhook subscriptions', response: { 200: z.object({ webhooks: z.array(WebhookSchema) }) } },
     handler: async (request) => ({ webhooks: (await store.webhooks.list(principalOf(request).org.id)).map(toWebhook) }),
   });
@@ -122,6 +125,7 @@ export const webhookRoutes: V1Plugin = async (app) => {
     method: 'GET',
     url: '/webhooks/:id/dead-letters',
     config: { policy: admin },
+    links: { 200: linksTo(['redeliverWebhookDeadLetter'], { id: '$request.path.id', delivery_id: fromBody('/dead_letters/0/id') }, 'The first dead letter listed') },
     schema: { operationId: 'listWebhookDeadLetters', summary: 'Deliveries that exhausted their retries', params: IdParams, response: { 200: z.object({ dead_letters: z.array(DeadLetterSchema) }), ...errorResponses('not_found') } },
     handler: async (request) => {
       const rows = await store.webhooks.deadLetters(principalOf(request).org.id, request.params.id);

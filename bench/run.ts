@@ -33,6 +33,7 @@ const BENCHMARKS: Readonly<Record<string, () => Promise<BenchModule>>> = {
   stream: async () => (await import('./stream.js')).stream,
   lerobot: async () => (await import('./lerobot.js')).lerobot,
   agent: async () => (await import('./agent.js')).agent,
+  python: async () => (await import('./python.js')).python,
 };
 
 /**
@@ -51,6 +52,7 @@ const ALL_ARGS: Readonly<Record<string, readonly string[]>> = {
   stream: [],
   lerobot: ['--input', 'json', '--episodes', '20', '--seconds', '5'],
   agent: ['--duration', '10', '--warmup', '3'],
+  python: ['--episodes', '100000'],
 };
 
 const DEFAULT_OUT = fileURLToPath(new URL('./results/latest.json', import.meta.url));

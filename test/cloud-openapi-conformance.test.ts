@@ -136,7 +136,7 @@ describe('the API and its OpenAPI document agree (schemathesis findings)', () =>
       for (const name of Object.keys(link.parameters ?? {})) expect(target!.parameters?.some((p) => p.name === name), `${link.operationId} takes ${name}`).toBe(true);
     }
     const froms = new Set(links.map((l) => `${l.from}->${l.operationId}`));
-    for (const pair of ['createDataset->getDataset', 'snapshotDataset->getDatasetManifest', 'listDatasets->getDataset', 'createEnrollmentToken->enrollRobot', 'createWebhook->rotateWebhookSecret', 'createWebhook->testWebhook', 'listWebhooks->deleteWebhook', 'listRobots->deenrollRobot']) {
+    for (const pair of ['createDataset->getDataset', 'snapshotDataset->getDatasetManifest', 'listDatasets->getDataset', 'createEnrollmentToken->enrollRobot', 'createWebhook->rotateWebhookSecret', 'createWebhook->testWebhook', 'listWebhooks->deleteWebhook', 'listRobots->deenrollRobot', 'listEpisodes->createEpisodeReadLinks']) {
       expect(froms.has(pair), pair).toBe(true);
     }
     // Follow createDataset's link to getDataset with the id its expression picks from the 201 body.

@@ -29,6 +29,7 @@ import { offlineFleetAdmin, type FleetAdmin } from './robots/credentials.js';
 import { SecretBox } from './secret-box.js';
 import { SyncRouter } from './sync/router.js';
 import { GrantRelay } from './sync/grant-relay.js';
+import { ReadLinker } from './sync/read-links.js';
 import { EgressClient } from './egress/client.js';
 import { EventHub } from './streams/hub.js';
 import { checkMetricsToken, measuredCommands, metricsFor, metricsToken, type CloudMetrics } from './metrics.js';
@@ -57,6 +58,10 @@ export interface AppDeps {
   sync?: SyncRouter;
   /** Forwards grant requests; without one the app makes its own with an egress client from the config. */
   relay?: Pick<GrantRelay, 'forward'>;
+  /** Outbound requests (the server's, shared with the relay and webhooks); without one the app makes its own from the config. */
+  egress?: EgressClient;
+  /** Read links of episodes' files; without one the app makes its own on `egress` and the config's read origins. */
+  readLinks?: Pick<ReadLinker, 'issue'>;
   /** Extra readiness checks (the MQTT broker); /readyz answers 503 while any fails. */
   readiness?: () => Promise<void>;
   /** Where requests and commands are counted; by default from the config (none unless metrics are on). */
@@ -136,10 +141,16 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     new SyncRouter({ store, clock, onError: (err, orgId) => fastify.log.error({ err, org_id: orgId }, 'routing episodes failed') });
   fastify.decorate('cloudConfig', config).decorate('egressAllowLoopback', config.egressAllowLoopback);
   fastify.decorate('store', store).decorate('clock', clock).decorate('lastUsed', lastUsed).decorate('secrets', secrets).decorate('sync', sync);
-  // The grant relay's forwarding (the destination check); the server passes its own.
-  const ownEgress = deps.relay ? null : new EgressClient({ allowLoopback: config.egressAllowLoopback, ...(config.egressCaFile ? { ca: readFileSync(config.egressCaFile, 'utf8') } : {}) });
-  const relay = deps.relay ?? new GrantRelay({ store, egress: ownEgress!, secrets, clock, logger: fastify.log });
-  fastify.decorate('relay', relay);
+  // The grant relay's forwarding (the destination check) and read links; the server passes its
+  // relay and egress client.
+  const ownEgress =
+    deps.egress || (deps.relay && deps.readLinks)
+      ? null
+      : new EgressClient({ allowLoopback: config.egressAllowLoopback, ...(config.egressCaFile ? { ca: readFileSync(config.egressCaFile, 'utf8') } : {}) });
+  const egress = deps.egress ?? ownEgress;
+  const relay = deps.relay ?? new GrantRelay({ store, egress: egress!, secrets, clock, logger: fastify.log });
+  const readLinks = deps.readLinks ?? new ReadLinker({ store, egress: egress!, secrets, clock, logger: fastify.log, readOrigins: config.readOrigins });
+  fastify.decorate('relay', relay).decorate('readLinks', readLinks);
   const catalog = installPipeline(fastify, {
     store,
     clock,
@@ -217,7 +228,7 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     });
   }
 
-  await registerConsole(fastify, { dir: config.consoleDir });
+  await registerConsole(fastify, { dir: config.consoleDir, readOrigins: config.readOrigins });
 
   await fastify.ready();
   lastUsed.start();

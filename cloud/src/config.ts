@@ -1,3 +1,4 @@
+import { BlockList, isIP } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 
@@ -12,6 +13,53 @@ export function parseListen(value: string): { host: string; port: number } {
   if (!m || port > 65535) throw new Error(`not host:port: ${value}`);
   return { host: m[1]!.replace(/^\[|\]$/g, ''), port };
 }
+
+const LOOPBACK_V4 = new BlockList();
+LOOPBACK_V4.addSubnet('127.0.0.0', 8, 'ipv4');
+/** `scheme://authority` and nothing after it (no path, not even `/`, no query or fragment). */
+const BARE_ORIGIN = /^[a-z][a-z0-9+.-]*:\/\/[^/?#\s]+$/i;
+
+/** 127.0.0.0/8, ::1 and localhost: where an `http:` read origin may point (tests, local development). */
+function isLoopbackHost(hostname: string): boolean {
+  const host = hostname.replace(/^\[|\]$/g, '');
+  if (host === 'localhost') return true;
+  const family = isIP(host);
+  return family === 4 ? LOOPBACK_V4.check(host, 'ipv4') : family === 6 && host === '::1';
+}
+
+/**
+ * A read origin as the operator wrote it (`--read-origin`, FLEET_READ_ORIGINS) in the form a
+ * browser compares (`https://Bucket.example:443` is `https://bucket.example`): an exact origin
+ * `scheme://host[:port]`, https, or http for a loopback host only; no path, no wildcard, no
+ * credentials. Throws with the reason otherwise.
+ */
+export function readOriginOf(value: string): string {
+  const refuse = (why: string) => new Error(`${JSON.stringify(value.slice(0, 200))} is not a read origin: ${why}`);
+  if (value.includes('*')) throw refuse('wildcards are not allowed; name each origin');
+  if (!BARE_ORIGIN.test(value)) throw refuse('it must be scheme://host[:port] with no path (not even a trailing /), query or fragment');
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw refuse('not a valid URL');
+  }
+  if (url.username !== '' || url.password !== '') throw refuse('it must not carry credentials');
+  if (url.protocol === 'http:') {
+    if (!isLoopbackHost(url.hostname)) throw refuse('http is allowed only for a loopback host (127.0.0.0/8, ::1, localhost); use https');
+  } else if (url.protocol !== 'https:') {
+    throw refuse('the scheme must be https (or http for a loopback host)');
+  }
+  return url.origin;
+}
+
+const ReadOrigin = z.string().transform((value, ctx) => {
+  try {
+    return readOriginOf(value);
+  } catch (err) {
+    ctx.addIssue({ code: 'custom', message: (err as Error).message });
+    return z.NEVER;
+  }
+});
 
 /**
  * The workspace's built console, found from this module's own place: `cloud/src/config.ts` in
@@ -83,6 +131,15 @@ export const CloudConfigSchema = z.strictObject({
   egressAllowLoopback: z.boolean().default(false),
   /** Extra CA certificate (PEM file) trusted for outbound HTTPS (tests, private CAs). */
   egressCaFile: z.string().min(1).optional(),
+  /**
+   * Origins read links may point at (`--read-origin`, repeatable; FLEET_READ_ORIGINS,
+   * comma-separated): the customers' buckets the console's player reads from. They are the only
+   * origins besides its own the console's Content-Security-Policy lets a page connect to or load
+   * images from, and a provider's link elsewhere is refused (502 `read_origin_not_allowed`).
+   */
+  readOrigins: z.array(ReadOrigin).max(64).default([]).transform((origins) => [...new Set(origins)]),
+  /** Read-links calls per minute per organization (each one is a request to the destination's provider). */
+  readLinksPerMinutePerOrg: z.coerce.number().int().min(1).default(600),
   /** How often buffered api-key last-use times are written. */
   lastUsedFlushMs: z.coerce.number().int().min(10).default(15_000),
   /**

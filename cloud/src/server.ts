@@ -314,6 +314,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         deliveries,
         sync: router,
         relay,
+        egress,
         clock,
         logger,
         streams,

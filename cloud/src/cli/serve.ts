@@ -34,6 +34,12 @@ export function registerServe(program: Command): void {
     .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_LOG_LEVEL').default('info'))
     .addOption(new Option('--egress-allow-loopback', 'tests and local development: webhook URLs may be on 127.0.0.1/::1').env('FLEET_EGRESS_ALLOW_LOOPBACK'))
     .addOption(new Option('--egress-ca-file <file>', 'extra CA (PEM) trusted for outbound HTTPS').env('FLEET_EGRESS_CA_FILE'))
+    .addOption(
+      new Option('--read-origin <origin>', 'an origin read links may point at, scheme://host[:port] (https; http for loopback only); repeat for each, or FLEET_READ_ORIGINS comma-separated')
+        .env('FLEET_READ_ORIGINS')
+        .argParser(collectOrigins),
+    )
+    .addOption(new Option('--read-links-per-minute-per-org <n>', 'read-links calls per minute one organization may make (each asks its grant provider)').env('FLEET_READ_LINKS_PER_MINUTE_PER_ORG'))
     .addOption(new Option('--metrics-listen <host:port>', 'serve Prometheus /metrics on this separate address, e.g. 127.0.0.1:9464 (default: metrics off)').env('FLEET_METRICS_LISTEN'))
     .addOption(new Option('--metrics-token-file <file>', '/metrics requires this bearer token (file contents; or FLEET_METRICS_TOKEN); without --metrics-listen it is served on the HTTP port').env('FLEET_METRICS_TOKEN_FILE'))
     .action(async (opts: Record<string, string | undefined>) => {
@@ -61,6 +67,9 @@ export function registerServe(program: Command): void {
         eventStreamPollMs: opts.eventStreamPollMs,
         eventStreamHeartbeatMs: opts.eventStreamHeartbeatMs,
         eventStreamsPerOrg: opts.eventStreamsPerOrg,
+        // The one repeatable option: a list (collectOrigins), not a string.
+        readOrigins: (opts as { readOrigin?: string[] }).readOrigin,
+        readLinksPerMinutePerOrg: opts.readLinksPerMinutePerOrg,
         metricsListen: opts.metricsListen,
         metricsTokenFile: opts.metricsTokenFile,
         consoleDir: opts.consoleDir,
@@ -115,4 +124,9 @@ export function registerServe(program: Command): void {
       process.on('SIGTERM', () => shutdown('SIGTERM'));
       process.on('SIGINT', () => shutdown('SIGINT'));
     });
+}
+
+/** `--read-origin` repeated, and FLEET_READ_ORIGINS (one value, comma-separated): one list. */
+function collectOrigins(value: string, previous: string[] | undefined): string[] {
+  return [...(previous ?? []), ...value.split(',').map((v) => v.trim()).filter((v) => v.length > 0)];
 }

@@ -242,6 +242,67 @@ describe('parseEpisodeFilter', () => {
     });
   });
 
+  describe('has_metadata.<key> and has_annotation.<key>', () => {
+    it('takes true (present) and false (absent), separately per layer and key', () => {
+      expect(parseEpisodeFilter({ 'has_annotation.qa_status': 'false' }, 'querystring')).toEqual({ ...empty(), hasAnnotation: { qa_status: false } });
+      expect(parseEpisodeFilter({ 'has_metadata.site': 'true', 'has_metadata.arm': 'false', 'has_annotation.qa': 'true' }, 'querystring')).toEqual({
+        ...empty(),
+        hasMetadata: { site: true, arm: false },
+        hasAnnotation: { qa: true },
+      });
+    });
+
+    it('goes with the equality families and every other key, the same key in both included', () => {
+      expect(parseEpisodeFilter({ task_id: 't', 'annotation.qa': 'pass', 'has_annotation.qa': 'true', 'has_metadata.site': 'false' }, 'querystring')).toEqual({
+        ...empty(),
+        eq: { task_id: 't' },
+        annotation: { qa: 'pass' },
+        hasAnnotation: { qa: true },
+        hasMetadata: { site: false },
+      });
+    });
+
+    it('keeps a key with dots after the prefix whole', () => {
+      expect(parseEpisodeFilter({ 'has_annotation.a.b': 'true' }, 'querystring').hasAnnotation).toEqual({ 'a.b': true });
+    });
+
+    it.each(['True', 'FALSE', '1', '0', 'yes', 'no', ' true', 'true ', '', 'null', 'pass', 't'.repeat(513)])('refuses the value %j, naming the key', (value) => {
+      const err = refusal({ 'has_annotation.qa_status': value });
+      const issues = (err.details as { issues: Issue[] }).issues;
+      expect(issues.map((i) => [i.path, i.code])).toEqual([['/has_annotation.qa_status', 'invalid']]);
+      expect(issues[0]!.message).toMatch(/true .*false/);
+      expect(refusedPaths({ 'has_metadata.site': value }, 'body')).toEqual(['/filter/has_metadata.site']);
+    });
+
+    it('refuses a repeated key and a value that is not a string', () => {
+      expect(refusedPaths({ 'has_annotation.qa': ['true', 'false'] })).toEqual(['/has_annotation.qa']);
+      expect(refusedPaths({ 'has_annotation.qa': true }, 'body')).toEqual(['/filter/has_annotation.qa']);
+    });
+
+    it('bounds the key after the prefix as for annotation.<key>: 1 to 256 characters', () => {
+      const k = 'k'.repeat(256);
+      expect(parseEpisodeFilter({ [`has_metadata.${k}`]: 'true' }, 'querystring').hasMetadata).toEqual({ [k]: true });
+      expect(refusedPaths({ 'has_metadata.': 'true' })).toEqual(['/has_metadata.']);
+      expect(refusedPaths({ 'has_annotation.': 'false' })).toEqual(['/has_annotation.']);
+      expect(refusedPaths({ [`has_annotation.${k}x`]: 'true' })).toEqual([`/has_annotation.${k.slice(0, 49)}…`]);
+    });
+
+    it.each(['has_annotation', 'has_metadata', 'has_annotations.qa', 'has_meta.k', 'has.k', 'Has_annotation.qa'])('refuses the unknown key %s', (key) => {
+      expect(refusedPaths({ [key]: 'true' })).toEqual([`/${key}`]);
+    });
+
+    it('keeps keys named like Object.prototype members as ordinary keys, never dropping the condition', () => {
+      for (const layer of ['has_metadata', 'has_annotation'] as const) {
+        for (const k of ['__proto__', 'constructor', 'toString']) {
+          const f = parseEpisodeFilter({ [`${layer}.${k}`]: 'false' }, 'querystring');
+          const field = layer === 'has_metadata' ? f.hasMetadata : f.hasAnnotation;
+          expect(Object.entries(field ?? {})).toEqual([[k, false]]);
+          expect(Object.getPrototypeOf(field)).toBe(Object.prototype);
+        }
+      }
+    });
+  });
+
   describe('value length', () => {
     it.each(['task_id', 'metadata.k', 'annotation.k', 'robot_id'])('accepts %s of 512 characters, refuses 513 and empty', (key) => {
       expect(MAX_FILTER_VALUE).toBe(512);
@@ -271,9 +332,24 @@ describe("a dataset filter's JSON Schema (the OpenAPI document's)", () => {
       expect(patterns.some((p) => p.test(key)), key).toBe(true);
       expect(() => parseEpisodeFilter({ [key]: 'x' }, 'body')).not.toThrow();
     }
-    for (const key of ['metadata.', 'annotation.', `metadata.${'k'.repeat(257)}`, 'meta.x', 'bogus']) {
+    for (const key of ['has_metadata.site', 'has_annotation.qa_status', `has_annotation.${'k'.repeat(256)}`]) {
+      expect(patterns.some((p) => p.test(key)), key).toBe(true);
+      expect(() => parseEpisodeFilter({ [key]: 'false' }, 'body')).not.toThrow();
+    }
+    for (const key of ['metadata.', 'annotation.', `metadata.${'k'.repeat(257)}`, 'meta.x', 'bogus', 'has_annotation.', `has_metadata.${'k'.repeat(257)}`, 'has_annotation']) {
       expect(patterns.some((p) => p.test(key)), key).toBe(false);
       expect(() => parseEpisodeFilter({ [key]: 'x' }, 'body'), key).toThrow(ApiError);
+    }
+  });
+
+  it('states the presence families\' values as the parser takes them: true or false, as booleans or their string form', () => {
+    const presence = Object.entries(filter.patternProperties).filter(([p]) => p.startsWith('^has_'));
+    expect(presence).toHaveLength(2);
+    for (const [, schema] of presence) {
+      const values = (schema as { enum: unknown[] }).enum;
+      expect([...values].sort()).toEqual([false, 'false', true, 'true'].sort());
+      // A dataset filter's boolean is stored as its string form, which the parser takes.
+      for (const v of values) expect(() => parseEpisodeFilter({ 'has_annotation.qa': String(v) }, 'body')).not.toThrow();
     }
   });
 });

@@ -5,7 +5,9 @@ import { EPISODE_EQ_COLUMNS, type EpisodeEqColumn, type EpisodeFilter } from '..
 export const MAX_FILTER_VALUE = 512;
 const MAX_ATTR_KEY = 256;
 const SYNC_STATES = EPISODE_SYNC_STATES;
-/** Keys a filter may hold besides `metadata.<key>` and `annotation.<key>`. */
+/** The presence families and the EpisodeFilter field each fills. */
+const PRESENCE = { has_metadata: 'hasMetadata', has_annotation: 'hasAnnotation' } as const;
+/** Keys a filter may hold besides the attribute families `metadata.<key>`, `annotation.<key>`, `has_metadata.<key>` and `has_annotation.<key>`. */
 export const FILTER_KEYS = [...EPISODE_EQ_COLUMNS, 'from', 'to', 'destination_id', 'sync_state'] as const;
 
 
@@ -52,12 +54,21 @@ export function parseEpisodeFilter(input: Record<string, unknown>, location: 'qu
       continue;
     }
     const value = raw;
+    const dot = key.indexOf('.');
+    const layer = dot > 0 ? key.slice(0, dot) : '';
+    if (layer === 'has_metadata' || layer === 'has_annotation') {
+      // Whether the key is there at all, whatever its value: exactly `true` or `false`, so no
+      // other spelling (`1`, `yes`, `False`) is read one way here and another way by a client.
+      const attr = key.slice(dot + 1);
+      if (attr.length === 0 || attr.length > MAX_ATTR_KEY) bad(key, `the key after "${layer}." must be 1 to ${MAX_ATTR_KEY} characters`);
+      else if (value !== 'true' && value !== 'false') bad(key, 'must be true (the key is present) or false (the key is absent)');
+      else Object.defineProperty((filter[PRESENCE[layer]] ??= {}), attr, { value: value === 'true', enumerable: true, writable: true, configurable: true });
+      continue;
+    }
     if (value.length === 0 || value.length > MAX_FILTER_VALUE) {
       bad(key, `must be 1 to ${MAX_FILTER_VALUE} characters`);
       continue;
     }
-    const dot = key.indexOf('.');
-    const layer = dot > 0 ? key.slice(0, dot) : '';
     if (layer === 'metadata' || layer === 'annotation') {
       const attr = key.slice(dot + 1);
       if (attr.length === 0 || attr.length > MAX_ATTR_KEY) bad(key, `the key after "${layer}." must be 1 to ${MAX_ATTR_KEY} characters`);

@@ -10,18 +10,44 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
  * extension (`/console/robots/rbt_…`) answers its index.html; a missing asset is a 404.
  */
 
+/**
+ * The console's Content-Security-Policy. Its code and styles are files from this origin only (no
+ * inline script or style, no asset from elsewhere); WebAssembly (the recordings' decompressors)
+ * may compile, and workers come from this origin. It talks to this origin's /v1, and reads
+ * recordings (fetch, and camera frames as images or blobs) from the installation's read origins
+ * and nowhere else: a read link elsewhere is refused by the cloud before a page sees it.
+ */
+export function consoleContentSecurityPolicy(readOrigins: readonly string[]): string {
+  const extra = readOrigins.map((o) => ` ${o}`).join('');
+  return [
+    "default-src 'self'",
+    "script-src 'self' 'wasm-unsafe-eval'",
+    "style-src 'self'",
+    `img-src 'self' data: blob:${extra}`,
+    `connect-src 'self'${extra}`,
+    "worker-src 'self'",
+    "font-src 'self'",
+    "object-src 'none'",
+    "base-uri 'none'",
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+  ].join('; ');
+}
+
 /** Headers on every console response (not on /v1, whose answers are JSON a page never renders). */
-export const CONSOLE_SECURITY_HEADERS: Readonly<Record<string, string>> = Object.freeze({
-  // The console's code and styles are files from this origin only (no inline script or style,
-  // no asset from elsewhere), and it talks to this origin's /v1 only.
-  'content-security-policy':
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
-  'x-content-type-options': 'nosniff',
-  'x-frame-options': 'DENY',
-  'referrer-policy': 'no-referrer',
-  'cross-origin-opener-policy': 'same-origin',
-  'permissions-policy': 'camera=(), microphone=(), geolocation=()',
-});
+export function consoleSecurityHeaders(readOrigins: readonly string[]): Readonly<Record<string, string>> {
+  return Object.freeze({
+    'content-security-policy': consoleContentSecurityPolicy(readOrigins),
+    'x-content-type-options': 'nosniff',
+    'x-frame-options': 'DENY',
+    'referrer-policy': 'no-referrer',
+    'cross-origin-opener-policy': 'same-origin',
+    'permissions-policy': 'camera=(), microphone=(), geolocation=()',
+  });
+}
+
+/** The headers of an installation without read origins. */
+export const CONSOLE_SECURITY_HEADERS: Readonly<Record<string, string>> = consoleSecurityHeaders([]);
 
 /** Vite's hashed file names never change content, so a browser keeps them for a year. */
 export const IMMUTABLE = 'public, max-age=31536000, immutable';
@@ -45,21 +71,24 @@ const NOT_FOUND_PAGE = `<!doctype html>
 export interface ConsoleOptions {
   /** The built console (absolute, or relative to the working directory). */
   dir: string;
+  /** The installation's read origins (`--read-origin`), allowed by the CSP for fetch and images. */
+  readOrigins?: readonly string[];
 }
 
 export async function registerConsole(app: FastifyInstance, opts: ConsoleOptions): Promise<void> {
   const root = resolve(opts.dir);
   const assets = join(root, 'assets') + sep;
+  const headers = consoleSecurityHeaders(opts.readOrigins ?? []);
 
   app.get('/', { schema: { hide: true } }, async (_request, reply) => {
-    void reply.headers(CONSOLE_SECURITY_HEADERS);
+    void reply.headers(headers);
     return reply.redirect('/console/', 302);
   });
 
   await app.register(
     async (scope) => {
       scope.addHook('onRequest', async (_request, reply) => {
-        void reply.headers(CONSOLE_SECURITY_HEADERS);
+        void reply.headers(headers);
       });
 
       // `/console` without the slash: the page's relative URLs need the directory form.

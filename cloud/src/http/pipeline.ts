@@ -111,7 +111,7 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
     claims.drop(claim);
     const body = typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : payload == null ? '' : null;
     const code = errorCodeOf(body);
-    if (body === null || (code !== null && TRANSIENT_CODES.has(code))) {
+    if (body === null || (code !== null && TRANSIENT_CODES.has(code)) || request.routeOptions.config.replayable === false) {
       await store.idempotency.release(claim);
     } else {
       const ct = reply.getHeader('content-type');

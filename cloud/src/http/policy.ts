@@ -25,6 +25,12 @@ export type RoutePolicy =
 declare module 'fastify' {
   interface FastifyContextConfig {
     policy?: RoutePolicy;
+    /**
+     * `false`: an Idempotency-Key is claimed while the request runs (a concurrent twin is 409)
+     * but no answer is stored for replay, as for the transient codes: a retry runs again (read
+     * links, whose answer is fresh bearer URLs the cloud must not keep).
+     */
+    replayable?: false;
   }
   interface FastifyRequest {
     principal: Principal | null;

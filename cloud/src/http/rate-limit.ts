@@ -21,6 +21,16 @@ export interface RateLimitOptions {
 export const KEY_LIMIT = 'requests_per_minute_per_key';
 export const ORG_LIMIT = 'requests_per_minute_per_org';
 
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /**
+     * A bucket of the route's own per organization, besides the key's and the organization's:
+     * for a route whose calls cost more than a request (read links ask a grant provider each).
+     */
+    orgRateLimit?: { limit: string; max: number };
+  }
+}
+
 type Check = (req: FastifyRequest) => Promise<{ isAllowed: boolean; isExceeded?: boolean; max?: number; ttlInSeconds?: number }>;
 
 function limitOf(req: FastifyRequest, name: string): number {
@@ -104,8 +114,18 @@ export async function installRateLimits(app: FastifyInstance, opts: RateLimitOpt
     }
     return payload;
   };
+  // A route's own bucket, checked after the key's and the organization's windows.
+  const ownLimit = (own: { limit: string; max: number }): preParsingAsyncHookHandler => {
+    const check: Check = app.createRateLimit({ keyGenerator: (req) => `${own.limit}:${req.principal!.org.id}`, max: own.max });
+    return async (request, _reply, payload) => {
+      if (request.principal) await enforce(check, request, own.limit);
+      return payload;
+    };
+  };
   // On the routes with a policy only (every /v1 route): the others pay nothing.
   app.addHook('onRoute', (route) => {
+    const own = route.config?.orgRateLimit;
+    if (own) prependHook(route, 'preParsing', ownLimit(own));
     if (route.config?.policy) prependHook(route, 'preParsing', limit);
   });
 }

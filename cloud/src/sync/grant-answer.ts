@@ -5,6 +5,7 @@ import {
   type GrantDestination,
   type GrantRequestEnvelope,
 } from '@fleet/protocol';
+import { httpUrl } from './provider-post.js';
 
 /** A provider's answer after every check: a usable grant, or why it is treated as a deferral. */
 export type CheckedAnswer =
@@ -18,14 +19,7 @@ function refuse(reason: DeferralReason, message: string): CheckedAnswer {
   return { kind: 'deferral', reason, message: message.slice(0, MAX_MESSAGE), retryAfterS: null };
 }
 
-function isUploadUrl(u: string): boolean {
-  try {
-    const url = new URL(u);
-    return url.protocol === 'https:' || url.protocol === 'http:';
-  } catch {
-    return false;
-  }
-}
+const isUploadUrl = (u: string): boolean => httpUrl(u) !== null;
 
 /**
  * Checks a provider's parsed JSON answer against the request it answers, strictly: the schema

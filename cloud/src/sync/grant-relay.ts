@@ -1,10 +1,6 @@
-import { randomBytes } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
 import {
-  DESTINATION_ID_HEADER,
   GRANT_EVENT,
-  signPayload,
-  SIGNATURE_HEADER,
   type Clock,
   type DeferralMessage,
   type DeferralReason,
@@ -12,16 +8,16 @@ import {
   type GrantRequestEnvelope,
   type SyncRequest,
 } from '@fleet/protocol';
-import { EgressError, readJsonAnswer, type EgressClient } from '../egress/client.js';
+import { readJsonAnswer, type EgressClient } from '../egress/client.js';
 import type { CloudMetrics } from '../metrics.js';
 import type { SecretBox } from '../secret-box.js';
 import type { EpisodeRow, EpisodeStore } from '../store/index.js';
 import type { DestinationRow, SyncStore } from '../store/shared/sync-types.js';
 import { checkGrantAnswer, type CheckedAnswer } from './grant-answer.js';
+import { PROVIDER_MAX_BYTES, PROVIDER_TIMEOUT_MS, postToProvider } from './provider-post.js';
 
-/** The spec's bounds on a grant provider: an answer within 10 s, at most 1 MiB. */
-export const PROVIDER_TIMEOUT_MS = 10_000;
-export const PROVIDER_MAX_BYTES = 1024 * 1024;
+export { PROVIDER_MAX_BYTES, PROVIDER_TIMEOUT_MS };
+
 /**
  * A forward's claim on (episode, destination) lasts the provider timeout plus this margin: long
  * enough to cover one forward, short enough that the claim of a replica that died runs out soon.
@@ -94,42 +90,31 @@ export class GrantRelay {
 
   /** POSTs `envelope` to `destination` and checks the answer; never throws for the provider's faults. */
   async forward(destination: DestinationRow, envelope: GrantRequestEnvelope): Promise<ForwardResult> {
-    const { egress, secrets, clock } = this.opts;
-    const body = JSON.stringify(envelope);
-    const started = performance.now();
-    const headers = {
-      'content-type': 'application/json',
-      'x-service-event': GRANT_EVENT,
-      'x-service-event-id': `evt_${randomBytes(12).toString('base64url')}`,
-      [SIGNATURE_HEADER.toLowerCase()]: signPayload(body, [secrets.open(destination.secretSealed)], Math.floor(clock.now() / 1000)),
-      [DESTINATION_ID_HEADER.toLowerCase()]: destination.id,
-    };
+    const { reply, latencyMs } = await postToProvider(this.opts, destination, GRANT_EVENT, envelope, 'grant provider');
     let httpStatus: number | null = null;
     let answer: CheckedAnswer;
-    try {
-      const res = await egress.post(destination.url, { headers, body, timeoutMs: this.opts.timeoutMs ?? PROVIDER_TIMEOUT_MS, maxResponseBytes: PROVIDER_MAX_BYTES });
-      httpStatus = res.status;
-      if (res.status < 200 || res.status >= 300) {
-        answer = deferral('http_error', `the grant provider answered HTTP ${res.status}`);
-      } else {
-        const json = readJsonAnswer(res);
-        answer = json.ok ? checkGrantAnswer(json.value, envelope, clock.now()) : deferral('invalid_json', `the answer is ${json.message}`);
+    switch (reply.kind) {
+      case 'answered': {
+        httpStatus = reply.status;
+        if (reply.status < 200 || reply.status >= 300) {
+          answer = deferral('http_error', `the grant provider answered HTTP ${reply.status}`);
+        } else {
+          const json = readJsonAnswer(reply);
+          answer = json.ok ? checkGrantAnswer(json.value, envelope, this.opts.clock.now()) : deferral('invalid_json', `the answer is ${json.message}`);
+        }
+        break;
       }
-    } catch (err) {
-      if (!(err instanceof EgressError)) throw err;
-      if (err.failure === 'too_large') {
-        httpStatus = err.details.status ?? null;
-        answer = deferral('too_large', `the answer is larger than ${PROVIDER_MAX_BYTES} bytes`);
-      } else if (err.failure === 'timeout') {
-        answer = deferral('timeout', err.publicMessage);
-      } else {
-        // The tenant reads the deferral (the check, the destination's last deferral): the failure
-        // in words. The resolved address or resolver text goes to the operator's log only.
-        this.opts.logger.warn({ destination_id: destination.id, failure: err.failure, error: err.message }, 'grant provider not reachable');
-        answer = deferral('unreachable', `${err.failure}: ${err.publicMessage}`);
-      }
+      case 'too_large':
+        httpStatus = reply.status;
+        answer = deferral('too_large', reply.message);
+        break;
+      case 'timeout':
+        answer = deferral('timeout', reply.message);
+        break;
+      case 'unreachable':
+        answer = deferral('unreachable', reply.message);
+        break;
     }
-    const latencyMs = Math.round(performance.now() - started);
     return { answer, httpStatus, latencyMs, failure: failureOf(answer) };
   }
 

@@ -636,6 +636,28 @@ export interface paths {
         patch: operations["setEpisodeOutcome"];
         trace?: never;
     };
+    "/v1/episodes/{id}/read-links": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Short-lived read links for an episode's files, from its destination's provider
+         * @description The cloud asks the grant provider of the destination holding a verified replica (the named `destination_id`, else the first verified replica at a live destination) for GET URLs of the named files (every manifest file by default, at most 64), in the order asked. Links live 900 s as asked (a provider may answer shorter, never more than 3600 s), and point only at the installation's read origins. The cloud never fetches them and keeps none: an Idempotency-Key is accepted but the answer is not stored for replay, so a retry gets fresh links.
+         *
+         *     Scope: data:read. Entitlement: data.metadata. Meter: episodes.read_links.
+         */
+        post: operations["createEpisodeReadLinks"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/datasets": {
         parameters: {
             query?: never;
@@ -1142,7 +1164,7 @@ export interface components {
         CreateDatasetRequestInput: {
             name: string;
             description?: string | null;
-            /** @description Episode list filter keys (metadata.<key> and annotation.<key> included); values are stored as strings. */
+            /** @description Episode list filter keys (metadata.<key>, annotation.<key>, has_metadata.<key> and has_annotation.<key> included); values are stored as strings. */
             filter: {
                 robot_id?: string | number | boolean;
                 task_id?: string | number | boolean;
@@ -1161,7 +1183,7 @@ export interface components {
                 /** @enum {string} */
                 sync_state?: "unverified" | "synced" | "verified";
             } & {
-                [key: string]: (string | number | boolean) | (string | number | boolean);
+                [key: string]: (string | number | boolean) | (string | number | boolean) | (true | false | "true" | "false") | (true | false | "true" | "false");
             };
         };
         CreateWebhookRequestInput: {
@@ -1206,6 +1228,10 @@ export interface components {
         SetRoutingRuleOrderRequestInput: {
             /** @description Every rule of the organization, each once, in the new order */
             rule_ids: string[];
+        };
+        ReadLinksRequestInput: {
+            destination_id?: string;
+            files?: string[];
         };
         /** @description Every error response has this body. */
         Error: {
@@ -1673,6 +1699,19 @@ export interface components {
             failure?: "unreachable" | "timeout" | "http_error" | "invalid_json" | "schema_invalid" | "destination_mismatch";
             /** @description on `fail` and on a deferral: what was wrong, in words */
             message?: string;
+        };
+        ReadLink: {
+            path: string;
+            url: string;
+            expires_at: string;
+            destination_id: string;
+            size_bytes: number;
+            sha256: string;
+        };
+        ReadLinks: {
+            episode_id: string;
+            destination_id: string;
+            files: components["schemas"]["ReadLink"][];
         };
     };
     responses: never;
@@ -5424,6 +5463,170 @@ export interface operations {
             };
             /** @description Error: `not_ready` */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Any other error, with the same body */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    createEpisodeReadLinks: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description 1 to 255 printable ASCII characters; a concurrent twin is refused, but the answer is never stored for replay */
+                "idempotency-key"?: string;
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReadLinksRequestInput"] | null;
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReadLinks"];
+                };
+            };
+            /** @description Error: `validation_failed` */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error: `unauthenticated` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error: `insufficient_scope`, `entitlement_required`, `read_links_refused` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error: `not_found` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error: `conflict`, `replica_not_verified`, `idempotency_key_in_use` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error: `payload_too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error: `unsupported_media_type` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error: `idempotency_key_reused` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error: `rate_limited` */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error: `internal` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error: `read_links_unsupported` */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error: `provider_failed`, `read_origin_not_allowed` */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error: `not_ready` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error: `provider_timeout` */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -20,6 +20,9 @@ export type EpisodeWithLocations = Schemas['EpisodeWithLocations'];
 export type PatchAnnotationsRequest = Schemas['PatchAnnotationsRequestInput'];
 export type PatchOutcomeRequest = Schemas['PatchOutcomeRequestInput'];
 export type OutcomeChange = Schemas['OutcomeChange'];
+export type ReadLinksRequest = Schemas['ReadLinksRequestInput'];
+export type ReadLinks = Schemas['ReadLinks'];
+export type ReadLink = Schemas['ReadLink'];
 export type Dataset = Schemas['Dataset'];
 export type CreateDatasetRequest = Schemas['CreateDatasetRequestInput'];
 export type DatasetSnapshot = Schemas['DatasetSnapshot'];
@@ -39,8 +42,14 @@ export type SyncHealthRow = Schemas['SyncHealthRow'];
 
 type Query<P extends keyof paths> = paths[P] extends { get: { parameters: { query?: infer Q } } } ? NonNullable<Q> : never;
 
-/** Equality on a top-level recorded metadata or annotation value (its string form). */
-export type CustomFilters = { [key: `metadata.${string}` | `annotation.${string}`]: string };
+/**
+ * Equality on a top-level recorded metadata or annotation value (its string form), and whether a
+ * top-level key is present at all (`'has_annotation.qa_status': false`: not yet reviewed; a key
+ * deleted with null is absent).
+ */
+export type CustomFilters = { [key: `metadata.${string}` | `annotation.${string}`]: string } & {
+  [key: `has_metadata.${string}` | `has_annotation.${string}`]: boolean | 'true' | 'false';
+};
 
 /** Every filter of the episode list and export (`cursor` and `limit` are page options). */
 export type EpisodeFilters = Omit<Query<'/v1/episodes'>, 'cursor' | 'limit'> & CustomFilters;

@@ -8,6 +8,8 @@ export const EPISODE_SYNC_STATES = ['unverified', 'synced', 'verified'] as const
 /** An equality value: 1 to 512 characters once in its string form (numbers and booleans are). */
 const FILTER_VALUE = { type: ['string', 'number', 'boolean'], minLength: 1, maxLength: 512 };
 const ATTRIBUTE_KEY = '[\\s\\S]{1,256}$';
+/** A presence value: whether the key is in the layer at all, as a boolean or its string form. */
+const PRESENCE_VALUE = { enum: [true, false, 'true', 'false'], description: 'true: the key is present; false: it is absent (never set, or deleted with null)' };
 
 /**
  * A dataset filter as JSON Schema: the episode list's filter keys (cloud/src/episodes/filter.ts
@@ -23,7 +25,12 @@ const FILTER_JSON_SCHEMA = {
     to: { ...FILTER_VALUE, description: 'a date-time, or with sync_state a destination id' },
     sync_state: { type: 'string', enum: [...EPISODE_SYNC_STATES] },
   },
-  patternProperties: { [`^metadata\\.${ATTRIBUTE_KEY}`]: FILTER_VALUE, [`^annotation\\.${ATTRIBUTE_KEY}`]: FILTER_VALUE },
+  patternProperties: {
+    [`^metadata\\.${ATTRIBUTE_KEY}`]: FILTER_VALUE,
+    [`^annotation\\.${ATTRIBUTE_KEY}`]: FILTER_VALUE,
+    [`^has_metadata\\.${ATTRIBUTE_KEY}`]: PRESENCE_VALUE,
+    [`^has_annotation\\.${ATTRIBUTE_KEY}`]: PRESENCE_VALUE,
+  },
   additionalProperties: false,
 };
 
@@ -49,7 +56,7 @@ export const CreateDatasetBodySchema = z
       // Numbers and booleans are taken for their string form; an object, an array or null is refused.
       .record(z.string().min(1).max(300), z.union([z.string(), z.number(), z.boolean()], { error: 'must be a string, number or boolean' }))
       .meta(FILTER_JSON_SCHEMA)
-      .describe('Episode list filter keys (metadata.<key> and annotation.<key> included); values are stored as strings.'),
+      .describe('Episode list filter keys (metadata.<key>, annotation.<key>, has_metadata.<key> and has_annotation.<key> included); values are stored as strings.'),
   })
   .meta({ id: 'CreateDatasetRequest' });
 export type CreateDatasetBody = z.infer<typeof CreateDatasetBodySchema>;

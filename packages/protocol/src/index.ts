@@ -17,3 +17,4 @@ export * from './lifecycle.js';
 export * from './retry.js';
 export * from './destinations.js';
 export * from './cli.js';
+export * from './read-links.js';

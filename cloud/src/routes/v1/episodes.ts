@@ -32,7 +32,7 @@ const EXPORT_CHUNK = 500;
 // 1 to 512 characters, as parseEpisodeFilter takes them (an empty value is refused, so the
 // document says so).
 const filterText = z.string().min(1).max(512).optional();
-/** The documented filter parameters; `metadata.<key>` and `annotation.<key>` ride in the catchall. */
+/** The documented filter parameters; the attribute families (`metadata.<key>`, `annotation.<key>`, `has_metadata.<key>`, `has_annotation.<key>`) ride in the catchall. */
 const FilterQuery = {
   cursor: z.string().min(1).max(512).optional(),
   robot_id: filterText,
@@ -49,7 +49,9 @@ const FilterQuery = {
   destination_id: filterText.describe('with sync_state: the destination it is about'),
   sync_state: z.enum(['unverified', 'synced', 'verified']).optional(),
 };
-const Catchall = z.union([z.string(), z.array(z.string())]).describe('metadata.<key> or annotation.<key>: equality on the value');
+const Catchall = z
+  .union([z.string(), z.array(z.string())])
+  .describe('metadata.<key> or annotation.<key>: equality on the value; has_metadata.<key> or has_annotation.<key>: true or false, whether the key is present');
 
 const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 
@@ -104,7 +106,7 @@ export const episodeRoutes: V1Plugin = async (app) => {
     method: 'GET',
     url: '/episodes',
     config: { policy: { ...read, meter: 'episodes.list' } },
-    links: { 200: linksTo(['getEpisode', 'annotateEpisode', 'listEpisodeSegments', 'getEpisodeFiles', 'getEpisodeOutcomeHistory', 'setEpisodeOutcome'], { id: fromBody('/episodes/0/id') }, 'The first episode listed') },
+    links: { 200: linksTo(['getEpisode', 'annotateEpisode', 'listEpisodeSegments', 'getEpisodeFiles', 'getEpisodeOutcomeHistory', 'setEpisodeOutcome', 'createEpisodeReadLinks'], { id: fromBody('/episodes/0/id') }, 'The first episode listed') },
     schema: {
       operationId: 'listEpisodes',
       summary: 'List episodes',

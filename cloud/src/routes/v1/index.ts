@@ -5,6 +5,7 @@ import { destinationRoutes } from './destinations.js';
 import { entitlementRoutes } from './entitlements.js';
 import { episodeRoutes } from './episodes.js';
 import { eventRoutes } from './events.js';
+import { readLinkRoutes } from './read-links.js';
 import { robotCommandRoutes } from './robot-commands.js';
 import { robotRoutes } from './robots.js';
 import { routingRuleRoutes } from './routing-rules.js';
@@ -14,7 +15,7 @@ import { webhookRoutes } from './webhooks.js';
 import { V1_DECORATORS, type V1Plugin, type ZodApp } from './types.js';
 
 /** Every /v1 resource module; app.ts registers each under the /v1 prefix. */
-export const V1_PLUGINS: readonly V1Plugin[] = [apiKeyRoutes, entitlementRoutes, usageRoutes, robotRoutes, robotCommandRoutes, episodeRoutes, datasetRoutes, webhookRoutes, destinationRoutes, destinationCheckRoutes, routingRuleRoutes, syncHealthRoutes, eventRoutes];
+export const V1_PLUGINS: readonly V1Plugin[] = [apiKeyRoutes, entitlementRoutes, usageRoutes, robotRoutes, robotCommandRoutes, episodeRoutes, readLinkRoutes, datasetRoutes, webhookRoutes, destinationRoutes, destinationCheckRoutes, routingRuleRoutes, syncHealthRoutes, eventRoutes];
 export type { CommandSender, V1Plugin, ZodApp } from './types.js';
 
 /** Registers every /v1 module on `app` (the /v1 prefix's instance), once each decorator they read is there. */

@@ -8,6 +8,7 @@ import type { CloudConfig } from '../../config.js';
 import type { Store } from '../../store/index.js';
 import type { EventHub } from '../../streams/hub.js';
 import type { GrantRelay } from '../../sync/grant-relay.js';
+import type { ReadLinker } from '../../sync/read-links.js';
 import type { SyncRouter } from '../../sync/router.js';
 
 export type ZodApp = FastifyInstance<
@@ -47,6 +48,8 @@ declare module 'fastify' {
     sync: Pick<SyncRouter, 'schedule'>;
     /** Forwards grant requests to grant providers (the destination check uses it). */
     relay: Pick<GrantRelay, 'forward'>;
+    /** Asks a destination's provider for read links of an episode's files (POST …/read-links). */
+    readLinks: Pick<ReadLinker, 'issue'>;
     /** The event streams of this process (GET /v1/events/stream). */
     streams: EventHub;
   }
@@ -66,6 +69,7 @@ export const V1_DECORATORS = [
   'egressAllowLoopback',
   'sync',
   'relay',
+  'readLinks',
   'streams',
 ] as const;
 

@@ -1,8 +1,8 @@
 import { safeJsonStringify, type EpisodeOutcome } from '@fleet/protocol';
 import { indexedEvent } from '../../events.js';
-import { EPISODE_LINE_SELECT, indexedAttrs, reportedAgain, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
+import { EPISODE_LINE_SELECT, indexedAttrs, indexedKeys, keyChanges, reportedAgain, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
 import type { EpisodeFilter, EpisodeLineBatch, EpisodeRow, EpisodeStore, IngestItem, IngestResult, OutcomeChangeRow, ReplicaRow } from '../shared/types.js';
-import { EPISODE_EQ_COLUMNS } from '../shared/types.js';
+import { EPISODE_EQ_COLUMNS, presenceOf } from '../shared/types.js';
 import { LOCKS, lockOrgs, type PgDb, type Sql } from './db.js';
 import { appendEvents } from './events.js';
 import { EPISODE_INSERT_COLUMNS, episodeFromDb, episodeInsertValues, replicaFromDb, type ReplicaDbRow } from '../shared/rows.js';
@@ -86,6 +86,36 @@ class AttrRows {
   }
 }
 
+/** Key index rows (org, layer, key, seq) as four parallel arrays. */
+class KeyRows {
+  readonly orgs: string[] = [];
+  readonly layers: string[] = [];
+  readonly keys: string[] = [];
+  readonly seqs: number[] = [];
+
+  add(orgId: string, layer: 'm' | 'a', keys: Iterable<string>, seq: number): void {
+    for (const key of keys) {
+      this.orgs.push(orgId);
+      this.layers.push(layer);
+      this.keys.push(attrText(key));
+      this.seqs.push(seq);
+    }
+  }
+
+  get size(): number {
+    return this.seqs.length;
+  }
+
+  params(): unknown[] {
+    return [this.orgs, this.layers, this.keys, this.seqs];
+  }
+}
+
+const INSERT_KEYS = `INSERT INTO episode_attr_keys (org_id, layer, key, seq)
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) ON CONFLICT DO NOTHING`;
+const DELETE_KEYS = `DELETE FROM episode_attr_keys k USING unnest($1::text[], $2::text[], $3::text[], $4::int8[]) AS d(org_id, layer, key, seq)
+  WHERE k.org_id = d.org_id AND k.layer = d.layer AND k.key = d.key AND k.seq = d.seq`;
+
 const INSERT_ATTRS = `INSERT INTO episode_attrs (org_id, layer, key, value, seq)
   SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[]) ON CONFLICT DO NOTHING`;
 const DELETE_ATTRS = `DELETE FROM episode_attrs a USING unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[]) AS d(org_id, layer, key, value, seq)
@@ -98,8 +128,9 @@ const RANGE_PROBE = 20_000;
  * One SQL text per filter shape (which keys are present), values bound as parameters, every
  * condition in one WHERE: PostgreSQL keeps statistics of how many episodes carry each value, so
  * unlike SQLite (see sqlite/list-plan.ts) its planner can choose the driving index itself: an
- * (org_id, <column>, seq) index or an attribute's (org_id, layer, key, value, seq) range, both in
- * seq order, with the other conditions as index lookups or a merge join on seq.
+ * (org_id, <column>, seq) index, an attribute's (org_id, layer, key, value, seq) range or a key's
+ * (org_id, layer, key, seq) range, all in seq order, with the other conditions as index lookups
+ * or a merge join on seq.
  */
 export function buildPgListQuery(
   orgId: string,
@@ -148,6 +179,14 @@ export function buildPgListQuery(
     where.push(
       `EXISTS (SELECT 1 FROM episode_attrs x WHERE x.org_id = $1 AND x.layer = '${layer}' AND x.key = ${p(attrText(key))} AND x.value = ${p(attrText(value))} AND ${attrBounds} AND x.seq = e.seq)`,
     );
+  }
+  // Presence on the key index, (org_id, layer, key, seq) and bounded the same way: `=true` is one
+  // more seq-ordered range the planner may drive by or merge, `=false` an anti-join (a lookup per
+  // candidate, never a driver: absence has no index entries to walk).
+  const keyBounds = `k.seq > $2${maxSeq === undefined ? '' : ' AND k.seq <= $3'}`;
+  for (const [layer, key, present] of presenceOf(f)) {
+    const exists = `EXISTS (SELECT 1 FROM episode_attr_keys k WHERE k.org_id = $1 AND k.layer = '${layer}' AND k.key = ${p(attrText(key))} AND ${keyBounds} AND k.seq = e.seq)`;
+    where.push(present ? exists : `NOT ${exists}`);
   }
   if (f.excludeEval) where.push('e.eval_id IS NULL');
   if (f.excludeDiscarded) where.push("e.outcome <> 'discarded'");
@@ -221,8 +260,13 @@ export class PgEpisodes implements EpisodeStore {
     const seqOf = new Map(rows.map((r) => [r.id, r.seq]));
     const items = all.filter((i) => seqOf.has(i.report.id));
     const attrs = new AttrRows();
-    for (const { orgId, report } of items) attrs.add(orgId, 'm', report.metadata, seqOf.get(report.id)!);
+    const keys = new KeyRows();
+    for (const { orgId, report } of items) {
+      attrs.add(orgId, 'm', report.metadata, seqOf.get(report.id)!);
+      keys.add(orgId, 'm', indexedKeys(report.metadata), seqOf.get(report.id)!);
+    }
     if (attrs.size > 0) await sql.query(INSERT_ATTRS, attrs.params());
+    if (keys.size > 0) await sql.query(INSERT_KEYS, keys.params());
     await appendEvents(
       sql,
       items.map((item) => ({ orgId: item.orgId, event: indexedEvent(item), at: item.reportedAt })),
@@ -300,6 +344,14 @@ export class PgEpisodes implements EpisodeStore {
       added.add(orgId, 'a', after, row.seq);
       if (removed.size > 0) await sql.query(DELETE_ATTRS, removed.params());
       if (added.size > 0) await sql.query(INSERT_ATTRS, added.params());
+      // A key deleted with null leaves the key index: has_annotation.<key>=false finds it again.
+      const changes = keyChanges(before, after);
+      const keysOut = new KeyRows();
+      keysOut.add(orgId, 'a', changes.removed, row.seq);
+      const keysIn = new KeyRows();
+      keysIn.add(orgId, 'a', changes.added, row.seq);
+      if (keysOut.size > 0) await sql.query(DELETE_KEYS, keysOut.params());
+      if (keysIn.size > 0) await sql.query(INSERT_KEYS, keysIn.params());
       const annotations = safeJsonStringify(after);
       await sql.query('UPDATE episodes SET annotations = $1 WHERE seq = $2', [annotations, row.seq]);
       return (await this.hydrate(sql, [{ ...row, annotations }]))[0];

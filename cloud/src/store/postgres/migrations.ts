@@ -1,4 +1,6 @@
-import { LOCKS, type PgDb } from './db.js';
+import { LOCKS, type PgDb, type Sql } from './db.js';
+import { attrText } from './episodes.js';
+import { storedKeys } from '../shared/episode-lines.js';
 import { schemaSql } from '../shared/schema.js';
 
 /** What PostgreSQL's first migration adds to the shared tables: the auth revision's row and triggers, the attributes' statistics. */
@@ -30,7 +32,7 @@ const FIRST_AFTER = `
  * everything SQLite's migrations 1-12 arrived at; each later SQLite migration has one here
  * (`postgresVersion`). Never change a step that has shipped: add the next one.
  */
-const STEPS: readonly { name: string; after?: string }[] = [
+const STEPS: readonly { name: string; after?: string; backfill?: (sql: Sql) => Promise<void> }[] = [
   { name: 'organizations, keys, robots, episodes, datasets, webhooks, sync', after: FIRST_AFTER },
   { name: 'grant forward claims with a lease (SQLite migration 13)' },
   { name: 'idempotency claim tokens (SQLite migration 14)' },
@@ -63,12 +65,56 @@ const STEPS: readonly { name: string; after?: string }[] = [
   CREATE TRIGGER robots_count_update AFTER UPDATE OF org_id, deenrolled_at ON robots FOR EACH ROW EXECUTE FUNCTION count_enrolled_robots();
   INSERT INTO robot_counts (org_id, enrolled) SELECT org_id, COUNT(*) FROM robots WHERE deenrolled_at IS NULL GROUP BY org_id;`,
   },
+  {
+    name: 'the key index: which top-level metadata and annotation keys each episode has (SQLite migration 20)',
+    // As for the attributes: how many rows one (layer, key) has, as a whole.
+    after: 'CREATE STATISTICS episode_attr_keys_layer_key (mcv, dependencies) ON layer, key FROM episode_attr_keys;',
+    backfill: backfillAttrKeys,
+  },
 ];
 
-export const PG_MIGRATIONS: readonly { version: number; name: string; sql: string }[] = STEPS.map((step, i) => ({
+/** Episodes read per page of the key index's backfill. */
+const BACKFILL_PAGE = 1_000;
+
+/**
+ * The keys of the episodes indexed before the key index, computed by the same code the writes
+ * use. Not in SQL: PostgreSQL's JSON functions refuse a text holding `\u0000` anywhere (a value's
+ * NUL would fail the whole migration), and keys are stored escaped (attrText) as the writes store them.
+ */
+async function backfillAttrKeys(sql: Sql): Promise<void> {
+  for (let after = 0; ; ) {
+    const rows = (
+      await sql.query<{ seq: number; org_id: string; metadata: string; annotations: string }>(
+        'SELECT seq, org_id, metadata, annotations FROM episodes WHERE seq > $1 ORDER BY seq LIMIT $2',
+        [after, BACKFILL_PAGE],
+      )
+    ).rows;
+    const cols: [string[], string[], string[], number[]] = [[], [], [], []];
+    for (const r of rows) {
+      for (const [layer, key] of storedKeys(r.metadata, r.annotations)) {
+        cols[0].push(r.org_id);
+        cols[1].push(layer);
+        cols[2].push(attrText(key));
+        cols[3].push(Number(r.seq));
+      }
+    }
+    if (cols[3].length > 0) {
+      await sql.query(
+        'INSERT INTO episode_attr_keys (org_id, layer, key, seq) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) ON CONFLICT DO NOTHING',
+        cols,
+      );
+    }
+    if (rows.length < BACKFILL_PAGE) return;
+    after = Number(rows[rows.length - 1]!.seq);
+  }
+}
+
+/** `backfill` runs after `sql`, in the same transaction: data a statement cannot carry across. */
+export const PG_MIGRATIONS: readonly { version: number; name: string; sql: string; backfill?: (sql: Sql) => Promise<void> }[] = STEPS.map((step, i) => ({
   version: i + 1,
   name: step.name,
   sql: [schemaSql('postgres', i + 1), step.after ?? ''].join('\n'),
+  ...(step.backfill ? { backfill: step.backfill } : {}),
 }));
 
 /**
@@ -87,6 +133,7 @@ export async function migratePg(db: PgDb): Promise<void> {
         await client.query('BEGIN');
         try {
           await client.query(m.sql);
+          await m.backfill?.(client);
           // The database's own clock: the record of when a migration ran, not a time the cloud acts on.
           await client.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)', [m.version, m.name]);
           await client.query('COMMIT');

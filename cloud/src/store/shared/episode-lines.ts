@@ -54,6 +54,36 @@ export function* indexedAttrs(values: Record<string, unknown>): Generator<[key: 
 }
 
 /**
+ * The top-level keys of an episode's metadata or annotations that the key index holds, so that
+ * `has_metadata.<key>` / `has_annotation.<key>` filters find them: every key within the key
+ * bound, whatever its value (a value too long for the attribute index still makes its key present).
+ */
+export function* indexedKeys(values: Record<string, unknown>): Generator<string> {
+  for (const key of Object.keys(values)) if (key.length <= MAX_INDEXED_ATTR_KEY) yield key;
+}
+
+/** The keys an annotation patch takes out of the key index and puts in (keys kept stay as they are). */
+export function keyChanges(before: Record<string, unknown>, after: Record<string, unknown>): { removed: string[]; added: string[] } {
+  const had = new Set(indexedKeys(before));
+  const has = new Set(indexedKeys(after));
+  return { removed: [...had].filter((k) => !has.has(k)), added: [...has].filter((k) => !had.has(k)) };
+}
+
+/**
+ * The key index rows of an episode as stored (its metadata and annotations as their JSON text):
+ * what a migration that brings the key index writes for the episodes indexed before it.
+ */
+export function storedKeys(metadata: string, annotations: string): [layer: 'm' | 'a', key: string][] {
+  const out: [layer: 'm' | 'a', key: string][] = [];
+  for (const [layer, text] of [['m', metadata], ['a', annotations]] as const) {
+    const values: unknown = JSON.parse(text);
+    if (typeof values !== 'object' || values === null || Array.isArray(values)) continue;
+    for (const key of indexedKeys(values as Record<string, unknown>)) out.push([layer, key]);
+  }
+  return out;
+}
+
+/**
  * An episode id that is indexed already, reported again: the same robot of the same organization
  * resending its report is a duplicate (acknowledged, nothing written); anyone else is a conflict.
  */

@@ -307,6 +307,24 @@ const TABLES: readonly Table[] = [
     withoutRowid: true,
   },
   {
+    // One row per top-level key of the metadata (layer 'm') and annotations (layer 'a') of an
+    // episode, whatever its value: the index behind has_metadata.<key> and has_annotation.<key>.
+    // episode_attrs cannot say whether an episode has a key: its key puts the value before seq,
+    // so one episode's key is found only by reading every value of that key, and a value past the
+    // attribute bound has no row there at all. Ending in seq, one key's episodes come in seq
+    // order: a page of `=true` is a range scan that stops early, `=false` one lookup per candidate.
+    name: 'episode_attr_keys',
+    since: 20,
+    columns: [
+      c('org_id', 'text', 'NOT NULL'),
+      c('layer', 'text', "NOT NULL CHECK (layer IN ('m', 'a'))", { postgres: "CHAR(1) NOT NULL CHECK (layer IN ('m', 'a'))" }),
+      c('key', 'text', 'NOT NULL'),
+      c('seq', 'big', 'NOT NULL'),
+    ],
+    primaryKey: ['org_id', 'layer', 'key', 'seq'],
+    withoutRowid: true,
+  },
+  {
     name: 'outcome_changes',
     since: 3,
     columns: [

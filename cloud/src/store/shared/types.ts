@@ -322,11 +322,25 @@ export interface EpisodeFilter {
   /** Top-level key -> the value's string form. */
   metadata: Record<string, string>;
   annotation: Record<string, string>;
+  /**
+   * Top-level key -> whether it must be present (true) or absent (false) in the layer, whatever
+   * its value (`has_metadata.<key>`, `has_annotation.<key>`). Optional: most filters name none.
+   */
+  hasMetadata?: Record<string, boolean>;
+  hasAnnotation?: Record<string, boolean>;
   /** `unverified`: no verified replica (at the destination, if given). */
   syncState?: { state: 'unverified' | 'synced' | 'verified'; destinationId?: string };
   /** Dataset snapshot rules: leave out evaluation episodes / discarded episodes. */
   excludeEval?: boolean;
   excludeDiscarded?: boolean;
+}
+
+/** A filter's presence conditions (`has_metadata.<key>`, `has_annotation.<key>`), metadata first, each as given. */
+export function presenceOf(f: EpisodeFilter): [layer: 'm' | 'a', key: string, present: boolean][] {
+  return [
+    ...Object.entries(f.hasMetadata ?? {}).map(([k, v]) => ['m', k, v] as [layer: 'm', key: string, present: boolean]),
+    ...Object.entries(f.hasAnnotation ?? {}).map(([k, v]) => ['a', k, v] as [layer: 'a', key: string, present: boolean]),
+  ];
 }
 
 export interface ReplicaRow {

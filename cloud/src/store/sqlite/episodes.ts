@@ -14,7 +14,7 @@ import type {
   OutcomeChangeRow,
   ReplicaRow,
 } from '../shared/types.js';
-import { EPISODE_LINE_SELECT, indexedAttrs, reportedAgain, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
+import { EPISODE_LINE_SELECT, indexedAttrs, indexedKeys, keyChanges, reportedAgain, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
 import { EPISODE_INSERT_COLUMNS, episodeFromDb, episodeInsertValues, replicaFromDb, type ReplicaDbRow } from '../shared/rows.js';
 import { mergeAnnotations } from '../../episodes/annotations.js';
 
@@ -28,6 +28,8 @@ export class SqliteEpisodes implements EpisodeStore {
   private readonly insert;
   private readonly insertAttr;
   private readonly deleteAttrs;
+  private readonly insertKey;
+  private readonly deleteKey;
   private readonly appendEvent;
   private readonly updateAnnotations;
   private readonly updateOutcome;
@@ -45,6 +47,8 @@ export class SqliteEpisodes implements EpisodeStore {
     this.insert = db.prepare(`INSERT INTO episodes (${EPISODE_INSERT_COLUMNS.join(', ')}) VALUES (${EPISODE_INSERT_COLUMNS.map(() => '?').join(', ')})`);
     this.insertAttr = db.prepare('INSERT OR IGNORE INTO episode_attrs (org_id, layer, key, value, seq) VALUES (?, ?, ?, ?, ?)');
     this.deleteAttrs = db.prepare('DELETE FROM episode_attrs WHERE org_id = ? AND layer = ? AND key = ? AND value = ? AND seq = ?');
+    this.insertKey = db.prepare('INSERT OR IGNORE INTO episode_attr_keys (org_id, layer, key, seq) VALUES (?, ?, ?, ?)');
+    this.deleteKey = db.prepare('DELETE FROM episode_attr_keys WHERE org_id = ? AND layer = ? AND key = ? AND seq = ?');
     this.appendEvent = eventAppender(db);
     this.updateAnnotations = db.prepare('UPDATE episodes SET annotations = ? WHERE seq = ?');
     this.updateOutcome = db.prepare('UPDATE episodes SET outcome = ? WHERE seq = ?');
@@ -72,6 +76,7 @@ export class SqliteEpisodes implements EpisodeStore {
     const info = this.insert.run(...episodeInsertValues(item));
     const seq = Number(info.lastInsertRowid);
     this.indexAttrs(orgId, 'm', r.metadata, seq);
+    for (const key of indexedKeys(r.metadata)) this.insertKey.run(orgId, 'm', key, seq);
     this.appendEvent(orgId, indexedEvent(item), reportedAt);
     return 'inserted';
   }
@@ -164,6 +169,10 @@ export class SqliteEpisodes implements EpisodeStore {
         const after = mergeAnnotations(before, patch);
         this.indexAttrs(orgId, 'a', before, row.seq, true);
         this.indexAttrs(orgId, 'a', after, row.seq);
+        // A key deleted with null leaves the key index: has_annotation.<key>=false finds it again.
+        const keys = keyChanges(before, after);
+        for (const key of keys.removed) this.deleteKey.run(orgId, 'a', key, row.seq);
+        for (const key of keys.added) this.insertKey.run(orgId, 'a', key, row.seq);
         this.updateAnnotations.run(safeJsonStringify(after), row.seq);
         return true;
       })

@@ -32,7 +32,7 @@ function report(i: number): EpisodeReport {
     duration_s: null,
     message_count: null,
     bag_size_bytes: null,
-    metadata: { site: `site-${i % 3}`, shift: i % 2 },
+    metadata: { site: `site-${i % 3}`, shift: i % 2, ...(i % 5 === 1 ? { arm: 'left' } : {}) },
     segments: [],
     manifest: { files: [], total_bytes: 0 },
   };
@@ -48,6 +48,8 @@ beforeAll(async () => {
   for (let i = 0; i < N; i++) items.push({ orgId: i % 8 === 7 ? OTHER : ORG, robotId: `rbt_${i % 5}`, report: report(i), reportedAt: T0 });
   await store.episodes.ingest(items);
   for (let i = 0; i < N; i += 9) await store.episodes.patchAnnotations(i % 8 === 7 ? OTHER : ORG, report(i).id, { label: `l-${i % 2}` });
+  // Labels taken off again (deleted with null: the key is absent), and another key on some.
+  for (let i = 0; i < N; i += 27) await store.episodes.patchAnnotations(i % 8 === 7 ? OTHER : ORG, report(i).id, { label: null, seen: true });
   all = await store.episodes.list(ORG, { eq: {}, metadata: {}, annotation: {} }, 0, 10_000);
 });
 afterAll(async () => {
@@ -63,6 +65,8 @@ function matches(row: EpisodeRow, f: EpisodeFilter): boolean {
   }
   for (const [k, v] of Object.entries(f.metadata)) if (!(k in row.metadata) || String(row.metadata[k]) !== v) return false;
   for (const [k, v] of Object.entries(f.annotation)) if (!(k in row.annotations) || String(row.annotations[k]) !== v) return false;
+  for (const [k, present] of Object.entries(f.hasMetadata ?? {})) if (k in row.metadata !== present) return false;
+  for (const [k, present] of Object.entries(f.hasAnnotation ?? {})) if (k in row.annotations !== present) return false;
   const started = Date.parse(r.started_at);
   if (f.from !== undefined && started < f.from) return false;
   if (f.to !== undefined && started > f.to) return false;
@@ -80,6 +84,7 @@ const condition = fc.oneof(
   fc.record({ k: fc.constant('metadata.site'), v: fc.constantFrom('site-0', 'site-2', 'site-9') }),
   fc.record({ k: fc.constant('metadata.shift'), v: fc.constantFrom('0', '1') }),
   fc.record({ k: fc.constant('annotation.label'), v: fc.constantFrom('l-0', 'l-1') }),
+  fc.record({ k: fc.constantFrom('has_metadata.arm', 'has_metadata.site', 'has_annotation.label', 'has_annotation.seen'), v: fc.constantFrom('true', 'false') }),
 );
 
 function toFilter(conds: { k: string; v: string }[], from?: number, to?: number): EpisodeFilter {
@@ -87,6 +92,8 @@ function toFilter(conds: { k: string; v: string }[], from?: number, to?: number)
   for (const { k, v } of conds) {
     if (k.startsWith('metadata.')) f.metadata[k.slice(9)] = v;
     else if (k.startsWith('annotation.')) f.annotation[k.slice(11)] = v;
+    else if (k.startsWith('has_metadata.')) (f.hasMetadata ??= {})[k.slice(13)] = v === 'true';
+    else if (k.startsWith('has_annotation.')) (f.hasAnnotation ??= {})[k.slice(15)] = v === 'true';
     else (f.eq as Record<string, string>)[k] = v;
   }
   if (from !== undefined) f.from = from;
@@ -134,9 +141,18 @@ describe('planned list queries', () => {
         (conds, i, j, after, maxSeq) => {
           const f = toFilter(conds);
           const toCond = (c: { k: string }): IndexCondition =>
-            c.k.startsWith('metadata.') ? { kind: 'attr', layer: 'm', key: c.k.slice(9) } : c.k.startsWith('annotation.') ? { kind: 'attr', layer: 'a', key: c.k.slice(11) } : { kind: 'eq', col: c.k as EpisodeEqColumn };
-          const a = conds[i % conds.length]!;
-          const b = j === undefined || conds.length < 2 ? undefined : conds.filter((c) => c !== a)[j % (conds.length - 1)]!;
+            c.k.startsWith('metadata.')
+              ? { kind: 'attr', layer: 'm', key: c.k.slice(9) }
+              : c.k.startsWith('annotation.')
+                ? { kind: 'attr', layer: 'a', key: c.k.slice(11) }
+                : c.k.startsWith('has_')
+                  ? { kind: 'key', layer: c.k.startsWith('has_metadata.') ? 'm' : 'a', key: c.k.slice(c.k.indexOf('.') + 1) }
+                  : { kind: 'eq', col: c.k as EpisodeEqColumn };
+          // Absence (has_…=false) has no index entries to walk: it is never a driver.
+          const drivable = conds.filter((c) => !c.k.startsWith('has_') || c.v === 'true');
+          if (drivable.length === 0) return;
+          const a = drivable[i % drivable.length]!;
+          const b = j === undefined || drivable.length < 2 ? undefined : drivable.filter((c) => c !== a)[j % (drivable.length - 1)]!;
           const driver: ListDriver = { ...toCond(a), ...(b ? { and: toCond(b) } : {}) };
           const expected = all.filter((r) => r.seq > after && matches(r, f) && (maxSeq === undefined || r.seq <= maxSeq)).map((r) => r.seq);
           const { sql, params } = buildListQuery(ORG, f, after, -1, 'e.seq', maxSeq, driver);
@@ -160,6 +176,29 @@ describe('ListPlanner', () => {
     // eval-1 is on every 7th episode, teleop on two in three.
     expect(planner.plan(ORG, toFilter([{ k: 'control_mode', v: 'teleop' }, { k: 'eval_id', v: 'eval-1' }]), 0)).toEqual({ kind: 'eq', col: 'eval_id' });
     expect(planner.plan(ORG, toFilter([{ k: 'metadata.shift', v: '1' }, { k: 'annotation.label', v: 'l-1' }]), 0)).toEqual({ kind: 'attr', layer: 'a', key: 'label' });
+    // A present key walks the key index: `seen` is on every 27th, fewer than any task's episodes.
+    expect(planner.plan(ORG, toFilter([{ k: 'task_id', v: 'task-0' }, { k: 'has_annotation.seen', v: 'true' }]), 0)).toEqual({ kind: 'key', layer: 'a', key: 'seen' });
+    // An absent key never drives: alone it leaves the plan to SQLite, with another the other drives.
+    expect(planner.plan(ORG, toFilter([{ k: 'has_annotation.label', v: 'false' }]), 0)).toBeUndefined();
+    expect(planner.plan(ORG, toFilter([{ k: 'has_annotation.label', v: 'false' }, { k: 'eval_id', v: 'eval-1' }]), 0)).toEqual({ kind: 'eq', col: 'eval_id' });
+    // A present key nobody has after the cursor answers empty at once.
+    expect(planner.plan(ORG, toFilter([{ k: 'task_id', v: 'task-0' }, { k: 'has_annotation.nobody', v: 'true' }]), 0)).toBe('empty');
+  });
+
+  it('checks presence on the key index without reading the candidate row (one seek of its primary key)', () => {
+    const { sql, params } = buildListQuery(ORG, toFilter([{ k: 'eval_id', v: 'eval-1' }, { k: 'has_annotation.label', v: 'false' }, { k: 'has_metadata.arm', v: 'true' }]), 0, 50, 'e.seq', undefined, { kind: 'eq', col: 'eval_id' });
+    const plan = (store.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...params) as { detail: string }[]).map((r) => r.detail);
+    // `k`: the key index's alias in the presence checks.
+    const keyLookups = plan.filter((d) => /^SEARCH k\b/.test(d));
+    expect(keyLookups.length, plan.join('\n')).toBe(2);
+    for (const d of keyLookups) expect(d, plan.join('\n')).toMatch(/USING PRIMARY KEY \(org_id=\? AND layer=\? AND key=\? AND seq=\?\)/);
+    // The driver needs only seq here: its index covers it, no table row is read.
+    expect(plan[0], plan.join('\n')).toMatch(/COVERING INDEX episodes_eval/);
+    // Driven by the key index alone: a range of it in seq order, no sort.
+    const driven = buildListQuery(ORG, toFilter([{ k: 'has_annotation.seen', v: 'true' }]), 0, 50, 'e.seq', undefined, { kind: 'key', layer: 'a', key: 'seen' });
+    const drivenPlan = (store.db.prepare(`EXPLAIN QUERY PLAN ${driven.sql}`).all(...driven.params) as { detail: string }[]).map((r) => r.detail);
+    expect(drivenPlan[0], drivenPlan.join('\n')).toMatch(/SEARCH h USING PRIMARY KEY \(org_id=\? AND layer=\? AND key=\? AND seq>\?\)/);
+    expect(drivenPlan.join('\n')).not.toMatch(/TEMP B-TREE/);
   });
 
   it('answers empty when one condition has no entry after the cursor, without a driver for one condition', () => {

@@ -1,6 +1,6 @@
 import type { Statement } from 'better-sqlite3';
 import type { Db } from './db.js';
-import { EPISODE_EQ_COLUMNS, type EpisodeEqColumn, type EpisodeFilter } from '../shared/types.js';
+import { EPISODE_EQ_COLUMNS, presenceOf, type EpisodeEqColumn, type EpisodeFilter } from '../shared/types.js';
 
 /**
  * The index behind each equality filter: (org_id, column, seq), so one value's episodes come out
@@ -17,8 +17,11 @@ export const EQ_INDEX: Readonly<Record<EpisodeEqColumn, string>> = {
   outcome: 'episodes_outcome',
 };
 
-/** One equality or attribute condition's index, walked in seq order. */
-export type IndexCondition = { kind: 'eq'; col: EpisodeEqColumn } | { kind: 'attr'; layer: 'm' | 'a'; key: string };
+/**
+ * One equality, attribute or presence condition's index, walked in seq order. A `has_…=true`
+ * condition (`key`) walks the key index; `has_…=false` has no entries to walk and never drives.
+ */
+export type IndexCondition = { kind: 'eq'; col: EpisodeEqColumn } | { kind: 'attr' | 'key'; layer: 'm' | 'a'; key: string };
 
 /**
  * Which index a list query walks in seq order; every other condition is checked per candidate.
@@ -71,6 +74,7 @@ export class ListPlanner {
     }
     for (const [key, value] of Object.entries(f.metadata)) conds.push({ driver: { kind: 'attr', layer: 'm', key }, value });
     for (const [key, value] of Object.entries(f.annotation)) conds.push({ driver: { kind: 'attr', layer: 'a', key }, value });
+    for (const [layer, key, present] of presenceOf(f)) if (present) conds.push({ driver: { kind: 'key', layer, key }, value: '' });
     if (conds.length === 0) return undefined;
     if (conds.length === 1) return conds[0]!.driver;
 
@@ -89,7 +93,7 @@ export class ListPlanner {
       }
       probed.push({ driver, estimate, dense });
     }
-    // Stable: on a tie the earlier condition (equality before attribute) drives.
+    // Stable: on a tie the earlier condition (equality, then attribute, then presence) drives.
     probed.sort((a, b) => a.estimate - b.estimate);
     const [first, second] = probed as [(typeof probed)[number], (typeof probed)[number]];
     if (first.dense && second.dense && second.estimate <= MERGE_MAX_RATIO * first.estimate) return { ...first.driver, and: second.driver };
@@ -101,11 +105,19 @@ export class ListPlanner {
       d.kind === 'eq'
         ? `SELECT count(*) AS n, max(seq) AS last FROM (SELECT seq FROM episodes INDEXED BY ${EQ_INDEX[d.col]}
              WHERE org_id = ? AND ${d.col} = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?)`
-        : `SELECT count(*) AS n, max(seq) AS last FROM (SELECT seq FROM episode_attrs
-             WHERE org_id = ? AND layer = '${d.layer}' AND key = ? AND value = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?)`;
+        : d.kind === 'attr'
+          ? `SELECT count(*) AS n, max(seq) AS last FROM (SELECT seq FROM episode_attrs
+             WHERE org_id = ? AND layer = '${d.layer}' AND key = ? AND value = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?)`
+          : `SELECT count(*) AS n, max(seq) AS last FROM (SELECT seq FROM episode_attr_keys
+             WHERE org_id = ? AND layer = '${d.layer}' AND key = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?)`;
     let stmt = this.probes.get(sql);
     if (!stmt) this.probes.set(sql, (stmt = this.db.prepare<unknown[]>(sql)));
-    const params = d.kind === 'eq' ? [orgId, value, afterSeq, upTo, this.cap] : [orgId, d.key, value, afterSeq, upTo, this.cap];
+    const params =
+      d.kind === 'eq'
+        ? [orgId, value, afterSeq, upTo, this.cap]
+        : d.kind === 'attr'
+          ? [orgId, d.key, value, afterSeq, upTo, this.cap]
+          : [orgId, d.key, afterSeq, upTo, this.cap];
     return stmt.get(...params) as Probe;
   }
 }
@@ -114,9 +126,11 @@ export class ListPlanner {
  * One SQL text per filter shape (which keys are present, which one drives), values bound as
  * parameters. Without a driver, an attribute filter drives when there is one (its index is ordered
  * by seq for one (key, value): a page stops after `limit` rows even when most episodes carry the
- * key) and SQLite picks an index otherwise. With a driver (ListPlanner's choice), that index is
- * walked in seq order and every other equality or attribute condition is checked on its own index
- * by seq, so a rejected candidate costs one index seek instead of reading its table row.
+ * key), else a `has_…=true` one (the key index, ordered by seq for one key), and SQLite picks an
+ * index otherwise. With a driver (ListPlanner's choice), that index is walked in seq order and
+ * every other equality, attribute or presence condition is checked on its own index by seq, so a
+ * rejected candidate costs one index seek instead of reading its table row. `has_…=false` is
+ * always such a check (NOT EXISTS on the key index): absence has no index entries to walk.
  */
 export function buildListQuery(
   orgId: string,
@@ -131,6 +145,7 @@ export function buildListQuery(
     ...Object.entries(f.metadata).map(([k, v]) => ['m', k, v] as const),
     ...Object.entries(f.annotation).map(([k, v]) => ['a', k, v] as const),
   ];
+  const presence = presenceOf(f);
   const where: string[] = [];
   const params: unknown[] = [];
   let from = 'episodes e';
@@ -138,9 +153,18 @@ export function buildListQuery(
   const planned = driver !== undefined;
   // Conditions answered by the FROM clause (the driver, or both merged indexes): not checked again.
   const answered = new Set<string>();
-  const keyOf = (c: IndexCondition) => (c.kind === 'eq' ? c.col : `${c.layer}.${c.key}`);
+  const keyOf = (c: IndexCondition) => (c.kind === 'eq' ? c.col : `${c.kind === 'key' ? 'has:' : ''}${c.layer}.${c.key}`);
   const attrDriver =
     driver === undefined ? attrs[0] : driver.kind === 'attr' && !driver.and ? attrs.find(([l, k]) => l === driver.layer && k === driver.key) : undefined;
+  const present = presence.filter(([, , p]) => p);
+  const keyDriver =
+    driver === undefined
+      ? attrDriver === undefined
+        ? present[0]
+        : undefined
+      : driver.kind === 'key' && !driver.and
+        ? present.find(([l, k]) => l === driver.layer && k === driver.key)
+        : undefined;
   const eqDriver = driver?.kind === 'eq' && !driver.and && f.eq[driver.col] !== undefined ? driver.col : undefined;
   if (driver?.and) {
     // Two seq-ordered index streams merged by INTERSECT (ORDER BY seq lets SQLite merge them as
@@ -150,6 +174,10 @@ export function buildListQuery(
       if (c.kind === 'eq') {
         params.push(orgId, f.eq[c.col], afterSeq, ...(maxSeq === undefined ? [] : [maxSeq]));
         return `SELECT seq FROM episodes INDEXED BY ${EQ_INDEX[c.col]} WHERE org_id = ? AND ${c.col} = ? AND seq > ?${bound}`;
+      }
+      if (c.kind === 'key') {
+        params.push(orgId, c.layer, c.key, afterSeq, ...(maxSeq === undefined ? [] : [maxSeq]));
+        return `SELECT seq FROM episode_attr_keys WHERE org_id = ? AND layer = ? AND key = ? AND seq > ?${bound}`;
       }
       params.push(orgId, c.layer, c.key, (c.layer === 'm' ? f.metadata : f.annotation)[c.key], afterSeq, ...(maxSeq === undefined ? [] : [maxSeq]));
       return `SELECT seq FROM episode_attrs WHERE org_id = ? AND layer = ? AND key = ? AND value = ? AND seq > ?${bound}`;
@@ -164,6 +192,13 @@ export function buildListQuery(
     params.push(orgId, attrDriver[0], attrDriver[1], attrDriver[2], afterSeq);
     order = 'd.seq';
     answered.add(`${attrDriver[0]}.${attrDriver[1]}`);
+  } else if (keyDriver) {
+    // The key index as the outer loop, likewise.
+    from = 'episode_attr_keys h CROSS JOIN episodes e ON e.seq = h.seq';
+    where.push('h.org_id = ?', 'h.layer = ?', 'h.key = ?', 'h.seq > ?');
+    params.push(orgId, keyDriver[0], keyDriver[1], afterSeq);
+    order = 'h.seq';
+    answered.add(`has:${keyDriver[0]}.${keyDriver[1]}`);
   } else if (eqDriver) {
     from = `episodes e INDEXED BY ${EQ_INDEX[eqDriver]}`;
   }
@@ -195,6 +230,12 @@ export function buildListQuery(
     if (answered.has(`${layer}.${key}`)) continue;
     where.push('EXISTS (SELECT 1 FROM episode_attrs x WHERE x.org_id = e.org_id AND x.layer = ? AND x.key = ? AND x.value = ? AND x.seq = e.seq)');
     params.push(layer, key, value);
+  }
+  for (const [layer, key, isPresent] of presence) {
+    if (isPresent && answered.has(`has:${layer}.${key}`)) continue;
+    // One seek on the key index's whole primary key: the candidate's row is never read for it.
+    where.push(`${isPresent ? '' : 'NOT '}EXISTS (SELECT 1 FROM episode_attr_keys k WHERE k.org_id = e.org_id AND k.layer = ? AND k.key = ? AND k.seq = e.seq)`);
+    params.push(layer, key);
   }
   if (f.excludeEval) where.push('e.eval_id IS NULL');
   if (f.excludeDiscarded) where.push("e.outcome != 'discarded'");

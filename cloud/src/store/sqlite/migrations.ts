@@ -1,4 +1,6 @@
+import { storedKeys } from '../shared/episode-lines.js';
 import { schemaSql } from '../shared/schema.js';
+import type { Db } from './db.js';
 
 /**
  * SQLite's numbered schema migrations, applied in order at start inside one transaction each.
@@ -6,7 +8,7 @@ import { schemaSql } from '../shared/schema.js';
  * each names the migration that brought it); a step adds here only what is SQLite's own:
  * triggers and data carried across. Never change a step that has shipped: add the next one.
  */
-const STEPS: readonly { name: string; after?: string }[] = [
+const STEPS: readonly { name: string; after?: string; backfill?: (db: Db) => void }[] = [
   { name: 'organizations, api keys, idempotency, meters' },
   { name: 'robots and enrollment tokens' },
   { name: 'episodes, attributes, outcome changes, replicas, events' },
@@ -48,7 +50,29 @@ const STEPS: readonly { name: string; after?: string }[] = [
       'INSERT INTO robot_counts (org_id, enrolled) SELECT org_id, COUNT(*) FROM robots WHERE deenrolled_at IS NULL GROUP BY org_id;',
     ].join('\n'),
   },
+  { name: 'the key index: which top-level metadata and annotation keys each episode has', backfill: backfillAttrKeys },
 ];
+
+/** Episodes read per page of the key index's backfill. */
+const BACKFILL_PAGE = 1_000;
+
+/**
+ * The keys of the episodes indexed before the key index, computed by the same code the writes
+ * use (JSON.parse and the key bound, not SQLite's json_each, whose idea of a key's length and of
+ * `\u0000` in it is its own), a page of episodes at a time inside the migration's transaction.
+ */
+function backfillAttrKeys(db: Db): void {
+  const page = db.prepare<[number, number], { seq: number; org_id: string; metadata: string; annotations: string }>(
+    'SELECT seq, org_id, metadata, annotations FROM episodes WHERE seq > ? ORDER BY seq LIMIT ?',
+  );
+  const insert = db.prepare('INSERT OR IGNORE INTO episode_attr_keys (org_id, layer, key, seq) VALUES (?, ?, ?, ?)');
+  for (let after = 0; ; ) {
+    const rows = page.all(after, BACKFILL_PAGE);
+    for (const r of rows) for (const [layer, key] of storedKeys(r.metadata, r.annotations)) insert.run(r.org_id, layer, key, r.seq);
+    if (rows.length < BACKFILL_PAGE) return;
+    after = rows[rows.length - 1]!.seq;
+  }
+}
 
 /** robot_counts follows every write of robots: an enrolled robot added, de-enrolled, enrolled again or deleted. */
 function robotCountTriggers(): string[] {
@@ -74,8 +98,10 @@ function bumpAuthRevisionOn(table: string, updatedColumns?: string): string[] {
   ];
 }
 
-export const MIGRATIONS: readonly { version: number; name: string; sql: string }[] = STEPS.map((step, i) => ({
+/** `backfill` runs after `sql`, in the same transaction: data a statement cannot carry across. */
+export const MIGRATIONS: readonly { version: number; name: string; sql: string; backfill?: (db: Db) => void }[] = STEPS.map((step, i) => ({
   version: i + 1,
   name: step.name,
   sql: [schemaSql('sqlite', i + 1), step.after ?? ''].join('\n'),
+  ...(step.backfill ? { backfill: step.backfill } : {}),
 }));

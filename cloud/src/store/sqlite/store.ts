@@ -68,6 +68,7 @@ function migrate(db: Db, clock: Clock): void {
       const again = db.prepare('SELECT 1 FROM schema_migrations WHERE version = ?').get(m.version);
       if (again) return;
       db.exec(m.sql);
+      m.backfill?.(db);
       db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, clock.now());
     }).immediate();
   }

@@ -2,7 +2,7 @@ import { registerLeRobot } from './commands-lerobot.js';
 import { once } from 'node:events';
 import { createWriteStream } from 'node:fs';
 import { Option, type Command } from 'commander';
-import { STREAM_PAGE_LIMIT } from '@fleet/protocol';
+import { READ_LINKS_MAX_FILES, STREAM_PAGE_LIMIT } from '@fleet/protocol';
 import { ROBOT_COMMAND_ACTIONS, type RobotCommandAction } from '../client.js';
 import type { Dataset, Episode, EpisodeFilters, Robot } from '../types.js';
 import { UsageError } from './errors.js';
@@ -73,7 +73,8 @@ function filtersOf(opts: FilterOpts): EpisodeFilters {
   if (typeof opts.syncState === 'string') f.sync_state = opts.syncState;
   for (const [k, v] of opts.metadata ?? []) f[`metadata.${k}`] = v;
   for (const [k, v] of opts.annotation ?? []) f[`annotation.${k}`] = v;
-  return f;
+  // Every key here is an equality family's (string values): none of the presence families.
+  return f as EpisodeFilters;
 }
 
 export function registerData(program: Command, ctx: CliContext): void {
@@ -217,6 +218,27 @@ Examples:
         { header: 'to', value: (h) => h.to },
         { header: 'reason', value: (h) => h.reason },
       ]);
+    });
+  episodes
+    .command('read-links <episode-id>')
+    .description('short-lived GET URLs for the episode’s files in your bucket, issued by your grant provider; prints the JSON answer')
+    .option('--destination <id>', 'read the replica at this destination (default: the first verified one)')
+    .option('--file <path>', `only this manifest file (repeatable, at most ${READ_LINKS_MAX_FILES}; default: every file)`, (v: string, prev: string[] = []) => [...prev, v])
+    .addHelpText(
+      'after',
+      `
+Examples:
+  $ fleet episodes read-links ep_123
+  $ fleet episodes read-links ep_123 --file recording.mcap | jq -r '.files[0].url'
+
+Each URL is a bearer secret until its expires_at: anyone holding it can read the file. Ask
+again for fresh ones; nothing is kept.`,
+    )
+    .action(async (id: string, opts: { destination?: string; file?: string[] }, cmd: Command) => {
+      if (opts.file && opts.file.length > READ_LINKS_MAX_FILES) throw new UsageError(`at most ${READ_LINKS_MAX_FILES} --file per call (${opts.file.length} given)`);
+      const body = { ...(opts.destination !== undefined ? { destination_id: opts.destination } : {}), ...(opts.file ? { files: opts.file } : {}) };
+      // JSON whatever the output form: the links are for a program (curl, jq), and a table would cut them.
+      output(ctx, cmd).data(await clientFor(ctx, cmd).episodes.readLinks(id, body));
     });
   withFilters(
     episodes

@@ -3,7 +3,8 @@
  * `fleet-cloud serve` with a simulated robot: lists with filters in both output forms, an export
  * cut off mid-way (a proxy drops the connection on the second page) and finished with --resume,
  * usage and API errors with their exit codes, and the config file: written 0600 by login,
- * refused when others may read it.
+ * refused when others may read it. Read links last: a destination served by the reference grant
+ * provider into the S3 server, one episode uploaded and verified, its links printed and read.
  */
 import { chmodSync, existsSync, readFileSync, statSync, writeFileSync, appendFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
@@ -11,14 +12,22 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import type { FleetClient } from '@fleet/client';
-import { STREAM_PAGE_LIMIT } from '@fleet/protocol';
+import { READ_LINKS_MAX_FILES, STREAM_PAGE_LIMIT } from '@fleet/protocol';
+import { request } from 'undici';
+import { createTestPki, type TestPki } from '../cloud/src/egress/test-https.js';
 import { cleanEnv, makeTempDir, REPO_ROOT, startCloud, type CloudProcess, type TempDir } from './support/cloud.js';
+import { getEpisode } from './support/episodes.js';
+import { startGrantProvider, writeProviderTls, type GrantProviderProcess } from './support/grant-provider.js';
+import { freePort } from './support/http.js';
 import { runProcess, type RunResult } from './support/process.js';
 import { startFleet, type FleetProcess } from './support/robots.js';
+import { startS3Server, type S3ServerProcess } from './support/s3-server.js';
 import { waitFor } from './support/wait.js';
 
 const FLEET_CLI = join(REPO_ROOT, 'packages', 'client', 'dist', 'cli.js');
 
+let pki: TestPki;
+let s3: S3ServerProcess;
 let cloud: CloudProcess;
 let fleet: FleetProcess;
 let tmp: TempDir;
@@ -45,8 +54,11 @@ async function record(c: FleetClient, end: 'finish' | 'fail'): Promise<string> {
 
 beforeAll(async () => {
   tmp = await makeTempDir('fleet-cli-');
-  cloud = await startCloud({ args: ['--egress-allow-loopback'] });
-  fleet = await startFleet(cloud, { count: 1, subtaskMs: 100, args: ['--bytes-per-second', '4096'] });
+  // For read links (the last tests): the provider's CA, and the bucket's origin allowed.
+  pki = createTestPki();
+  s3 = await startS3Server();
+  cloud = await startCloud({ args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile, '--read-origin', s3.endpoint] });
+  fleet = await startFleet(cloud, { count: 1, subtaskMs: 100, args: ['--bytes-per-second', '4096', '--allow-http-uploads'] });
   robot = fleet.robots[0]!;
   const c = cloud.client();
   for (const end of ['finish', 'finish', 'fail', 'finish', 'finish'] as const) recorded.push(await record(c, end));
@@ -61,7 +73,9 @@ beforeAll(async () => {
 afterAll(async () => {
   await fleet?.[Symbol.asyncDispose]();
   await cloud?.[Symbol.asyncDispose]();
+  await s3?.close();
   await tmp?.[Symbol.asyncDispose]();
+  pki?.cleanup();
 });
 
 describe('fleet CLI', () => {
@@ -354,4 +368,76 @@ describe('fleet CLI', () => {
     const fromHome = await fleetCli(['entitlements', '--json']);
     expect(fromHome.code, fromHome.stderr).toBe(0);
   });
+});
+
+describe('fleet episodes read-links', () => {
+  let provider: GrantProviderProcess | undefined;
+  let episodeId: string;
+
+  afterAll(async () => {
+    await provider?.[Symbol.asyncDispose]();
+  });
+
+  test('before any verified replica: 409 replica_not_verified with the replicas; an unknown destination 404; too many --file exit 2', async () => {
+    const id = recorded[0]!;
+    const none = await fleetCli(['episodes', 'read-links', id], withKey());
+    expect(none.code).toBe(1);
+    expect(none.stdout).toBe('');
+    expect(none.stderr).toMatch(/^fleet: replica_not_verified: .+ \(\S+\)\n {2}replicas: \[/);
+    const unknown = await fleetCli(['episodes', 'read-links', id, '--destination', 'dst_nope'], withKey());
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/^fleet: not_found: /);
+    const many = Array.from({ length: READ_LINKS_MAX_FILES + 1 }, (_, i) => ['--file', `f${i}`]).flat();
+    const over = await fleetCli(['episodes', 'read-links', id, ...many], withKey());
+    expect(over.code).toBe(2);
+    expect(over.stderr.trim()).toBe(`fleet: at most ${READ_LINKS_MAX_FILES} --file per call (${READ_LINKS_MAX_FILES + 1} given)`);
+  });
+
+  test('a verified episode: the JSON answer with one link per file, which reads the object (Range: 206)', async () => {
+    const c = cloud.client();
+    const port = await freePort();
+    const destination = await c.destinations.create({ type: 'external', url: `https://127.0.0.1:${port}/grants` });
+    provider = await startGrantProvider({ s3, secret: destination.secret, tls: writeProviderTls(pki, tmp.path), args: ['--port', String(port)] });
+    // This one episode goes to it, whatever rules earlier tests left: a rule of its own, first.
+    episodeId = await record(c, 'finish');
+    const rule = await c.routingRules.create({ destination_id: destination.id, match: { episode_id: episodeId } });
+    const others = (await c.routingRules.list()).routing_rules.map((r) => r.id).filter((r) => r !== rule.id);
+    await c.routingRules.setOrder([rule.id, ...others]);
+    const episode = await waitFor(
+      async () => {
+        const ep = await getEpisode(cloud, episodeId);
+        return ep?.replicas.some((r) => r.destination_id === destination.id && r.state === 'verified') ? ep : undefined;
+      },
+      { timeoutMs: 120_000, intervalMs: 500, description: `episode ${episodeId} verified at ${destination.id}` },
+    );
+    const files = (await c.episodes.files(episodeId)).files;
+    const replica = episode.replicas.find((r) => r.destination_id === destination.id)!;
+
+    // No --json: the answer is JSON all the same.
+    const r = await fleetCli(['episodes', 'read-links', episodeId], withKey());
+    expect(r.code, r.stderr).toBe(0);
+    const answer = JSON.parse(r.stdout) as { episode_id: string; destination_id: string; files: { path: string; url: string; size_bytes: number; sha256: string; expires_at: string }[] };
+    expect(answer).toMatchObject({ episode_id: episodeId, destination_id: destination.id });
+    expect(answer.files.map((f) => [f.path, f.size_bytes, f.sha256])).toEqual(files.map((f) => [f.path, f.size_bytes, f.sha256]));
+    for (const f of answer.files) {
+      expect(new URL(f.url).origin).toBe(s3.endpoint);
+      const stored = (await s3.getObject(`${replica.object_key}${f.path}`))!;
+      const got = await request(f.url);
+      expect(got.statusCode).toBe(200);
+      expect(Buffer.from(await got.body.arrayBuffer()).equals(stored.body)).toBe(true);
+    }
+    const big = answer.files.find((f) => f.size_bytes > 100)!;
+    const ranged = await request(big.url, { headers: { range: 'bytes=0-99' } });
+    expect(ranged.statusCode).toBe(206);
+    expect((await ranged.body.arrayBuffer()).byteLength).toBe(100);
+
+    // --file and --destination reach the API: one file, from that replica; a path not in the manifest is 400.
+    const one = await fleetCli(['--json', 'episodes', 'read-links', episodeId, '--destination', destination.id, '--file', big.path], withKey());
+    expect(one.code, one.stderr).toBe(0);
+    expect((JSON.parse(one.stdout) as { files: { path: string }[] }).files.map((f) => f.path)).toEqual([big.path]);
+    const stray = await fleetCli(['episodes', 'read-links', episodeId, '--file', 'not/in/the/manifest.bin'], withKey());
+    expect(stray.code).toBe(1);
+    expect(stray.stderr).toMatch(/^fleet: validation_failed: /);
+    expect(stray.stderr).toContain('unknown_file');
+  }, 180_000);
 });

@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ListMultipartUploadsCommand, S3Client } from '@aws-sdk/client-s3';
-import { GrantAnswerSchema, isMultipartFile, type GrantAnswer, type GrantRequestEnvelope, type MultipartGrantFile } from '@fleet/protocol';
+import { GrantAnswerSchema, ReadAnswerSchema, isMultipartFile, type GrantAnswer, type GrantRequestEnvelope, type MultipartGrantFile, type ReadRequestEnvelope } from '@fleet/protocol';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createTestPki, type TestPki } from '../cloud/src/egress/test-https.js';
@@ -285,6 +285,104 @@ describe('fleet-sim grant-provider: grants against a real S3 server', () => {
   });
 });
 
+/** A read request for `env`'s files (all of them unless `paths`), as the cloud sends it. */
+function readEnvelope(env: GrantRequestEnvelope, extra: Partial<ReadRequestEnvelope['request']> = {}, paths?: string[]): ReadRequestEnvelope {
+  const manifest = env.request.manifest.files;
+  const files = paths ? paths.map((p) => manifest.find((f) => f.path === p)!) : manifest;
+  return {
+    episode_id: env.episode_id,
+    org_id: env.org_id,
+    request: { destination_id: env.request.destination_id, episode: env.request.episode, object_key: null, files, expires_in_s: 900, ...extra },
+  };
+}
+
+function linksOf(body: unknown): { path: string; url: string; expires_at: string }[] {
+  const answer = ReadAnswerSchema.parse(body);
+  if (!('files' in answer) || !Array.isArray(answer.files)) throw new Error(`expected read links, got ${JSON.stringify(body)}`);
+  return answer.files as { path: string; url: string; expires_at: string }[];
+}
+
+/** Uploads `files` through a grant of the provider; resolves with the grant's object_key. */
+async function uploaded(env: GrantRequestEnvelope, files: Record<string, Buffer>): Promise<string> {
+  const dest = grantOf((await provider.ask(env)).body).destinations[0]!;
+  for (const f of dest.files) {
+    if (isMultipartFile(f)) throw new Error('expected put_url');
+    expect((await put(f.put_url, files[f.path]!)).status).toBe(200);
+  }
+  return dest.object_key!;
+}
+
+describe('fleet-sim grant-provider: read links against a real S3 server', () => {
+  test('a presigned GET per file reads the uploaded bytes; a Range GET is 206 with exactly those bytes', async () => {
+    const files = { 'recording.mcap': randomBytes(200_000), 'meta/episode.json': Buffer.from('{"ok":true}') };
+    const env = envelope(files);
+    const objectKey = await uploaded(env, files);
+    const before = Date.now();
+    const res = await provider.askRead(readEnvelope(env, { object_key: objectKey }));
+    expect(res.status).toBe(200);
+    const links = linksOf(res.body);
+    expect(links.map((l) => l.path)).toEqual(Object.keys(files));
+    for (const link of links) {
+      // 900 s asked, 900 s given (the provider's clock is this machine's).
+      expect(Date.parse(link.expires_at) - before).toBeGreaterThan(890_000);
+      expect(Date.parse(link.expires_at) - Date.now()).toBeLessThanOrEqual(900_000);
+      const whole = await request(link.url);
+      expect(whole.statusCode).toBe(200);
+      expect(Buffer.from(await whole.body.arrayBuffer()).equals(files[link.path as keyof typeof files])).toBe(true);
+    }
+    const mcap = files['recording.mcap'];
+    const ranged = await request(links[0]!.url, { headers: { range: 'bytes=0-99' } });
+    expect(ranged.statusCode).toBe(206);
+    expect(ranged.headers['content-range']).toBe(`bytes 0-99/${mcap.length}`);
+    expect(Buffer.from(await ranged.body.arrayBuffer()).equals(mcap.subarray(0, 100))).toBe(true);
+    expect(provider.process.stderrLines.join('\n')).not.toMatch(/X-Amz-Signature|dsec_/);
+  });
+
+  test('without an object_key the layout names the keys; the files asked, in the order asked', async () => {
+    const files = { 'a.bin': randomBytes(1000), 'b.bin': randomBytes(2000), 'c.bin': randomBytes(10) };
+    const env = envelope(files);
+    await uploaded(env, files);
+    const links = linksOf((await provider.askRead(readEnvelope(env, {}, ['c.bin', 'a.bin']))).body);
+    expect(links.map((l) => l.path)).toEqual(['c.bin', 'a.bin']);
+    const got = await request(links[0]!.url);
+    expect(Buffer.from(await got.body.arrayBuffer()).equals(files['c.bin'])).toBe(true);
+  });
+
+  test('a link is for its object only: another key or a changed signature is refused by the store; a link to a missing object is 404', async () => {
+    const files = { 'x.bin': randomBytes(500) };
+    const env = envelope(files);
+    const objectKey = await uploaded(env, files);
+    const [link] = linksOf((await provider.askRead(readEnvelope(env, { object_key: objectKey }))).body);
+    const flip = (url: string) => url.replace(/(X-Amz-Signature=[0-9a-f]*)([0-9a-f])/, (_m, a: string, c: string) => `${a}${c === '0' ? '1' : '0'}`);
+    for (const url of [flip(link!.url), link!.url.replace('/x.bin?', '/y.bin?')]) {
+      const r = await request(url);
+      expect(r.statusCode).toBe(403);
+      expect(await r.body.text()).toMatch(/<Code>SignatureDoesNotMatch<\/Code>/);
+    }
+    // Nothing is checked in the store before presigning: the GET says the object is not there.
+    const missing = readEnvelope(envelope({ 'never.bin': Buffer.from('n') }));
+    const [none] = linksOf((await provider.askRead(missing)).body);
+    expect((await request(none!.url)).statusCode).toBe(404);
+  });
+
+  test("an object_key outside the provider's prefix is refused in words; the signature comes first", async () => {
+    const env = envelope({ 'a.bin': Buffer.from('a') });
+    const refused = await provider.askRead(readEnvelope(env, { object_key: '../other-bucket/' }));
+    expect(refused).toEqual({ status: 200, body: { refused: { message: "the replica's object key is outside this provider's key prefix" } } });
+    expect((await provider.askRead(readEnvelope(env), { secrets: [`dsec_${'c'.repeat(40)}`] })).status).toBe(401);
+    const bad = await provider.askRead({ ...readEnvelope(env), request: { ...readEnvelope(env).request, files: [] } });
+    expect(bad).toMatchObject({ status: 400, body: { error: { code: 'validation_failed' } } });
+  });
+
+  test('a provider without read support (--no-read-links) answers 501 not_implemented, and grants as before', async () => {
+    await using off = await startGrantProvider({ s3, secret: SECRET, reads: false });
+    const env = envelope({ 'a.txt': Buffer.from('a') });
+    const res = await off.askRead(readEnvelope(env));
+    expect(res).toEqual({ status: 501, body: { error: { code: 'not_implemented', message: 'this provider does not issue read links' } } });
+    expect((await off.ask(env)).status).toBe(200);
+  });
+});
+
 describe('fleet-sim grant-provider: configuration', () => {
   const run = (args: string[], env: Record<string, string | undefined>) =>
     runProcess(process.execPath, [SIM_CLI, 'grant-provider', '--port', '0', ...args], { cwd: REPO_ROOT, env: cleanEnv(env) });
@@ -309,6 +407,12 @@ describe('fleet-sim grant-provider: configuration', () => {
     const odd = await run(['--s3-bucket', 'episodes'], { FLEET_PROVIDER_SECRET: SECRET, FLEET_PROVIDER_INSECURE_HTTP: 'maybe' });
     expect(odd.code).toBe(2);
     expect(odd.stderr).toContain('FLEET_PROVIDER_INSECURE_HTTP must be true or false');
+  });
+
+  test('FLEET_PROVIDER_READ_LINKS must be a boolean', async () => {
+    const res = await run(['--insecure-http', '--s3-bucket', 'episodes'], { FLEET_PROVIDER_SECRET: SECRET, FLEET_PROVIDER_READ_LINKS: 'sometimes' });
+    expect(res.code).toBe(2);
+    expect(res.stderr).toContain('FLEET_PROVIDER_READ_LINKS must be true or false');
   });
 
   test('a port already taken: exit 1', async () => {

@@ -61,7 +61,8 @@ beforeAll(async () => {
   // moto's S3 server (test/support/moto-server.ts), an implementation independent of the s3rver
   // most suites use: the robots' uploads and the SDK's datasets.download() both go through it.
   s3 = await startS3Server({ implementation: 'moto' });
-  cloud = await startCloud({ args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile] });
+  // Read links (python/tests/test_read_links.py) may point at the bucket.
+  cloud = await startCloud({ args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile, '--read-origin', s3.endpoint] });
   const port = await freePort();
   const destination = await okJson<{ id: string; secret: string }>(
     await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: `https://127.0.0.1:${port}/grant` } }),

@@ -260,6 +260,47 @@ def test_filters_are_encoded_as_query_pairs() -> None:
     )
 
 
+def test_presence_filters_are_encoded_as_true_or_false_and_checked_before_sending() -> None:
+    h = Recorder([status(200, {"episodes": [], "cursor": None})])
+    c, _ = client(h)
+    c.episodes.list(has_annotation={"qa_status": False, "a&b": True}, has_metadata={"site": True})
+    q = h.requests[0].url.params
+    assert (
+        q["has_annotation.qa_status"] == "false"
+        and q["has_annotation.a&b"] == "true"
+        and q["has_metadata.site"] == "true"
+    )
+    for bad in ({"qa_status": "false"}, {"qa_status": 0}, {"": True}, {"k" * 257: True}):
+        with pytest.raises(ValueError):
+            c.episodes.list(has_annotation=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        c.episodes.list(has_metadata=["site"])  # type: ignore[arg-type]
+    assert len(h.requests) == 1
+
+
+def test_a_dataset_of_keyword_presence_filters_stores_their_string_form() -> None:
+    h = Recorder(
+        [
+            status(
+                201,
+                {
+                    "id": "ds_1",
+                    "name": "todo",
+                    "description": None,
+                    "filter": {"has_annotation.qa_status": "false"},
+                    "snapshot_at": None,
+                    "episode_count": None,
+                    "created_by": "key_1",
+                    "created_at": "2026-01-01T00:00:00.000Z",
+                },
+            )
+        ]
+    )
+    c, _ = client(h)
+    c.datasets.create(name="todo", has_annotation={"qa_status": False})
+    assert json.loads(h.requests[0].content)["filter"] == {"has_annotation.qa_status": "false"}
+
+
 class DroppingStream(httpx.SyncByteStream):
     """Sends some lines, then fails as a dropped connection would."""
 

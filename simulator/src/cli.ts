@@ -132,23 +132,27 @@ program
   .addOption(new Option('--retry-after-s <s>', 'what a deferral asks the robot to wait (default 30)').env('FLEET_PROVIDER_RETRY_AFTER_S'))
   .addOption(new Option('--store-timeout-ms <ms>', 'time budget for the store calls of one grant (default 5000)').env('FLEET_PROVIDER_STORE_TIMEOUT_MS'))
   .addOption(new Option('--signature-tolerance-s <s>', 'accepted clock difference of a signature (default 300)').env('FLEET_PROVIDER_SIGNATURE_TOLERANCE_S'))
+  .option('--no-read-links', 'answer read requests (presigned GET URLs for playback) with 501 not_implemented (env: FLEET_PROVIDER_READ_LINKS=false)')
   .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_PROVIDER_LOG_LEVEL').default('info'))
   .action(async (o: Record<string, string | boolean | undefined>) => {
     const str = (k: string) => (typeof o[k] === 'string' ? o[k] : undefined);
     // Secrets only from the environment: a flag would show them in the process list.
     const env = process.env;
-    const flag = (k: string, variable: string): boolean => {
-      if (o[k] === true) return true;
+    const envBoolean = (variable: string, unset: boolean): boolean => {
       const v = (env[variable] ?? '').trim().toLowerCase();
-      if (v === '' || v === '0' || v === 'false' || v === 'no') return false;
+      if (v === '') return unset;
+      if (v === '0' || v === 'false' || v === 'no') return false;
       if (v === '1' || v === 'true' || v === 'yes') return true;
       return fail(`${variable} must be true or false`, EXIT_USAGE);
     };
+    const flag = (k: string, variable: string): boolean => o[k] === true || envBoolean(variable, false);
     const input: GrantProviderConfigInput = {
       secrets: [env.FLEET_PROVIDER_SECRET, env.FLEET_PROVIDER_PREVIOUS_SECRET].filter((s): s is string => s !== undefined && s !== ''),
       s3Bucket: str('s3Bucket')!,
       insecureHttp: flag('insecureHttp', 'FLEET_PROVIDER_INSECURE_HTTP'),
       s3ForcePathStyle: flag('s3PathStyle', 'FLEET_PROVIDER_S3_PATH_STYLE'),
+      // On unless the flag or the variable turns it off.
+      reads: o.readLinks !== false && envBoolean('FLEET_PROVIDER_READ_LINKS', true),
       logLevel: str('logLevel') as GrantProviderConfigInput['logLevel'],
     };
     if (env.FLEET_PROVIDER_S3_ACCESS_KEY_ID) input.s3AccessKeyId = env.FLEET_PROVIDER_S3_ACCESS_KEY_ID;

@@ -31,6 +31,7 @@ export { GrantProviderConfigSchema, parseGrantProviderConfig, type GrantProvider
 export { answerGrantRequest, deferral } from './grant-provider/grants.js';
 export { episodeKeyPrefix, planUploads, type FilePlan } from './grant-provider/layout.js';
 export { runGrantProvider, type RunningGrantProvider } from './grant-provider/main.js';
+export { answerReadRequest, readKeyPrefix, readLinkLifetimeS } from './grant-provider/reads.js';
 export { createS3UploadStore, type InFlightUpload, type UploadStore } from './grant-provider/s3-store.js';
 export { MAX_BODY_BYTES, PROVIDER_ERRORS, buildGrantProviderServer, type GrantProviderDeps } from './grant-provider/server.js';
 export {

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { GRANT_EVENT, signPayload, type GrantRequestEnvelope } from '@fleet/protocol';
+import { GRANT_EVENT, READ_EVENT, signPayload, type GrantRequestEnvelope, type ReadRequestEnvelope } from '@fleet/protocol';
 import { Agent, request } from 'undici';
 import { cleanEnv, REPO_ROOT } from './cloud.js';
 import { spawnProcess, type SpawnedProcess } from './process.js';
@@ -18,6 +18,8 @@ export interface StartGrantProviderOptions {
   tls?: { certFile: string; keyFile: string; ca: string };
   /** More flags, e.g. `--multipart-threshold-bytes`. */
   args?: readonly string[];
+  /** false: a provider without read support (`--no-read-links`: read requests answer 501). Default on. */
+  reads?: boolean;
 }
 
 export interface GrantAskOptions {
@@ -28,6 +30,8 @@ export interface GrantAskOptions {
   /** Raw body instead of the JSON of the envelope. */
   rawBody?: string | Buffer;
   headers?: Record<string, string>;
+  /** `X-Service-Event`; `grant.request` by default (`askRead` sends `read.request`). */
+  event?: string;
 }
 
 export interface GrantProviderProcess extends AsyncDisposable {
@@ -35,6 +39,8 @@ export interface GrantProviderProcess extends AsyncDisposable {
   readonly process: SpawnedProcess;
   /** POSTs a signed grant request as the cloud does; resolves with the status and parsed JSON. */
   ask(envelope: GrantRequestEnvelope | null | Record<string, unknown>, opts?: GrantAskOptions): Promise<{ status: number; body: unknown }>;
+  /** The same for a read request (`X-Service-Event: read.request`). */
+  askRead(envelope: ReadRequestEnvelope | null | Record<string, unknown>, opts?: GrantAskOptions): Promise<{ status: number; body: unknown }>;
   kill(signal?: NodeJS.Signals): Promise<void>;
 }
 
@@ -46,6 +52,7 @@ export async function startGrantProvider(opts: StartGrantProviderOptions): Promi
     '--port',
     '0',
     ...(opts.tls ? ['--tls-cert', opts.tls.certFile, '--tls-key', opts.tls.keyFile] : ['--insecure-http']),
+    ...(opts.reads === false ? ['--no-read-links'] : []),
     ...(opts.args ?? []),
   ];
   const env = cleanEnv({
@@ -70,32 +77,34 @@ export async function startGrantProvider(opts: StartGrantProviderOptions): Promi
   }
   const dispatcher = new Agent({ connect: opts.tls ? { ca: opts.tls.ca } : {} });
   const secret = opts.secret;
+  const ask: GrantProviderProcess['ask'] = async (envelope, o = {}) => {
+    const body = o.rawBody ?? JSON.stringify(envelope);
+    const secrets = o.secrets ?? [secret];
+    const t = o.timestampS ?? Math.floor(Date.now() / 1000);
+    const destinationId = (envelope as { request?: { destination_id?: string } } | null)?.request?.destination_id;
+    const headers: Record<string, string> = {
+      'content-type': 'application/json',
+      'x-service-event': o.event ?? GRANT_EVENT,
+      'x-service-event-id': `evt_${randomUUID()}`,
+      ...(destinationId ? { 'x-service-destination-id': destinationId } : {}),
+      ...(secrets.length > 0 ? { 'x-service-signature': signPayload(body, secrets, t) } : {}),
+      ...o.headers,
+    };
+    const res = await request(`${url}/grants`, { method: 'POST', body, headers, dispatcher });
+    const text = await res.body.text();
+    let parsed: unknown = text;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      // not JSON: returned as text
+    }
+    return { status: res.statusCode, body: parsed };
+  };
   return {
     url,
     process: proc,
-    async ask(envelope, o = {}) {
-      const body = o.rawBody ?? JSON.stringify(envelope);
-      const secrets = o.secrets ?? [secret];
-      const t = o.timestampS ?? Math.floor(Date.now() / 1000);
-      const destinationId = (envelope as { request?: { destination_id?: string } } | null)?.request?.destination_id;
-      const headers: Record<string, string> = {
-        'content-type': 'application/json',
-        'x-service-event': GRANT_EVENT,
-        'x-service-event-id': `evt_${randomUUID()}`,
-        ...(destinationId ? { 'x-service-destination-id': destinationId } : {}),
-        ...(secrets.length > 0 ? { 'x-service-signature': signPayload(body, secrets, t) } : {}),
-        ...o.headers,
-      };
-      const res = await request(`${url}/grants`, { method: 'POST', body, headers, dispatcher });
-      const text = await res.body.text();
-      let parsed: unknown = text;
-      try {
-        parsed = JSON.parse(text);
-      } catch {
-        // not JSON: returned as text
-      }
-      return { status: res.statusCode, body: parsed };
-    },
+    ask,
+    askRead: (envelope, o = {}) => ask(envelope, { event: READ_EVENT, ...o }),
     async kill(signal = 'SIGTERM') {
       await proc.kill(signal);
     },

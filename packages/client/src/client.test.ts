@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { apiBaseUrl, FleetClient } from './client.js';
-import { apiKeyProblem, MalformedApiKeyError } from './errors.js';
+import { apiKeyProblem, FleetApiError, MalformedApiKeyError } from './errors.js';
 
 const KEY = 'ak_0123456789abcdefghij';
 
@@ -60,5 +60,53 @@ describe('the API key', () => {
     await new FleetClient({ baseUrl: 'http://fleet.test', apiKey: ` ${KEY}\n`, fetch: r.fetch }).robots.list();
     expect(r.sent[0]!.authorization).toBe(`Bearer ${KEY}`);
     expect(apiKeyProblem(KEY)).toBeNull();
+  });
+});
+
+describe('episodes.readLinks', () => {
+  const links = {
+    episode_id: 'ep_1',
+    destination_id: 'dst_1',
+    files: [{ path: 'recording.mcap', url: 'https://bucket.test/k?X-Amz-Signature=s', expires_at: '2026-06-01T00:15:00Z', destination_id: 'dst_1', size_bytes: 10, sha256: 'a'.repeat(64) }],
+  };
+
+  /** Answers each call with the next of `answers`, recording method, path, body and key. */
+  function scripted(answers: { status: number; body: unknown }[]) {
+    const sent: { method: string; path: string; body: unknown; key: string | null }[] = [];
+    const fetch = (async (input: Request | string | URL, init?: RequestInit) => {
+      const req = input instanceof Request ? input : new Request(String(input), init);
+      const h = new Headers(init?.headers ?? req.headers);
+      const text = init?.body ? Buffer.from(init.body as Uint8Array).toString() : await req.text();
+      sent.push({ method: init?.method ?? req.method, path: new URL(req.url).pathname, body: text ? JSON.parse(text) : undefined, key: h.get('idempotency-key') });
+      const next = answers.shift() ?? { status: 200, body: links };
+      return new Response(JSON.stringify(next.body), { status: next.status, headers: { 'content-type': 'application/json' } });
+    }) as typeof globalThis.fetch;
+    return { sent, fetch };
+  }
+
+  it('POSTs {} by default, or the files and destination asked, and resolves with the links', async () => {
+    const s = scripted([]);
+    const client = new FleetClient({ baseUrl: 'http://fleet.test', apiKey: KEY, fetch: s.fetch });
+    expect(await client.episodes.readLinks('ep_1')).toEqual(links);
+    await client.episodes.readLinks('ep_1', { destination_id: 'dst_1', files: ['recording.mcap'] }, { idempotencyKey: 'k-1' });
+    expect(s.sent).toEqual([
+      { method: 'POST', path: '/v1/episodes/ep_1/read-links', body: {}, key: expect.stringMatching(/^[0-9a-f-]{36}$/) as unknown },
+      { method: 'POST', path: '/v1/episodes/ep_1/read-links', body: { destination_id: 'dst_1', files: ['recording.mcap'] }, key: 'k-1' },
+    ]);
+  });
+
+  it('throws the documented code with its details; a provider verdict (501) is not asked again', async () => {
+    const replicas = [{ destination_id: 'dst_1', state: 'syncing' }];
+    const s = scripted([
+      { status: 409, body: { error: { code: 'replica_not_verified', message: 'no verified replica', details: { replicas } } } },
+      { status: 501, body: { error: { code: 'read_links_unsupported', message: 'the provider does not issue read links' } } },
+    ]);
+    const client = new FleetClient({ baseUrl: 'http://fleet.test', apiKey: KEY, fetch: s.fetch, sleep: async () => undefined });
+    const notVerified = await client.episodes.readLinks('ep_1').catch((e: unknown) => e);
+    expect(notVerified).toBeInstanceOf(FleetApiError);
+    expect(notVerified).toMatchObject({ status: 409, code: 'replica_not_verified', details: { replicas } });
+    const unsupported = await client.episodes.readLinks('ep_1').catch((e: unknown) => e);
+    expect(unsupported).toMatchObject({ status: 501, code: 'read_links_unsupported' });
+    expect(s.sent).toHaveLength(2);
   });
 });

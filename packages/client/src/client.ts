@@ -20,6 +20,7 @@ import type {
   ManifestLine,
   PatchAnnotationsRequest,
   PatchOutcomeRequest,
+  ReadLinksRequest,
 } from './types.js';
 
 export { ROBOT_COMMAND_ACTIONS, type RobotCommandAction };
@@ -256,6 +257,13 @@ export class FleetClient {
     outcomeHistory: (id: string, o?: RequestOptions) => ok(this.api.GET('/v1/episodes/{id}/outcome-history', { params: { path: { id } }, ...this.init(o) })),
     /** Overrides the outcome (audited; `reason` required). */
     setOutcome: (id: string, body: PatchOutcomeRequest, o?: RequestOptions) => ok(this.api.PATCH('/v1/episodes/{id}/outcome', { params: { path: { id } }, body, ...this.init(o) })),
+    /**
+     * Short-lived GET URLs for the episode's files in your bucket (every manifest file, or
+     * `files`), from a verified replica (or `destination_id`'s), issued by your grant provider.
+     * The URLs are bearer secrets: never log them. Each call gets fresh links (nothing is replayed).
+     */
+    readLinks: (id: string, body: ReadLinksRequest = {}, o?: RequestOptions) =>
+      ok(this.api.POST('/v1/episodes/{id}/read-links', { params: { path: { id } }, body, ...this.init(o) })),
   };
 
   readonly datasets = {

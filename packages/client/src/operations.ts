@@ -39,6 +39,7 @@ export const OPERATIONS = {
   'GET /v1/episodes/{id}/files': 'episodes.files',
   'GET /v1/episodes/{id}/outcome-history': 'episodes.outcomeHistory',
   'PATCH /v1/episodes/{id}/outcome': 'episodes.setOutcome',
+  'POST /v1/episodes/{id}/read-links': 'episodes.readLinks',
   'POST /v1/datasets': 'datasets.create',
   'GET /v1/datasets': 'datasets.list',
   'GET /v1/datasets/{id}': 'datasets.get',

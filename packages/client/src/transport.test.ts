@@ -126,6 +126,11 @@ describe('isRetryable', () => {
     ['POST', '/v1/robots/rbt_1/go-home', 503, true],
     ['POST', '/v1/robots/rbt_1/stack/status', null, true],
     ['POST', '/v1/robots/rbt_1/rotate-credentials', 500, true],
+    ['POST', '/v1/episodes/ep_1/read-links', 503, true],
+    ['POST', '/v1/episodes/ep_1/read-links', null, true],
+    ['POST', '/v1/episodes/ep_1/read-links', 501, false],
+    ['POST', '/v1/episodes/ep_1/read-links', 502, false],
+    ['POST', '/v1/episodes/ep_1/read-links', 504, false],
   ] as const)('%s %s answered %s: %s', (method, path, status, expected) => {
     expect(isRetryable(method, path, status)).toBe(expected);
   });

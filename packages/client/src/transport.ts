@@ -44,6 +44,9 @@ export interface TransportOptions {
 /** Paths the server does not deduplicate by Idempotency-Key (no API key, so no organization). */
 const UNKEYED_POSTS = new Set(['/v1/robots/enroll']);
 
+/** `POST /v1/episodes/{id}/read-links`: its 501, 502 and 504 are the grant provider's verdict. */
+const isReadLinksPath = (path: string): boolean => /^\/v1\/episodes\/[^/]+\/read-links$/.test(path);
+
 /**
  * Whether a failed attempt may be sent again. The rule:
  * - Robot commands (POST, always with an Idempotency-Key, which is the command id the robot
@@ -58,9 +61,13 @@ const UNKEYED_POSTS = new Set(['/v1/robots/enroll']);
  *   makes the server replay the first answer instead of acting twice), except POSTs the server
  *   does not deduplicate (robot enrollment).
  * - PATCH never on those: an outcome change writes an audit row per request.
+ * - Read links (POST …/read-links) not after a 501, 502 or 504: the cloud already asked the
+ *   grant provider and relays what it answered (no read support, a bad answer, no answer within
+ *   10 s); asking again at once would mostly repeat it, a 504 after another 10 s.
  */
 export function isRetryable(method: string, path: string, status: number | null): boolean {
   if (method === 'POST' && isRobotCommandPath(path)) return status === null || status === 502 || status === 503;
+  if (method === 'POST' && isReadLinksPath(path) && (status === 501 || status === 502 || status === 504)) return false;
   if (status === 429) return true;
   if (status !== null && status < 500) return false;
   switch (method) {

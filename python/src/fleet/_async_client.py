@@ -515,7 +515,8 @@ class AsyncEpisodes(_Resource):
         self, *, cursor: str | None = None, limit: int | None = None, **filters: Unpack[EpisodeFilters]
     ) -> Page[m.Episode]:
         """One page of episodes in the order they were indexed; ``metadata={…}`` and
-        ``annotation={…}`` filter on those layers' values (their string form)."""
+        ``annotation={…}`` filter on those layers' values (their string form),
+        ``has_metadata={…}`` and ``has_annotation={…}`` on whether a key is there at all."""
         check_limit(limit, LIST_LIMIT)
         params = [*episode_filter_pairs(filters), ("cursor", cursor), ("limit", limit)]
         data = await self._c._json("GET", "/v1/episodes", params=params)
@@ -607,6 +608,27 @@ class AsyncEpisodes(_Resource):
         return _models(
             m.OutcomeChange,
             (await self._c._json("GET", f"/v1/episodes/{_seg(episode_id)}/outcome-history"))["outcome_history"],
+        )
+
+    async def read_links(
+        self, episode_id: str, *, destination_id: str | None = None, files: Sequence[str] | None = None
+    ) -> m.ReadLinks:
+        """Short-lived GET URLs for the episode's files in your bucket (every manifest file, or
+        ``files``, in that order), from the first verified replica or ``destination_id``'s,
+        issued by your grant provider. Each URL is a bearer secret until its ``expires_at``:
+        never log it. Every call gets fresh links (nothing is replayed). Errors:
+        ``ReplicaNotVerifiedError`` (409), ``ReadLinksRefusedError`` (403),
+        ``ReadLinksUnsupportedError`` (501), ``ProviderFailedError`` and
+        ``ReadOriginNotAllowedError`` (502), ``ProviderTimeoutError`` (504)."""
+        if isinstance(files, str):
+            raise TypeError("files must be a list of manifest paths, not one string")
+        body = _body(
+            m.ReadLinksRequestInput,
+            destination_id=destination_id,
+            files=builtins.list(files) if files is not None else None,
+        )
+        return m.ReadLinks.model_validate(
+            await self._c._json("POST", f"/v1/episodes/{_seg(episode_id)}/read-links", json=body)
         )
 
 

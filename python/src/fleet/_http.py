@@ -78,6 +78,10 @@ _COMMAND_PATH = re.compile(r"/v1/robots/[^/]+/(?:" + "|".join(re.escape(a) for a
 _UNKEYED_POSTS = frozenset({"/v1/robots/enroll"})
 
 
+#: ``POST /v1/episodes/{id}/read-links``: its 501, 502 and 504 are the grant provider's verdict.
+_READ_LINKS_PATH = re.compile(r"/v1/episodes/[^/]+/read-links$")
+
+
 def is_robot_command_path(path: str) -> bool:
     return _COMMAND_PATH.search(path) is not None
 
@@ -89,9 +93,13 @@ def is_retryable(method: str, path: str, status: int | None) -> bool:
     would repeat, or a 504 after which the cloud already waited its whole timeout). Anything
     else: after a 429; after a 5xx or a network error unless it is a PATCH (an outcome change
     writes an audit row per request) or a POST the server does not deduplicate (enrollment).
+    Read links: not after a 501, 502 or 504 (the cloud already asked the grant provider and
+    relays its answer: no read support, a bad answer, none within 10 s).
     """
     if method == "POST" and is_robot_command_path(path):
         return status is None or status in (502, 503)
+    if method == "POST" and _READ_LINKS_PATH.search(path) is not None and status in (501, 502, 504):
+        return False
     if status == 429:
         return True
     if status is not None and status < 500:

@@ -101,6 +101,11 @@ class EpisodeFilters(TypedDict, total=False):
     metadata: Mapping[str, FilterValue]
     #: Equality on annotation values (their string form): ``annotation={"qa": "approved"}``.
     annotation: Mapping[str, FilterValue]
+    #: Whether a recorded metadata key is present (True) or absent (False), whatever its value.
+    has_metadata: Mapping[str, bool]
+    #: Whether an annotation key is present (True) or absent (False; a key deleted with None is
+    #: absent): ``has_annotation={"qa_status": False}`` is every episode not yet reviewed.
+    has_annotation: Mapping[str, bool]
 
 
 _SCALARS = (
@@ -157,6 +162,18 @@ def episode_filter_pairs(filters: EpisodeFilters) -> list[tuple[str, FilterValue
                 raise ValueError(f"{family}: keys are non-empty strings of at most 256 characters")
             if not isinstance(v, (str, int, float, bool)):
                 raise ValueError(f"{family}[{k!r}]: a string, number or boolean (compared by its string form)")
+            pairs.append((f"{family}.{k}", v))
+    for family in ("has_metadata", "has_annotation"):
+        presence = filters.get(family)
+        if presence is None:
+            continue
+        if not isinstance(presence, Mapping):
+            raise ValueError(f"{family}: a mapping of key to True (present) or False (absent)")
+        for k, v in presence.items():
+            if not isinstance(k, str) or k == "" or len(k) > 256:
+                raise ValueError(f"{family}: keys are non-empty strings of at most 256 characters")
+            if not isinstance(v, bool):
+                raise ValueError(f"{family}[{k!r}]: True (the key is present) or False (it is absent)")
             pairs.append((f"{family}.{k}", v))
     return pairs
 

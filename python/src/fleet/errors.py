@@ -31,7 +31,13 @@ __all__ = [
     "NotFoundError",
     "NotReadyError",
     "PayloadTooLargeError",
+    "ProviderFailedError",
+    "ProviderTimeoutError",
     "RateLimitedError",
+    "ReadLinksRefusedError",
+    "ReadLinksUnsupportedError",
+    "ReadOriginNotAllowedError",
+    "ReplicaNotVerifiedError",
     "RequestTimeoutError",
     "RobotDeenrolledError",
     "RobotOfflineError",
@@ -98,6 +104,12 @@ class EntitlementRequiredError(FleetApiError):
     code = "entitlement_required"
 
 
+class ReadLinksRefusedError(FleetApiError):
+    """403 from ``read_links``: your grant provider refused; ``details['provider_message']`` is its reason."""
+
+    code = "read_links_refused"
+
+
 class NotFoundError(FleetApiError):
     code = "not_found"
 
@@ -116,6 +128,14 @@ class ConflictError(FleetApiError):
 
 class RobotDeenrolledError(ConflictError):
     code = "robot_deenrolled"
+
+
+class ReplicaNotVerifiedError(ConflictError):
+    """409 from ``read_links``: no verified replica to read (or not the one named);
+    ``details['replicas']`` lists each replica as ``{destination_id, state}`` (none: the files
+    are still on the robot)."""
+
+    code = "replica_not_verified"
 
 
 class IdempotencyKeyInUseError(ConflictError):
@@ -154,6 +174,27 @@ class InternalError(FleetApiError):
     code = "internal"
 
 
+class ReadLinksUnsupportedError(FleetApiError):
+    """501 from ``read_links``: the destination's grant provider does not issue read links."""
+
+    code = "read_links_unsupported"
+
+
+class ProviderFailedError(FleetApiError):
+    """502 from ``read_links``: the grant provider's answer was unusable or never came;
+    ``details['failure']`` is one of ``unreachable``, ``http_error``, ``invalid_json``,
+    ``too_large``, ``schema_invalid``, ``expired``."""
+
+    code = "provider_failed"
+
+
+class ReadOriginNotAllowedError(FleetApiError):
+    """502 from ``read_links``: a link points at an origin the installation does not allow
+    (``details['origin']``; the operator adds it with ``fleet-cloud serve --read-origin``)."""
+
+    code = "read_origin_not_allowed"
+
+
 class RobotOfflineError(FleetApiError):
     """503: the robot is not connected; retry later with the same Idempotency-Key."""
 
@@ -171,6 +212,12 @@ class CommandTimeoutError(FleetApiError):
     code = "command_timeout"
 
 
+class ProviderTimeoutError(FleetApiError):
+    """504 from ``read_links``: the grant provider did not answer within 10 s."""
+
+    code = "provider_timeout"
+
+
 API_ERROR_CLASSES: dict[str, type[FleetApiError]] = {
     cls.code: cls
     for cls in (
@@ -178,11 +225,13 @@ API_ERROR_CLASSES: dict[str, type[FleetApiError]] = {
         UnauthenticatedError,
         InsufficientScopeError,
         EntitlementRequiredError,
+        ReadLinksRefusedError,
         NotFoundError,
         MethodNotAllowedError,
         RequestTimeoutError,
         ConflictError,
         RobotDeenrolledError,
+        ReplicaNotVerifiedError,
         IdempotencyKeyInUseError,
         PayloadTooLargeError,
         UnsupportedMediaTypeError,
@@ -190,9 +239,13 @@ API_ERROR_CLASSES: dict[str, type[FleetApiError]] = {
         RateLimitedError,
         HeadersTooLargeError,
         InternalError,
+        ReadLinksUnsupportedError,
+        ProviderFailedError,
+        ReadOriginNotAllowedError,
         RobotOfflineError,
         NotReadyError,
         CommandTimeoutError,
+        ProviderTimeoutError,
     )
 }
 

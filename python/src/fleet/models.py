@@ -113,7 +113,7 @@ Description = TypeAliasType(
 
 class Filter(BaseModel):
     """
-    Episode list filter keys (metadata.<key> and annotation.<key> included); values are stored as strings.
+    Episode list filter keys (metadata.<key>, annotation.<key>, has_metadata.<key> and has_annotation.<key> included); values are stored as strings.
     """
 
     model_config = ConfigDict(
@@ -151,7 +151,7 @@ class CreateDatasetRequestInput(BaseModel):
     description: Description | None = None
     filter: Filter
     """
-    Episode list filter keys (metadata.<key> and annotation.<key> included); values are stored as strings.
+    Episode list filter keys (metadata.<key>, annotation.<key>, has_metadata.<key> and has_annotation.<key> included); values are stored as strings.
     """
 
 
@@ -331,6 +331,17 @@ class SetRoutingRuleOrderRequestInput(BaseModel):
     """
     Every rule of the organization, each once, in the new order
     """
+
+
+File = TypeAliasType("File", Annotated[str, Field(max_length=1024, min_length=1)])
+
+
+class ReadLinksRequestInput(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    destination_id: Annotated[str | None, Field(max_length=128, min_length=1)] = None
+    files: Annotated[list[File] | None, Field(max_length=64, min_length=1)] = None
 
 
 class Error1(BaseModel):
@@ -671,7 +682,7 @@ class Episode(BaseModel):
     replicas: list[Replica]
 
 
-class File(BaseModel):
+class File1(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
@@ -719,7 +730,7 @@ class EpisodeWithLocations(BaseModel):
     annotations: dict[str, Any] | None
     reported_at: str
     replicas: list[Replica]
-    files: list[File]
+    files: list[File1]
     locations: list[Location]
 
 
@@ -727,7 +738,7 @@ class EpisodeFiles(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    files: list[File]
+    files: list[File1]
     total_bytes: float
 
 
@@ -1105,3 +1116,24 @@ class DestinationCheck(BaseModel):
     """
     on `fail` and on a deferral: what was wrong, in words
     """
+
+
+class ReadLink(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    path: str
+    url: str
+    expires_at: str
+    destination_id: str
+    size_bytes: Annotated[int, Field(ge=-9007199254740991, le=9007199254740991)]
+    sha256: str
+
+
+class ReadLinks(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    episode_id: str
+    destination_id: str
+    files: list[ReadLink]

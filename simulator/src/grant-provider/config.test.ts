@@ -13,6 +13,7 @@ describe('parseGrantProviderConfig', () => {
       partSizeBytes: 16 * 1024 * 1024,
       retryAfterS: 30,
       keyPrefix: '',
+      reads: true,
     });
   });
 

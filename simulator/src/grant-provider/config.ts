@@ -50,6 +50,11 @@ export const GrantProviderConfigSchema = z
     partSizeBytes: z.coerce.number().int().min(S3_MIN_PART_BYTES).max(S3_MAX_PART_BYTES).default(16 * MiB),
     /** Lifetime of the presigned URLs and the grant's `expires_at` (spec: about an hour; seconds are for tests of expiry). */
     urlLifetimeS: z.coerce.number().int().min(1).max(7 * 24 * 3600).default(3600),
+    /**
+     * Answer read requests (`read.request`: presigned GET URLs for a replica's files). Off, a read
+     * request is 501 `not_implemented`, as a provider without read support answers.
+     */
+    reads: z.boolean().default(true),
     /** What a deferral asks the robot to wait before asking again. */
     retryAfterS: z.coerce.number().int().min(1).max(24 * 3600).default(30),
     /** Time budget for the store calls of one grant; past it the answer is a deferral. */

@@ -35,6 +35,7 @@ class FakeStore implements UploadStore {
   presignPut = async (key: string, at: Date) => `https://s3/${key}?at=${at.getTime()}`;
   presignPart = async (key: string, id: string, n: number, at: Date) => `https://s3/${key}?uploadId=${id}&partNumber=${n}&at=${at.getTime()}`;
   presignComplete = async (key: string, id: string, at: Date) => `https://s3/${key}?uploadId=${id}&at=${at.getTime()}`;
+  presignGet = async (key: string, at: Date) => `https://s3/${key}?get&at=${at.getTime()}`;
   close(): void {}
 }
 

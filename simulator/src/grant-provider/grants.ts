@@ -3,7 +3,7 @@ import type { Clock, GrantAnswer, GrantFile, GrantRequestEnvelope } from '@fleet
 import type { Logger } from 'pino';
 import type { GrantProviderConfig } from './config.js';
 import { episodeKeyPrefix, planUploads, type FilePlan } from './layout.js';
-import type { InFlightUpload, UploadStore } from './s3-store.js';
+import { describeStoreError, type InFlightUpload, type UploadStore } from './s3-store.js';
 
 export interface GrantDeps {
   store: UploadStore;
@@ -121,9 +121,3 @@ export async function answerGrantRequest(envelope: GrantRequestEnvelope, config:
 
 /** The spec's bound on a provider's answer. */
 export const MAX_ANSWER_BYTES = 1024 * 1024;
-
-/** What is worth logging of an SDK or network error: never a URL with a signature in it. */
-function describeStoreError(err: unknown): { name: string; code?: string; status?: number } {
-  const e = err as { name?: string; code?: string; Code?: string; $metadata?: { httpStatusCode?: number } };
-  return { name: e.name ?? 'Error', code: e.code ?? e.Code, status: e.$metadata?.httpStatusCode };
-}

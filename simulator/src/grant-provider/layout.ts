@@ -7,12 +7,15 @@ import { S3_MAX_PART_BYTES, S3_MAX_PARTS } from './config.js';
  * names the same objects and cuts the same parts.
  */
 
+/** What names an episode's place: the same fields in a grant request and in a read request. */
+export type EpisodeIds = Pick<GrantRequestEnvelope, 'episode_id' | 'org_id'> & { request: { episode: { robot_id: string } } };
+
 /**
  * `<prefix><org>/<robot>/<episode>/`: the episode's key prefix, reported as `object_key`.
  * The ids come from the signed envelope; a `/` or a `..` in one could not move the episode
  * outside its place, since each id is one escaped path segment.
  */
-export function episodeKeyPrefix(keyPrefix: string, envelope: GrantRequestEnvelope): string {
+export function episodeKeyPrefix(keyPrefix: string, envelope: EpisodeIds): string {
   const seg = (s: string) => (s === '' || s === '.' || s === '..' ? encodeURIComponent(`_${s}`) : s.replace(/[/\\]/g, (c) => encodeURIComponent(c)));
   return `${keyPrefix}${seg(envelope.org_id)}/${seg(envelope.request.episode.robot_id)}/${seg(envelope.episode_id)}/`;
 }

@@ -1,6 +1,7 @@
 import {
   CompleteMultipartUploadCommand,
   CreateMultipartUploadCommand,
+  GetObjectCommand,
   ListMultipartUploadsCommand,
   PutObjectCommand,
   S3Client,
@@ -18,8 +19,8 @@ export interface InFlightUpload {
 }
 
 /**
- * The object store as the grant builder needs it: list and create multipart uploads (the only
- * calls that reach the store), and presign URLs (computed locally, nothing is sent).
+ * The object store as the grant and read builders need it: list and create multipart uploads
+ * (the only calls that reach the store), and presign URLs (computed locally, nothing is sent).
  */
 export interface UploadStore {
   listUploads(prefix: string, signal: AbortSignal): Promise<InFlightUpload[]>;
@@ -27,6 +28,8 @@ export interface UploadStore {
   presignPut(key: string, at: Date): Promise<string>;
   presignPart(key: string, uploadId: string, partNumber: number, at: Date): Promise<string>;
   presignComplete(key: string, uploadId: string, at: Date): Promise<string>;
+  /** A GET of `key` (Range requests included) valid `expiresInS` seconds from `at`. */
+  presignGet(key: string, at: Date, expiresInS: number): Promise<string>;
   close(): void;
 }
 
@@ -80,6 +83,13 @@ export function createS3UploadStore(config: GrantProviderConfig): UploadStore {
       getSignedUrl(client, new UploadPartCommand({ Bucket, Key: key, UploadId: uploadId, PartNumber: partNumber }), { expiresIn, signingDate: at }),
     presignComplete: (key, uploadId, at) =>
       getSignedUrl(client, new CompleteMultipartUploadCommand({ Bucket, Key: key, UploadId: uploadId }), { expiresIn, signingDate: at }),
+    presignGet: (key, at, expiresInS) => getSignedUrl(client, new GetObjectCommand({ Bucket, Key: key }), { expiresIn: expiresInS, signingDate: at }),
     close: () => client.destroy(),
   };
+}
+
+/** What is worth logging of an SDK or network error: never a URL with a signature in it. */
+export function describeStoreError(err: unknown): { name: string; code?: string; status?: number } {
+  const e = err as { name?: string; code?: string; Code?: string; $metadata?: { httpStatusCode?: number } };
+  return { name: e.name ?? 'Error', code: e.code ?? e.Code, status: e.$metadata?.httpStatusCode };
 }

@@ -3,40 +3,27 @@ import { createServer as createHttpsServer } from 'node:https';
 import {
   GRANT_EVENT,
   GrantRequestEnvelopeSchema,
+  READ_EVENT,
+  ReadRequestEnvelopeSchema,
   SIGNATURE_HEADER,
   parseBoundedJson,
   verifySignature,
   type Clock,
   type GrantAnswer,
+  type ReadAnswer,
 } from '@fleet/protocol';
 import type { Logger } from 'pino';
+import type { z } from 'zod';
 import type { GrantProviderConfig } from './config.js';
+import { PROVIDER_ERRORS, ProviderError } from './errors.js';
 import { answerGrantRequest, type GrantDeps } from './grants.js';
+import { answerReadRequest } from './reads.js';
 import type { UploadStore } from './s3-store.js';
 
-/** The spec's bound on a grant request and its answer. */
+export { PROVIDER_ERRORS, type ProviderErrorCode } from './errors.js';
+
+/** The spec's bound on a grant or read request and its answer. */
 export const MAX_BODY_BYTES = 1024 * 1024;
-
-/** The provider's error table: stable code, HTTP status. Bodies are `{error: {code, message}}`. */
-export const PROVIDER_ERRORS = {
-  validation_failed: 400,
-  unauthenticated: 401,
-  not_found: 404,
-  method_not_allowed: 405,
-  payload_too_large: 413,
-  unsupported_media_type: 415,
-  internal: 500,
-} as const;
-export type ProviderErrorCode = keyof typeof PROVIDER_ERRORS;
-
-class ProviderError extends Error {
-  constructor(
-    readonly code: ProviderErrorCode,
-    message: string,
-  ) {
-    super(message);
-  }
-}
 
 export interface GrantProviderDeps {
   store: UploadStore;
@@ -84,15 +71,26 @@ function header(req: IncomingMessage, name: string): string | undefined {
 
 /**
  * The reference grant provider as an HTTP(S) server, not yet listening (the CLI listens).
- * POST (any path) takes a signed grant request; GET /healthz answers `{ok: true}`.
- * Order of checks: the signature header is present, the body is at most 1 MiB, the signature
- * and its timestamp are valid (401 otherwise), only then is the body parsed (bounded JSON) and
- * validated (400), and only then does anything reach the object store.
+ * POST (any path) takes a signed grant request, or a signed read request (`X-Service-Event:
+ * read.request`); GET /healthz answers `{ok: true}`.
+ * Order of checks, the same for both: the signature header is present, the body is at most
+ * 1 MiB, the signature and its timestamp are valid (401 otherwise), only then is the event
+ * looked at (a read request to a provider without reads is 501), the body parsed (bounded JSON)
+ * and validated (400), and only then does anything reach the object store or the presigner.
  */
 export function buildGrantProviderServer(config: GrantProviderConfig, deps: GrantProviderDeps): Server {
   const { logger, clock } = deps;
 
-  const handleGrant = async (req: IncomingMessage): Promise<GrantAnswer> => {
+  /**
+   * The signed body, parsed and checked against `schema`: every refusal comes before anything
+   * acts on it. `afterSignature` runs once the signature is good, before the body is parsed.
+   */
+  const verified = async <S extends z.ZodType<{ request: { destination_id: string } }>>(
+    req: IncomingMessage,
+    what: string,
+    schema: S,
+    afterSignature: () => void,
+  ): Promise<z.output<S>> => {
     const signature = header(req, SIGNATURE_HEADER);
     if (!signature) throw new ProviderError('unauthenticated', `missing ${SIGNATURE_HEADER}`);
     const body = await readBody(req);
@@ -101,22 +99,36 @@ export function buildGrantProviderServer(config: GrantProviderConfig, deps: Gran
       const why = { malformed: 'malformed signature', stale: 'signature timestamp outside the tolerance', mismatch: 'signature does not match' }[verdict.reason];
       throw new ProviderError('unauthenticated', why);
     }
-    const event = header(req, 'X-Service-Event');
-    if (event !== undefined && event !== GRANT_EVENT) throw new ProviderError('validation_failed', `X-Service-Event must be ${GRANT_EVENT}`);
+    afterSignature();
     const type = header(req, 'content-type') ?? '';
     if (!/^application\/json\s*(;|$)/i.test(type)) throw new ProviderError('unsupported_media_type', 'the body must be application/json');
     const parsed = parseBoundedJson(body.toString('utf8'));
     if (!parsed.ok) throw new ProviderError('validation_failed', parsed.message);
-    const envelope = GrantRequestEnvelopeSchema.safeParse(parsed.value);
+    const envelope = schema.safeParse(parsed.value);
     if (!envelope.success) {
       const first = envelope.error.issues[0];
-      throw new ProviderError('validation_failed', `invalid grant request${first ? ` at /${first.path.join('/')}: ${first.message}` : ''}`);
+      throw new ProviderError('validation_failed', `invalid ${what}${first ? ` at /${first.path.join('/')}: ${first.message}` : ''}`);
     }
     const destinationHeader = header(req, 'X-Service-Destination-Id');
     if (destinationHeader !== undefined && destinationHeader !== envelope.data.request.destination_id) {
       throw new ProviderError('validation_failed', 'X-Service-Destination-Id differs from request.destination_id');
     }
-    return answerGrantRequest(envelope.data, config, deps);
+    return envelope.data;
+  };
+
+  const handle = async (req: IncomingMessage, event: string | undefined): Promise<GrantAnswer | ReadAnswer> => {
+    if (event === READ_EVENT) {
+      const envelope = await verified(req, 'read request', ReadRequestEnvelopeSchema, () => {
+        // After the signature: only the cloud learns how this provider is configured.
+        if (!config.reads) throw new ProviderError('not_implemented', 'this provider does not issue read links');
+      });
+      return answerReadRequest(envelope, config, deps);
+    }
+    const envelope = await verified(req, 'grant request', GrantRequestEnvelopeSchema, () => {
+      // No header at all is a grant request, as before read requests existed.
+      if (event !== undefined && event !== GRANT_EVENT) throw new ProviderError('validation_failed', `X-Service-Event must be ${GRANT_EVENT} or ${READ_EVENT}`);
+    });
+    return answerGrantRequest(envelope, config, deps);
   };
 
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
@@ -124,19 +136,22 @@ export function buildGrantProviderServer(config: GrantProviderConfig, deps: Gran
     if (req.method === 'GET' && path === '/healthz') return send(res, 200, { ok: true });
     if (req.method !== 'POST') {
       res.setHeader('allow', 'POST');
-      return sendError(res, new ProviderError(path === '/healthz' ? 'method_not_allowed' : 'not_found', 'POST a signed grant request'));
+      return sendError(res, new ProviderError(path === '/healthz' ? 'method_not_allowed' : 'not_found', 'POST a signed grant or read request'));
     }
-    handleGrant(req).then(
+    const event = header(req, 'X-Service-Event');
+    const kind = event === READ_EVENT ? 'read' : 'grant';
+    handle(req, event).then(
+      // The answer holds presigned URLs: sent, never logged.
       (answer) => send(res, 200, answer),
       (err: unknown) => {
         if (err instanceof ProviderError) {
           // The rest of a refused body is read and dropped, so the caller gets to read the answer.
           req.resume();
-          logger.info({ code: err.code, event_id: header(req, 'X-Service-Event-Id') }, `grant request refused: ${err.message}`);
+          logger.info({ code: err.code, event_id: header(req, 'X-Service-Event-Id') }, `${kind} request refused: ${err.message}`);
           return sendError(res, err);
         }
         // Never a stack trace to the caller; the cloud treats a 500 as a deferral anyway.
-        logger.error({ err }, 'grant request failed');
+        logger.error({ err }, `${kind} request failed`);
         sendError(res, new ProviderError('internal', 'internal error'));
       },
     );

@@ -75,6 +75,11 @@ export class Output {
     else this.stdout.write(formatRecord(body as Record<string, unknown>));
   }
 
+  /** JSON in either output form: an answer meant for a program, whose values a table would cut. */
+  data(body: unknown): void {
+    this.stdout.write(`${JSON.stringify(body ?? null, null, 2)}\n`);
+  }
+
   /** A confirmation: `{ok: true, ...}` with --json, the sentence otherwise. */
   done(sentence: string, body: Record<string, unknown> = {}): void {
     this.stdout.write(this.json ? `${JSON.stringify({ ok: true, ...body })}\n` : `${sentence}\n`);

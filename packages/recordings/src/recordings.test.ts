@@ -4,7 +4,8 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { McapWriter } from '@mcap/core';
+import { McapIndexedReader, McapWriter } from '@mcap/core';
+import { loadDecompressHandlers } from '@mcap/support';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensurePythonEnv } from '../../../test/support/python.js';
 import { bytesSource, cameraImage, headerStampNs, isRecordingError, openMcap, timestampNs, type CameraImage, type McapRecording } from './index.js';
@@ -145,6 +146,17 @@ describe('a protobuf MCAP written by mcap-protobuf-support (foxglove schemas, lz
       expect(msgs.map((m) => sha256(pixelsOf(cameraImage(r.channel(topic)!.schemaName, m.data, topic))))).toEqual(pb.images[topic]!.map((x) => x.sha256));
     }
   });
+
+  it('cut short after its lz4 chunks: with recover, read (decoded) as the whole file reads', async () => {
+    const whole = new Uint8Array(await readFile(pbPath));
+    const summary = await McapIndexedReader.Initialize({ readable: { size: async () => BigInt(whole.byteLength), read: async (o, n) => whole.subarray(Number(o), Number(o + n)) }, decompressHandlers: await loadDecompressHandlers() });
+    expect(new Set(summary.chunkIndexes.map((c) => c.compression))).toEqual(new Set(['lz4']));
+    const last = summary.chunkIndexes.at(-1)!;
+    await using r = await openMcap(bytesSource(whole.subarray(0, Number(last.chunkStartOffset + last.chunkLength) + 3)), { recover: true });
+    await using full = await openMcap(bytesSource(whole));
+    expect(r.truncated).toBe(true);
+    for (const topic of ['/pose', '/camera/raw', '/camera/jpeg']) expect(await all(r, topic)).toEqual(await all(full, topic));
+  });
 });
 
 /** An MCAP of our own making for the fault cases (the writers above write only good files). */
@@ -200,9 +212,31 @@ describe('bad input is a typed error naming topic and schema', () => {
     await expect(r.first('/r1')).rejects.toSatisfy((e) => isRecordingError(e, 'unsupported_encoding') && /\/r1/.test((e as Error).message));
   });
 
-  it('a file without its summary (cut short): unreadable', async () => {
-    const bytes = new Uint8Array(await readFile(bagPath));
-    await expect(openMcap(bytesSource(bytes.subarray(0, bytes.byteLength - 2000)))).rejects.toSatisfy((e) => isRecordingError(e, 'unreadable'));
+  it('a file without its summary (cut short): unreadable; with recover, the messages of its whole chunks', async () => {
+    const whole = new Uint8Array(await readFile(bagPath));
+    await expect(openMcap(bytesSource(whole.subarray(0, whole.byteLength - 2000)))).rejects.toSatisfy((e) => isRecordingError(e, 'unreadable'));
+    // rosbags' file cut just after its (last) chunk, inside the message indexes that follow it:
+    // every message is whole, and reads (decoded) as from the whole file.
+    const decompressHandlers = await loadDecompressHandlers();
+    const summary = await McapIndexedReader.Initialize({ readable: { size: async () => BigInt(whole.byteLength), read: async (o, n) => whole.subarray(Number(o), Number(o + n)) }, decompressHandlers });
+    const last = summary.chunkIndexes.at(-1)!;
+    const cut = Number(last.chunkStartOffset + last.chunkLength) + 5;
+    await using r = await openMcap(bytesSource(whole.subarray(0, cut)), { recover: true });
+    await using full = await openMcap(bytesSource(whole));
+    expect([r.truncated, r.profile]).toEqual([true, 'ros2']);
+    expect(r.channels.map((c) => [c.topic, c.schemaName, Number(c.messageCount)])).toEqual(full.channels.map((c) => [c.topic, c.schemaName, Number(c.messageCount)]));
+    const topics = full.channels.map((c) => c.topic);
+    const read = async (rec: McapRecording) => {
+      const out = [];
+      for await (const m of rec.messages(topics)) out.push(m);
+      return out;
+    };
+    const want = await read(full);
+    expect(want.length).toBe(Object.values(bag.topics).reduce((n, t) => n + t.count, 0));
+    expect(await read(r)).toEqual(want);
+    // Cut inside that chunk: nothing whole to play.
+    await using none = await openMcap(bytesSource(whole.subarray(0, Number(last.chunkStartOffset) + 1000)), { recover: true });
+    expect([none.truncated, none.channels.length]).toEqual([true, 0]);
   });
 
   it('foxglove JSON images get their base64 data as bytes', async () => {

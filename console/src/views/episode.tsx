@@ -9,6 +9,7 @@ import { can, needs } from '../session.js';
 import { useLiveEvent } from '../live.js';
 import { episodeEventData, issueAt, OUTCOMES, splitError } from '../ui/episodes-filter.js';
 import { outcomePill, syncPill } from './episodes.js';
+import { Player } from '../player/index.js';
 
 const dash = (v: ComponentChildren) => (v === null || v === undefined || v === '' ? '–' : v);
 
@@ -21,7 +22,9 @@ function showValue(v: unknown): string {
  * `/console/episodes/<id>`: what the robot recorded (never changed after ingest) and the
  * annotations layer (editable with data:write) side by side, the segment timeline to scale, the
  * outcome with its audit history, and one row per replica, moving with the live `episode.*`
- * events of this episode. Recorded bytes are never fetched: files are listed from the manifest.
+ * events of this episode. The Recording panel plays the recording in the browser, read by range
+ * requests straight from the customer's bucket with read links (player/); the cloud never
+ * fetches recorded bytes.
  */
 export function EpisodeView({ id }: { id: string }) {
   const { session } = useConsole();
@@ -60,6 +63,11 @@ export function EpisodeView({ id }: { id: string }) {
         <code>{e.id}</code> {outcomePill(e)} {syncPill(e)}
       </p>
       {loaded.error ? <ErrorNotice error={loaded.error} action="Refreshing the episode" /> : null}
+
+      <section class="panel recording-panel" aria-labelledby="recording-title">
+        <h2 id="recording-title">Recording</h2>
+        <Player episode={e} client={session.client} />
+      </section>
 
       <div class="episode-layers">
         <section class="panel layer recorded" aria-labelledby="recorded-title">
@@ -162,7 +170,7 @@ function Files({ id }: { id: string }) {
         ) : (
           <>
             <p class="muted small">
-              {plural(files.data.files.length, 'file')}, {formatBytes(files.data.total_bytes)} in all, as the robot's manifest lists them (the console never downloads recorded bytes).
+              {plural(files.data.files.length, 'file')}, {formatBytes(files.data.total_bytes)} in all, as the robot's manifest lists them (the Recording panel reads them from your storage, never through the cloud).
             </p>
             <div class="table-wrap">
               <table class="files">

@@ -36,8 +36,8 @@ const RAW_TOPIC = '/camera/front/image_raw';
 const JPEG_TOPIC = '/camera/front/image_raw/compressed';
 /** Mean absolute difference per channel accepted between Chromium's and ffmpeg's decode of one JPEG. */
 const JPEG_MAD = 2;
-/** Screenshots of the player go here when FLEET_PLAYER_SCREENSHOTS=1 (docs/screenshots). */
-const SHOTS = process.env.FLEET_PLAYER_SCREENSHOTS === '1' ? join(REPO_ROOT, 'docs', 'screenshots') : undefined;
+/** Screenshots of the player go here when FLEET_PLAYER_SCREENSHOTS=1 (docs/console). */
+const SHOTS = process.env.FLEET_PLAYER_SCREENSHOTS === '1' ? join(REPO_ROOT, 'docs', 'console') : undefined;
 
 /**
  * An HTTP proxy in front of the S3 server (Host kept, so SigV4 presigned URLs made for its

@@ -48,6 +48,10 @@ export function useLocation(): Location {
   useEffect(() => {
     const l = () => setLoc(current());
     listeners.add(l);
+    // Effects run children first: a page that rewrote its URL while mounting (the review queue
+    // adding its new queue id) did so before this listened, so look once more.
+    const now = current();
+    if (now.path !== loc.path || now.query.toString() !== loc.query.toString()) setLoc(now);
     return () => void listeners.delete(l);
   }, []);
   return loc;

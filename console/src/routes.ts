@@ -5,6 +5,7 @@ import { FleetView } from './views/fleet.js';
 import { RobotView } from './views/robot.js';
 import { EpisodesView } from './views/episodes.js';
 import { EpisodeView } from './views/episode.js';
+import { ReviewView } from './views/review.js';
 import { DatasetsView } from './views/datasets.js';
 import { DatasetView } from './views/dataset.js';
 import { SyncView } from './views/sync.js';
@@ -30,6 +31,8 @@ export const ROUTES: Route[] = [
   { path: '/robots/:id', scope: [...ROBOTS_READ, 'data:read'], render: (p) => h(RobotView, { id: p.id!, key: p.id }) },
   { path: '/episodes', scope: 'data:read', render: (_p, q) => h(EpisodesView, { query: q }) },
   { path: '/episodes/:id', scope: 'data:read', render: (p) => h(EpisodeView, { id: p.id!, key: p.id }) },
+  // A data:read key can watch a queue; its decisions need data:write (the page says so).
+  { path: '/review', scope: 'data:read', render: (_p, q) => h(ReviewView, { query: q }) },
   { path: '/datasets', scope: 'data:read', render: () => h(DatasetsView, {}) },
   { path: '/datasets/:id', scope: 'data:read', render: (p) => h(DatasetView, { id: p.id!, key: p.id }) },
   { path: '/sync', scope: 'data:read', render: () => h(SyncView, {}) },
@@ -44,6 +47,7 @@ export const ROUTES: Route[] = [
 export const NAV: { path: string; label: string; scope?: Scope | Scope[] }[] = [
   { path: '/fleet', label: 'Fleet', scope: ROBOTS_READ },
   { path: '/episodes', label: 'Episodes', scope: 'data:read' },
+  { path: '/review', label: 'Review', scope: 'data:read' },
   { path: '/datasets', label: 'Datasets', scope: 'data:read' },
   { path: '/sync', label: 'Sync', scope: 'data:read' },
   { path: '/webhooks', label: 'Webhooks', scope: 'admin' },

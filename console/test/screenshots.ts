@@ -30,6 +30,8 @@ export const PAGES: readonly ShotPage[] = [
   { name: 'robot', path: ({ robot }) => `/console/robots/${robot}`, phone: true },
   { name: 'episodes', path: () => '/console/episodes', phone: true },
   { name: 'episode', path: ({ episode }) => `/console/episodes/${episode}`, phone: true },
+  // A new review queue over the episodes not yet reviewed.
+  { name: 'review', path: () => '/console/review', phone: true },
   { name: 'datasets', path: () => '/console/datasets' },
   { name: 'dataset', path: ({ dataset }) => `/console/datasets/${dataset}` },
   { name: 'sync', path: () => '/console/sync' },

@@ -8,6 +8,7 @@ import { formatBytes, formatDuration, formatTime, plural } from '../ui/format.js
 import { navigate, replaceQuery } from '../router.js';
 import { can, needs } from '../session.js';
 import { useLiveEvent } from '../live.js';
+import { newQueueId, queueQuery } from '../review/queue.js';
 import {
   applyReplicaEvent,
   decidableFromEvent,
@@ -246,11 +247,16 @@ export function EpisodesView({ query }: { query: URLSearchParams }) {
 
   const [creating, setCreating] = useState(false);
   const mayWrite = can(session, 'data:write');
+  // A new review queue (its own id) over exactly this filter; an empty filter reviews every episode.
+  const reviewLink = useMemo(() => `/review?${queueQuery({ filter, q: newQueueId() }).toString()}`, [filterKey]);
 
   const n = freshNow.length;
   return (
     <section class="episodes-page">
       <PageHeader title="Episodes">
+        <Link to={reviewLink} class="button">
+          Review these
+        </Link>
         <ScopedButton allowed={mayWrite} why={needs('data:write')} onClick={() => setCreating(true)} class="primary">
           Create dataset from this filter
         </ScopedButton>

@@ -34,6 +34,7 @@ const BENCHMARKS: Readonly<Record<string, () => Promise<BenchModule>>> = {
   lerobot: async () => (await import('./lerobot.js')).lerobot,
   agent: async () => (await import('./agent.js')).agent,
   python: async () => (await import('./python.js')).python,
+  playback: async () => (await import('./playback.js')).playback,
 };
 
 /**
@@ -53,6 +54,8 @@ const ALL_ARGS: Readonly<Record<string, readonly string[]>> = {
   lerobot: ['--input', 'json', '--episodes', '20', '--seconds', '5'],
   agent: ['--duration', '10', '--warmup', '3'],
   python: ['--episodes', '100000'],
+  // The 1 GB bag alone is written, uploaded and verified in minutes: `all` plays the 100 MB one.
+  playback: ['--sizes', '100', '--runs', '2'],
 };
 
 const DEFAULT_OUT = fileURLToPath(new URL('./results/latest.json', import.meta.url));

@@ -5,8 +5,11 @@
  * tests' s3rver launcher), `fleet-cloud serve` on a temp data dir, the reference grant provider
  * over HTTPS (a throwaway CA made with openssl; the cloud trusts it through --egress-ca-file),
  * an `external` destination pointing at it, and `fleet-sim fleet` whose operators record
- * episodes by themselves. Then it prints, once a second, how episodes go from reported to
- * verified and which objects appear in the bucket. SIGINT/SIGTERM (or SIGHUP) stops every
+ * episodes by themselves. The console plays recordings straight from the bucket: the cloud
+ * allows the bucket's origin (`--read-origin`) and the bucket has a CORS rule for the console's
+ * origin, as a customer sets both up. Then it prints, once a second, how episodes go from
+ * reported to verified and which objects appear in the bucket, and with the first verified
+ * episode the console address that plays it. SIGINT/SIGTERM (or SIGHUP) stops every
  * process, newest first, removes the temp dirs and exits 0.
  *
  * Options: --robots N (3), --episodes-per-minute N (per robot, 4), --poll-ms MS (1000).
@@ -95,13 +98,19 @@ async function start(): Promise<{ cloud: CloudProcess; s3: S3ServerProcess; robo
   processes.push({ name: 's3', proc: s3.process });
   checkpoint();
 
+  // The console reads recordings from the bucket itself: the cloud's CSP lets the page connect to
+  // the bucket's origin, and the bucket's CORS rule lets the console's origin read (docs/console.md).
+  const bucketOrigin = new URL(s3.endpoint).origin;
   const cloud = await startCloud({
     dataDir: join(tmp.path, 'cloud'),
     logLevel: 'warn',
-    args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile],
+    args: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile, '--read-origin', bucketOrigin],
   });
   cleanups.push({ name: 'cloud', run: () => cloud[Symbol.asyncDispose]() });
   processes.push({ name: 'cloud', proc: cloud.process });
+  checkpoint();
+  const consoleOrigins = [cloud.http, cloud.http.replace('//127.0.0.1:', '//localhost:')];
+  await s3.setCors(consoleOrigins);
   checkpoint();
 
   // The destination first (its dsec_ secret is shown once), then the provider on the port it names.
@@ -135,12 +144,15 @@ async function start(): Promise<{ cloud: CloudProcess; s3: S3ServerProcess; robo
   say('');
   say('Fleet demo: the cloud, an S3-compatible store, the reference grant provider and a simulated fleet.');
   say('');
+  say(`  console      ${cloud.http}/console/  (sign in with the admin key)`);
+  say(`  review queue ${cloud.http}${REVIEW_QUEUE}`);
   say(`  API          ${cloud.http}/v1`);
   say(`  API docs     ${cloud.http}/docs`);
   say(`  admin key    ${key}`);
   say(`               curl -s -H 'authorization: Bearer ${key}' ${cloud.http}/v1/episodes`);
   say(`  bucket       ${s3.bucket} at ${s3.endpoint} (path-style, access key and secret ${s3.accessKeyId})`);
   say(`  bucket files ${join(s3.dataDir, s3.bucket)} (s3rver's layout: <key>._S3rver_object)`);
+  say(`  bucket CORS  GET, HEAD with Range from ${consoleOrigins.join(', ')}`);
   say(`  provider     ${provider.url}/grant  (destination ${destination.id})`);
   say(`  robots       ${fleet.robots.length}, each starting about ${perMinute} episodes a minute`);
   say(`  cloud data   ${cloud.dataDir}`);
@@ -150,6 +162,9 @@ async function start(): Promise<{ cloud: CloudProcess; s3: S3ServerProcess; robo
   say('');
   return { cloud, s3, robots: fleet.robots };
 }
+
+/** The review queue of the episodes nobody reviewed yet, with three tags to pick with keys 1-3. */
+const REVIEW_QUEUE = '/console/review?has_annotation.qa_status=false&tags=good,blurry,collision';
 
 /** Episodes started in the last few minutes: new ones, and those uploading (a few seconds each). */
 const RECENT_MS = 5 * 60_000;
@@ -186,6 +201,7 @@ async function watch(cloud: CloudProcess, s3: S3ServerProcess): Promise<void> {
   const watcher = new EpisodeWatcher((id) => names.get(id) ?? id);
   const objects = new Set<string>();
   let lastProblem = '';
+  let playable = false;
   // A child that dies on its own ends the demo (with its last output), as a failed start does.
   const died = Promise.race(processes.map(async (p) => ({ ...p, exit: await p.proc.exited })));
 
@@ -194,6 +210,12 @@ async function watch(cloud: CloudProcess, s3: S3ServerProcess): Promise<void> {
       const episodes = await pollEpisodes(cloud, watcher);
       if (episodes.some((e) => !names.has(e.robot_id))) await refreshNames();
       for (const line of watcher.update(episodes)) log(line);
+      // The first episode whose recording is in the bucket: where to watch it in the console.
+      const first = playable ? undefined : episodes.find((e) => e.outcome !== 'discarded' && e.replicas[0]?.state === 'verified');
+      if (first) {
+        playable = true;
+        log(`play it      ${cloud.http}/console/episodes/${first.id}  (the console reads the recording from the bucket)`);
+      }
       for (const o of (await s3.listObjects()).sort((a, b) => a.key.localeCompare(b.key))) {
         if (objects.has(o.key)) continue;
         objects.add(o.key);

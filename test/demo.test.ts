@@ -89,6 +89,21 @@ describe('npm run demo', () => {
     const episode = verified.split(/\s+/)[1]!;
     expect(steps(demo.stdoutLines.filter((l) => l.includes(episode)))).toEqual(['reported → granted', 'granted → syncing', 'syncing → synced', 'synced → verified']);
     await demo.waitForStdout((l) => l.includes(`bucket  + ${key}`), { timeoutMs: 15_000, description: `an object under ${key}` });
+
+    // The console plays it from the bucket: where to open it, and the bucket's CORS rule lets the
+    // console's origin read ranges (the preflight a browser sends for a Range it does not safelist).
+    const origin = /console {6}(http:\/\/127\.0\.0\.1:\d+)\/console\/ {2}\(sign in with the admin key\)/.exec(out())?.[1];
+    expect(origin, out()).toBeDefined();
+    expect(out()).toContain(`review queue ${origin}/console/review?has_annotation.qa_status=false&tags=`);
+    await demo.waitForStdout((l) => l.includes(`play it      ${origin}/console/episodes/ep_`), { timeoutMs: 15_000, description: 'the play it line' });
+    const bucket = /bucket {7}(\S+) at (http:\/\/127\.0\.0\.1:\d+)/.exec(out());
+    expect(bucket, out()).not.toBeNull();
+    const preflight = await fetch(`${bucket![2]}/${bucket![1]}/${key}bag/bag_0.mcap`, {
+      method: 'OPTIONS',
+      headers: { origin: origin!, 'access-control-request-method': 'GET', 'access-control-request-headers': 'range' },
+    });
+    expect(preflight.status).toBe(200);
+    expect(preflight.headers.get('access-control-allow-headers')).toBe('range');
     const before = Object.values(pids).map(Number);
     for (const pid of before) expect(alive(pid), `pid ${pid}`).toBe(true);
 

@@ -19,14 +19,13 @@ import { startGrantProvider, writeProviderTls, type GrantProviderProcess } from 
 import { freePort, okJson } from './support/http.js';
 import { runProcess, type RunResult } from './support/process.js';
 import { ensurePythonEnv } from './support/python.js';
-import { listEpisodes } from './support/episodes.js';
-import { createEnrollmentToken, sendCommand, startAgentProcess, startFleet, type AgentProcess } from './support/robots.js';
+import { startImportRobot, waitVerified, writePythonRecording, type ImportRobot, type PythonRecordingKind } from './support/recordings.js';
+import { createEnrollmentToken, sendCommand, startFleet } from './support/robots.js';
 import { startS3Server, type S3ServerProcess } from './support/s3-server.js';
 import { waitFor } from './support/wait.js';
 
 const FLEET_CLI = join(REPO_ROOT, 'packages', 'client', 'dist', 'cli.js');
 const JUDGE = join(REPO_ROOT, 'test', 'python', 'lerobot_judge.py');
-const WRITER = join(REPO_ROOT, 'test', 'python', 'write_judge_recordings.py');
 /** The lowest PSNR accepted of a frame against its source image (measured at worst 25.5 to 29 dB: docs/training.md). */
 const MIN_PSNR_DB = 24;
 /** Loading torch, reading every item and training take minutes on a loaded 2-core machine. */
@@ -276,19 +275,16 @@ describe('LeRobot 0.6.1 loads, reads back and trains on the export', () => {
   );
 
   describe("recordings the robot's own stack wrote, imported by a real agent (recorder `import`)", () => {
-    let agent: AgentProcess;
+    let robot: ImportRobot;
     let folder: string;
 
     beforeAll(async () => {
-      folder = join(tmp.path, 'import');
-      mkdirSync(folder);
-      const configFile = join(tmp.path, 'agent.yaml');
-      writeFileSync(configFile, ['recorder:', '  kind: import', `  folder: ${JSON.stringify(folder)}`, '  poll_ms: 200', ''].join('\n'));
       // Its data directory on the folder's file system: the agent moves recordings, never copies.
-      agent = await startAgentProcess(cloud, { simulate: false, dataDir: join(tmp.path, 'robot'), args: ['--config', configFile, '--allow-http-uploads'] });
+      robot = await startImportRobot(cloud, { dir: tmp.path });
+      folder = robot.folder;
     }, 300_000);
     afterAll(async () => {
-      await agent?.[Symbol.asyncDispose]();
+      await robot?.[Symbol.asyncDispose]();
     });
 
     test(
@@ -326,45 +322,25 @@ describe('LeRobot 0.6.1 loads, reads back and trains on the export', () => {
     );
 
     /** One recording by Python (rosbags or mcap-protobuf-support: test/python/write_judge_recordings.py) starting at `startNs`. */
-    async function writeRecording(kind: 'rosbag2' | 'protobuf', out: string, startNs: bigint): Promise<void> {
-      const r = await runProcess(python, [WRITER, kind, out, String(startNs)], { name: `write ${kind}`, cwd: tmp.path, env: { PATH: `${dirname(python)}:/usr/bin:/bin` }, timeoutMs: 120_000 });
-      expect(r.code, r.stderr).toBe(0);
+    async function writeRecording(kind: PythonRecordingKind, out: string, startNs: bigint): Promise<void> {
+      await writePythonRecording(python, kind, out, startNs, { cwd: tmp.path });
     }
 
     /**
      * With `task` as the robot's context, `write(i, startNs)` puts each of `count` recordings into
-     * the folder; each becomes an episode (waited on before the next, so the context is its own),
-     * syncs to the bucket and is verified there; then one dataset of them.
+     * the folder; each becomes an episode, syncs to the bucket and is verified there; then one
+     * dataset of them.
      */
     async function importEpisodes(task: string, count: number, write: (i: number, startNs: bigint) => Promise<void>): Promise<Recorded> {
-      const set = await agent.control(['context', 'set', '--task-id', task]);
-      expect(set.code, set.stderr).toBe(0);
-      const c = cloud.client();
-      const ids: string[] = [];
-      for (let i = 0; i < count; i++) {
-        // Recorded a while ago (the bag's own times become the episode's), each at its own time.
-        const startNs = BigInt(Date.now() - 60_000 + i * 10_000) * 1_000_000n;
-        await write(i, startNs);
-        const ep = await waitFor(
-          async () => (await listEpisodes(cloud, `robot_id=${agent.robotId}&task_id=${task}`)).find((e) => !ids.includes(e.id)),
-          { timeoutMs: 120_000, intervalMs: 200, description: `recording ${i + 1} of ${task} imported as an episode` },
-        );
-        expect(ep.outcome).toBe('success');
-        ids.push(ep.id);
-      }
+      const imported = await robot.importEpisodes(task, count, write);
+      for (const ep of imported) expect(ep.outcome).toBe('success');
       const episodes: Recorded['episodes'] = [];
-      for (const id of ids) {
-        const ep = await waitFor(
-          async () => {
-            const e = await c.episodes.get(id);
-            return e.replicas[0]?.state === 'verified' ? e : undefined;
-          },
-          { timeoutMs: 120_000, intervalMs: 200, description: `episode ${id} verified in the bucket` },
-        );
+      for (const { id } of imported) {
+        const ep = await waitVerified(cloud, id);
         episodes.push({ id, task: String(ep.task_id), objectKey: ep.replicas[0]!.object_key! });
       }
-      expect(episodes.map((e) => e.task)).toEqual(ids.map(() => task));
-      const ds = await c.datasets.create({ name: `judge import ${task}`, filter: { robot_id: agent.robotId, task_id: task } });
+      expect(episodes.map((e) => e.task)).toEqual(imported.map(() => task));
+      const ds = await cloud.client().datasets.create({ name: `judge import ${task}`, filter: { robot_id: robot.robotId, task_id: task } });
       return { datasetId: ds.id, episodes };
     }
   });

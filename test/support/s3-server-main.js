@@ -48,11 +48,12 @@ const S3rver = require('@20minutes/s3rver');
 const authentication = require('@20minutes/s3rver/lib/middleware/authentication');
 const S3Error = require('@20minutes/s3rver/lib/models/error');
 
-const [dataDir, bucket, portArg] = process.argv.slice(2);
+const [dataDir, bucket, portArg, optionsArg] = process.argv.slice(2);
 if (!dataDir || !bucket) {
-  console.error('usage: s3-server-main.js <dataDir> <bucket> [port]');
+  console.error('usage: s3-server-main.js <dataDir> <bucket> [port] [options JSON]');
   process.exit(2);
 }
+const options = optionsArg ? JSON.parse(optionsArg) : {};
 
 const server = new S3rver({
   address: '127.0.0.1',
@@ -114,6 +115,48 @@ server.middleware.splice(server.middleware.length - 1, 0, async (ctx, next) => {
     throw new S3Error('NoSuchBucket', 'The specified bucket does not exist', { BucketName: ctx.params.bucket });
   }
   await checkSignature(ctx, () => listUploads(ctx));
+});
+
+// The request log: one entry per request once its response closed (finished or cut short), in
+// the order they closed. Bounded: past LOG_MAX entries the oldest go (`seq` keeps counting, so
+// a reader sees the gap). Runs first, before s3rver's own middleware, so it sees every answer,
+// errors and CORS preflights included.
+const LOG_PATH = '/_fleet-test/requests';
+const LOG_MAX = 100_000;
+const requestLog = [];
+let requestSeq = 0;
+const byteLength = (chunk, encoding) => (typeof chunk === 'string' ? Buffer.byteLength(chunk, typeof encoding === 'string' ? encoding : 'utf8') : (chunk?.length ?? 0));
+server.middleware.unshift(async (ctx, next) => {
+  if (ctx.path === LOG_PATH) {
+    if (!options.requestLog) {
+      ctx.status = 404;
+      ctx.body = 'the request log is off (start with {"requestLog": true})';
+      return;
+    }
+    const since = Number(ctx.query.since ?? 0);
+    ctx.type = 'application/json';
+    ctx.body = JSON.stringify({ last: requestSeq, requests: requestLog.filter((r) => r.seq > since) });
+    return;
+  }
+  if (!options.requestLog) return next();
+  const res = ctx.res;
+  let bytes = 0;
+  const write = res.write;
+  const end = res.end;
+  res.write = function (chunk, encoding, cb) {
+    bytes += byteLength(chunk, encoding);
+    return write.call(this, chunk, encoding, cb);
+  };
+  res.end = function (chunk, encoding, cb) {
+    if (chunk !== undefined && chunk !== null && typeof chunk !== 'function') bytes += byteLength(chunk, encoding);
+    return end.call(this, chunk, encoding, cb);
+  };
+  const entry = { method: ctx.method, path: ctx.path, range: ctx.get('range') || null, origin: ctx.get('origin') || null };
+  res.once('close', () => {
+    requestLog.push({ seq: ++requestSeq, ...entry, status: res.statusCode, bytes, complete: res.writableFinished });
+    if (requestLog.length > LOG_MAX) requestLog.splice(0, requestLog.length - LOG_MAX);
+  });
+  return next();
 });
 
 // An internal error's cause goes to stderr (the answer only says InternalError): whoever runs

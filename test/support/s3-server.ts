@@ -1,6 +1,6 @@
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { CreateBucketCommand, GetObjectCommand, ListObjectsCommand, S3Client } from '@aws-sdk/client-s3';
+import { CreateBucketCommand, DeleteBucketCorsCommand, GetObjectCommand, ListObjectsCommand, PutBucketCorsCommand, S3Client, type CORSRule } from '@aws-sdk/client-s3';
 import { cleanEnv, makeTempDir, REPO_ROOT } from './cloud.js';
 import { MOTO_CREDENTIALS, spawnMoto } from './moto-server.js';
 import { spawnProcess, type SpawnedProcess } from './process.js';
@@ -29,7 +29,16 @@ const MAIN = join(REPO_ROOT, 'test', 'support', 's3-server-main.js');
  * - ListMultipartUploads and ListParts are not implemented by s3rver; s3-server-main.js answers
  *   ListMultipartUploads (prefix filter, no pagination) from s3rver's upload directory after
  *   s3rver's own signature check. ListParts stays unimplemented.
- * - CORS: no bucket CORS configured; not relevant to robots (no browser).
+ * - CORS (`corsOrigins` option, `setCors`): set with PutBucketCors, as on a customer's bucket. s3rver
+ *   matches the rule by origin and method, answers a preflight (OPTIONS) with
+ *   `Access-Control-Allow-Origin: *` where S3 echoes the origin (the same for a request without
+ *   credentials, which is all a presigned GET is), an actual request with the origin echoed,
+ *   the exposed headers and `Access-Control-Allow-Credentials: true`, and keeps the CORS headers
+ *   on its error answers (an expired link's 403 stays readable by the page), as S3 does. Without
+ *   a rule, no CORS headers: a browser's cross-origin fetch fails as a network error. (moto
+ *   takes the rule too, but answers a preflight 200 with or without one: CORS tests use s3rver.)
+ * - The request log (`requestLog: true`, s3rver only): what a browser or tool asked of the store,
+ *   read from the server process (s3-server-main.js), never the query string.
  * - Credentials are fixed by s3rver: access key id and secret are both `S3RVER`.
  */
 
@@ -40,6 +49,39 @@ export interface S3Object {
 }
 
 export type S3Implementation = 's3rver' | 'moto';
+
+/** One request the store answered (`requests()`), logged once its response closed. */
+export interface S3Request {
+  /** 1, 2, … in the order responses closed, per server process (a restart starts again at 1). */
+  seq: number;
+  method: string;
+  /** The path as sent (percent-encoded), without the query string (a presigned URL's signature is a secret). */
+  path: string;
+  /** The Range header, or null. */
+  range: string | null;
+  /** The Origin header (a browser's cross-origin request), or null. */
+  origin: string | null;
+  status: number;
+  /** Body bytes written to the client (headers not counted); fewer than the body when the client went away. */
+  bytes: number;
+  /** False when the connection closed before the whole answer was written (a cancelled body). */
+  complete: boolean;
+}
+
+/**
+ * The bucket CORS rule a browser needs to play recordings straight from the bucket (the
+ * console's player): GET and HEAD from the given origins, the `Range` request header, and the
+ * answer headers a range reader reads exposed. In the shape of `aws s3api put-bucket-cors`.
+ */
+export function playbackCorsRule(origins: readonly string[]): CORSRule {
+  return {
+    AllowedOrigins: [...origins],
+    AllowedMethods: ['GET', 'HEAD'],
+    AllowedHeaders: ['Range'],
+    ExposeHeaders: ['Content-Range', 'Content-Length', 'ETag', 'Accept-Ranges'],
+    MaxAgeSeconds: 600,
+  };
+}
 
 export interface S3ServerProcess extends AsyncDisposable {
   readonly implementation: S3Implementation;
@@ -58,6 +100,21 @@ export interface S3ServerProcess extends AsyncDisposable {
   listObjects(): Promise<S3Object[]>;
   /** The object's bytes and ETag header, or null when it does not exist. */
   getObject(key: string): Promise<{ body: Buffer; etag: string } | null>;
+  /**
+   * The file s3rver keeps the object's bytes in (read it to know what the store holds without a
+   * request that would show in the request log); null with moto, which keeps them in memory.
+   */
+  objectFile(key: string): string | null;
+  /** Sets the bucket's CORS to `playbackCorsRule(origins)` (PutBucketCors), or removes it with null (DeleteBucketCors). Kept across `stop()`/`start()`. */
+  setCors(origins: readonly string[] | null): Promise<void>;
+  /**
+   * The requests answered since the server (re)started or since `clearRequests()`, oldest first.
+   * Needs `requestLog: true` (s3rver only). A request appears once its response closed: wait for
+   * the one you expect rather than reading once.
+   */
+  requests(): Promise<S3Request[]>;
+  /** Forgets the requests logged so far: `requests()` returns only later ones. */
+  clearRequests(): Promise<void>;
   /** Stops the server: the store is unreachable until `start()`. s3rver keeps the data; moto loses it. */
   stop(): Promise<void>;
   /** Starts it again on the same port: s3rver with the same data, moto with the bucket empty again. */
@@ -68,6 +125,10 @@ export interface S3ServerProcess extends AsyncDisposable {
 
 export interface StartS3ServerOptions {
   bucket?: string;
+  /** Origins allowed by the bucket's CORS rule (`playbackCorsRule`); none by default. */
+  corsOrigins?: readonly string[];
+  /** Keep a log of the requests (`requests()`); s3rver only. */
+  requestLog?: boolean;
   /** Default: FLEET_TEST_S3 when set, else `s3rver`. */
   implementation?: S3Implementation;
 }
@@ -80,8 +141,8 @@ export function s3ImplementationOfRun(): S3Implementation {
   throw new Error(`FLEET_TEST_S3=${v}: expected s3rver or moto`);
 }
 
-async function spawnS3(dataDir: string, bucket: string, port: number): Promise<{ proc: SpawnedProcess; endpoint: string }> {
-  const proc = spawnProcess(process.execPath, [MAIN, dataDir, bucket, String(port)], { name: 's3rver', cwd: REPO_ROOT, env: cleanEnv() });
+async function spawnS3(dataDir: string, bucket: string, port: number, requestLog: boolean): Promise<{ proc: SpawnedProcess; endpoint: string }> {
+  const proc = spawnProcess(process.execPath, [MAIN, dataDir, bucket, String(port), JSON.stringify({ requestLog })], { name: 's3rver', cwd: REPO_ROOT, env: cleanEnv() });
   try {
     const line = await proc.waitForStdout((l) => l.startsWith('{"endpoint"'), { description: 'the {"endpoint":…} line' });
     return { proc, endpoint: (JSON.parse(line) as { endpoint: string }).endpoint };
@@ -99,20 +160,29 @@ async function spawnS3(dataDir: string, bucket: string, port: number): Promise<{
 export async function startS3Server(opts: StartS3ServerOptions = {}): Promise<S3ServerProcess> {
   const implementation = opts.implementation ?? s3ImplementationOfRun();
   const bucket = opts.bucket ?? 'episodes';
+  const requestLog = opts.requestLog ?? false;
+  if (requestLog && implementation !== 's3rver') throw new Error('startS3Server: the request log is s3rver only (implementation: "s3rver")');
   const region = 'us-east-1';
   const credentials = implementation === 'moto' ? { ...MOTO_CREDENTIALS } : { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' };
   const tmp = await makeTempDir('fleet-s3-');
   const dataDir = join(tmp.path, 'data');
   await mkdir(dataDir);
   const clientOf = (endpoint: string) => new S3Client({ endpoint, region, forcePathStyle: true, credentials, maxAttempts: 1 });
+  // The CORS rule in force, set again after each start (moto forgets it; s3rver keeps it on disk,
+  // and setting it again is harmless).
+  let corsOrigins: readonly string[] | null = opts.corsOrigins && opts.corsOrigins.length > 0 ? [...opts.corsOrigins] : null;
+  const applyCors = async (c: S3Client) => {
+    if (corsOrigins === null) await c.send(new DeleteBucketCorsCommand({ Bucket: bucket }));
+    else await c.send(new PutBucketCorsCommand({ Bucket: bucket, CORSConfiguration: { CORSRules: [playbackCorsRule(corsOrigins)] } }));
+  };
   // s3rver makes the bucket from its command line; moto's starts empty and gets it through the
   // AWS SDK, as a customer's would, after every start (its store is in memory).
   const spawn = async (port: number): Promise<{ proc: SpawnedProcess; endpoint: string }> => {
-    if (implementation === 's3rver') return spawnS3(dataDir, bucket, port);
-    const started = await spawnMoto(port);
+    const started = implementation === 's3rver' ? await spawnS3(dataDir, bucket, port, requestLog) : await spawnMoto(port);
     const admin = clientOf(started.endpoint);
     try {
-      await admin.send(new CreateBucketCommand({ Bucket: bucket }));
+      if (implementation === 'moto') await admin.send(new CreateBucketCommand({ Bucket: bucket }));
+      if (corsOrigins !== null) await applyCors(admin);
     } catch (err) {
       await started.proc.kill('SIGKILL');
       throw err;
@@ -132,6 +202,19 @@ export async function startS3Server(opts: StartS3ServerOptions = {}): Promise<S3
   const port = Number(new URL(endpoint).port);
   let stopped = false;
   const client = clientOf(endpoint);
+  // `clearRequests()` keeps the last seq seen; a restarted process counts from 1 again.
+  let logSince = 0;
+  let logPid = running.proc.pid;
+  const readLog = async (): Promise<{ last: number; requests: S3Request[] }> => {
+    if (!requestLog) throw new Error('startS3Server: start with requestLog: true to read the request log');
+    if (logPid !== running.proc.pid) {
+      logPid = running.proc.pid;
+      logSince = 0;
+    }
+    const res = await fetch(`${endpoint}/_fleet-test/requests?since=${logSince}`);
+    if (!res.ok) throw new Error(`the S3 server's request log answered ${res.status}: ${await res.text()}`);
+    return (await res.json()) as { last: number; requests: S3Request[] };
+  };
 
   const stop = async () => {
     if (stopped) return;
@@ -188,6 +271,20 @@ export async function startS3Server(opts: StartS3ServerOptions = {}): Promise<S3
         if ((err as { name?: string }).name === 'NoSuchKey') return null;
         throw err;
       }
+    },
+    objectFile(key) {
+      // s3rver's filesystem store: <dir>/<bucket>/<key>._S3rver_object
+      return implementation === 's3rver' ? join(dataDir, bucket, `${key}._S3rver_object`) : null;
+    },
+    async setCors(origins) {
+      corsOrigins = origins && origins.length > 0 ? [...origins] : null;
+      await applyCors(client);
+    },
+    async requests() {
+      return (await readLog()).requests;
+    },
+    async clearRequests() {
+      logSince = (await readLog()).last;
     },
     stop,
     async start() {

@@ -158,6 +158,14 @@ describe('@fleet/client against a real cloud', () => {
     expect((await c.episodes.annotate(id, { annotations: { grade: 3 } })).annotations).toMatchObject({ grade: 3 });
     expect((await c.episodes.setOutcome(id, { outcome: 'failure', reason: 'dropped the part' })).outcome).toBe('failure');
     expect((await c.episodes.outcomeHistory(id)).outcome_history).toMatchObject([{ to: 'failure', reason: 'dropped the part' }]);
+    // No destination holds a copy of these episodes: read links are refused with the replicas (none).
+    const refused = await c.episodes.readLinks(id).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(refused).toBeInstanceOf(FleetApiError);
+    expect((refused as FleetApiError).code).toBe('replica_not_verified');
+    expect((refused as FleetApiError).details).toMatchObject({ replicas: [] });
   });
 
   test('datasets: create, list, get, snapshot and the manifest streamed over pages', async () => {

@@ -504,7 +504,7 @@ describe('review queue with playback', () => {
     const [first, second] = p.episodes.map((e) => e.id);
     await page.goto(`${p.baseUrl}/console/review?robot_id=${p.robots[0]!}&has_annotation.qa_status=false`);
     await queueOpened(w);
-    expect(atOf(page)).toBe(first);
+    await expect.poll(() => atOf(page)).toBe(first);
     const stage = page.locator('.review-player .player-stage');
     // Autoplay: it plays (or, the recording being short, has played to its end).
     await expect.poll(() => stage.getAttribute('data-status'), { timeout: 60_000 }).toMatch(/playing|buffering|ended/);
@@ -513,17 +513,21 @@ describe('review queue with playback', () => {
     const before = await p.cloud.client().episodes.get(first!);
     const status = await stage.getAttribute('data-status');
     await page.keyboard.press('Space');
-    await expect.poll(() => stage.getAttribute('data-status')).not.toBe(status);
+    await expect.poll(() => stage.getAttribute('data-status'), { timeout: 30_000 }).not.toBe(status);
     await page.keyboard.press('Home');
     await page.keyboard.press('ArrowRight');
-    await expect.poll(() => stage.getAttribute('data-playhead-ns')).not.toBe(await stage.getAttribute('data-start-ns'));
+    const startNs = await stage.getAttribute('data-start-ns');
+    await expect.poll(() => stage.getAttribute('data-playhead-ns'), { timeout: 30_000 }).not.toBe(startNs);
     expect(atOf(page)).toBe(first);
-    expect(await p.cloud.client().episodes.get(first!)).toEqual(before);
+    // Decided nothing: the layers a decision writes are as they were (the replicas may move on their own).
+    const after = await p.cloud.client().episodes.get(first!);
+    expect(after.annotations).toEqual(before.annotations);
+    expect(after.outcome).toBe(before.outcome);
     await shot(page, 'review-playing');
 
     // a: accepted, and the next episode plays.
     await page.keyboard.press('a');
-    await expect.poll(() => atOf(page)).toBe(second);
+    await expect.poll(() => atOf(page), { timeout: 30_000 }).toBe(second);
     expect((await p.cloud.client().episodes.get(first!)).annotations).toMatchObject({ qa_status: 'accepted' });
     await expect.poll(() => page.locator('.review-player .player-stage').getAttribute('data-status'), { timeout: 60_000 }).toMatch(/playing|buffering|ended/);
     await clean(w);

@@ -192,7 +192,10 @@ describe('a configured agent with `ros2 bag record` as its recorder', () => {
     expect(orphan()).toBe(true);
 
     await using restarted = await spawnAgent(agent.dataDir, { simulate: false, args: ['--config', configFile] });
-    await restarted.waitForStdout((l) => l.includes('"state":"connected"'), { description: 'connected again' });
+    // The agent comes online once it has finalized the interrupted episode: after the orphan has
+    // closed its bag (up to stop_timeout_ms on SIGINT, as much again after SIGKILL) and the files
+    // are hashed. On a loaded machine that is well past the default wait.
+    await restarted.waitForStdout((l) => l.includes('"state":"connected"'), { timeoutMs: 2 * 20_000 + 60_000, description: 'connected again' });
     await waitFor(() => (orphan() ? undefined : true), { timeoutMs: 60_000, description: 'the orphaned ros2 stopped' });
     await waitFor(async () => ((await getEpisode(stack.cloud, id))?.outcome === 'failure' ? true : undefined), { timeoutMs: 60_000, description: 'the episode reported' });
 
@@ -203,5 +206,5 @@ describe('a configured agent with `ros2 bag record` as its recorder', () => {
     // The bag was closed by the stand-in on SIGINT: rosbags reads it whole.
     const read = readBag(join(agent.dataDir, 'episodes', id, 'bag'));
     expect(read.topics['/joint_states']!.count).toBeGreaterThan(0);
-  });
+  }, 300_000);
 });

@@ -3,7 +3,7 @@ import type { ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
   GrantRequestEnvelopeSchema,
   ManualClock,
@@ -13,7 +13,8 @@ import {
   type SyncRequest,
 } from '@fleet/protocol';
 import { EgressClient } from '../egress/client.js';
-import { createTestPki, startHttpsReceiver, type ReceivedRequest, type TestPki, type TestReceiver } from '../egress/test-https.js';
+import type { ReceivedRequest } from '../egress/test-https.js';
+import { sendJson, useProviderStandIn } from '../egress/test-provider.js';
 import { SecretBox } from '../secret-box.js';
 import type { EpisodeRow, Store } from '../store/index.js';
 import { openTestStore, openTwin, postgresAvailable, type TestEngine, type TestStore } from '../store/test-store.js';
@@ -31,19 +32,10 @@ const SECRET = 'dsec_test_secret_for_the_relay';
 const ROBOT = 'rbt_relay';
 const ORG = 'org_relay';
 
-let pki: TestPki;
-let provider: TestReceiver;
-let answer: (req: ReceivedRequest, res: ServerResponse) => void;
+const stand = useProviderStandIn();
 const egress: EgressClient[] = [];
-
-beforeAll(async () => {
-  pki = createTestPki();
-  provider = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (req, res) => answer(req, res));
-});
 afterAll(async () => {
   await Promise.all(egress.map((e) => e.close()));
-  await provider.close();
-  pki.cleanup();
 });
 
 const report = testReport({
@@ -55,11 +47,6 @@ const report = testReport({
     total_bytes: 12 * 1024 * 1024 + 100,
   },
 });
-
-function json(res: ServerResponse, status: number, body: unknown): void {
-  res.writeHead(status, { 'content-type': 'application/json' });
-  res.end(typeof body === 'string' ? body : JSON.stringify(body));
-}
 
 /** A correct grant for the request: multipart for the big file, a PUT for the small one. */
 function goodGrant(env: GrantRequestEnvelope, over: Record<string, unknown> = {}): Record<string, unknown> {
@@ -99,7 +86,7 @@ class FakeSync {
       id: 'dst_one',
       orgId: ORG,
       type: 'external',
-      url: `${provider.origin()}/grant`,
+      url: `${stand.provider.origin()}/grant`,
       secretSealed: secrets.seal(SECRET),
       retention: 'until_all_verified_plus_72h',
       createdAt: T0,
@@ -138,7 +125,7 @@ let relay: GrantRelay;
 
 /** A relay (one replica's) on `store`, with its own egress client. */
 function relayOn(store: GrantRelayOptions['store'], timeoutMs = 1500): GrantRelay {
-  const client = new EgressClient({ allowLoopback: true, ca: pki.caPem, resolve: async () => [{ address: '127.0.0.1', family: 4 }] });
+  const client = new EgressClient({ allowLoopback: true, ca: stand.pki.caPem, resolve: async () => [{ address: '127.0.0.1', family: 4 }] });
   egress.push(client);
   return new GrantRelay({ store, egress: client, secrets, clock, logger: pino({ level: 'silent' }), timeoutMs });
 }
@@ -153,7 +140,7 @@ beforeEach(() => {
   secrets = SecretBox.random();
   fake = new FakeSync(secrets);
   relay = relayOn({ sync: fake.asStore(), episodes: fakeEpisodes });
-  answer = (req, res) => json(res, 200, goodGrant(GrantRequestEnvelopeSchema.parse(JSON.parse(req.body))));
+  stand.answer = (req, res) => sendJson(res, 200, goodGrant(GrantRequestEnvelopeSchema.parse(JSON.parse(req.body))));
 });
 
 /**
@@ -165,9 +152,9 @@ function holdingProvider(): { arrived: Promise<void>; release: () => void } {
   let releaseNow!: () => void;
   const arrived = new Promise<void>((resolve) => (arrivedNow = resolve));
   const released = new Promise<void>((resolve) => (releaseNow = resolve));
-  answer = (req, res) => {
+  stand.answer = (req, res) => {
     arrivedNow();
-    void released.then(() => json(res, 200, goodGrant(GrantRequestEnvelopeSchema.parse(JSON.parse(req.body)))));
+    void released.then(() => sendJson(res, 200, goodGrant(GrantRequestEnvelopeSchema.parse(JSON.parse(req.body)))));
   };
   return { arrived, release: releaseNow };
 }
@@ -187,7 +174,7 @@ describe('GrantRelay.handle', () => {
     expect(msg).toMatchObject({ type: 'grant', req_id: 'r1', protocol: 's3-multipart', retention: 'until_all_verified_plus_72h', object_key: `org/${report.id}/` });
     if (msg.type !== 'grant') return;
     expect(msg.files.map((f) => f.path)).toEqual(['episode.mcap', 'meta/episode.json']);
-    const got = provider.requests.at(-1)!;
+    const got = stand.provider.requests.at(-1)!;
     expect(got.headers['x-service-event']).toBe('grant.request');
     expect(got.headers['x-service-destination-id']).toBe('dst_one');
     expect(got.headers['x-service-event-id']).toMatch(/^evt_/);
@@ -201,30 +188,30 @@ describe('GrantRelay.handle', () => {
   });
 
   it('passes a provider deferral on with its retry_after', async () => {
-    answer = (_req, res) => json(res, 200, { grant_id: null, destinations: [], retention: { local: 'keep' }, retry_after: 120 });
+    stand.answer = (_req, res) => sendJson(res, 200, { grant_id: null, destinations: [], retention: { local: 'keep' }, retry_after: 120 });
     expect(await relay.handle(ROBOT, request())).toMatchObject({ type: 'deferral', reason: 'deferred', retry_after_s: 120 });
     expect(fake.forwards).toEqual([{ kind: 'deferred', reason: expect.stringMatching(/^deferred/) as unknown }]);
     expect(fake.granted).toEqual([]);
   });
 
   it('refuses an episode that is not assigned to the robot, and a revoked destination, without forwarding', async () => {
-    const before = provider.requests.length;
+    const before = stand.provider.requests.length;
     expect(await relay.handle('rbt_other', request())).toMatchObject({ type: 'deferral', reason: 'not_assigned' });
     expect(await relay.handle(ROBOT, request({ destination_id: 'dst_two' }))).toMatchObject({ type: 'deferral', reason: 'not_assigned' });
     fake.destination.revokedAt = T0;
     expect(await relay.handle(ROBOT, request())).toMatchObject({ type: 'deferral', reason: 'revoked' });
-    expect(provider.requests.length).toBe(before);
+    expect(stand.provider.requests.length).toBe(before);
   });
 
   it('treats a reused grant_id as a deferral', async () => {
-    answer = (req, res) => json(res, 200, goodGrant(GrantRequestEnvelopeSchema.parse(JSON.parse(req.body)), { grant_id: 'same' }));
+    stand.answer = (req, res) => sendJson(res, 200, goodGrant(GrantRequestEnvelopeSchema.parse(JSON.parse(req.body)), { grant_id: 'same' }));
     expect(await relay.handle(ROBOT, request())).toMatchObject({ type: 'grant', grant_id: 'same' });
     expect(await relay.handle(ROBOT, request({ req_id: 'r2' }))).toMatchObject({ type: 'deferral', reason: 'grant_reused' });
     expect(fake.granted).toHaveLength(1);
   });
 
   it('forwards once for two requests at once on (episode, destination): the other is deferred while the first is with the provider', async () => {
-    const before = provider.requests.length;
+    const before = stand.provider.requests.length;
     const provider1 = holdingProvider();
     // Two replicas on the same store, with the spec's provider timeout (so that a slow machine
     // does not time the held forward out).
@@ -236,7 +223,7 @@ describe('GrantRelay.handle', () => {
     const deferred = await Promise.race([first, second]);
     await provider1.arrived;
     expect(deferred).toMatchObject({ type: 'deferral', reason: 'deferred', message: 'a grant for this episode and destination is being requested already' });
-    expect(provider.requests.length).toBe(before + 1);
+    expect(stand.provider.requests.length).toBe(before + 1);
     provider1.release();
     const answers = await Promise.all([first, second]);
     expect(answers.filter((a) => a.type === 'grant')).toHaveLength(1);
@@ -247,31 +234,31 @@ describe('GrantRelay.handle', () => {
     expect(fake.forwards).toHaveLength(1);
     // Released when the forward finished: the next request forwards again.
     expect(fake.claims.size).toBe(0);
-    answer = (req, res) => json(res, 200, goodGrant(envOf(req)));
+    stand.answer = (req, res) => sendJson(res, 200, goodGrant(envOf(req)));
     expect(await other.handle(ROBOT, request({ req_id: 'r3' }))).toMatchObject({ type: 'grant', req_id: 'r3' });
-    expect(provider.requests.length).toBe(before + 2);
+    expect(stand.provider.requests.length).toBe(before + 2);
   });
 
   it('releases the claim after a deferral or a timeout too, and waits out the lease of a replica that died', async () => {
-    answer = () => undefined;
+    stand.answer = () => undefined;
     expect(await relay.handle(ROBOT, request())).toMatchObject({ type: 'deferral', reason: 'timeout' });
     expect(fake.claims.size).toBe(0);
-    answer = (_req, res) => json(res, 500, { error: 'boom' });
+    stand.answer = (_req, res) => sendJson(res, 500, { error: 'boom' });
     expect(await relay.handle(ROBOT, request())).toMatchObject({ type: 'deferral', reason: 'http_error' });
     expect(fake.claims.size).toBe(0);
     // A replica claimed (episode, destination) and died: its lease (timeout + 5 s) keeps others out.
     const dead = await fake.asStore().claimForward(ORG, 1, 'dst_one', clock.now(), 1500 + 5000);
     expect(dead.kind).toBe('claimed');
-    const before = provider.requests.length;
+    const before = stand.provider.requests.length;
     clock.advance(2_100);
     expect(await relay.handle(ROBOT, request())).toMatchObject({ type: 'deferral', reason: 'deferred', retry_after_s: 5 });
     clock.advance(4_399);
     expect(await relay.handle(ROBOT, request())).toMatchObject({ type: 'deferral', reason: 'deferred', retry_after_s: 1 });
-    expect(provider.requests.length).toBe(before);
-    answer = (req, res) => json(res, 200, goodGrant(envOf(req)));
+    expect(stand.provider.requests.length).toBe(before);
+    stand.answer = (req, res) => sendJson(res, 200, goodGrant(envOf(req)));
     clock.advance(1);
     expect(await relay.handle(ROBOT, request())).toMatchObject({ type: 'grant' });
-    expect(provider.requests.length).toBe(before + 1);
+    expect(stand.provider.requests.length).toBe(before + 1);
   });
 
   const envOf = (req: ReceivedRequest) => GrantRequestEnvelopeSchema.parse(JSON.parse(req.body));
@@ -284,35 +271,35 @@ describe('GrantRelay.handle', () => {
 
   it.each<[string, (req: ReceivedRequest, res: ServerResponse) => void, string, string | null]>([
     ['a provider that hangs', () => undefined, 'timeout', 'timeout'],
-    ['a 500', (_q, res) => json(res, 500, { error: 'boom' }), 'http_error', 'http_error'],
-    ['a body that is not JSON', (_q, res) => json(res, 200, '<html>oops</html>'), 'invalid_json', 'invalid_json'],
-    ['a body of 2 MiB', (_q, res) => json(res, 200, `{"pad":"${'x'.repeat(2 * 1024 * 1024)}"}`), 'too_large', 'invalid_json'],
-    ['JSON nested past the bounds', (_q, res) => json(res, 200, `{"grant_id":${'['.repeat(5000)}${']'.repeat(5000)}}`), 'invalid_json', 'invalid_json'],
-    ['another destination', (q, res) => json(res, 200, { ...goodGrant(envOf(q)), destinations: [{ ...(goodGrant(envOf(q)).destinations as object[])[0], destination_id: 'dst_evil' }] }), 'destination_mismatch', 'destination_mismatch'],
-    ['two destinations', (q, res) => json(res, 200, { ...goodGrant(envOf(q)), destinations: [...(goodGrant(envOf(q)).destinations as object[]), ...(goodGrant(envOf(q)).destinations as object[])] }), 'schema_invalid', 'schema_invalid'],
-    ['a missing file', (q, res) => json(res, 200, withFiles(q, files(q).slice(0, 1))), 'schema_invalid', 'schema_invalid'],
-    ['an extra path', (q, res) => json(res, 200, withFiles(q, [...files(q), { path: 'extra.bin', put_url: 'https://s/x' }])), 'schema_invalid', 'schema_invalid'],
-    ['a different path', (q, res) => json(res, 200, withFiles(q, [files(q)[0], { path: 'meta/other.json', put_url: 'https://s/x' }])), 'schema_invalid', 'schema_invalid'],
-    ['the same path twice', (q, res) => json(res, 200, withFiles(q, [...files(q), { path: 'meta/episode.json', put_url: 'https://s/again' }])), 'schema_invalid', 'schema_invalid'],
-    ['part URLs that do not cover the file', (q, res) => json(res, 200, withFiles(q, [{ ...files(q)[0], part_urls: ['https://s/1', 'https://s/2'] }, files(q)[1]])), 'schema_invalid', 'schema_invalid'],
-    ['a multipart set without complete_url', (q, res) => json(res, 200, withFiles(q, [{ ...files(q)[0], complete_url: undefined }, files(q)[1]])), 'schema_invalid', 'schema_invalid'],
-    ['an expiry in the past', (q, res) => json(res, 200, goodGrant(envOf(q), { expires_at: new Date(T0 - 1000).toISOString() })), 'expired', 'schema_invalid'],
-    ['no retention', (q, res) => json(res, 200, goodGrant(envOf(q), { retention: undefined })), 'schema_invalid', 'schema_invalid'],
-    ['a put_url that is not a URL', (q, res) => json(res, 200, withFiles(q, [files(q)[0], { path: 'meta/episode.json', put_url: 'javascript:alert(1)' }])), 'schema_invalid', 'schema_invalid'],
+    ['a 500', (_q, res) => sendJson(res, 500, { error: 'boom' }), 'http_error', 'http_error'],
+    ['a body that is not JSON', (_q, res) => sendJson(res, 200, '<html>oops</html>'), 'invalid_json', 'invalid_json'],
+    ['a body of 2 MiB', (_q, res) => sendJson(res, 200, `{"pad":"${'x'.repeat(2 * 1024 * 1024)}"}`), 'too_large', 'invalid_json'],
+    ['JSON nested past the bounds', (_q, res) => sendJson(res, 200, `{"grant_id":${'['.repeat(5000)}${']'.repeat(5000)}}`), 'invalid_json', 'invalid_json'],
+    ['another destination', (q, res) => sendJson(res, 200, { ...goodGrant(envOf(q)), destinations: [{ ...(goodGrant(envOf(q)).destinations as object[])[0], destination_id: 'dst_evil' }] }), 'destination_mismatch', 'destination_mismatch'],
+    ['two destinations', (q, res) => sendJson(res, 200, { ...goodGrant(envOf(q)), destinations: [...(goodGrant(envOf(q)).destinations as object[]), ...(goodGrant(envOf(q)).destinations as object[])] }), 'schema_invalid', 'schema_invalid'],
+    ['a missing file', (q, res) => sendJson(res, 200, withFiles(q, files(q).slice(0, 1))), 'schema_invalid', 'schema_invalid'],
+    ['an extra path', (q, res) => sendJson(res, 200, withFiles(q, [...files(q), { path: 'extra.bin', put_url: 'https://s/x' }])), 'schema_invalid', 'schema_invalid'],
+    ['a different path', (q, res) => sendJson(res, 200, withFiles(q, [files(q)[0], { path: 'meta/other.json', put_url: 'https://s/x' }])), 'schema_invalid', 'schema_invalid'],
+    ['the same path twice', (q, res) => sendJson(res, 200, withFiles(q, [...files(q), { path: 'meta/episode.json', put_url: 'https://s/again' }])), 'schema_invalid', 'schema_invalid'],
+    ['part URLs that do not cover the file', (q, res) => sendJson(res, 200, withFiles(q, [{ ...files(q)[0], part_urls: ['https://s/1', 'https://s/2'] }, files(q)[1]])), 'schema_invalid', 'schema_invalid'],
+    ['a multipart set without complete_url', (q, res) => sendJson(res, 200, withFiles(q, [{ ...files(q)[0], complete_url: undefined }, files(q)[1]])), 'schema_invalid', 'schema_invalid'],
+    ['an expiry in the past', (q, res) => sendJson(res, 200, goodGrant(envOf(q), { expires_at: new Date(T0 - 1000).toISOString() })), 'expired', 'schema_invalid'],
+    ['no retention', (q, res) => sendJson(res, 200, goodGrant(envOf(q), { retention: undefined })), 'schema_invalid', 'schema_invalid'],
+    ['a put_url that is not a URL', (q, res) => sendJson(res, 200, withFiles(q, [files(q)[0], { path: 'meta/episode.json', put_url: 'javascript:alert(1)' }])), 'schema_invalid', 'schema_invalid'],
   ])('turns %s into a deferral with its reason, never a grant', async (_what, handler, reason, failure) => {
-    answer = handler;
+    stand.answer = handler;
     const msg = await relay.handle(ROBOT, request());
     expect(msg).toMatchObject({ type: 'deferral', reason, retry_after_s: 60 });
     expect(fake.granted).toEqual([]);
     expect(fake.forwards).toEqual([{ kind: 'deferred', reason: expect.stringMatching(new RegExp(`^${reason}: `)) as unknown }]);
-    const forward = await relay.forward(fake.destination, envOf(provider.requests.at(-1)!));
+    const forward = await relay.forward(fake.destination, envOf(stand.provider.requests.at(-1)!));
     expect(forward.failure).toBe(failure);
   });
 });
 
 const engines: TestEngine[] = postgresAvailable() ? ['sqlite', 'postgres'] : ['sqlite'];
 
-/** Two replicas, each with its own store connection on one database, and one provider. */
+/** Two replicas, each with its own store connection on one database, and one stand.provider. */
 describe.each(engines)('GrantRelay on two replicas of one store [%s]', (engine) => {
   let dir: string;
   let store: TestStore;
@@ -324,7 +311,7 @@ describe.each(engines)('GrantRelay on two replicas of one store [%s]', (engine) 
     twin = await openTwin(store);
     await store.orgs.create({ id: ORG, name: ORG, tier: 'enterprise', createdAt: T0 });
     expect(await store.episodes.ingest([{ orgId: ORG, robotId: ROBOT, report, reportedAt: T0 }])).toEqual(['inserted']);
-    await store.sync.createDestination({ id: 'dst_one', orgId: ORG, type: 'external', url: `${provider.origin()}/grant`, secretSealed: secrets.seal(SECRET), retention: 'keep', createdAt: T0 });
+    await store.sync.createDestination({ id: 'dst_one', orgId: ORG, type: 'external', url: `${stand.provider.origin()}/grant`, secretSealed: secrets.seal(SECRET), retention: 'keep', createdAt: T0 });
     const seq = (await store.episodes.get(ORG, report.id))!.seq;
     await store.sync.addRoutes([{ orgId: ORG, robotId: ROBOT, episodeId: report.id, episodeSeq: seq, destinationId: 'dst_one', decidedAt: T0 }]);
   });
@@ -335,7 +322,7 @@ describe.each(engines)('GrantRelay on two replicas of one store [%s]', (engine) 
   });
 
   it('a repeated request on the other replica while the first is with the provider is deferred; the provider is asked once', async () => {
-    const before = provider.requests.length;
+    const before = stand.provider.requests.length;
     const held = holdingProvider();
     const a = relayOn(store, 10_000);
     const b = relayOn(twin, 10_000);
@@ -351,10 +338,10 @@ describe.each(engines)('GrantRelay on two replicas of one store [%s]', (engine) 
     });
     held.release();
     expect(await first).toMatchObject({ type: 'grant', req_id: 'r1' });
-    expect(provider.requests.length).toBe(before + 1);
+    expect(stand.provider.requests.length).toBe(before + 1);
     // The claim was released with the answer: the next request (on either replica) forwards.
-    answer = (req, res) => json(res, 200, goodGrant(GrantRequestEnvelopeSchema.parse(JSON.parse(req.body))));
+    stand.answer = (req, res) => sendJson(res, 200, goodGrant(GrantRequestEnvelopeSchema.parse(JSON.parse(req.body))));
     expect(await b.handle(ROBOT, request({ req_id: 'r3' }))).toMatchObject({ type: 'grant', req_id: 'r3' });
-    expect(provider.requests.length).toBe(before + 2);
+    expect(stand.provider.requests.length).toBe(before + 2);
   });
 });

@@ -1,7 +1,6 @@
-import type { ServerResponse } from 'node:http';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   ManualClock,
   READ_EVENT,
@@ -14,7 +13,8 @@ import {
 } from '@fleet/protocol';
 import { parseCloudConfig, readOriginOf } from '../config.js';
 import { EgressClient } from '../egress/client.js';
-import { createTestPki, startHttpsReceiver, type ReceivedRequest, type TestPki, type TestReceiver } from '../egress/test-https.js';
+import { startHttpsReceiver, type ReceivedRequest } from '../egress/test-https.js';
+import { sendJson, useProviderStandIn } from '../egress/test-provider.js';
 import { ApiError } from '../errors.js';
 import { consoleContentSecurityPolicy } from '../http/console.js';
 import { SecretBox } from '../secret-box.js';
@@ -229,23 +229,14 @@ describe('requestedFiles', () => {
 });
 
 describe('ReadLinker against an HTTPS provider', () => {
-  let pki: TestPki;
-  let provider: TestReceiver;
-  let answer: (req: ReceivedRequest, res: ServerResponse) => void;
+  const stand = useProviderStandIn();
   const egress: EgressClient[] = [];
   let clock: ManualClock;
   let secrets: SecretBox;
   let logs: Record<string, unknown>[];
   let rawLog: string;
-
-  beforeAll(async () => {
-    pki = createTestPki();
-    provider = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (req, res) => answer(req, res));
-  });
   afterAll(async () => {
     await Promise.all(egress.map((e) => e.close()));
-    await provider.close();
-    pki.cleanup();
   });
   beforeEach(() => {
     clock = new ManualClock(T0);
@@ -253,11 +244,6 @@ describe('ReadLinker against an HTTPS provider', () => {
     logs = [];
     rawLog = '';
   });
-
-  const json = (res: ServerResponse, status: number, body: unknown) => {
-    res.writeHead(status, { 'content-type': 'application/json' });
-    res.end(typeof body === 'string' ? body : JSON.stringify(body));
-  };
   const envOf = (req: ReceivedRequest): ReadRequestEnvelope => ReadRequestEnvelopeSchema.parse(JSON.parse(req.body));
   /** Links for every requested file, expiring as the provider is told, on the bucket. */
   const linksFor = (env: ReadRequestEnvelope, now = clock.now()) => ({
@@ -265,11 +251,11 @@ describe('ReadLinker against an HTTPS provider', () => {
   });
 
   function destination(id: string, over: Partial<DestinationRow> = {}): DestinationRow {
-    return { id, orgId: ORG, type: 'external', url: `${provider.origin()}/grant`, secretSealed: secrets.seal(SECRET), retention: 'keep', createdAt: T0, revokedAt: null, ...over };
+    return { id, orgId: ORG, type: 'external', url: `${stand.provider.origin()}/grant`, secretSealed: secrets.seal(SECRET), retention: 'keep', createdAt: T0, revokedAt: null, ...over };
   }
 
   function linker(episodes: EpisodeRow[], destinations: DestinationRow[], opts: { timeoutMs?: number; readOrigins?: string[] } = {}): ReadLinker {
-    const e = new EgressClient({ allowLoopback: true, ca: pki.caPem });
+    const e = new EgressClient({ allowLoopback: true, ca: stand.pki.caPem });
     egress.push(e);
     const sink = new Writable({
       write(chunk: Buffer, _enc, done) {
@@ -304,13 +290,13 @@ describe('ReadLinker against an HTTPS provider', () => {
 
   it('sends a signed read request and answers the links in the order asked, with the manifest facts; the log has no URL', async () => {
     const ep = episodeRow(['episode.mcap', 'meta/episode.json', 'extra.bin'], [{ objectKey: 'org/ep_1/' }]);
-    answer = (req, res) => {
+    stand.answer = (req, res) => {
       const env = envOf(req);
       // The provider answers in its own order.
-      json(res, 200, { files: linksFor(env).files.reverse() });
+      sendJson(res, 200, { files: linksFor(env).files.reverse() });
     };
     const l = linker([ep], [destination('dst_a')]);
-    const before = provider.requests.length;
+    const before = stand.provider.requests.length;
     const got = ReadLinksSchema.parse(await l.issue(ORG, ep.id, { files: ['meta/episode.json', 'episode.mcap'] }));
     expect(got).toEqual({
       episode_id: ep.id,
@@ -320,8 +306,8 @@ describe('ReadLinker against an HTTPS provider', () => {
         { path: 'episode.mcap', url: `${BUCKET}/org/ep_1/episode.mcap?${SIG}`, expires_at: new Date(T0 + 900_000).toISOString(), destination_id: 'dst_a', size_bytes: 100, sha256: ep.manifest.files[0]!.sha256 },
       ],
     });
-    expect(provider.requests.length).toBe(before + 1);
-    const req = provider.requests.at(-1)!;
+    expect(stand.provider.requests.length).toBe(before + 1);
+    const req = stand.provider.requests.at(-1)!;
     expect(req.method).toBe('POST');
     expect(req.url).toBe('/grant');
     expect(req.headers['content-type']).toBe('application/json');
@@ -353,9 +339,9 @@ describe('ReadLinker against an HTTPS provider', () => {
   it('asks for every manifest file by default, and sends a null object key when the replica has none', async () => {
     const ep = episodeRow(['a.mcap', 'b.json'], [{ objectKey: null }]);
     let seen: ReadRequestEnvelope | undefined;
-    answer = (req, res) => {
+    stand.answer = (req, res) => {
       seen = envOf(req);
-      json(res, 200, linksFor(seen));
+      sendJson(res, 200, linksFor(seen));
     };
     const got = await linker([ep], [destination('dst_a')]).issue(ORG, ep.id, {});
     expect(got.files.map((f) => f.path)).toEqual(['a.mcap', 'b.json']);
@@ -366,7 +352,7 @@ describe('ReadLinker against an HTTPS provider', () => {
   it('checks expiry on the injected clock: the same answer is refused once time has passed it', async () => {
     const ep = episodeRow(['a.mcap'], [{}]);
     // Links that expire 900 s after T0, whatever the cloud's clock says.
-    answer = (req, res) => json(res, 200, linksFor(envOf(req), T0));
+    stand.answer = (req, res) => sendJson(res, 200, linksFor(envOf(req), T0));
     const l = linker([ep], [destination('dst_a')]);
     expect((await l.issue(ORG, ep.id)).files).toHaveLength(1);
     clock.set(T0 + 901_000);
@@ -381,11 +367,11 @@ describe('ReadLinker against an HTTPS provider', () => {
       { destinationId: 'dst_b', state: 'verified' },
       { destinationId: 'dst_c', state: 'verified' },
     ]);
-    answer = (req, res) => json(res, 200, linksFor(envOf(req)));
+    stand.answer = (req, res) => sendJson(res, 200, linksFor(envOf(req)));
     const l = linker([ep], [destination('dst_syncing'), destination('dst_revoked', { revokedAt: T0 }), destination('dst_b'), destination('dst_c')]);
     expect((await l.issue(ORG, ep.id)).destination_id).toBe('dst_b');
-    expect(envOf(provider.requests.at(-1)!).request.destination_id).toBe('dst_b');
-    expect(provider.requests.at(-1)!.headers['x-service-destination-id']).toBe('dst_b');
+    expect(envOf(stand.provider.requests.at(-1)!).request.destination_id).toBe('dst_b');
+    expect(stand.provider.requests.at(-1)!.headers['x-service-destination-id']).toBe('dst_b');
     expect((await l.issue(ORG, ep.id, { destination_id: 'dst_c' })).destination_id).toBe('dst_c');
   });
 
@@ -396,7 +382,7 @@ describe('ReadLinker against an HTTPS provider', () => {
       { destinationId: 'dst_b', state: 'granted' },
     ]);
     const l = linker([none, failing], [destination('dst_a'), destination('dst_b'), destination('dst_gone', { revokedAt: T0 }), { ...destination('dst_other_org'), orgId: 'org_other' }]);
-    const before = provider.requests.length;
+    const before = stand.provider.requests.length;
 
     const missing = await issueError(l, 'ep_missing');
     expect([missing.status, missing.code]).toEqual([404, 'not_found']);
@@ -423,15 +409,15 @@ describe('ReadLinker against an HTTPS provider', () => {
     expect([revoked.status, revoked.code]).toEqual([409, 'conflict']);
     const unknownFile = await issueError(l, failing.id, { files: ['zzz'] });
     expect([unknownFile.status, unknownFile.code]).toEqual([400, 'validation_failed']);
-    expect(provider.requests.length).toBe(before);
+    expect(stand.provider.requests.length).toBe(before);
   });
 
   it('gives 504 provider_timeout for a provider slower than its timeout', async () => {
     const ep = episodeRow(['a.mcap'], [{}]);
     let release: (() => void) | undefined;
-    answer = (req, res) => {
+    stand.answer = (req, res) => {
       // Answers only after the test is done with it.
-      release = () => json(res, 200, linksFor(envOf(req)));
+      release = () => sendJson(res, 200, linksFor(envOf(req)));
     };
     const e = await issueError(linker([ep], [destination('dst_a')], { timeoutMs: 200 }), ep.id);
     release?.();
@@ -440,7 +426,7 @@ describe('ReadLinker against an HTTPS provider', () => {
   });
 
   it('gives 502 provider_failed unreachable when nothing listens, and logs the detail for the operator only', async () => {
-    const closed = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), () => undefined);
+    const closed = await startHttpsReceiver(stand.pki.issue(['localhost'], ['127.0.0.1']), () => undefined);
     const url = `${closed.origin('127.0.0.1')}/grant`;
     await closed.close();
     const ep = episodeRow(['a.mcap'], [{}]);
@@ -451,14 +437,14 @@ describe('ReadLinker against an HTTPS provider', () => {
 
   it('gives 502 provider_failed too_large for an answer over 1 MiB', async () => {
     const ep = episodeRow(['a.mcap'], [{}]);
-    answer = (_req, res) => json(res, 200, { files: [], pad: 'x'.repeat(PROVIDER_MAX_BYTES) });
+    stand.answer = (_req, res) => sendJson(res, 200, { files: [], pad: 'x'.repeat(PROVIDER_MAX_BYTES) });
     const e = await issueError(linker([ep], [destination('dst_a')]), ep.id);
     expect([e.code, e.details?.failure]).toEqual(['provider_failed', 'too_large']);
   });
 
   it('relays the installation with no read origins as read_origin_not_allowed once the provider answers', async () => {
     const ep = episodeRow(['a.mcap'], [{}]);
-    answer = (req, res) => json(res, 200, linksFor(envOf(req)));
+    stand.answer = (req, res) => sendJson(res, 200, linksFor(envOf(req)));
     const e = await issueError(linker([ep], [destination('dst_a')], { readOrigins: [] }), ep.id);
     expect([e.status, e.code, e.details]).toEqual([502, 'read_origin_not_allowed', { destination_id: 'dst_a', origin: BUCKET }]);
     expect(rawLog).not.toContain(SIG);

@@ -1,42 +1,27 @@
 import type { ServerResponse } from 'node:http';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
-import { afterAll, beforeAll, beforeEach, afterEach, describe, expect, it } from 'vitest';
+import { beforeEach, afterEach, describe, expect, it } from 'vitest';
 import { DestinationCheckSchema, GrantRequestEnvelopeSchema, verifySignature, type GrantRequestEnvelope } from '@fleet/protocol';
 import { EgressClient } from '../../egress/client.js';
-import { createTestPki, startHttpsReceiver, type ReceivedRequest, type TestPki, type TestReceiver } from '../../egress/test-https.js';
+import { startHttpsReceiver, type ReceivedRequest } from '../../egress/test-https.js';
+import { sendJson, useProviderStandIn } from '../../egress/test-provider.js';
 import { SecretBox } from '../../secret-box.js';
 import { GrantRelay } from '../../sync/grant-relay.js';
 import { errorCode, startTestCloud, type TestCloud, type TestTenant } from '../../test-support.js';
 
 /** The destination check against a real HTTPS provider stand-in, through the app's own relay. */
 
-let pki: TestPki;
-let provider: TestReceiver;
-let answer: (req: ReceivedRequest, res: ServerResponse) => void;
+const stand = useProviderStandIn();
 let t: TestCloud;
 let tenant: TestTenant;
-
-beforeAll(async () => {
-  pki = createTestPki();
-  provider = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (req, res) => answer(req, res));
-});
-afterAll(async () => {
-  await provider.close();
-  pki.cleanup();
-});
 beforeEach(async () => {
-  t = await startTestCloud({ config: { egressAllowLoopback: true, egressCaFile: pki.caFile } });
+  t = await startTestCloud({ config: { egressAllowLoopback: true, egressCaFile: stand.pki.caFile } });
   tenant = await t.createTenant();
 });
 afterEach(async () => {
   await t.close();
 });
-
-const json = (res: ServerResponse, status: number, body: unknown) => {
-  res.writeHead(status, { 'content-type': 'application/json' });
-  res.end(typeof body === 'string' ? body : JSON.stringify(body));
-};
 const envOf = (req: ReceivedRequest): GrantRequestEnvelope => GrantRequestEnvelopeSchema.parse(JSON.parse(req.body));
 const grant = (env: GrantRequestEnvelope, destinationId = env.request.destination_id) => ({
   grant_id: `g_${Math.random()}`,
@@ -46,7 +31,7 @@ const grant = (env: GrantRequestEnvelope, destinationId = env.request.destinatio
   destinations: [{ destination_id: destinationId, protocol: 'http-put', files: env.request.manifest.files.map((f) => ({ path: f.path, put_url: 'https://s.example/x' })) }],
 });
 
-async function destination(url = `https://127.0.0.1:${provider.port}/grant`): Promise<{ id: string; secret: string }> {
+async function destination(url = `https://127.0.0.1:${stand.provider.port}/grant`): Promise<{ id: string; secret: string }> {
   const res = await t.app.inject({ method: 'POST', url: '/v1/destinations', headers: tenant.auth, payload: { type: 'external', url } });
   expect(res.statusCode, res.payload).toBe(201);
   return res.json<{ id: string; secret: string }>();
@@ -57,13 +42,13 @@ const check = (id: string) => t.app.inject({ method: 'POST', url: `/v1/destinati
 describe('POST /v1/destinations/{id}/check', () => {
   it('passes a valid grant: a signed synthetic request marked check, and nothing persisted', async () => {
     const d = await destination();
-    answer = (req, res) => json(res, 200, grant(envOf(req)));
+    stand.answer = (req, res) => sendJson(res, 200, grant(envOf(req)));
     const res = await check(d.id);
     expect(res.statusCode, res.payload).toBe(200);
     const body = DestinationCheckSchema.parse(res.json());
     expect(body).toMatchObject({ result: 'pass', mode: 'granted', http_status: 200 });
     expect(body.latency_ms).toBeGreaterThanOrEqual(0);
-    const got = provider.requests.at(-1)!;
+    const got = stand.provider.requests.at(-1)!;
     expect(envOf(got).request).toMatchObject({ check: true, destination_id: d.id });
     expect(verifySignature({ body: got.body, header: got.headers['x-service-signature'] as string, secrets: [d.secret], nowS: Math.floor(t.clock.now() / 1000) }).ok).toBe(true);
     const list = await t.app.inject({ method: 'GET', url: '/v1/destinations', headers: tenant.auth });
@@ -72,18 +57,18 @@ describe('POST /v1/destinations/{id}/check', () => {
 
   it('passes a deferral', async () => {
     const d = await destination();
-    answer = (_req, res) => json(res, 200, { grant_id: null, destinations: [], retention: { local: 'keep' }, retry_after: 30 });
+    stand.answer = (_req, res) => sendJson(res, 200, { grant_id: null, destinations: [], retention: { local: 'keep' }, retry_after: 30 });
     expect((await check(d.id)).json()).toMatchObject({ result: 'pass', mode: 'deferred', http_status: 200 });
   });
 
   it.each<[string, (req: ReceivedRequest, res: ServerResponse) => void, string, number | null]>([
-    ['http_error', (_q, res) => json(res, 503, { error: 'down' }), 'http_error', 503],
-    ['invalid_json', (_q, res) => json(res, 200, 'not json'), 'invalid_json', 200],
-    ['schema_invalid', (_q, res) => json(res, 200, { grant_id: 'x' }), 'schema_invalid', 200],
-    ['destination_mismatch', (q, res) => json(res, 200, grant(envOf(q), 'dst_someone_else')), 'destination_mismatch', 200],
+    ['http_error', (_q, res) => sendJson(res, 503, { error: 'down' }), 'http_error', 503],
+    ['invalid_json', (_q, res) => sendJson(res, 200, 'not json'), 'invalid_json', 200],
+    ['schema_invalid', (_q, res) => sendJson(res, 200, { grant_id: 'x' }), 'schema_invalid', 200],
+    ['destination_mismatch', (q, res) => sendJson(res, 200, grant(envOf(q), 'dst_someone_else')), 'destination_mismatch', 200],
   ])('fails with %s', async (_name, handler, failure, status) => {
     const d = await destination();
-    answer = handler;
+    stand.answer = handler;
     const body = (await check(d.id)).json<Record<string, unknown>>();
     expect(body).toMatchObject({ result: 'fail', mode: 'deferred', failure, http_status: status });
     expect(typeof body.message).toBe('string');
@@ -93,7 +78,7 @@ describe('POST /v1/destinations/{id}/check', () => {
     const [d, other] = [await destination(), await destination()];
     // A grant the relay handed to a robot earlier, at this destination.
     expect(await t.store.sync.claimGrantId(d.id, 'g_used', t.clock.now())).toBe(true);
-    answer = (req, res) => json(res, 200, { ...grant(envOf(req)), grant_id: 'g_used' });
+    stand.answer = (req, res) => sendJson(res, 200, { ...grant(envOf(req)), grant_id: 'g_used' });
     const res = await check(d.id);
     expect(res.statusCode, res.payload).toBe(200);
     expect(res.json()).toMatchObject({ result: 'fail', mode: 'deferred', failure: 'schema_invalid', http_status: 200, message: expect.stringContaining('reused a grant_id') as string });
@@ -103,7 +88,7 @@ describe('POST /v1/destinations/{id}/check', () => {
   });
 
   it('fails with unreachable when nothing listens', async () => {
-    const closed = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), () => undefined);
+    const closed = await startHttpsReceiver(stand.pki.issue(['localhost'], ['127.0.0.1']), () => undefined);
     const url = `https://127.0.0.1:${closed.port}/grant`;
     await closed.close();
     const d = await destination(url);

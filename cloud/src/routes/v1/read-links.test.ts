@@ -1,8 +1,9 @@
 import type { ServerResponse } from 'node:http';
 import type { LightMyRequestResponse } from 'fastify';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ReadLinksSchema, ReadRequestEnvelopeSchema, type EpisodeReport, type ReadRequestEnvelope, type ReplicaState, type Usage } from '@fleet/protocol';
-import { createTestPki, startHttpsReceiver, type ReceivedRequest, type TestPki, type TestReceiver } from '../../egress/test-https.js';
+import type { ReceivedRequest } from '../../egress/test-https.js';
+import { sendJson, useProviderStandIn } from '../../egress/test-provider.js';
 import { bearer, dayOf, errorCode, errorDetails, startTestCloud, testReport, type TestCloud, type TestTenant } from '../../test-support.js';
 import { READ_LINKS_LIMIT } from './read-links.js';
 
@@ -16,35 +17,19 @@ const SIG = 'X-Amz-Signature=feedfacefeedfacefeedface';
 /** The route's own bucket here: more calls than any other test makes. */
 const LIMIT = 12;
 
-let pki: TestPki;
-let provider: TestReceiver;
-let answer: (req: ReceivedRequest, res: ServerResponse) => void;
+const stand = useProviderStandIn();
 let t: TestCloud;
 let tenant: TestTenant;
 let served = 0;
-
-beforeAll(async () => {
-  pki = createTestPki();
-  provider = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (req, res) => answer(req, res));
-});
-afterAll(async () => {
-  await provider.close();
-  pki.cleanup();
-});
 beforeEach(async () => {
-  t = await startTestCloud({ config: { egressAllowLoopback: true, egressCaFile: pki.caFile, readOrigins: [BUCKET], readLinksPerMinutePerOrg: LIMIT } });
+  t = await startTestCloud({ config: { egressAllowLoopback: true, egressCaFile: stand.pki.caFile, readOrigins: [BUCKET], readLinksPerMinutePerOrg: LIMIT } });
   tenant = await t.createTenant();
   // Fresh links each time: a serial number in every URL.
-  answer = (req, res) => json(res, 200, linksFor(envOf(req)));
+  stand.answer = (req, res) => sendJson(res, 200, linksFor(envOf(req)));
 });
 afterEach(async () => {
   await t.close();
 });
-
-function json(res: ServerResponse, status: number, body: unknown): void {
-  res.writeHead(status, { 'content-type': 'application/json' });
-  res.end(typeof body === 'string' ? body : JSON.stringify(body));
-}
 const envOf = (req: ReceivedRequest): ReadRequestEnvelope => ReadRequestEnvelopeSchema.parse(JSON.parse(req.body));
 const linksFor = (env: ReadRequestEnvelope) => {
   served += 1;
@@ -66,7 +51,7 @@ async function episode(over: Partial<EpisodeReport> = {}, orgId = tenant.org.id)
 
 /** A destination of `orgId` on the provider stand-in. */
 async function destination(auth = tenant.auth): Promise<string> {
-  const res = await t.app.inject({ method: 'POST', url: '/v1/destinations', headers: auth, payload: { type: 'external', url: `https://127.0.0.1:${provider.port}/grant` } });
+  const res = await t.app.inject({ method: 'POST', url: '/v1/destinations', headers: auth, payload: { type: 'external', url: `https://127.0.0.1:${stand.provider.port}/grant` } });
   expect(res.statusCode, res.payload).toBe(201);
   return res.json<{ id: string }>().id;
 }
@@ -98,14 +83,14 @@ describe('POST /v1/episodes/{id}/read-links', () => {
     expect(body.destination_id).toBe(d);
     expect(body.files.map((f) => [f.path, f.size_bytes, f.sha256, f.destination_id])).toEqual(FILES.map((f) => [f.path, f.size_bytes, f.sha256, d]));
     expect(body.files[0]!.url).toMatch(new RegExp(`^${BUCKET}/org/${ep.id}/episode\\.mcap\\?`));
-    expect(envOf(provider.requests.at(-1)!).request).toMatchObject({ destination_id: d, object_key: `org/${ep.id}/`, expires_in_s: 900 });
+    expect(envOf(stand.provider.requests.at(-1)!).request).toMatchObject({ destination_id: d, object_key: `org/${ep.id}/`, expires_in_s: 900 });
 
     const named = await readLinks(ep.id, { destination_id: d, files: ['meta/episode.json'] });
     expect(named.statusCode, named.payload).toBe(200);
     expect(named.json<{ files: { path: string }[] }>().files.map((f) => f.path)).toEqual(['meta/episode.json']);
     expect(await meter()).toBe(2);
     // A refused call is not metered.
-    answer = (_req, res) => json(res, 200, { refused: { message: 'no' } });
+    stand.answer = (_req, res) => sendJson(res, 200, { refused: { message: 'no' } });
     expect((await readLinks(ep.id)).statusCode).toBe(403);
     expect(await meter()).toBe(2);
   });
@@ -115,18 +100,18 @@ describe('POST /v1/episodes/{id}/read-links', () => {
     const d = await destination();
     await replica(ep.id, d, 'verified');
     const headers = { ...tenant.auth, 'idempotency-key': 'renew-1' };
-    const before = provider.requests.length;
+    const before = stand.provider.requests.length;
     const first = await readLinks(ep.id, {}, headers);
     const second = await readLinks(ep.id, {}, headers);
     expect([first.statusCode, second.statusCode]).toEqual([200, 200]);
     expect(second.headers['idempotent-replayed']).toBeUndefined();
-    expect(provider.requests.length).toBe(before + 2);
+    expect(stand.provider.requests.length).toBe(before + 2);
     const url = (r: LightMyRequestResponse) => r.json<{ files: { url: string }[] }>().files[0]!.url;
     expect(url(second)).not.toBe(url(first));
     // Nor an error: a provider fault now, links again once it recovers, on the same key.
-    answer = (_req, res) => json(res, 500, {});
+    stand.answer = (_req, res) => sendJson(res, 500, {});
     expect([(await readLinks(ep.id, {}, headers)).statusCode]).toEqual([502]);
-    answer = (req, res) => json(res, 200, linksFor(envOf(req)));
+    stand.answer = (req, res) => sendJson(res, 200, linksFor(envOf(req)));
     expect((await readLinks(ep.id, {}, headers)).statusCode).toBe(200);
     // The key may still name another request body (nothing was stored to compare against).
     expect((await readLinks(ep.id, { files: ['episode.mcap'] }, headers)).statusCode).toBe(200);
@@ -138,14 +123,14 @@ describe('POST /v1/episodes/{id}/read-links', () => {
     await replica(ep.id, d, 'verified');
     const other = await t.createTenant();
     const otherDestination = await destination(other.auth);
-    const before = provider.requests.length;
+    const before = stand.provider.requests.length;
     const foreign = await readLinks(ep.id, undefined, other.auth);
     expect([foreign.statusCode, errorCode(foreign)]).toEqual([404, 'not_found']);
     const missing = await readLinks('ep_nope');
     expect([missing.statusCode, errorCode(missing)]).toEqual([404, 'not_found']);
     const foreignDestination = await readLinks(ep.id, { destination_id: otherDestination });
     expect([foreignDestination.statusCode, errorCode(foreignDestination)]).toEqual([404, 'not_found']);
-    expect(provider.requests.length).toBe(before);
+    expect(stand.provider.requests.length).toBe(before);
   });
 
   it('answers 409 replica_not_verified with the replicas, so a caller can say where the episode is', async () => {
@@ -202,11 +187,11 @@ describe('POST /v1/episodes/{id}/read-links', () => {
     const ep = await episode();
     const d = await destination();
     await replica(ep.id, d, 'verified');
-    const before = provider.requests.length;
+    const before = stand.provider.requests.length;
     const res = await readLinks(ep.id, body);
     expect([res.statusCode, errorCode(res)], res.payload).toEqual([400, 'validation_failed']);
     expect((errorDetails(res)?.issues as { path: string; code: string }[])[0]).toMatchObject({ location: 'body', path, code });
-    expect(provider.requests.length).toBe(before);
+    expect(stand.provider.requests.length).toBe(before);
   });
 
   it('answers every provider fault with its documented code, never 500', async () => {
@@ -214,16 +199,16 @@ describe('POST /v1/episodes/{id}/read-links', () => {
     const d = await destination();
     await replica(ep.id, d, 'verified');
     const cases: [(req: ReceivedRequest, res: ServerResponse) => void, number, string, string | undefined][] = [
-      [(_q, res) => json(res, 501, { error: { code: 'not_implemented' } }), 501, 'read_links_unsupported', undefined],
-      [(_q, res) => json(res, 404, 'not found'), 501, 'read_links_unsupported', undefined],
-      [(_q, res) => json(res, 200, { refused: { message: 'this bucket is archived' } }), 403, 'read_links_refused', undefined],
-      [(_q, res) => json(res, 500, { error: 'boom' }), 502, 'provider_failed', 'http_error'],
-      [(_q, res) => json(res, 200, 'not json'), 502, 'provider_failed', 'invalid_json'],
-      [(_q, res) => json(res, 200, { files: [{ path: 'episode.mcap', url: `${BUCKET}/x`, expires_at: new Date(t.clock.now() + 1000).toISOString() }] }), 502, 'provider_failed', 'schema_invalid'],
-      [(q, res) => json(res, 200, { files: envOf(q).request.files.map((f) => ({ path: f.path, url: `https://elsewhere.example/x?${SIG}`, expires_at: new Date(t.clock.now() + 1000).toISOString() })) }), 502, 'read_origin_not_allowed', undefined],
+      [(_q, res) => sendJson(res, 501, { error: { code: 'not_implemented' } }), 501, 'read_links_unsupported', undefined],
+      [(_q, res) => sendJson(res, 404, 'not found'), 501, 'read_links_unsupported', undefined],
+      [(_q, res) => sendJson(res, 200, { refused: { message: 'this bucket is archived' } }), 403, 'read_links_refused', undefined],
+      [(_q, res) => sendJson(res, 500, { error: 'boom' }), 502, 'provider_failed', 'http_error'],
+      [(_q, res) => sendJson(res, 200, 'not json'), 502, 'provider_failed', 'invalid_json'],
+      [(_q, res) => sendJson(res, 200, { files: [{ path: 'episode.mcap', url: `${BUCKET}/x`, expires_at: new Date(t.clock.now() + 1000).toISOString() }] }), 502, 'provider_failed', 'schema_invalid'],
+      [(q, res) => sendJson(res, 200, { files: envOf(q).request.files.map((f) => ({ path: f.path, url: `https://elsewhere.example/x?${SIG}`, expires_at: new Date(t.clock.now() + 1000).toISOString() })) }), 502, 'read_origin_not_allowed', undefined],
     ];
     for (const [handler, status, code, failure] of cases) {
-      answer = handler;
+      stand.answer = handler;
       const res = await readLinks(ep.id);
       expect([res.statusCode, errorCode(res), errorDetails(res)?.failure], res.payload).toEqual([status, code, failure]);
       expect(res.payload).not.toContain(SIG);

@@ -15,6 +15,7 @@ import { startFleet, type FleetProcess } from '../../test/support/robots.js';
 // Types only: the `inject('fleetPostgres')` typing test/support/cloud.ts relies on is declared
 // there, and console/tsconfig.json does not otherwise include it.
 import type {} from '../../test/support/global-setup.js';
+import { startedParts } from '../../test/support/parts.js';
 
 export const CONSOLE_DIST = join(REPO_ROOT, 'console', 'dist');
 
@@ -47,27 +48,14 @@ export interface ConsoleHarness extends AsyncDisposable {
 export async function startConsoleHarness(opts: ConsoleHarnessOptions = {}): Promise<ConsoleHarness> {
   if (!existsSync(join(CONSOLE_DIST, 'index.html'))) throw new Error(`${CONSOLE_DIST}/index.html is missing: run \`npm run build\` (or \`npm run build -w console\`) before the browser tests`);
   const count = opts.robots ?? 3;
-  // Disposed in reverse order of start, also when a later start fails.
-  const started: AsyncDisposable[] = [];
-  const dispose = async () => {
-    const errors: unknown[] = [];
-    for (const part of started.reverse()) {
-      try {
-        await part[Symbol.asyncDispose]();
-      } catch (err) {
-        errors.push(err);
-      }
-    }
-    started.length = 0;
-    if (errors.length === 1) throw errors[0];
-    if (errors.length > 1) throw new AggregateError(errors, 'stopping the console harness failed');
-  };
+  const parts = startedParts('the console harness');
+  const dispose = () => parts.dispose();
   try {
     // One harness at a time across the run's workers (two chromiums with a cloud and a fleet each
     // starve a 2-core machine); the other worker meanwhile runs other files. Given back last.
-    started.push(await holdExclusive('console-browser'));
+    parts.own(await holdExclusive('console-browser'));
     const cloud = await startCloud({ args: ['--console-dir', CONSOLE_DIST, ...(opts.cloudArgs ?? [])], logLevel: 'warn' });
-    started.push(cloud);
+    parts.own(cloud);
     // The browser starts while the robots enroll and connect; both settle before a failure of
     // either is thrown, so the cleanup below finds everything that did start.
     const [fleetStart, browserStart] = await Promise.allSettled([
@@ -78,9 +66,9 @@ export async function startConsoleHarness(opts: ConsoleHarnessOptions = {}): Pro
             ...(opts.autoEpisodes !== undefined ? { autoEpisodes: opts.autoEpisodes } : {}),
             ...(opts.subtaskMs !== undefined ? { subtaskMs: opts.subtaskMs } : {}),
             ...(opts.fleetArgs !== undefined ? { args: opts.fleetArgs } : {}),
-          }).then((f) => (started.push(f), f))
+          }).then((f) => parts.own(f))
         : Promise.resolve(null),
-      launchBrowser().then((b) => (started.push(b), b)),
+      launchBrowser().then((b) => parts.own(b)),
     ]);
     if (fleetStart.status === 'rejected') throw fleetStart.reason;
     if (browserStart.status === 'rejected') throw browserStart.reason;

@@ -20,6 +20,7 @@ import { startPlaybackStack, type PlaybackStack, type PlaybackStackOptions } fro
 import { CONSOLE_DIST, signIn } from './harness.js';
 // Types only: the `inject('fleetPostgres')` typing test/support/cloud.ts relies on.
 import type {} from '../../test/support/global-setup.js';
+import { startedParts } from '../../test/support/parts.js';
 
 export { DEFAULT_SIM_ARGS, type PlaybackEpisode } from '../../test/support/playback-stack.js';
 
@@ -36,28 +37,16 @@ export interface PlaybackHarness extends PlaybackStack {
 
 export async function startPlaybackHarness(opts: PlaybackHarnessOptions = {}): Promise<PlaybackHarness> {
   if (!existsSync(join(CONSOLE_DIST, 'index.html'))) throw new Error(`${CONSOLE_DIST}/index.html is missing: run \`npm run build\` (or \`npm run build -w console\`) before the browser tests`);
-  const started: AsyncDisposable[] = [];
-  const dispose = async () => {
-    const errors: unknown[] = [];
-    for (const part of started.reverse()) {
-      try {
-        await part[Symbol.asyncDispose]();
-      } catch (err) {
-        errors.push(err);
-      }
-    }
-    started.length = 0;
-    if (errors.length === 1) throw errors[0];
-    if (errors.length > 1) throw new AggregateError(errors, 'stopping the playback harness failed');
-  };
+  const parts = startedParts('the playback harness');
+  const dispose = () => parts.dispose();
   try {
     // One chromium at a time across the run's workers, as console/test/harness.ts.
-    started.push(await holdExclusive('console-browser'));
+    parts.own(await holdExclusive('console-browser'));
     // Chromium starts while the robots record; both settle before a failure is thrown, so the
     // cleanup finds everything that did start.
     const [stackStart, browserStart] = await Promise.allSettled([
-      startPlaybackStack({ ...opts, consoleDir: CONSOLE_DIST }).then((s) => (started.push(s), s)),
-      launchBrowser().then((b) => (started.push(b), b)),
+      startPlaybackStack({ ...opts, consoleDir: CONSOLE_DIST }).then((s) => parts.own(s)),
+      launchBrowser().then((b) => parts.own(b)),
     ]);
     if (stackStart.status === 'rejected') throw stackStart.reason;
     if (browserStart.status === 'rejected') throw browserStart.reason;

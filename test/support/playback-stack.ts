@@ -32,6 +32,7 @@ import { ensurePythonEnv } from './python.js';
 import { startImportRobot, waitVerified, writePythonRecording, type ImportRobot } from './recordings.js';
 import { createEnrollmentToken, sendCommand, startFleet, waitForRobot, type FleetProcess } from './robots.js';
 import { startS3Server, type S3Request, type S3ServerProcess } from './s3-server.js';
+import { startedParts } from './parts.js';
 
 /** The simulated robots' recording unless `simArgs` says otherwise: two cameras of 160x120 at 15 fps (front JPEG + raw rgb8, wrist JPEG), joints at 50 Hz. */
 export const DEFAULT_SIM_ARGS: readonly string[] = ['--recording-format', 'ros2', '--cameras', '2', '--camera-width', '160', '--camera-height', '120', '--camera-hz', '15', '--state-hz', '50'];
@@ -117,22 +118,9 @@ export async function startPlaybackStack(opts: PlaybackStackOptions = {}): Promi
   const robotCount = opts.robots ?? 1;
   const perRobot = opts.episodesPerRobot ?? 1;
   const episodeMs = opts.episodeMs ?? 3000;
-  // Disposed in reverse order of start, also when a later start fails.
-  const started: AsyncDisposable[] = [];
-  const dispose = async () => {
-    const errors: unknown[] = [];
-    for (const part of started.reverse()) {
-      try {
-        await part[Symbol.asyncDispose]();
-      } catch (err) {
-        errors.push(err);
-      }
-    }
-    started.length = 0;
-    if (errors.length === 1) throw errors[0];
-    if (errors.length > 1) throw new AggregateError(errors, 'stopping the playback stack failed');
-  };
-  const own = <T extends AsyncDisposable>(part: T): T => (started.push(part), part);
+  const parts = startedParts('the playback stack');
+  const dispose = () => parts.dispose();
+  const own = <T extends AsyncDisposable>(part: T): T => parts.own(part);
   try {
     const tmp = own(await makeTempDir('fleet-playback-'));
     const pki = createTestPki();

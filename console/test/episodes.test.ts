@@ -1,6 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
-import mqtt, { type MqttClient } from 'mqtt';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import type { Page } from 'playwright-core';
 import { FleetApiError, FleetClient, type Episode } from '@fleet/client';
@@ -10,6 +9,7 @@ import { checkA11y, DESKTOP, PHONE, screenshot, type WatchedPage } from '../../t
 import { waitFor } from '../../test/support/wait.js';
 import { applyReplicaEvent, episodeMatches, issueAt } from '../src/ui/episodes-filter.js';
 import { signIn, startConsoleHarness, type ConsoleHarness } from './harness.js';
+import { enrollScriptedRobot, type ScriptedRobot } from './scripted-robot.js';
 
 /**
  * The episode and dataset pages in a real browser against a real cloud whose simulated robots
@@ -31,7 +31,7 @@ let readKey: string;
 /** The simulated robot: records real episodes on the API's commands (the live test). */
 let simRobot: string;
 /** A robot this file scripts: its episode reports carry the facts the tests filter on. */
-let scripted: { robotId: string; client: MqttClient; acks: Map<string, { ok: boolean }>; grants: Map<string, string> };
+let scripted: ScriptedRobot & { grants: Map<string, string> };
 /** A grant provider on 127.0.0.1 (a certificate of the test CA): it grants the live sync test's episode and defers every other. */
 let pki: TestPki;
 let provider: TestReceiver;
@@ -88,8 +88,7 @@ async function report(over: Partial<EpisodeReport>): Promise<string> {
 
 /** Publishes one outbox message as the scripted robot and waits for the cloud's acknowledgment. */
 async function outbox(kind: string, msgId: string, body: unknown): Promise<void> {
-  await scripted.client.publishAsync(topics.outbox(scripted.robotId), JSON.stringify({ msg_id: msgId, kind, body }), { qos: 1 });
-  const ack = await waitFor(() => scripted.acks.get(msgId), { timeoutMs: 30_000, description: `the acknowledgment of ${msgId}` });
+  const ack = await scripted.outbox(kind, msgId, body);
   expect(ack, msgId).toMatchObject({ ok: true });
 }
 
@@ -161,29 +160,16 @@ beforeAll(async () => {
   h = await startConsoleHarness({ robots: 1, subtaskMs: 150, cloudArgs: ['--egress-allow-loopback', '--egress-ca-file', pki.caFile] });
   simRobot = h.robots[0]!;
   api = new FleetClient({ baseUrl: h.baseUrl, apiKey: h.adminKey });
-  const token = await api.enrollmentTokens.create({ name_prefix: 'scripted', max_uses: 1 });
-  const enrolled = await api.robots.enroll({ token: token.token, name: 'scripted-arm' });
-  const client = await mqtt.connectAsync(h.cloud.mqtt, {
-    protocolVersion: 4,
-    clientId: enrolled.mqtt.client_id,
-    username: enrolled.mqtt.username,
-    password: enrolled.mqtt.password,
-    reconnectPeriod: 0,
-    connectTimeout: 15_000,
-  });
-  const acks = new Map<string, { ok: boolean }>();
   const grants = new Map<string, string>();
-  client.on('message', (topic, payload) => {
-    if (topic === topics.sync(enrolled.robot_id)) {
+  const robot = await enrollScriptedRobot(api, h.cloud.mqtt, {
+    name: 'scripted-arm',
+    subscribe: (id) => [topics.sync(id)],
+    onMessage: (_topic, payload) => {
       const m = JSON.parse(payload.toString()) as { type: string; req_id?: string; grant_id?: string };
       if (m.type === 'grant' && m.req_id && m.grant_id) grants.set(m.req_id, m.grant_id);
-      return;
-    }
-    const a = JSON.parse(payload.toString()) as { msg_id: string; ok: boolean };
-    acks.set(a.msg_id, a);
+    },
   });
-  await client.subscribeAsync([topics.outboxAck(enrolled.robot_id), topics.sync(enrolled.robot_id)], { qos: 1 });
-  scripted = { robotId: enrolled.robot_id, client, acks, grants };
+  scripted = Object.assign(robot, { grants });
 
   recorded.pick.push(await report({ task_id: 'pick', task_name: 'Pick the part', metadata: { site: 'lab', shift: 1 } }));
   recorded.pick.push(await report({ task_id: 'pick', task_name: 'Pick the part', metadata: { site: 'yard' } }));
@@ -195,7 +181,7 @@ beforeAll(async () => {
 }, 240_000);
 
 afterAll(async () => {
-  await scripted?.client.endAsync(true);
+  await scripted?.close();
   await h?.[Symbol.asyncDispose]();
   await provider?.close();
   pki?.cleanup();

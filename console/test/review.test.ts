@@ -1,8 +1,7 @@
-import mqtt, { type MqttClient } from 'mqtt';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import type { Page } from 'playwright-core';
 import { FleetClient, type Episode } from '@fleet/client';
-import { topics, type EpisodeReport } from '@fleet/protocol';
+import type { EpisodeReport } from '@fleet/protocol';
 import { checkA11y, DESKTOP, PHONE, screenshot, type WatchedPage } from '../../test/support/browser.js';
 import { waitFor } from '../../test/support/wait.js';
 import {
@@ -24,6 +23,7 @@ import {
 } from '../src/review/queue.js';
 import { signIn, startConsoleHarness, type ConsoleHarness } from './harness.js';
 import { startPlaybackHarness, type PlaybackHarness } from './playback-harness.js';
+import { enrollScriptedRobot, type ScriptedRobot } from './scripted-robot.js';
 
 /**
  * The review queue: its rules on their own (which episodes a queue holds and in what order, what
@@ -154,7 +154,7 @@ let h: ConsoleHarness;
 let api: FleetClient;
 let curator: { key: string; id: string; name: string };
 let readKey: string;
-let robot: { robotId: string; client: MqttClient; acks: Map<string, { ok: boolean }> };
+let robot: ScriptedRobot;
 const RUN = Date.now().toString(36);
 const TASK = `review-${RUN}`;
 /** The queue's episodes, in the order reported (and so indexed). */
@@ -191,8 +191,7 @@ async function report(over: Partial<EpisodeReport> = {}): Promise<string> {
     ...over,
   };
   const msgId = `m-${id}`;
-  await robot.client.publishAsync(topics.outbox(robot.robotId), JSON.stringify({ msg_id: msgId, kind: 'episode.report', body }), { qos: 1 });
-  const ack = await waitFor(() => robot.acks.get(msgId), { timeoutMs: 30_000, description: `the acknowledgment of ${msgId}` });
+  const ack = await robot.outbox('episode.report', msgId, body);
   expect(ack, msgId).toMatchObject({ ok: true });
   return id;
 }
@@ -250,23 +249,7 @@ describe('review queue page', () => {
   beforeAll(async () => {
     h = await startConsoleHarness({ robots: 0 });
     api = new FleetClient({ baseUrl: h.baseUrl, apiKey: h.adminKey });
-    const token = await api.enrollmentTokens.create({ name_prefix: 'review', max_uses: 1 });
-    const enrolled = await api.robots.enroll({ token: token.token, name: 'review-arm' });
-    const client = await mqtt.connectAsync(h.cloud.mqtt, {
-      protocolVersion: 4,
-      clientId: enrolled.mqtt.client_id,
-      username: enrolled.mqtt.username,
-      password: enrolled.mqtt.password,
-      reconnectPeriod: 0,
-      connectTimeout: 15_000,
-    });
-    const acks = new Map<string, { ok: boolean }>();
-    client.on('message', (_topic, payload) => {
-      const a = JSON.parse(payload.toString()) as { msg_id: string; ok: boolean };
-      acks.set(a.msg_id, a);
-    });
-    await client.subscribeAsync(topics.outboxAck(enrolled.robot_id), { qos: 1 });
-    robot = { robotId: enrolled.robot_id, client, acks };
+    robot = await enrollScriptedRobot(api, h.cloud.mqtt, { name: 'review-arm' });
     for (let i = 0; i < 5; i++) ids.push(await report());
     // One already reviewed in an earlier queue: "not yet reviewed" leaves it out.
     const earlier = await report();
@@ -277,7 +260,7 @@ describe('review queue page', () => {
   }, 240_000);
 
   afterAll(async () => {
-    await robot?.client.endAsync(true);
+    await robot?.close();
     await h?.[Symbol.asyncDispose]();
   });
 

@@ -191,6 +191,41 @@ export function Pill({ tone, children }: { tone: 'ok' | 'warn' | 'bad' | 'idle' 
   return <span class={`pill ${tone}`}>{children}</span>;
 }
 
+/** One row of a `KvTable`: `name` is the row's header cell, `value` its value cell. */
+export interface KvRow {
+  key: string;
+  name: ComponentChildren;
+  value: ComponentChildren;
+}
+
+/**
+ * A two-column table of names and values: a caption for screen readers, column headers, a row
+ * header per name. `wrap` puts it in the scrolling `.table-wrap` (long values); `valueClass` marks
+ * the value cells.
+ */
+export function KvTable({ caption, rows, columns = ['Key', 'Value'], wrap = true, valueClass }: { caption: string; rows: KvRow[]; columns?: [string, string]; wrap?: boolean; valueClass?: string }) {
+  const table = (
+    <table class="kv">
+      <caption class="sr-only">{caption}</caption>
+      <thead>
+        <tr>
+          <th scope="col">{columns[0]}</th>
+          <th scope="col">{columns[1]}</th>
+        </tr>
+      </thead>
+      <tbody>
+        {rows.map((r) => (
+          <tr key={r.key}>
+            <th scope="row">{r.name}</th>
+            <td class={valueClass}>{r.value}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+  return wrap ? <div class="table-wrap">{table}</div> : table;
+}
+
 /** Key–value facts, as a definition list. */
 export function Facts({ items }: { items: [string, ComponentChildren][] }) {
   return (

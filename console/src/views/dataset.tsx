@@ -1,7 +1,7 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { useConsole } from '../ui/context.js';
 import { useAction, useAsync } from '../ui/hooks.js';
-import { Confirm, ErrorNotice, Facts, Link, Loading, PageHeader, ScopedButton } from '../ui/components.js';
+import { Confirm, ErrorNotice, Facts, KvTable, Link, Loading, PageHeader, ScopedButton } from '../ui/components.js';
 import { formatBytes, formatTime, plural } from '../ui/format.js';
 import { can, needs } from '../session.js';
 import { useLiveEvent } from '../live.js';
@@ -108,27 +108,7 @@ export function DatasetView({ id }: { id: string }) {
           {filterEntries.length === 0 ? (
             <p class="muted small">No filter: every episode.</p>
           ) : (
-            <div class="table-wrap">
-              <table class="kv">
-                <caption class="sr-only">The dataset's filter</caption>
-                <thead>
-                  <tr>
-                    <th scope="col">Key</th>
-                    <th scope="col">Value</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {filterEntries.map(([k, v]) => (
-                    <tr key={k}>
-                      <th scope="row">
-                        <code>{k}</code>
-                      </th>
-                      <td class="value">{v}</td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+            <KvTable caption="The dataset's filter" valueClass="value" rows={filterEntries.map(([k, v]) => ({ key: k, name: <code>{k}</code>, value: v }))} />
           )}
         </section>
       </div>

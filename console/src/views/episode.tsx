@@ -3,7 +3,7 @@ import { useEffect, useState } from 'preact/hooks';
 import type { Episode, OutcomeChange, Segment } from '@fleet/client';
 import { useConsole } from '../ui/context.js';
 import { useAction, useAsync } from '../ui/hooks.js';
-import { ErrorNotice, Facts, Field, Link, Loading, PageHeader, Pill, ScopedButton } from '../ui/components.js';
+import { ErrorNotice, Facts, Field, KvTable, Link, Loading, PageHeader, Pill, ScopedButton } from '../ui/components.js';
 import { formatBytes, formatDuration, formatTime, plural } from '../ui/format.js';
 import { can, needs } from '../session.js';
 import { useLiveEvent } from '../live.js';
@@ -131,29 +131,7 @@ function RecordedFacts({ e }: { e: Episode }) {
 function KeyValues({ values, empty, caption }: { values: Record<string, unknown> | null; empty: string; caption: string }) {
   const entries = Object.entries(values ?? {});
   if (entries.length === 0) return <p class="muted small">{empty}</p>;
-  return (
-    <div class="table-wrap">
-      <table class="kv">
-        <caption class="sr-only">{caption}</caption>
-        <thead>
-          <tr>
-            <th scope="col">Key</th>
-            <th scope="col">Value</th>
-          </tr>
-        </thead>
-        <tbody>
-          {entries.map(([k, v]) => (
-            <tr key={k}>
-              <th scope="row">
-                <code>{k}</code>
-              </th>
-              <td class="value">{showValue(v)}</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
-  );
+  return <KvTable caption={caption} valueClass="value" rows={entries.map(([k, v]) => ({ key: k, name: <code>{k}</code>, value: showValue(v) }))} />;
 }
 
 function Files({ id }: { id: string }) {

@@ -2,7 +2,7 @@ import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import type { Episode, EpisodeFilters } from '@fleet/client';
 import { useConsole } from '../ui/context.js';
 import { authMessage, useAsync } from '../ui/hooks.js';
-import { ErrorNotice, Field, Link, Loading, PageHeader, Pill, ScopedButton } from '../ui/components.js';
+import { ErrorNotice, Field, KvTable, Link, Loading, PageHeader, Pill, ScopedButton } from '../ui/components.js';
 import { formatDuration, formatTime, plural } from '../ui/format.js';
 import { replaceQuery } from '../router.js';
 import { can, isAuthLost, needs } from '../session.js';
@@ -584,25 +584,7 @@ function KeyHelp({ open, onToggle }: { open: boolean; onToggle: (open: boolean) 
         Keyboard shortcuts <kbd aria-hidden="true">?</kbd>
       </summary>
       <p class="muted small">Keys do nothing while you type in a field.</p>
-      <table class="kv">
-        <caption class="sr-only">Keys of the review queue</caption>
-        <thead>
-          <tr>
-            <th scope="col">Key</th>
-            <th scope="col">What it does</th>
-          </tr>
-        </thead>
-        <tbody>
-          {KEYS.map(([k, v]) => (
-            <tr key={k}>
-              <th scope="row">
-                <kbd>{k}</kbd>
-              </th>
-              <td>{v}</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
+      <KvTable caption="Keys of the review queue" columns={['Key', 'What it does']} wrap={false} rows={KEYS.map(([k, v]) => ({ key: k, name: <kbd>{k}</kbd>, value: v }))} />
     </details>
   );
 }

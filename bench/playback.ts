@@ -59,6 +59,8 @@ const FIRST_FRAME_TARGET_MS = 1000;
 const MEMORY_TARGET_MB = 250;
 
 const log = (line: string) => process.stderr.write(`${line}\n`);
+/** With FLEET_BENCH_TRACE set, each step of a tab's measure (where a run that hangs stopped). */
+const trace = (what: string) => process.env.FLEET_BENCH_TRACE && log(`playback:   ${new Date().toISOString()} ${what}`);
 
 interface Sizes {
   sizesMb: number[];
@@ -197,14 +199,13 @@ async function nodeFrame(path: string, atNs?: bigint): Promise<{ ms: number; log
 }
 
 /**
- * The RSS of the tab's renderer, MiB: the largest renderer process of this benchmark's chromium
+ * The tab's renderer process: the largest renderer (by RSS) of this benchmark's chromium
  * (descendants of this process, through chromium's zygote, with `--type=renderer`), less the
  * browser UI's `--top-chrome-webui` one. With one tab open the others are a spare renderer or
- * none: the largest holds the page. RSS counts the renderer's shared libraries and V8 snapshot
- * too (a renderer holding an empty page is about 110 MiB here). Chromium rewrites its
- * children's command lines into one space-separated string, hence the split on both.
+ * none: the largest holds the page. Chromium rewrites its children's command lines into one
+ * space-separated string, hence the split on both.
  */
-function tabRendererMb(): number {
+function tabRendererPid(): number {
   const procs: { pid: number; ppid: number; args: string[] }[] = [];
   for (const name of readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
@@ -225,34 +226,244 @@ function tabRendererMb(): number {
     }
   }
   let largestKb = 0;
+  let pid = 0;
   for (const p of procs) {
     if (!mine.has(p.pid) || !p.args.includes('--type=renderer') || p.args.includes('--top-chrome-webui') || p.args.includes('--extension-process')) continue;
     try {
-      largestKb = Math.max(largestKb, Number(/^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${p.pid}/status`, 'utf8'))?.[1] ?? 0));
+      const kb = Number(/^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${p.pid}/status`, 'utf8'))?.[1] ?? 0);
+      if (kb > largestKb) [largestKb, pid] = [kb, p.pid];
     } catch {
       // gone meanwhile
     }
   }
-  if (largestKb === 0) throw new BenchFailure("found no renderer process of this benchmark's chromium in /proc");
-  return largestKb / 1024;
+  if (pid === 0) throw new BenchFailure("found no renderer process of this benchmark's chromium in /proc");
+  return pid;
+}
+
+/**
+ * A renderer's memory, MiB, three ways:
+ * - `rss`: VmRSS, every resident page it maps, its share of chromium's binary, shared libraries,
+ *   fonts and the V8 snapshot included (a renderer holding an empty page is about 110 MiB here);
+ * - `footprint`: RssAnon + VmSwap, what Chrome itself counts as a process's private memory
+ *   footprint on Linux (its task manager's "Memory footprint" column): the memory the tab alone
+ *   costs, without the file-backed pages all renderers share;
+ * - `pss`: Pss of /proc/<pid>/smaps_rollup, resident pages each divided by the number of
+ *   processes sharing them.
+ */
+interface ProcMemory {
+  pid: number;
+  rss: number;
+  footprint: number;
+  pss: number;
+}
+
+function procMemory(pid: number): ProcMemory {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = (text: string, name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? Number.NaN);
+  let pss = Number.NaN;
+  try {
+    pss = kb(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'), 'Pss') / 1024;
+  } catch {
+    // not readable on this kernel
+  }
+  return { pid, rss: kb(status, 'VmRSS') / 1024, footprint: (kb(status, 'RssAnon') + (kb(status, 'VmSwap') || 0)) / 1024, pss };
 }
 
 interface TabMemory {
+  /** CDP `Performance.getMetrics` JSHeapUsedSize: the page's V8 heap, objects only. */
   heapMb: number;
+  /** CDP `Runtime.getHeapUsage` backingStorageSize: ArrayBuffers' and external strings' bytes (outside the V8 heap). */
+  backingMb: number;
   rendererMb: number;
+  renderer: ProcMemory;
   domNodes: number;
 }
 
-async function tabMemory(cdp: CDPSession): Promise<TabMemory> {
+export async function tabMemory(cdp: CDPSession): Promise<TabMemory> {
   const { metrics } = await cdp.send('Performance.getMetrics');
   const heap = metrics.find((m) => m.name === 'JSHeapUsedSize')?.value ?? Number.NaN;
+  let backing = Number.NaN;
+  try {
+    backing = (await cdp.send('Runtime.getHeapUsage')).backingStorageSize ?? Number.NaN;
+  } catch {
+    // an older chromium
+  }
   let domNodes = Number.NaN;
   try {
     domNodes = (await cdp.send('Memory.getDOMCounters')).nodes;
   } catch {
     // not in this chromium
   }
-  return { heapMb: heap / MIB, rendererMb: tabRendererMb(), domNodes };
+  const renderer = procMemory(tabRendererPid());
+  return { heapMb: heap / MIB, backingMb: backing / MIB, rendererMb: renderer.rss, renderer, domNodes };
+}
+
+/**
+ * Chrome's own account of the tab's renderer (a memory-infra dump, as chrome://tracing's
+ * memory view shows it): its private footprint and each allocator's size, MiB. PartitionAlloc's
+ * partitions (`malloc` is one, `array_buffer` holds ArrayBuffers' bytes) also give the bytes
+ * allocated in them: size less allocated is free memory the allocator keeps committed.
+ */
+interface AllocatorDump {
+  footprintMb: number;
+  /** Top-level allocators (malloc, partition_alloc, v8, blink_gc, cc, skia, …) above 0.5 MiB. */
+  allocators: { name: string; mb: number }[];
+  partitions: { name: string; mb: number; allocatedMb: number }[];
+}
+
+interface TraceEvent {
+  ph: string;
+  pid: number;
+  id?: string;
+  args?: { dumps?: { process_totals?: Record<string, string>; allocators?: Record<string, { attrs?: Record<string, { value?: string }> }> } };
+}
+
+export async function allocatorDump(cdp: CDPSession, pid: number): Promise<AllocatorDump | undefined> {
+  const events: TraceEvent[] = [];
+  let guid = '';
+  const onData = (e: { value: unknown[] }) => events.push(...(e.value as TraceEvent[]));
+  cdp.on('Tracing.dataCollected', onData);
+  try {
+    const complete = new Promise<void>((resolve) => cdp.once('Tracing.tracingComplete', () => resolve()));
+    await cdp.send('Tracing.start', { traceConfig: { includedCategories: ['disabled-by-default-memory-infra'], excludedCategories: ['*'] }, transferMode: 'ReportEvents' });
+    const dumped = await cdp.send('Tracing.requestMemoryDump', { deterministic: false, levelOfDetail: 'detailed' });
+    await cdp.send('Tracing.end');
+    await complete;
+    if (!dumped.success) return undefined;
+    guid = dumped.dumpGuid;
+  } catch {
+    // no memory-infra in this chromium
+    return undefined;
+  } finally {
+    cdp.off('Tracing.dataCollected', onData);
+  }
+  // The tab's renderer's dump: the one asked for when it is there, else the newest (starting
+  // the trace takes one too, moments before).
+  const ofPid = events.filter((e) => e.ph === 'v' && e.pid === pid && e.args?.dumps);
+  const ids = [...new Set(ofPid.map((e) => e.id ?? ''))];
+  const id = ids.includes(guid) ? guid : ids.sort((x, y) => Number.parseInt(y, 16) - Number.parseInt(x, 16))[0];
+  const mine = ofPid.filter((e) => (e.id ?? '') === id);
+  const hexMb = (v: string | undefined) => (v === undefined ? 0 : Number.parseInt(v, 16) / MIB);
+  const totals = mine.map((e) => e.args!.dumps!.process_totals).find((t) => t !== undefined);
+  const allocs = Object.assign({}, ...mine.map((e) => e.args!.dumps!.allocators ?? {})) as Record<string, { attrs?: Record<string, { value?: string }> }>;
+  const size = (name: string) => hexMb(allocs[name]?.attrs?.size?.value);
+  return {
+    footprintMb: hexMb(totals?.private_footprint_bytes),
+    allocators: Object.keys(allocs)
+      .filter((k) => !k.includes('/'))
+      .map((name) => ({ name, mb: size(name) }))
+      .filter((a) => a.mb >= 0.5)
+      .sort((x, y) => y.mb - x.mb),
+    partitions: Object.keys(allocs)
+      .filter((k) => /^(malloc|partition_alloc\/partitions)\/[^/]+$/.test(k) && k !== 'malloc/allocated_objects' && k !== 'malloc/partitions')
+      .concat(Object.keys(allocs).filter((k) => /^malloc\/partitions\/[^/]+$/.test(k)))
+      .map((name) => ({ name, mb: size(name), allocatedMb: hexMb(allocs[name]?.attrs?.allocated_objects_size?.value) }))
+      .filter((p) => p.mb >= 0.5)
+      .sort((x, y) => y.mb - x.mb),
+  };
+}
+
+/** What the page holds after a full garbage collection (taken last: collecting changes what follows). */
+interface Breakdown {
+  /** The tab's memory once garbage is collected. */
+  afterGc: TabMemory;
+  /** ArrayBuffers' bytes (the heap snapshot's `system / JSArrayBufferData`) but the wasm memories', by size. */
+  buffers: { count: number; mb: number; bySize: { bucket: string; count: number; mb: number }[]; largestKb: number[] };
+  /** WebAssembly memories (the zstd and lz4 decompressors' heaps). */
+  wasm: { count: number; mb: number[] };
+  /** The V8 heap's largest kinds by self size (type and constructor). */
+  heapTop: { kind: string; count: number; mb: number }[];
+  canvases: { count: number; mb: number };
+}
+
+const SIZE_BUCKETS: readonly [string, number, number][] = [
+  ['< 64 KiB', 0, 64 * 1024],
+  ['64-256 KiB', 64 * 1024, 256 * 1024],
+  ['256 KiB exactly', 256 * 1024, 256 * 1024 + 1],
+  ['256 KiB-1 MiB', 256 * 1024 + 1, MIB],
+  ['1-4 MiB', MIB, 4 * MIB],
+  ['>= 4 MiB', 4 * MIB, Number.POSITIVE_INFINITY],
+];
+
+interface HeapSnapshot {
+  snapshot: { meta: { node_fields: string[]; node_types: [string[], ...unknown[]] } };
+  nodes: number[];
+  strings: string[];
+}
+
+/** ArrayBuffers by size and the heap's largest kinds, from a heap snapshot (which collects garbage first). */
+function snapshotFigures(snap: HeapSnapshot): { sizes: number[]; heapTop: Breakdown['heapTop'] } {
+  const fields = snap.snapshot.meta.node_fields;
+  const types = snap.snapshot.meta.node_types[0];
+  const nf = fields.length;
+  const [iType, iName, iSize] = ['type', 'name', 'self_size'].map((f) => fields.indexOf(f)) as [number, number, number];
+  const sizes: number[] = [];
+  const kinds = new Map<string, { count: number; bytes: number }>();
+  for (let i = 0; i < snap.nodes.length; i += nf) {
+    const type = types[snap.nodes[i + iType]!]!;
+    const name = snap.strings[snap.nodes[i + iName]!]!;
+    const size = snap.nodes[i + iSize]!;
+    if (type === 'native' && name === 'system / JSArrayBufferData') {
+      sizes.push(size);
+      continue;
+    }
+    const kind = type === 'string' || type === 'concatenated string' || type === 'sliced string' ? 'string' : `${type} ${name.slice(0, 60)}`;
+    const a = kinds.get(kind) ?? { count: 0, bytes: 0 };
+    a.count++;
+    a.bytes += size;
+    kinds.set(kind, a);
+  }
+  return {
+    sizes,
+    heapTop: [...kinds]
+      .sort((x, y) => y[1].bytes - x[1].bytes)
+      .slice(0, 8)
+      .map(([kind, a]) => ({ kind, count: a.count, mb: a.bytes / MIB })),
+  };
+}
+
+/** ArrayBuffers by size, less one of each wasm memory's size (a memory whose buffer JS holds is in the snapshot's ArrayBuffers too). */
+function buffersOf(sizes: readonly number[], wasmBytes: readonly number[]): Breakdown['buffers'] {
+  const rest = [...sizes].sort((x, y) => y - x);
+  for (const w of wasmBytes) {
+    const i = rest.indexOf(w);
+    if (i >= 0) rest.splice(i, 1);
+  }
+  const bySize = SIZE_BUCKETS.map(([bucket, lo, hi]) => {
+    const inIt = rest.filter((n) => n >= lo && n < hi);
+    return { bucket, count: inIt.length, mb: inIt.reduce((n, x) => n + x, 0) / MIB };
+  });
+  return { count: rest.length, mb: rest.reduce((n, x) => n + x, 0) / MIB, bySize, largestKb: rest.slice(0, 12).map((n) => Math.round(n / 1024)) };
+}
+
+export async function breakdown(cdp: CDPSession, page: Page): Promise<Breakdown> {
+  const chunks: string[] = [];
+  const onChunk = (e: { chunk: string }) => chunks.push(e.chunk);
+  cdp.on('HeapProfiler.addHeapSnapshotChunk', onChunk);
+  let afterGc: TabMemory;
+  try {
+    trace('collectGarbage');
+    await cdp.send('HeapProfiler.collectGarbage');
+    // Before the snapshot, which costs memory of its own.
+    afterGc = await tabMemory(cdp);
+    trace('takeHeapSnapshot');
+    await cdp.send('HeapProfiler.takeHeapSnapshot', { reportProgress: false });
+    trace(`heap snapshot: ${chunks.length} chunks`);
+  } finally {
+    cdp.off('HeapProfiler.addHeapSnapshotChunk', onChunk);
+  }
+  const figures = snapshotFigures(JSON.parse(chunks.join('')) as HeapSnapshot);
+  trace('wasm memories and canvases');
+  // A string (Node's types have no DOM): the probe's memories, the canvases' pixels.
+  const got = await page.evaluate<Pick<Breakdown, 'wasm' | 'canvases'>>(`(() => {
+    const memories = globalThis.__fleetBench?.memories ?? [];
+    const canvases = [...document.querySelectorAll('canvas')];
+    return {
+      wasm: { count: memories.length, mb: memories.map((m) => m.buffer.byteLength / ${MIB}) },
+      canvases: { count: canvases.length, mb: canvases.reduce((n, c) => n + (c.width * c.height * 4) / ${MIB}, 0) },
+    };
+  })()`);
+  return { buffers: buffersOf(figures.sizes, got.wasm.mb.map((m) => Math.round(m * MIB))), heapTop: figures.heapTop, ...got, afterGc };
 }
 
 /**
@@ -260,8 +471,18 @@ async function tabMemory(cdp: CDPSession): Promise<TabMemory> {
  * (performance.now(): ms since the navigation started), the newest 1,000.
  */
 const FRAME_PROBE = `(() => {
-  const probe = { changes: [] };
+  const probe = { changes: [], memories: [] };
   globalThis.__fleetBench = probe;
+  // The WebAssembly memories the page's modules export (the decompressors' heaps), kept to be measured.
+  const keep = (result) => {
+    const instance = result instanceof WebAssembly.Instance ? result : result.instance;
+    for (const v of Object.values(instance.exports)) if (v instanceof WebAssembly.Memory) probe.memories.push(v);
+    return result;
+  };
+  const instantiate = WebAssembly.instantiate;
+  WebAssembly.instantiate = (...args) => instantiate.apply(WebAssembly, args).then(keep);
+  const streaming = WebAssembly.instantiateStreaming;
+  if (streaming) WebAssembly.instantiateStreaming = (...args) => streaming.apply(WebAssembly, args).then(keep);
   let last = null;
   const check = () => {
     const c = document.querySelector('canvas[data-frame-log-time]');
@@ -337,6 +558,10 @@ interface Run {
   seekBytesToFrame: number;
   seekBytesSettled: number;
   afterSeek: TabMemory;
+  /** After the seek, once garbage is collected: what is live, by kind. */
+  held: Breakdown;
+  /** After the seek, Chrome's memory-infra account of the renderer (undefined when it gave none). */
+  allocators: AllocatorDump | undefined;
   /** The same tab on the episode list (no recording open). */
   list: TabMemory;
 }
@@ -361,23 +586,35 @@ async function settledBytes(h: PlaybackHarness, quietMs: number, maxMs: number):
 }
 
 async function measureTab(h: PlaybackHarness, ep: PlaybackEpisode, bag: Bag, fps: number): Promise<Run> {
+  trace('h.signedInPage');
   const { page } = await h.signedInPage();
   try {
+    trace('page.context');
     const cdp = await page.context().newCDPSession(page);
+    trace('cdp.send');
     await cdp.send('Performance.enable');
     // The baseline heap: the same console, on the episode list (no recording open).
+    trace('page.goto');
     await page.goto(`${h.baseUrl}/console/episodes`);
+    trace('page.getByRole');
     await page.getByRole('heading', { level: 1 }).first().waitFor();
+    trace('tabMemory');
     const list = await tabMemory(cdp);
 
+    trace('page.addInitScript');
     await page.addInitScript(FRAME_PROBE);
+    trace('h.clearS3Requests');
     await h.clearS3Requests();
+    trace('page.goto');
     await page.goto(h.episodeUrl(ep.id));
+    trace('waitForFrame');
     const first = await waitForFrame(page, 0, 0n, BigInt('18446744073709551615'), 120_000);
     const firstFrameNs = BigInt(first.v);
     if (firstFrameNs !== bag.firstFrameNs) throw new BenchFailure(`the player drew the frame at ${firstFrameNs} ns first, not the bag's first (${bag.firstFrameNs} ns)`);
     const firstFrameBytes = sumBytes(await h.s3Requests());
+    trace('phasesOf');
     const phases = await phasesOf(page, h.bucketOrigin, first.t);
+    trace('tabMemory');
     const atFirstFrame = await tabMemory(cdp);
 
     // A seek to the middle with the seek bar; the frame drawn is the newest at or before it.
@@ -386,17 +623,29 @@ async function measureTab(h: PlaybackHarness, ep: PlaybackEpisode, bag: Bag, fps
     const midMs = Math.round(maxMs / 2);
     const targetNs = bag.firstFrameNs + BigInt(midMs) * 1_000_000n;
     const frameNs = BigInt(Math.ceil(1e9 / fps));
+    trace('h.clearS3Requests');
     await h.clearS3Requests();
+    trace('pageNow');
     const t0 = await pageNow(page);
+    trace('seek.fill');
     await seek.fill(String(midMs));
+    trace('waitForFrame');
     const drawn = await waitForFrame(page, t0, targetNs - 2n * frameNs, targetNs, 120_000);
     const seekMs = drawn.t - t0;
     const seekBytesToFrame = sumBytes(await h.s3Requests());
+    trace('settledBytes');
     const seekBytesSettled = await settledBytes(h, 1000, 15_000);
+    trace('tabMemory');
     const afterSeek = await tabMemory(cdp);
+    trace('allocatorDump');
+    const allocators = await allocatorDump(cdp, afterSeek.renderer.pid);
+    trace('breakdown');
+    const held = await breakdown(cdp, page);
+    trace('cdp.detach');
     await cdp.detach();
-    return { firstFrameMs: first.t, firstFrameNs, firstFrameBytes, phases, atFirstFrame, seekMs, seekBytesToFrame, seekBytesSettled, afterSeek, list };
+    return { firstFrameMs: first.t, firstFrameNs, firstFrameBytes, phases, atFirstFrame, seekMs, seekBytesToFrame, seekBytesSettled, afterSeek, held, allocators, list };
   } finally {
+    trace('page.close');
     await page.close();
   }
 }
@@ -439,10 +688,49 @@ function report(results: readonly SizeResult[], s: Sizes): { text: string; rows:
       ];
     }),
   );
+  const m3 = (xs: readonly TabMemory[]) => `${fmt(median(xs.map((x) => x.renderer.rss)), 0)} / ${fmt(median(xs.map((x) => x.renderer.footprint)), 0)} / ${fmt(median(xs.map((x) => x.renderer.pss)), 0)}`;
+  const memoryTable = table(
+    ['file', 'episode list', 'first frame', 'after seek', 'after seek, garbage collected', 'JS heap / ArrayBuffers after seek', 'the same, garbage collected'],
+    results.map((r) => [
+      `${fmt(r.bag.bytes / MB, 0)} MB`,
+      m3(r.runs.map((x) => x.list)),
+      m3(r.runs.map((x) => x.atFirstFrame)),
+      m3(r.runs.map((x) => x.afterSeek)),
+      m3(r.runs.map((x) => x.held.afterGc)),
+      `${fmt(median(r.runs.map((x) => x.afterSeek.heapMb)), 1)} / ${fmt(median(r.runs.map((x) => x.afterSeek.backingMb)), 1)} MiB`,
+      `${fmt(median(r.runs.map((x) => x.held.afterGc.heapMb)), 1)} / ${fmt(median(r.runs.map((x) => x.held.afterGc.backingMb)), 1)} MiB`,
+    ]),
+  );
   lines.push(
     `playback: ${s.runs} run(s) per size, each in a fresh tab; camera ${s.width}x${s.height} JPEG at ${s.fps} fps + JointState at ${JOINT_HZ} Hz, zstd chunks of ${CHUNK_BYTES / 1024} KiB; medians`,
     t,
+    '',
+    "the tab's renderer, MiB: RSS / private memory footprint (RssAnon + VmSwap, Chrome's task manager's figure) / PSS",
+    memoryTable,
+    '',
   );
+  for (const r of results) {
+    // The run whose after-seek footprint is the median: its live objects, by kind.
+    const byFootprint = [...r.runs].sort((a, b) => a.afterSeek.renderer.footprint - b.afterSeek.renderer.footprint);
+    const mid = byFootprint[(byFootprint.length - 1) >> 1]!;
+    const h = mid.held;
+    lines.push(
+      `${fmt(r.bag.bytes / MB, 0)} MB, live after the seek (garbage collected): ${h.buffers.count} ArrayBuffers' data ${fmt(h.buffers.mb, 1)} MiB (` +
+        h.buffers.bySize.filter((b) => b.count > 0).map((b) => `${b.bucket}: ${b.count}, ${fmt(b.mb, 1)} MiB`).join('; ') +
+        `; largest ${h.buffers.largestKb.join(', ')} KiB), ${h.wasm.count} wasm memories of ${h.wasm.mb.map((x) => fmt(x, 1)).join(' + ')} MiB, ` +
+        `${h.canvases.count} canvases ${fmt(h.canvases.mb, 1)} MiB of pixels; the V8 heap's largest: ${h.heapTop.map((k) => `${k.kind} ×${k.count} ${fmt(k.mb, 1)} MiB`).join(', ')}`,
+    );
+    const a = mid.allocators;
+    if (a) {
+      lines.push(
+        `${fmt(r.bag.bytes / MB, 0)} MB, Chrome's memory-infra account of that renderer after the seek (before collecting): private footprint ${fmt(a.footprintMb, 0)} MiB; ` +
+          a.allocators.map((x) => `${x.name} ${fmt(x.mb, 1)}`).join(', ') +
+          ' MiB; PartitionAlloc partitions (committed / allocated in them): ' +
+          a.partitions.map((p) => `${p.name} ${fmt(p.mb, 1)} / ${fmt(p.allocatedMb, 1)}`).join(', ') +
+          ' MiB',
+      );
+    }
+  }
   for (const r of results) {
     const label = r.bag.bytes >= 1e9 * 0.95 ? `${fmt(r.bag.bytes / 1e9, 1)} GB` : `${fmt(r.bag.bytes / MB, 0)} MB`;
     const ff = median(r.runs.map((x) => x.firstFrameMs));
@@ -452,6 +740,8 @@ function report(results: readonly SizeResult[], s: Sizes): { text: string; rows:
     const listRss = median(r.runs.map((x) => x.list.rendererMb));
     const seekBytes = median(r.runs.map((x) => x.seekBytesSettled));
     const rss = median(r.runs.map((x) => x.afterSeek.rendererMb));
+    const footprint = median(r.runs.map((x) => x.afterSeek.renderer.footprint));
+    const listFootprint = median(r.runs.map((x) => x.list.renderer.footprint));
     const ph = (k: keyof Phases) => median(r.runs.map((x) => x.phases[k]));
     lines.push(
       `${label}: first frame ${fmt(ff, 0)} ms after the navigation: read links asked at ${fmt(ph('readLinksStartMs'), 0)} ms, answered at ${fmt(ph('readLinksMs'), 0)} ms, ` +
@@ -461,6 +751,8 @@ function report(results: readonly SizeResult[], s: Sizes): { text: string; rows:
       `${label}: first frame ${fmt(ff, 0)} ms in the console vs ${fmt(nodeMs, 0)} ms in Node from disk (target < ${FIRST_FRAME_TARGET_MS} ms both: ${ff < FIRST_FRAME_TARGET_MS && nodeMs < FIRST_FRAME_TARGET_MS ? 'met' : 'NOT met'}); ` +
         `the tab's renderer ${fmt(rss, 0)} MiB RSS after the seek, ${fmt(rss - listRss, 0)} MiB more than on the episode list (${fmt(listRss, 0)} MiB)` +
         (r.bag.bytes >= 0.95e9 ? ` (target < ${MEMORY_TARGET_MB} MB: ${rss * 1.048576 < MEMORY_TARGET_MB ? 'met' : 'NOT met'}; the player's share ${(rss - listRss) * 1.048576 < MEMORY_TARGET_MB ? 'meets it' : 'does not'})` : '') +
+        `; its private memory footprint ${fmt(footprint, 0)} MiB, ${fmt(footprint - listFootprint, 0)} MiB more than on the list (${fmt(listFootprint, 0)} MiB)` +
+        (r.bag.bytes >= 0.95e9 ? ` (target < ${MEMORY_TARGET_MB} MB: ${footprint * 1.048576 < MEMORY_TARGET_MB ? 'met' : 'NOT met'})` : '') +
         `, JS heap ${fmt(heapAfter, 1)} MiB (list: ${fmt(listHeap, 1)} MiB; ArrayBuffers, wasm memory and bitmaps are outside it)` +
         `; a seek to the middle read ${fmt(seekBytes / MIB, 2)} MiB of ${fmt(r.bag.bytes / MIB, 0)} MiB (Node's reader: ${fmt(r.node.seekBytes / MIB, 2)} MiB for the same frame)`,
     );
@@ -483,6 +775,16 @@ function report(results: readonly SizeResult[], s: Sizes): { text: string; rows:
         baselineName: 'the same tab on the episode list',
         ...(r.bag.bytes >= 0.95e9 ? { target: `< ${MEMORY_TARGET_MB} MB` } : {}),
         note: `JS heap ${fmt(heapAfter, 1)} MiB (list ${fmt(listHeap, 1)} MiB)`,
+      }),
+      row({
+        name: `playback ${label}: the tab's private memory footprint after a seek to the middle`,
+        figure: footprint,
+        unit: 'MiB',
+        baseline: listFootprint,
+        baselineUnit: 'MiB',
+        baselineName: 'the same tab on the episode list',
+        ...(r.bag.bytes >= 0.95e9 ? { target: `< ${MEMORY_TARGET_MB} MB` } : {}),
+        note: "RssAnon + VmSwap of the renderer, as Chrome's task manager counts it",
       }),
       row({
         name: `playback ${label}: bytes read from the store for a seek to the middle`,
@@ -541,7 +843,8 @@ export const playback: BenchModule = {
         log(
           `playback: ${name} run ${r + 1}: first frame ${fmt(run.firstFrameMs, 0)} ms (read links at ${fmt(run.phases.readLinksMs, 0)} ms, ` +
             `${run.phases.ranges} range GETs from ${fmt(run.phases.firstRangeMs, 0)} to ${fmt(run.phases.lastRangeMs, 0)} ms, ${fmt(run.firstFrameBytes / MIB, 2)} MiB), heap ${fmt(run.atFirstFrame.heapMb, 1)} MiB; ` +
-            `seek ${fmt(run.seekMs, 0)} ms, ${fmt(run.seekBytesSettled / MIB, 2)} MiB read, heap ${fmt(run.afterSeek.heapMb, 1)} MiB, renderer ${fmt(run.afterSeek.rendererMb, 0)} MiB RSS, ${run.afterSeek.domNodes} DOM nodes`,
+            `seek ${fmt(run.seekMs, 0)} ms, ${fmt(run.seekBytesSettled / MIB, 2)} MiB read, heap ${fmt(run.afterSeek.heapMb, 1)} MiB, renderer ${fmt(run.afterSeek.rendererMb, 0)} MiB RSS (list ${fmt(run.list.rendererMb, 0)}), footprint ${fmt(run.afterSeek.renderer.footprint, 0)} MiB (list ${fmt(run.list.renderer.footprint, 0)}, after GC ${fmt(run.held.afterGc.renderer.footprint, 0)}), ` +
+            `ArrayBuffers ${fmt(run.afterSeek.backingMb, 1)} MiB (after GC ${fmt(run.held.afterGc.backingMb, 1)}), ${run.afterSeek.domNodes} DOM nodes`,
         );
         runs.push(run);
       }

@@ -1,6 +1,6 @@
 import { cameraImage, isImageSchema, isRecordingError, type CameraImage, type DecodedMessage } from '@fleet/recordings';
 import type { RecordingSet } from './recording-set.js';
-import { JOINT_STATE, MAX_SERIES_PER_TOPIC, numericLeaves, seriesId, type SeriesDef } from './series.js';
+import { ColumnsBuilder, JOINT_STATE, MAX_SERIES_PER_TOPIC, numericLeaves, seriesId, type SampleColumns, type SeriesDef } from './series.js';
 
 /**
  * The playback engine: a playhead over an episode's recording (log time, ns), the camera frames
@@ -15,11 +15,15 @@ import { JOINT_STATE, MAX_SERIES_PER_TOPIC, numericLeaves, seriesId, type Series
  *   playhead by the wall time passed times the speed and applies the messages it passed. When the
  *   iterator falls behind (a slow network) the playhead waits ("buffering") instead of skipping.
  *   A seek cancels the iterator and starts a new one from the new time.
- * - Plots: the messages of the plotted topics inside a window of 10 s around the playhead, read
- *   again when the playhead nears the window's edge; only that window's chunks are read.
+ * - Plots: the plotted numbers (not the messages: typed arrays, 8 bytes a sample) of the plotted
+ *   topics inside a window of 10 s around the playhead. When the playhead nears the window's
+ *   edge the next window keeps what it shares with this one and reads only the rest; a window
+ *   being read for a place the playhead left (a seek) stops at its next message.
  *
  * Nothing grows with the file: the byte source's LRU bounds what is fetched and kept, the queue
- * is bounded, frames and readouts hold one message per topic, the window a bounded count.
+ * is bounded, frames and readouts hold one message per topic (a frame's image bytes copied out
+ * of its chunk, so a shown frame does not keep a decompressed chunk alive), the window a
+ * bounded count of numbers.
  */
 
 export interface EngineClock {
@@ -69,11 +73,8 @@ export interface ReadoutValue {
   logTimeNs: bigint;
 }
 
-export interface WindowTopic {
-  /** Seconds from the recording's start. */
-  t: number[];
-  values: Map<string, (number | null)[]>;
-}
+/** A plotted topic's samples in the window: times (s from the recording's start) and values, NaN for a missing leaf. */
+export type WindowTopic = SampleColumns;
 
 export interface PlotWindow {
   fromNs: bigint;
@@ -98,6 +99,24 @@ export interface EngineSnapshot {
 }
 
 const clampNs = (t: bigint, lo: bigint, hi: bigint) => (t < lo ? lo : t > hi ? hi : t);
+
+/** `v` itself when it spans its whole buffer, else a copy of its bytes. */
+const own = (v: Uint8Array): Uint8Array => (v.byteOffset === 0 && v.byteLength === v.buffer.byteLength ? v : v.slice());
+
+/**
+ * The image with bytes of its own: a decoded message's bytes are a view into its whole
+ * decompressed chunk (hundreds of KiB to MBs), which a shown frame would otherwise keep alive.
+ */
+function ownBytes(image: CameraImage): CameraImage {
+  return image.kind === 'raw' ? { ...image, rgb: own(image.rgb) } : { ...image, data: own(image.data) };
+}
+
+/** A plot window being read; `stale` once the playhead left it (or the selection changed): the read stops. */
+interface WindowRead {
+  fromNs: bigint;
+  toNs: bigint;
+  stale: boolean;
+}
 
 export class PlaybackEngine {
   readonly cameras: readonly CameraTopic[];
@@ -134,6 +153,7 @@ export class PlaybackEngine {
   // The plot window being read, and the next one wanted.
   private windowWanted: bigint | undefined;
   private windowLoading = false;
+  private windowRead: WindowRead | undefined;
 
   constructor(
     readonly set: RecordingSet,
@@ -237,6 +257,8 @@ export class PlaybackEngine {
     for (const t of [...this.frames.keys()]) if (!this.selectedCameras.has(t)) this.frames.delete(t);
     this.frames = new Map(this.frames);
     this.window = undefined;
+    // A window being read for the old selection is of no use.
+    if (this.windowRead) this.windowRead.stale = true;
     this.seek(this.playhead);
   }
 
@@ -289,6 +311,9 @@ export class PlaybackEngine {
       this.lastWall = this.clock.now();
     }
     this.seekWanted = this.playhead;
+    // A plot window being read elsewhere stops now, not after the frames at the new time.
+    const reading = this.windowRead;
+    if (reading && (this.playhead < reading.fromNs || this.playhead > reading.toNs)) reading.stale = true;
     this.emit();
     void this.runSeeks();
   }
@@ -365,7 +390,7 @@ export class PlaybackEngine {
   private toFrame(m: DecodedMessage): CameraFrame {
     const schema = this.cameras.find((c) => c.topic === m.topic)?.schemaName ?? '';
     try {
-      return { topic: m.topic, logTimeNs: m.logTimeNs, image: cameraImage(schema, m.data, `${m.topic} at ${m.logTimeNs} ns`) };
+      return { topic: m.topic, logTimeNs: m.logTimeNs, image: ownBytes(cameraImage(schema, m.data, `${m.topic} at ${m.logTimeNs} ns`)) };
     } catch (err) {
       const message = err instanceof Error ? err.message.replace(/^[a-z_]+: /, '').replace(/^.* ns: /, '') : String(err);
       return { topic: m.topic, logTimeNs: m.logTimeNs, error: message };
@@ -476,9 +501,15 @@ export class PlaybackEngine {
 
   // ---- plot window ----------------------------------------------------------------------------
 
-  /** Reads a new window when `t` is outside the middle of the current one. */
+  /**
+   * Reads a new window when `t` is outside the middle of the current one. A window being read
+   * that does not hold `t` (a seek elsewhere) is given up at its next message: its bytes are not
+   * fetched for nothing.
+   */
   private wantWindow(t: bigint): void {
     if (this.readoutTopics().length === 0) return;
+    const reading = this.windowRead;
+    if (reading && (t < reading.fromNs || t > reading.toNs)) reading.stale = true;
     if (this.window && this.windowFits(this.window, t)) return;
     this.windowWanted = t;
     void this.runWindows();
@@ -505,10 +536,12 @@ export class PlaybackEngine {
       }
     } finally {
       this.windowLoading = false;
+      this.windowRead = undefined;
     }
   }
 
-  private async loadWindow(t: bigint): Promise<void> {
+  /** The window placed around `t`: a third before, two thirds after, inside the recording. */
+  private windowAround(t: bigint): { from: bigint; to: bigint } {
     const width = WINDOW_NS;
     let from = t - width / 3n;
     let to = from + width;
@@ -520,38 +553,104 @@ export class PlaybackEngine {
       to = this.endNs;
       from = to - width < this.startNs ? this.startNs : to - width;
     }
+    return { from, to };
+  }
+
+  private seconds(ns: bigint): number {
+    return Number(ns - this.startNs) / 1e9;
+  }
+
+  /**
+   * The window around `t`. What the current window already holds of it is kept (its numbers),
+   * and only the rest is read: playing on reads the few seconds the window moves ahead, not all
+   * ten again. A window that was capped, or an extension that would exceed the cap, is read whole.
+   */
+  private async loadWindow(t: bigint): Promise<void> {
+    const { from, to } = this.windowAround(t);
     const topics = this.readoutTopics();
-    const out = new Map<string, WindowTopic>();
     const keysOf = new Map(topics.map((topic) => [topic, this.numeric.find((n) => n.topic === topic)!.keys.filter((k) => this.selectedSeries.has(seriesId(topic, k)))]));
-    for (const [topic, keys] of keysOf) out.set(topic, { t: [], values: new Map(keys.map((k) => [k, []])) });
+    const read: WindowRead = { fromNs: from, toNs: to, stale: false };
+    this.windowRead = read;
+    const old = this.window;
+    const sameSeries = old !== undefined && old.topics.size === keysOf.size && [...keysOf].every(([topic, keys]) => {
+      const have = old.topics.get(topic);
+      return have !== undefined && have.values.size === keys.length && keys.every((k) => have.values.has(k));
+    });
+    const keep = old !== undefined && sameSeries && !old.capped && old.fromNs <= to && from <= old.toNs ? old : undefined;
+    try {
+      let out: Map<string, WindowTopic> | undefined;
+      let capped = false;
+      if (keep) {
+        const before = from < keep.fromNs ? await this.readSamples(topics, keysOf, from, keep.fromNs - 1n, read) : this.noSamples(keysOf);
+        if (before === undefined) return;
+        const after = to > keep.toNs ? await this.readSamples(topics, keysOf, keep.toNs + 1n, to, read) : this.noSamples(keysOf);
+        if (after === undefined) return;
+        const [loS, hiS] = [this.seconds(from), this.seconds(to)];
+        const merged = new Map<string, WindowTopic>();
+        let total = 0;
+        for (const [topic, keys] of keysOf) {
+          const b = new ColumnsBuilder(keys);
+          b.pushAll(before.topics.get(topic)!);
+          b.pushRange(keep.topics.get(topic)!, loS, hiS);
+          b.pushAll(after.topics.get(topic)!);
+          total += b.length;
+          merged.set(topic, b.done());
+        }
+        if (!before.capped && !after.capped && total <= MAX_WINDOW_MESSAGES) out = merged;
+      }
+      if (out === undefined) {
+        const whole = await this.readSamples(topics, keysOf, from, to, read);
+        if (whole === undefined) return;
+        out = new Map([...whole.topics].map(([topic, b]) => [topic, b.done()]));
+        capped = whole.capped;
+      }
+      if (this.closed || read.stale) return;
+      this.window = { fromNs: from, toNs: to, topics: out, capped };
+      this.emit();
+    } catch (err) {
+      this.fail(err);
+    }
+  }
+
+  private noSamples(keysOf: ReadonlyMap<string, readonly string[]>): { topics: Map<string, ColumnsBuilder>; capped: boolean } {
+    return { topics: new Map([...keysOf].map(([topic, keys]) => [topic, new ColumnsBuilder(keys)])), capped: false };
+  }
+
+  /**
+   * The plotted numbers of `topics` with log time in [from, to], at most MAX_WINDOW_MESSAGES
+   * messages (`capped` past that); each message is dropped once its numbers are taken. Undefined
+   * when the read was given up (`read.stale`, or the engine closed).
+   */
+  private async readSamples(
+    topics: readonly string[],
+    keysOf: ReadonlyMap<string, readonly string[]>,
+    from: bigint,
+    to: bigint,
+    read: WindowRead,
+  ): Promise<{ topics: Map<string, ColumnsBuilder>; capped: boolean } | undefined> {
+    const out = this.noSamples(keysOf);
     let count = 0;
-    let capped = false;
     const it = this.set.messages(topics, { startNs: from, endNs: to });
     try {
       for (;;) {
+        if (read.stale || this.closed) return undefined;
         const r = await it.next();
         if (r.done === true) break;
+        if (read.stale || this.closed) return undefined;
         const m = r.value;
         if (++count > MAX_WINDOW_MESSAGES) {
-          capped = true;
+          out.capped = true;
           break;
         }
-        const wt = out.get(m.topic);
+        const b = out.topics.get(m.topic);
         const n = this.numeric.find((x) => x.topic === m.topic);
-        if (!wt || !n) continue;
-        const leaves = numericLeaves(m.data, n.schemaName);
-        wt.t.push(Number(m.logTimeNs - this.startNs) / 1e9);
-        for (const [k, arr] of wt.values) arr.push(leaves.get(k) ?? null);
+        if (!b || !n) continue;
+        b.push(this.seconds(m.logTimeNs), numericLeaves(m.data, n.schemaName));
       }
-    } catch (err) {
-      this.fail(err);
-      return;
     } finally {
       await it.return();
     }
-    if (this.closed) return;
-    this.window = { fromNs: from, toNs: to, topics: out, capped };
-    this.emit();
+    return out;
   }
 
   async close(): Promise<void> {

@@ -32,8 +32,9 @@ export async function drawFrame(canvas: HTMLCanvasElement, image: CameraImage, l
     ctx.putImageData(rgbToImageData(image.width, image.height, image.rgb), 0, 0);
   } else {
     const type = image.format === 'jpeg' ? 'image/jpeg' : 'image/png';
-    // A copy: the message's bytes may be a view into a larger decompressed chunk.
-    const bitmap = await createImageBitmap(new Blob([image.data.slice()], { type }));
+    // The Blob copies the view's bytes (only those), so no copy first; the bytes are never a
+    // SharedArrayBuffer's (fetched, decompressed), which is all the type leaves open.
+    const bitmap = await createImageBitmap(new Blob([image.data as Uint8Array<ArrayBuffer>], { type }));
     try {
       if (!isCurrent()) return false;
       if (canvas.width !== bitmap.width) canvas.width = bitmap.width;

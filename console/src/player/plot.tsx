@@ -13,11 +13,19 @@ import type { WindowTopic } from './engine.js';
 const MAX_POINTS = 2000;
 export const SERIES_COLORS = ['#0b5cad', '#c2410c', '#15803d', '#a21caf', '#b45309', '#0e7490', '#be123c', '#4d7c0f'];
 
+/** At most MAX_POINTS of each series, a missing value (NaN in the window) as uPlot's gap (null). */
 function thin(w: WindowTopic, keys: readonly string[]): uPlot.AlignedData {
   const stride = Math.max(1, Math.ceil(w.t.length / MAX_POINTS));
   const idx: number[] = [];
   for (let i = 0; i < w.t.length; i += stride) idx.push(i);
-  return [idx.map((i) => w.t[i]!), ...keys.map((k) => idx.map((i) => w.values.get(k)?.[i] ?? null))];
+  const column = (k: string) => {
+    const v = w.values.get(k);
+    return idx.map((i) => {
+      const x = v?.[i];
+      return x === undefined || Number.isNaN(x) ? null : x;
+    });
+  };
+  return [idx.map((i) => w.t[i]!), ...keys.map(column)];
 }
 
 export function TopicPlot(props: { topic: string; keys: readonly string[]; colors: readonly string[]; data: WindowTopic; fromS: number; toS: number; playheadS: number }) {

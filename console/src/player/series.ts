@@ -3,14 +3,15 @@
  * `sensor_msgs/msg/JointState` gives `position.<joint>`, `velocity.<joint>` and `effort.<joint>`
  * (by joint name, whatever the order of `name` in each message); any other message gives its
  * numeric leaves by path (`data[3]` of a `std_msgs/msg/Float64MultiArray`, `linear.x` of a
- * Twist), walked to a bounded depth and width. Header stamps are times, not signals: skipped.
+ * Twist), walked to a bounded depth and width. Header stamps and protobuf `timestamp` fields
+ * (Foxglove's schemas' google.protobuf.Timestamp) are times, not signals: skipped.
  */
 
 /** Leaves per topic and arrays' elements taken, so one wide message cannot flood the plot. */
 export const MAX_SERIES_PER_TOPIC = 48;
 const MAX_ARRAY = 64;
 const MAX_DEPTH = 4;
-const SKIPPED_KEYS = new Set(['header', 'stamp', 'layout']);
+const SKIPPED_KEYS = new Set(['header', 'stamp', 'timestamp', 'layout']);
 
 export const JOINT_STATE = 'sensor_msgs/msg/JointState';
 
@@ -72,4 +73,87 @@ export function numericLeaves(msg: unknown, schemaName: string, limit = MAX_SERI
   };
   walk(msg, '', 0);
   return out;
+}
+
+/**
+ * One topic's plotted samples over a window: times (s from the recording's start, ascending) and
+ * one column of values per series key, NaN where a message had no such leaf. Numbers only, in
+ * typed arrays (8 bytes a sample): the decoded messages they came from are not kept.
+ */
+export interface SampleColumns {
+  readonly t: Float64Array;
+  readonly values: ReadonlyMap<string, Float64Array>;
+}
+
+/** Builds a SampleColumns by appends, growing its arrays by doubling; `done()` trims them. */
+export class ColumnsBuilder {
+  private n = 0;
+  private t = new Float64Array(64);
+  private cols: Float64Array[];
+
+  constructor(readonly keys: readonly string[]) {
+    this.cols = keys.map(() => new Float64Array(64));
+  }
+
+  get length(): number {
+    return this.n;
+  }
+
+  private room(more: number): void {
+    if (this.n + more <= this.t.length) return;
+    let cap = this.t.length;
+    while (cap < this.n + more) cap *= 2;
+    const grow = (a: Float64Array) => {
+      const b = new Float64Array(cap);
+      b.set(a.subarray(0, this.n));
+      return b;
+    };
+    this.t = grow(this.t);
+    this.cols = this.cols.map(grow);
+  }
+
+  /** One sample: `leaves` by key (a key it lacks is NaN). */
+  push(tS: number, leaves: ReadonlyMap<string, number>): void {
+    this.room(1);
+    this.t[this.n] = tS;
+    this.keys.forEach((k, i) => (this.cols[i]![this.n] = leaves.get(k) ?? Number.NaN));
+    this.n++;
+  }
+
+  /** The samples of `from` with time in [loS, hiS] (same keys). */
+  pushRange(from: SampleColumns, loS: number, hiS: number): void {
+    const a = lowerBound(from.t, loS);
+    const b = lowerBound(from.t, hiS, true);
+    if (b <= a) return;
+    this.room(b - a);
+    this.t.set(from.t.subarray(a, b), this.n);
+    this.keys.forEach((k, i) => {
+      const src = from.values.get(k);
+      if (src) this.cols[i]!.set(src.subarray(a, b), this.n);
+      else this.cols[i]!.fill(Number.NaN, this.n, this.n + b - a);
+    });
+    this.n += b - a;
+  }
+
+  /** Appends everything of `other` (built with the same keys). */
+  pushAll(other: ColumnsBuilder): void {
+    const done = other.done();
+    this.pushRange(done, Number.NEGATIVE_INFINITY, Number.POSITIVE_INFINITY);
+  }
+
+  done(): SampleColumns {
+    return { t: this.t.slice(0, this.n), values: new Map(this.keys.map((k, i) => [k, this.cols[i]!.slice(0, this.n)])) };
+  }
+}
+
+/** The first index whose value is >= x (> x with `after`) in ascending `a`. */
+function lowerBound(a: Float64Array, x: number, after = false): number {
+  let lo = 0;
+  let hi = a.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (after ? a[mid]! <= x : a[mid]! < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }

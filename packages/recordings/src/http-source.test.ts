@@ -206,6 +206,24 @@ describe('httpRangeSource over a real HTTP server', () => {
     expect(log.map((l) => l.range)).toEqual([`bytes=0-${BLOCK - 1}`, `bytes=${BLOCK}-${3 * BLOCK - 1}`]);
   });
 
+  it('a run of blocks is cached block by block: each serves later reads alone, byte-exact, with no request', async () => {
+    const http = source();
+    // Blocks 1..4 in one GET (a read from inside block 1 to inside block 4).
+    const from = BLOCK + 123;
+    const got = await http.read(BigInt(from), BigInt(3 * BLOCK));
+    expect(Buffer.compare(Buffer.from(got), Buffer.from(bytes.subarray(from, from + 3 * BLOCK)))).toBe(0);
+    expect(log.map((l) => l.range)).toEqual([`bytes=${BLOCK}-${5 * BLOCK - 1}`]);
+    expect(http.stats.cachedBytes).toBe(4 * BLOCK);
+    for (let i = 1; i <= 4; i++) {
+      // Across each block's start (the read stays in block i-1..i), then one whole block.
+      const whole = await http.read(BigInt(i * BLOCK), BigInt(BLOCK));
+      expect(Buffer.compare(Buffer.from(whole), Buffer.from(bytes.subarray(i * BLOCK, (i + 1) * BLOCK)))).toBe(0);
+    }
+    const across = await http.read(BigInt(2 * BLOCK - 7), 14n);
+    expect([...across]).toEqual([...bytes.subarray(2 * BLOCK - 7, 2 * BLOCK + 7)]);
+    expect(http.stats.requests).toBe(1);
+  });
+
   it('the LRU holds at most cacheBytes, evicting the least recently used block', async () => {
     const http = source({ cacheBytes: 4 * BLOCK });
     const blockAt = (i: number) => http.read(BigInt(i * BLOCK), 16n);

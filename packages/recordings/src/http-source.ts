@@ -51,7 +51,12 @@ export interface HttpRangeSourceOptions {
   fetch?: typeof fetch;
   /** Default 256 KiB. */
   blockSize?: number;
-  /** The LRU's bound. Default 32 MiB. */
+  /**
+   * The LRU's bound. Default 16 MiB: what a player reads twice is near in time (a seek's frames,
+   * readouts and plot window share the chunk at the playhead; playing, the plot window reads a
+   * few seconds ahead of where the forward read gets later), about 9 s of a 1.75 MB/s recording.
+   * More is fewer second fetches for more of a tab's memory.
+   */
   cacheBytes?: number;
   /** Aborts every request (and later reads reject with the signal's reason). */
   signal?: AbortSignal;
@@ -75,7 +80,7 @@ export interface HttpRangeSource extends ByteSource {
 }
 
 export const DEFAULT_BLOCK_SIZE = 256 * 1024;
-export const DEFAULT_CACHE_BYTES = 32 * 1024 * 1024;
+export const DEFAULT_CACHE_BYTES = 16 * 1024 * 1024;
 const DEFAULT_MAX_ATTEMPTS = 4;
 const DEFAULT_IDLE_TIMEOUT_MS = 30_000;
 /** Of a 400's body, what is read to see whether it says the request expired. */
@@ -263,26 +268,28 @@ class RangeSource implements HttpRangeSource {
     return out;
   }
 
-  /** One GET for blocks `a..b`: a promise per block, shared with concurrent reads until it settles. */
+  /**
+   * One GET for blocks `a..b`: a promise per block, shared with concurrent reads until it settles.
+   * The body lands in one buffer per block (no run-sized buffer copied into blocks after), so a
+   * block that stays in the cache keeps only itself alive.
+   */
   private fetchBlocks(a: number, b: number): Promise<Uint8Array>[] {
     const bs = this.blockSize;
     const from = a * bs;
     const to = Math.min(this.size, (b + 1) * bs);
     const whole = this.fetchRange(from, to);
     const keep = to - from <= this.cacheBytes;
-    const single = a === b;
     const blocks: Promise<Uint8Array>[] = [];
     for (let i = a; i <= b; i++) {
-      const p = whole.then((buf) => buf.subarray((i - a) * bs, Math.min((i - a + 1) * bs, to - from)));
+      const p = whole.then((parts) => parts[i - a]!);
       this.inflight.set(i, p);
       blocks.push(p);
     }
     whole.then(
-      (buf) => {
+      (parts) => {
         for (let i = a; i <= b; i++) {
           this.inflight.delete(i);
-          // Each block its own copy: a block that stays must not keep the whole run alive.
-          if (keep && !this.closed) this.remember(i, single ? buf : buf.slice((i - a) * bs, Math.min((i - a + 1) * bs, to - from)));
+          if (keep && !this.closed) this.remember(i, parts[i - a]!);
         }
       },
       () => {
@@ -307,8 +314,8 @@ class RangeSource implements HttpRangeSource {
     }
   }
 
-  /** Bytes `from..to` (exclusive) with the retries and the renewal. */
-  private async fetchRange(from: number, to: number): Promise<Uint8Array> {
+  /** Bytes `from..to` (exclusive, `from` on a block's start) with the retries and the renewal, one array per block. */
+  private async fetchRange(from: number, to: number): Promise<Uint8Array[]> {
     let renewed = false;
     let last: RecordingError | undefined;
     for (let attempt = 1; attempt <= this.maxAttempts; attempt++) {
@@ -374,7 +381,7 @@ class RangeSource implements HttpRangeSource {
    * `idleTimeoutMs` (no answer, or a body that stalls): a hung connection is a failed try, never
    * a player waiting forever.
    */
-  private async attempt(from: number, to: number): Promise<Uint8Array> {
+  private async attempt(from: number, to: number): Promise<Uint8Array[]> {
     this.throwIfAborted();
     const ac = new AbortController();
     const outer = this.controller.signal;
@@ -401,7 +408,7 @@ class RangeSource implements HttpRangeSource {
     }
   }
 
-  private async exchange(from: number, to: number, signal: AbortSignal, progress: () => void): Promise<Uint8Array> {
+  private async exchange(from: number, to: number, signal: AbortSignal, progress: () => void): Promise<Uint8Array[]> {
     const want = to - from;
     const host = this.host;
     let res: Response;
@@ -457,8 +464,8 @@ class RangeSource implements HttpRangeSource {
     return new RecordingError('size_mismatch', `${this.host}: the object is ${total} bytes, expected ${this.size} (the manifest's size)`);
   }
 
-  /** A 206's body: its Content-Range checked, then exactly the bytes asked for (no more is read). */
-  private async body(res: Response, from: number, to: number, progress: () => void): Promise<Uint8Array> {
+  /** A 206's body: its Content-Range checked, then exactly the bytes asked for (no more is read), split by block. */
+  private async body(res: Response, from: number, to: number, progress: () => void): Promise<Uint8Array[]> {
     const host = this.host;
     const header = res.headers.get('content-range');
     const m = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(header?.trim() ?? '');
@@ -478,7 +485,9 @@ class RangeSource implements HttpRangeSource {
       throw new RecordingError('range_unsupported', `${host}: answered bytes ${m[1]}-${m[2]} to a request for ${from}-${to - 1}`);
     }
     const want = to - from;
-    const out = new Uint8Array(want);
+    const bs = this.blockSize;
+    const parts: Uint8Array[] = [];
+    for (let at = 0; at < want; at += bs) parts.push(new Uint8Array(Math.min(bs, want - at)));
     let got = 0;
     if (res.body !== null) {
       const reader = res.body.getReader();
@@ -490,8 +499,14 @@ class RangeSource implements HttpRangeSource {
             await reader.cancel().catch(() => undefined);
             throw new RecordingError('fetch_failed', `${host}: answered more than the ${want} bytes asked for`);
           }
-          out.set(r.value, got);
-          got += r.value.byteLength;
+          for (let off = 0; off < r.value.byteLength; ) {
+            const part = parts[Math.floor(got / bs)]!;
+            const at = got % bs;
+            const n = Math.min(r.value.byteLength - off, part.byteLength - at);
+            part.set(r.value.subarray(off, off + n), at);
+            off += n;
+            got += n;
+          }
           this.stats.bytesFetched += r.value.byteLength;
           progress();
         }
@@ -505,7 +520,7 @@ class RangeSource implements HttpRangeSource {
       }
     }
     if (got < want) throw new Transient(new RecordingError('fetch_failed', `${host}: answered ${got} of the ${want} bytes asked for`));
-    return out;
+    return parts;
   }
 
   private throwIfAborted(): void {

@@ -55,7 +55,7 @@ export default defineConfig({
   base: '/console/',
   resolve: {
     conditions: ['source'],
-    // The real package loads bz2 and protobufjs, which need eval: see src/player/mcap-support.ts.
+    // The real package loads bz2's decompressor, which needs eval: see src/player/mcap-support.ts.
     alias: [{ find: /^@mcap\/support$/, replacement: fileURLToPath(new URL('./src/player/mcap-support.ts', import.meta.url)) }],
   },
   oxc: { jsx: { runtime: 'automatic', importSource: 'preact' } },

@@ -28,6 +28,7 @@ import { sendCommand, startFleet, type FleetProcess } from '../../test/support/r
 import { startS3Server, type S3Request, type S3ServerProcess } from '../../test/support/s3-server.js';
 import { waitFor } from '../../test/support/wait.js';
 import { CONSOLE_DIST, signIn } from './harness.js';
+import { canvasRgb } from './player-support.js';
 
 /** Long enough that the 10 s plot window around a seek is a fraction of the file. */
 const RECORD_MS = 40_000;
@@ -214,18 +215,6 @@ async function openPlayer(): Promise<WatchedPage> {
   await signIn(watched.page, cloud.http, cloud.adminKey);
   await watched.page.goto(`${cloud.http}/console/episodes/${episodeId}`);
   return watched;
-}
-
-/** The canvas's pixels as packed RGB. */
-async function canvasRgb(page: Page, topic: string): Promise<{ width: number; height: number; rgb: Buffer }> {
-  const r = await page.evaluate((t) => {
-    const c = document.querySelector<HTMLCanvasElement>(`canvas[data-topic="${t}"]`)!;
-    const d = c.getContext('2d')!.getImageData(0, 0, c.width, c.height).data;
-    let s = '';
-    for (let i = 0; i < d.length; i += 4) s += String.fromCharCode(d[i]!, d[i + 1]!, d[i + 2]!);
-    return { width: c.width, height: c.height, b64: btoa(s) };
-  }, topic);
-  return { width: r.width, height: r.height, rgb: Buffer.from(r.b64, 'base64') };
 }
 
 function ffmpegRgb(jpeg: Uint8Array): Buffer {

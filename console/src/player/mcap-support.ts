@@ -2,14 +2,16 @@ import lz4Factory from '@foxglove/wasm-lz4/dist/wasm-lz4.js';
 import zstdFactory from '@foxglove/wasm-zstd/dist/wasm-zstd.js';
 
 /**
- * `@mcap/support` as the console's build sees it (vite.config.ts aliases the package here). The
- * real one loads three Emscripten decompressors at once, and bz2's (built with embind) creates
- * functions from strings while it starts, as protobufjs does for every message type it decodes:
- * the console's Content-Security-Policy forbids that (`script-src 'self' 'wasm-unsafe-eval'`,
- * no `'unsafe-eval'`), and one refusal would stop the whole player. So the console reads lz4 and
+ * `@mcap/support` as the console's build sees it (vite.config.ts aliases the package here), for
+ * its decompressors only. The real one loads three Emscripten decompressors at once, and bz2's
+ * (built with embind) creates functions from strings while it starts: the console's
+ * Content-Security-Policy forbids that (`script-src 'self' 'wasm-unsafe-eval'`, no
+ * `'unsafe-eval'`), and one refusal would stop the whole player. So the console reads lz4 and
  * zstd chunks (rosbag2's and Foxglove's defaults: plain WebAssembly) and uncompressed ones; a bz2
- * chunk or a protobuf channel fails alone, saying why. The Emscripten modules are called as
- * Foxglove's wrappers call them, minus the wrappers' Node `Buffer`, which a browser lacks.
+ * chunk fails alone, saying why. The Emscripten modules are called as Foxglove's wrappers call
+ * them, minus the wrappers' Node `Buffer`, which a browser lacks. Protobuf channels do not come
+ * through here: @fleet/recordings decodes them with @bufbuild/protobuf, which reflects over the
+ * descriptor instead of compiling code as the real package's protobufjs does.
  */
 
 type Handler = (buffer: Uint8Array, decompressedSize: bigint) => Uint8Array;
@@ -50,8 +52,4 @@ export function loadDecompressHandlers(): Promise<Record<string, Handler>> {
       },
     };
   })());
-}
-
-export function protobufFromBinaryDescriptor(): never {
-  throw new Error("protobuf channels are not decoded in the console: protobufjs compiles code at run time, which the console's Content-Security-Policy forbids");
 }

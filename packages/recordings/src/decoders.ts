@@ -1,9 +1,9 @@
 import { parseRos2idl } from '@foxglove/ros2idl-parser';
 import { parse as parseRosmsg } from '@foxglove/rosmsg';
 import { MessageReader } from '@foxglove/rosmsg2-serialization';
-import { protobufFromBinaryDescriptor } from '@mcap/support';
 import { base64Bytes } from './base64.js';
 import { RecordingError, messageOf } from './errors.js';
+import { protobufDecoder } from './protobuf.js';
 
 type MessageDefinition = ConstructorParameters<typeof MessageReader>[0][number];
 
@@ -14,12 +14,13 @@ type MessageDefinition = ConstructorParameters<typeof MessageReader>[0][number];
  * | message_encoding | schema encoding       | decoded by                                             |
  * | ---------------- | --------------------- | ------------------------------------------------------ |
  * | `cdr`            | `ros2msg`, `ros2idl`  | @foxglove/rosmsg / ros2idl-parser + rosmsg2-serialization |
- * | `protobuf`       | `protobuf`            | the schema's FileDescriptorSet through protobufjs      |
+ * | `protobuf`       | `protobuf`            | the schema's FileDescriptorSet by @bufbuild/protobuf   |
  * | `json`           | `jsonschema` or none  | `JSON.parse`                                           |
  *
  * CDR gives typed arrays for numeric arrays (`float64[]` is a `Float64Array`, `uint8[]` a
  * `Uint8Array`) and times as `{sec, nanosec}`. Protobuf gives plain objects with defaults filled in,
- * 64-bit integers as numbers and `bytes` as `Uint8Array`.
+ * 64-bit integers as numbers and `bytes` as `Uint8Array`: protobufjs' `toObject` shape, decoded
+ * without compiling code at run time, so the console's CSP allows it too (protobuf.ts).
  */
 
 export interface SchemaInfo {
@@ -75,8 +76,7 @@ export function decoderFor(topic: string, messageEncoding: string, schema: Schem
     }
     case 'protobuf': {
       if (schema === undefined || schema.encoding !== 'protobuf') break;
-      const type = parsed(() => protobufFromBinaryDescriptor(schema.data).lookupType(schema.name));
-      return guard((data) => type.toObject(type.decode(data), { defaults: true, longs: Number }));
+      return guard(parsed(() => protobufDecoder(schema.name, schema.data)));
     }
     default:
       break;

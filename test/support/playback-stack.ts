@@ -17,13 +17,19 @@
  *     - on demand, a real agent with the `import` recorder, fed a bag written by Python's rosbags
  *       (`addRosbagsEpisode`) or any recording the caller writes (`addImportedEpisode`).
  *
+ * With `readsFront`, a scripted HTTPS stand-in is the destination instead, in front of the
+ * provider: it passes everything on unless a test scripts how read requests are answered.
+ *
  * `episodeFile` gives the bytes the bucket holds as a local file (s3rver's own file, read without
  * a request that would show in the log) for expected values. console/test/playback-harness.ts
  * adds a signed-in chromium. Dispose it: everything stops, newest first, and its temp dirs go.
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { createTestPki } from '../../cloud/src/egress/test-https.js';
+import type { ServerResponse } from 'node:http';
+import { READ_EVENT, ReadRequestEnvelopeSchema, type ReadRequestEnvelope } from '@fleet/protocol';
+import { Agent as UndiciAgent, request as undiciRequest } from 'undici';
+import { createTestPki, startHttpsReceiver, type ReceivedRequest } from '../../cloud/src/egress/test-https.js';
 import { makeTempDir, startCloud, type CloudProcess } from './cloud.js';
 import { startGrantProvider, writeProviderTls, type GrantProviderProcess } from './grant-provider.js';
 import { freePort, okJson } from './http.js';
@@ -60,7 +66,17 @@ export interface PlaybackStackOptions {
   cloudArgs?: readonly string[];
   /** Directory of the cloud's static console (`--console-dir`), when a browser opens it. */
   consoleDir?: string;
+  /**
+   * A scripted stand-in in front of the provider (default false): the destination's URL is then
+   * the stand-in's (HTTPS with the stack's test CA), which passes every request on to the
+   * reference provider, the cloud's signature included, unless `scriptReads` set how it answers
+   * read requests (a refusal, an error, no answer, links elsewhere).
+   */
+  readsFront?: boolean;
 }
+
+/** How the stand-in answers one read request (`scriptReads`): write `res`, or never (a provider that hangs). */
+export type ReadScript = (request: ReadRequestEnvelope, res: ServerResponse) => void;
 
 /** One episode whose recording is verified in the bucket. */
 export interface PlaybackEpisode {
@@ -112,6 +128,13 @@ export interface PlaybackStack extends AsyncDisposable {
   addImportedEpisode(write: (folder: string, startNs: bigint) => Promise<void>, opts?: { task?: string; timeoutMs?: number }): Promise<PlaybackEpisode>;
   /** Stops the provider and starts it again on the same port with reads on or off (the destination stays). */
   restartProvider(opts: { reads: boolean }): Promise<void>;
+  /**
+   * With `readsFront`: how the stand-in answers read requests from now on; `null` passes them on
+   * to the provider again. Answers left unwritten (a hanging provider) are ended at dispose.
+   */
+  scriptReads(script: ReadScript | null): void;
+  /** With `readsFront`: every read request the stand-in received, oldest first. */
+  readonly readRequests: readonly ReadRequestEnvelope[];
 }
 
 export async function startPlaybackStack(opts: PlaybackStackOptions = {}): Promise<PlaybackStack> {
@@ -148,8 +171,9 @@ export async function startPlaybackStack(opts: PlaybackStackOptions = {}): Promi
 
     // The provider on a port chosen now: the destination names it, and a restart keeps it.
     const port = await freePort();
+    const readsFront = opts.readsFront === true ? own(await startReadsFront(pki, `https://127.0.0.1:${port}/grant`)) : undefined;
     const destination = await okJson<{ id: string; secret: string }>(
-      await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: `https://127.0.0.1:${port}/grant` } }),
+      await cloud.fetch('/v1/destinations', { method: 'POST', json: { type: 'external', url: readsFront?.url ?? `https://127.0.0.1:${port}/grant` } }),
     );
     await okJson(await cloud.fetch('/v1/routing-rules', { method: 'POST', json: { destination_id: destination.id, match: {} } }));
     const startProvider = (reads: boolean) =>
@@ -259,10 +283,59 @@ export async function startPlaybackStack(opts: PlaybackStackOptions = {}): Promi
         await provider[Symbol.asyncDispose]();
         provider = await startProvider(reads);
       },
+      scriptReads(script) {
+        if (!readsFront) throw new Error('scriptReads: start the stack with readsFront: true');
+        readsFront.script = script;
+      },
+      get readRequests() {
+        return readsFront?.reads ?? [];
+      },
       [Symbol.asyncDispose]: dispose,
     };
   } catch (err) {
     await dispose().catch(() => undefined);
     throw err;
   }
+}
+
+/**
+ * The scripted stand-in of `readsFront`: an HTTPS receiver (a certificate of the stack's test CA,
+ * which the cloud trusts) that passes each request on to `target` with the cloud's headers, or
+ * answers read requests by `script` when one is set.
+ */
+async function startReadsFront(pki: ReturnType<typeof createTestPki>, target: string) {
+  const dispatcher = new UndiciAgent({ connect: { ca: pki.caPem } });
+  const pending = new Set<ServerResponse>();
+  const state: { script: ReadScript | null; reads: ReadRequestEnvelope[] } = { script: null, reads: [] };
+  const forward = async (req: ReceivedRequest, res: ServerResponse) => {
+    const headers: Record<string, string> = {};
+    for (const [k, v] of Object.entries(req.headers)) if (typeof v === 'string' && !['host', 'content-length', 'connection'].includes(k)) headers[k] = v;
+    try {
+      const answer = await undiciRequest(target, { method: 'POST', body: req.body, headers, dispatcher });
+      const type = answer.headers['content-type'];
+      res.writeHead(answer.statusCode, typeof type === 'string' ? { 'content-type': type } : {});
+      res.end(await answer.body.text());
+    } catch {
+      // The provider is down (a restart): the cloud sees an unreachable provider, as it would.
+      res.destroy();
+    }
+  };
+  const receiver = await startHttpsReceiver(pki.issue(['localhost'], ['127.0.0.1']), (req, res) => {
+    if (req.headers['x-service-event'] !== READ_EVENT) return void forward(req, res);
+    const envelope = ReadRequestEnvelopeSchema.parse(JSON.parse(req.body));
+    state.reads.push(envelope);
+    const script = state.script;
+    if (script === null) return void forward(req, res);
+    pending.add(res);
+    res.on('close', () => pending.delete(res));
+    script(envelope, res);
+  });
+  return Object.assign(state, {
+    url: `https://127.0.0.1:${receiver.port}/grant`,
+    async [Symbol.asyncDispose]() {
+      for (const res of pending) res.destroy();
+      await receiver.close();
+      await dispatcher.close();
+    },
+  });
 }

@@ -133,18 +133,24 @@ export function explain(err: unknown): Problem {
       }
       case 'read_links_unsupported':
         return { ...base, problem: 'unsupported', title: 'No read links from this destination', text: "This destination's grant provider does not issue read links (it answered that it does not support read requests), so the browser cannot read the recording from the bucket. Upgrade the provider to one that answers read.request." };
-      case 'read_links_refused':
-        return { ...base, problem: 'refused', title: 'Read links refused', text: `The destination's grant provider refused to issue read links: ${err.message}` };
+      case 'read_links_refused': {
+        // The provider's own words (details.provider_message); the message repeats them after the cloud's preamble.
+        const why = typeof d.provider_message === 'string' && d.provider_message !== '' ? d.provider_message : err.message.replace(/^the destination's provider refused read links: /, '');
+        return { ...base, problem: 'refused', title: 'Read links refused', text: `The destination's grant provider refused to issue read links, saying: “${why}”. Whoever runs the provider decides which reads it signs.` };
+      }
       case 'provider_failed': {
         const how = typeof d.failure === 'string' ? (PROVIDER_FAILURES[d.failure] ?? d.failure) : 'failed';
-        return { ...base, problem: 'provider_failed', title: 'Grant provider failed', text: `The destination's grant provider ${how}, so no read link could be issued. Try again later, or check the provider's logs.` };
+        const status = typeof d.http_status === 'number' && d.failure === 'http_error' ? ` (HTTP ${d.http_status})` : '';
+        return { ...base, problem: 'provider_failed', title: 'Grant provider failed', text: `The destination's grant provider ${how}${status}, so no read link could be issued. Try again later, or check the provider's logs.` };
       }
       case 'read_origin_not_allowed': {
         const origin = typeof d.origin === 'string' ? d.origin : 'its storage';
         return { ...base, problem: 'origin_not_allowed', title: 'Storage origin not allowed', text: `The read link points to ${origin}, which this installation does not allow the console to read from. An operator adds it with fleet-cloud serve --read-origin ${origin}.` };
       }
-      case 'provider_timeout':
-        return { ...base, problem: 'provider_timeout', title: 'Grant provider timed out', text: "The destination's grant provider did not answer within 10 s. Try again; if it keeps happening, check the provider." };
+      case 'provider_timeout': {
+        const s = typeof d.timeout_ms === 'number' && d.timeout_ms > 0 ? Math.round(d.timeout_ms / 100) / 10 : 10;
+        return { ...base, problem: 'provider_timeout', title: 'Grant provider timed out', text: `The destination's grant provider did not answer within ${s} s, so no read link could be issued. Reload to try again; if it keeps happening, check the provider.` };
+      }
       case 'not_found':
         return { ...base, problem: 'not_found', title: 'Not found', text: 'No such episode in your organization (or its destination is not one of yours).' };
       case 'insufficient_scope':
@@ -158,23 +164,54 @@ export function explain(err: unknown): Problem {
   if (err instanceof FleetConnectionError) return { problem: 'error', title: 'Cloud unreachable', text: `The cloud could not be reached (${err.message}). Check the connection and reload.` };
   if (isRecordingError(err)) {
     const code = err.code;
-    const msg = err.message.replace(/^[a-z_]+: /, '');
+    const { file, host, detail } = readerMessage(err.message.replace(/^[a-z_]+: /, ''));
+    const what = file ? `${file} from ${host ?? 'the bucket'}` : host ? `the recording from ${host}` : 'the recording';
     switch (code) {
-      case 'fetch_failed':
-        return { problem: 'fetch_failed', code, title: 'The browser could not fetch the recording', text: `${msg}. Most often the bucket has no CORS rule letting this console's origin make Range GETs (see the CORS rule in the console's documentation); a network problem is the other cause.` };
+      case 'fetch_failed': {
+        // The reader's own hint about CORS is said once, below, with this page's origin.
+        const why = detail.replace(/; in a browser this is most often .*$/, '');
+        const hint = /got no answer/.test(why)
+          ? ` Most often the bucket has no CORS rule letting this console's origin (${pageOrigin()}) make Range GETs (see “CORS for playback” in the console's documentation); a network problem is the other cause.`
+          : ' The storage or the network failed; reload to try again.';
+        return { problem: 'fetch_failed', code, title: 'The browser could not fetch the recording', text: `Reading ${what}: ${why}.${hint}` };
+      }
       case 'not_found':
-        return { problem: 'object_not_found', code, title: 'Recording not in the bucket', text: `The bucket has no object at the link's address (${msg}): the file was deleted or moved after it was verified.` };
+        return { problem: 'object_not_found', code, title: 'Recording not in the bucket', text: `Reading ${what}: the bucket has no object at the link (HTTP 404). The file was deleted or moved after its upload was verified.` };
       case 'forbidden':
-        return { problem: 'object_forbidden', code, title: 'The bucket refused the link', text: `The bucket refused the read link even after it was renewed (${msg}). The provider's credentials may lack read permission on the bucket.` };
-      case 'size_mismatch':
-        return { problem: 'size_mismatch', code, title: 'The file in the bucket changed', text: `The object's size differs from the one the robot's manifest lists (${msg}): it was replaced after upload, so it is not played.` };
+        return { problem: 'object_forbidden', code, title: 'The bucket refused the link', text: `Reading ${what}: ${detail}. The bucket refused the read link even after it was renewed; the provider's credentials may lack read permission on the bucket.` };
+      case 'size_mismatch': {
+        const sizes = /the object is (\d+) bytes, expected (\d+)/.exec(detail);
+        const says = sizes ? `the object is ${sizes[1]} bytes, but the robot's manifest lists ${sizes[2]}` : detail;
+        return { problem: 'size_mismatch', code, title: 'The file in the bucket changed', text: `Reading ${what}: ${says}. It was replaced after upload, so it is not played.` };
+      }
       case 'range_unsupported':
-        return { problem: 'range_unsupported', code, title: 'Storage without range reads', text: `The storage answered the whole object to a Range request (${msg}); the player reads recordings by ranges only.` };
+        if (/Content-Range/.test(detail)) {
+          return { problem: 'range_unsupported', code, title: 'The bucket hides the range of its answers', text: `Reading ${what}: ${detail}. Add Content-Range to the ExposeHeaders of the bucket's CORS rule (see “CORS for playback” in the console's documentation).` };
+        }
+        return { problem: 'range_unsupported', code, title: 'Storage without range reads', text: `Reading ${what}: ${detail}. The player reads recordings by ranges only.` };
       case 'unreadable':
-        return { problem: 'unreadable', code, title: 'The recording cannot be read', text: msg };
+        return { problem: 'unreadable', code, title: 'The recording cannot be read', text: file || host ? `Reading ${what}: ${detail}` : detail };
       default:
-        return { problem: 'error', code, title: 'The recording cannot be played', text: msg };
+        return { problem: 'error', code, title: 'The recording cannot be played', text: file || host ? `Reading ${what}: ${detail}` : detail };
     }
   }
   return { problem: 'error', title: 'Something went wrong', text: err instanceof Error ? err.message : String(err) };
+}
+
+/**
+ * A reader's message split into the file it names (the manifest path the player opened it by),
+ * the storage host an HTTP source names and the rest: `<file>: <host>: <detail>`, either prefix
+ * absent. The whole message is the detail when it has neither.
+ */
+export function readerMessage(msg: string): { file?: string; host?: string; detail: string } {
+  const m = /^(?:(.+?): )?((?:[a-z0-9-]+\.)*[a-z0-9-]+(?::\d+)?|\[[0-9a-f:.]+\](?::\d+)?): (.+)$/is.exec(msg);
+  if (!m) return { detail: msg };
+  const [, file, host, detail] = m as unknown as [string, string | undefined, string, string];
+  // A file name alone (`bag.mcap: <detail>`) reads like a host name.
+  if (file === undefined && /\.mcap$/i.test(host)) return { file: host, detail };
+  return { ...(file !== undefined ? { file } : {}), host, detail };
+}
+
+function pageOrigin(): string {
+  return typeof location === 'undefined' ? "this page's origin" : location.origin;
 }

@@ -390,7 +390,7 @@ function CameraTile({ topic, frame, startNs }: { topic: string; frame: CameraFra
         {!frame ? <p class="player-canvas-note">No frame of this camera before the playhead.</p> : null}
         {error ? (
           <p class="player-canvas-note bad" role="status">
-            Cannot draw this camera: {error}
+            Cannot draw <code>{topic}</code>: {error}
           </p>
         ) : null}
       </div>

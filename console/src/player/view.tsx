@@ -503,7 +503,7 @@ function Readout(props: { defs: { id: string; topic: string; key: string }[]; re
             return (
               <tr key={d.id} data-series={d.id} data-value={v ? String(v.value) : undefined} data-log-time={v ? v.logTimeNs.toString() : undefined}>
                 <th scope="row">
-                  <Swatch color={props.colorOf(d.id)} /> <code class="muted">{d.topic}</code> {d.key}
+                  <Swatch color={props.colorOf(d.id)} /> <code class="muted">{breakable(d.topic)}</code> {breakable(d.key)}
                 </th>
                 <td class="num">{v ? formatValue(v.value) : '–'}</td>
                 <td class="num hide-narrow">{v ? clock(v.logTimeNs - props.startNs) : '–'}</td>
@@ -514,6 +514,16 @@ function Readout(props: { defs: { id: string; topic: string; key: string }[]; re
       </table>
     </div>
   );
+}
+
+/**
+ * A topic or series name with line-break opportunities after its separators (`/`, `.`, `_`, `[`):
+ * in a narrow column `position.shoulder_pan` wraps as `position.` / `shoulder_pan`, never inside a
+ * word. `<wbr>` adds no text, so the name reads and copies as it is.
+ */
+function breakable(name: string): ComponentChildren {
+  const parts = name.split(/(?<=[/._[])/);
+  return parts.map((part, i) => (i < parts.length - 1 ? [part, <wbr key={i} />] : part));
 }
 
 const SWATCH_CLASSES = new Map(SERIES_COLORS.map((c, i) => [c, `swatch-${i}`]));

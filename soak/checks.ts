@@ -91,7 +91,6 @@ export async function checkInvariants(opts: {
   memory: MemoryWatch;
   /** The PostgreSQL outages (down to up, plus a grace for pools to reconnect). */
   outages: readonly Window[];
-  /** Count a 500 during a database outage as a violation too. */
 }): Promise<{ invariants: Invariant[]; outageFiveHundreds: string[] }> {
   const { sys, robots, cloud, api, memory, outages } = opts;
   const out: Invariant[] = [];

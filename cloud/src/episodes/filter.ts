@@ -119,10 +119,3 @@ export function parseEpisodeFilter(input: Record<string, unknown>, location: 'qu
   if (issues.length > 0) throw new ApiError('validation_failed', 'invalid filter', { issues });
   return filter;
 }
-
-/** A filter's canonical string form, as datasets store and return it. */
-export function filterToStrings(input: Record<string, unknown>): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(input)) if (typeof v === 'string') out[k] = v;
-  return out;
-}

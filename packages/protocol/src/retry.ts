@@ -1,8 +1,8 @@
 import type { Scheduler } from './time.js';
 
 /**
- * Retry policy as data (a schedule of waits), shared by webhook delivery, the agent's grant
- * requests and its uploads. `schedule[i]` is the wait after the (i+1)-th failed attempt; past
+ * Retry policy as data (a schedule of waits), shared by the cloud's webhook delivery and the
+ * typed client (its requests, its commands and the event stream's reconnects). `schedule[i]` is the wait after the (i+1)-th failed attempt; past
  * its end the work is given up. `jitter` spreads waits by up to that fraction either way so a
  * fleet that failed together does not retry together.
  */

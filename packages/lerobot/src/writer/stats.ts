@@ -296,11 +296,3 @@ export function statsToJson(stats: FeatureStats): Record<StatKey, unknown> {
   for (const k of STAT_KEYS) out[k] = k === 'count' ? [stats.count] : nest(stats.values[k], stats.shape);
   return out;
 }
-
-/** The inverse of {@link statsToJson}, for stats staged on disk. */
-export function statsFromJson(json: Record<string, unknown>, shape: number[]): FeatureStats {
-  const values = {} as Record<ValueStatKey, number[]>;
-  for (const k of VALUE_STAT_KEYS) values[k] = (json[k] as unknown[]).flat(3) as number[];
-  const count = (json.count as number[])[0]!;
-  return { shape, count, values };
-}

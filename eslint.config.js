@@ -71,6 +71,25 @@ export default tseslint.config(
     },
   },
   {
+    // What runs in the browser (the console, and the typed client it is built on) takes the
+    // protocol's lists and bounds from its zod-free entry: the schemas (and zod with them) stay
+    // with the cloud and the agent, which check everything anyway. The client's CLI runs in Node.
+    files: ['console/src/**/*.ts', 'console/src/**/*.tsx', 'packages/client/src/**/*.ts'],
+    ignores: ['packages/client/src/cli/**'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          paths: [
+            { name: '@fleet/protocol', message: 'In the browser, import @fleet/protocol/browser (zod-free) or @fleet/protocol/signature.' },
+            { name: 'zod', message: 'The browser does not validate with zod; the cloud does.' },
+          ],
+          patterns: workspacePatterns,
+        },
+      ],
+    },
+  },
+  {
     // End-to-end tests, benchmarks, the soak and the demo may reach into a workspace's internals; nothing else may.
     files: ['test/**/*.ts', 'bench/**/*.ts', 'soak/**/*.ts', 'demo/**/*.ts', '**/*.test.ts'],
     rules: { 'no-restricted-imports': 'off' },

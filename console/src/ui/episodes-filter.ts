@@ -8,8 +8,7 @@ import type { Episode } from '@fleet/client';
  */
 export type EpisodeFilter = Record<string, string>;
 
-export const OUTCOMES = ['success', 'failure', 'discarded'] as const;
-export const SYNC_STATES = ['unverified', 'synced', 'verified'] as const;
+export { EPISODE_OUTCOMES as OUTCOMES, EPISODE_SYNC_STATES as SYNC_STATES } from '@fleet/protocol/browser';
 
 /** The fixed filter fields, in the order the form shows them. */
 export const FILTER_FIELDS: readonly { key: string; label: string; hint?: string; kind?: 'outcome' | 'sync' | 'time' }[] = [

@@ -1,4 +1,5 @@
 import type { PageOptions, Robot, RobotListOptions } from '@fleet/client';
+import { RECORDING_STATES } from '@fleet/protocol/browser';
 
 /**
  * The fleet page's state as its URL keeps it (shared or reloaded, the view is the same): the
@@ -18,7 +19,7 @@ export interface FleetQuery {
 
 export type FleetSort = 'name' | 'id' | 'last_seen_at';
 
-export const RECORDING_STATES = ['idle', 'recording', 'finalizing'] as const;
+export { RECORDING_STATES };
 
 /** The disk filter's choices: fewer than this many hours until the robot's disk is full. */
 export const PRESSURE_CHOICES: readonly { hours: string; label: string }[] = [

@@ -56,3 +56,8 @@ export function formatDuration(ms: number | null | undefined): string {
 export function plural(n: number, one: string, many = `${one}s`): string {
   return `${n.toLocaleString()} ${n === 1 ? one : many}`;
 }
+
+/** A value, or a dash for one that is absent (null, undefined or empty). */
+export function dash<T>(v: T | null | undefined): T | '–' {
+  return v === null || v === undefined || v === '' ? '–' : v;
+}

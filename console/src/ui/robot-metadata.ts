@@ -1,5 +1,5 @@
 import { FleetApiError } from '@fleet/client';
-import { COMMAND_ARGS_LIMITS } from '@fleet/protocol';
+import { COMMAND_ARGS_LIMITS } from '@fleet/protocol/browser';
 
 /**
  * The episode start form (POST /v1/robots/{id}/episodes/start): `{task_id?, subtask_id?,

@@ -1,31 +1,35 @@
 import type { ComponentChildren } from 'preact';
 import { useCallback, useEffect, useRef } from 'preact/hooks';
 import { FleetApiError } from '@fleet/client';
+import type { FEATURES, SCOPES, WebhookEvent } from '@fleet/protocol/browser';
 import type { Session } from '../session.js';
 import { formatTime, timeAgo } from '../ui/format.js';
 
 /**
  * Pieces shared by the administration pages (sync, webhooks, API keys, enrollment tokens, plan
- * and usage). The value lists mirror @fleet/protocol (not imported: it would bring zod into the
- * bundle); the API refuses anything else with a 400 shown at the field.
+ * and usage). Each list's descriptions are checked against @fleet/protocol's list (its zod-free
+ * entry) by type: a scope, event or feature added there and not described here fails the build.
  */
 
-export const SCOPE_INFO: readonly { scope: string; what: string }[] = [
-  { scope: 'robots:read', what: 'read robots and their status' },
-  { scope: 'fleet:read', what: 'read the fleet (robots and their status)' },
-  { scope: 'robots:command', what: 'send commands to robots' },
-  { scope: 'data:read', what: 'read episodes, datasets and sync health' },
-  { scope: 'data:write', what: 'annotate episodes, set outcomes, create datasets' },
-  { scope: 'admin', what: 'everything, including keys, webhooks, destinations and enrollment' },
-];
+/** In the order the key form lists them. */
+const SCOPE_WHAT = {
+  'robots:read': 'read robots and their status',
+  'fleet:read': 'read the fleet (robots and their status)',
+  'robots:command': 'send commands to robots',
+  'data:read': 'read episodes, datasets and sync health',
+  'data:write': 'annotate episodes, set outcomes, create datasets',
+  admin: 'everything, including keys, webhooks, destinations and enrollment',
+} as const satisfies Record<(typeof SCOPES)[number], string>;
+export const SCOPE_INFO: readonly { scope: string; what: string }[] = Object.entries(SCOPE_WHAT).map(([scope, what]) => ({ scope, what }));
 
-export const WEBHOOK_EVENT_INFO: readonly { event: string; what: string }[] = [
-  { event: 'episode.finalized', what: 'an episode was reported' },
-  { event: 'episode.synced', what: 'all its files reached a destination' },
-  { event: 'episode.verified', what: 'the uploaded bytes matched the checksums' },
-  { event: 'episode.failed', what: 'a transfer attempt failed' },
-  { event: 'episode.pruned', what: 'the robot deleted its local copy' },
-];
+const WEBHOOK_EVENT_WHAT = {
+  'episode.finalized': 'an episode was reported',
+  'episode.synced': 'all its files reached a destination',
+  'episode.verified': 'the uploaded bytes matched the checksums',
+  'episode.failed': 'a transfer attempt failed',
+  'episode.pruned': 'the robot deleted its local copy',
+} as const satisfies Record<WebhookEvent, string>;
+export const WEBHOOK_EVENT_INFO: readonly { event: string; what: string }[] = Object.entries(WEBHOOK_EVENT_WHAT).map(([event, what]) => ({ event, what }));
 
 export const MATCH_FIELDS: readonly { field: string; label: string; hint: string }[] = [
   { field: 'robot_id', label: 'Robot id', hint: 'rbt_…' },
@@ -35,13 +39,12 @@ export const MATCH_FIELDS: readonly { field: string; label: string; hint: string
   { field: 'episode_id', label: 'Episode id', hint: 'ep_…' },
   { field: 'robot_platform', label: 'Robot platform', hint: '' },
 ];
-export const OUTCOMES = ['success', 'failure', 'discarded'] as const;
 
-export const FEATURE_INFO: Record<string, string> = {
+export const FEATURE_INFO: Readonly<Record<string, string>> = {
   'api.access': 'API keys, enrollment tokens, robots, webhooks and usage',
   'api.robot_commands': 'robot commands other than the episode verbs',
   'data.metadata': 'episodes, datasets, destinations, routing rules and sync health',
-};
+} satisfies Record<(typeof FEATURES)[number], string>;
 
 /** True unless the organization's plan turns `feature` off (then the routes answer 403). */
 export function hasFeature(session: Session, feature: string): boolean {

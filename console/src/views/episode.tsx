@@ -1,17 +1,15 @@
-import type { ComponentChildren } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
 import type { Episode, OutcomeChange, Segment } from '@fleet/client';
 import { useConsole } from '../ui/context.js';
 import { useAction, useAsync } from '../ui/hooks.js';
 import { ErrorNotice, Facts, Field, KvTable, Link, Loading, PageHeader, Pill, ScopedButton } from '../ui/components.js';
-import { formatBytes, formatDuration, formatTime, plural } from '../ui/format.js';
+import { dash, formatBytes, formatDuration, formatTime, plural } from '../ui/format.js';
 import { can, needs } from '../session.js';
 import { useLiveEvent } from '../live.js';
 import { episodeEventData, issueAt, OUTCOMES, splitError } from '../ui/episodes-filter.js';
 import { outcomePill, syncPill } from './episodes.js';
 import { Player } from '../player/index.js';
 
-const dash = (v: ComponentChildren) => (v === null || v === undefined || v === '' ? '–' : v);
 
 /** A JSON value as a person reads it: strings as they are, anything else as JSON. */
 function showValue(v: unknown): string {

@@ -4,7 +4,7 @@ import type { Episode } from '@fleet/client';
 import { useConsole } from '../ui/context.js';
 import { useAction, useAsync } from '../ui/hooks.js';
 import { Confirm, ErrorNotice, Field, Link, Loading, PageHeader, Pill, ScopedButton } from '../ui/components.js';
-import { formatBytes, formatDuration, formatTime, plural } from '../ui/format.js';
+import { dash, formatBytes, formatDuration, formatTime, plural } from '../ui/format.js';
 import { navigate, replaceQuery } from '../router.js';
 import { can, needs } from '../session.js';
 import { useLiveEvent } from '../live.js';
@@ -71,7 +71,6 @@ interface Column {
   render(e: Episode, robotsReadable: boolean): ComponentChildren;
 }
 
-const dash = (v: string | number | null | undefined) => (v === null || v === undefined || v === '' ? '–' : v);
 
 export const COLUMNS: readonly Column[] = [
   {

@@ -7,6 +7,7 @@ import { formatTime, plural, timeAgo } from '../ui/format.js';
 import { replaceQuery } from '../router.js';
 import { can, needs } from '../session.js';
 import { useLiveEvent } from '../live.js';
+import { WEBHOOK_EVENTS as EPISODE_EVENTS } from '@fleet/protocol/browser';
 import {
   applyStatus,
   defaultOrder,
@@ -23,7 +24,6 @@ import {
 } from '../ui/fleet-query.js';
 import { Capabilities, DiskCell, LocalMissingCell, PresencePill, RecordingPill, UnverifiedCell } from './fleet-parts.js';
 
-const EPISODE_EVENTS = ['episode.finalized', 'episode.synced', 'episode.verified', 'episode.failed', 'episode.pruned'];
 /** Episode events move sync-health counts; their rows are read again at most this often. */
 const HEALTH_REFRESH_MS = 3000;
 const SEARCH_DEBOUNCE_MS = 300;

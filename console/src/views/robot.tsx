@@ -6,13 +6,13 @@ import { ErrorNotice, Facts, Link, Loading, PageHeader, Pill } from '../ui/compo
 import { formatBytes, formatHoursToFull, formatTime, timeAgo } from '../ui/format.js';
 import { can, needs } from '../session.js';
 import { useLiveEvent } from '../live.js';
+import { WEBHOOK_EVENTS as EPISODE_EVENTS } from '@fleet/protocol/browser';
 import { applyStatus, robotStatusOf } from '../ui/fleet-query.js';
 import { Capabilities, PresencePill, pressureTone, RecordingPill } from './fleet-parts.js';
 import { RobotCommands } from './robot-commands.js';
 import { RecentEpisodes, EpisodeVerbs } from './robot-episodes.js';
 import { RobotAdmin } from './robot-admin.js';
 
-const EPISODE_EVENTS = ['episode.finalized', 'episode.synced', 'episode.verified', 'episode.failed', 'episode.pruned'];
 
 /**
  * One robot: its live status and facts, every command of the API, the episode verbs with a

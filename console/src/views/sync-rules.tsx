@@ -4,7 +4,8 @@ import { needs } from '../session.js';
 import { useConsole } from '../ui/context.js';
 import { useAction, type Async } from '../ui/hooks.js';
 import { Confirm, ErrorNotice, Field, Loading, Pill, ScopedButton } from '../ui/components.js';
-import { Ago, MATCH_FIELDS, OUTCOMES, Section, issueAt } from './admin-shared.js';
+import { Ago, MATCH_FIELDS, Section, issueAt } from './admin-shared.js';
+import { OUTCOMES } from '../ui/episodes-filter.js';
 import { destinationLabel } from './sync-destinations.js';
 
 /**

@@ -1,4 +1,4 @@
-import { API_ERRORS, API_KEY_PATTERN, parseRetryAfter, type ApiErrorCode } from '@fleet/protocol';
+import { API_ERRORS, API_KEY_PATTERN, parseRetryAfter, type ApiErrorCode } from '@fleet/protocol/browser';
 
 /**
  * The `code` of a {@link FleetApiError}: one of the API's documented error codes, or

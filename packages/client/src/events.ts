@@ -1,4 +1,4 @@
-import { STREAM_EVENT_TYPES, nextRetryDelay, type WebhookEvent } from '@fleet/protocol';
+import { STREAM_EVENT_TYPES, nextRetryDelay, type WebhookEvent } from '@fleet/protocol/browser';
 import { apiErrorOf, FleetConnectionError, FleetStreamError } from './errors.js';
 import { readSse } from './sse.js';
 import type { components } from './schema.js';

@@ -1,4 +1,5 @@
-import { DEFAULT_TOLERANCE_S, DESTINATION_ID_HEADER, GRANT_EVENT, SIGNATURE_HEADER, verifySignature } from '@fleet/protocol';
+import { DESTINATION_ID_HEADER, GRANT_EVENT } from '@fleet/protocol/browser';
+import { DEFAULT_TOLERANCE_S, SIGNATURE_HEADER, verifySignature } from '@fleet/protocol/signature';
 
 /**
  * Receiver helpers for what the cloud signs: webhook deliveries and the grant requests it

@@ -1,4 +1,4 @@
-import { nextRetryDelay, parseRetryAfter, type RetryPolicy } from '@fleet/protocol';
+import { nextRetryDelay, parseRetryAfter, type RetryPolicy } from '@fleet/protocol/browser';
 import { FleetConnectionError } from './errors.js';
 import { isRobotCommandPath } from './robot-commands.js';
 

@@ -2,12 +2,7 @@ import { z } from 'zod';
 import { humanText } from './text.js';
 import { ScopeSchema } from './scopes.js';
 
-/**
- * What an API key looks like: `ak_` and 16 to 128 letters, digits, `_` or `-`. The cloud
- * refuses any other `Authorization: Bearer` value before looking it up; clients check a key
- * with it before sending it, to say that the key (not a header) is malformed.
- */
-export const API_KEY_PATTERN = /^ak_[A-Za-z0-9_-]{16,128}$/;
+export { API_KEY_PATTERN } from './values.js';
 
 /** Timestamps on the wire are ISO 8601 strings in UTC. */
 export const Timestamp = z.iso.datetime({ offset: true });

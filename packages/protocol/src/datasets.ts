@@ -1,9 +1,8 @@
 import { z } from 'zod';
-import { EPISODE_OUTCOMES } from './episodes.js';
 import { humanText } from './text.js';
+import { EPISODE_OUTCOMES, EPISODE_SYNC_STATES } from './values.js';
 
-/** The `sync_state` values of an episode filter. */
-export const EPISODE_SYNC_STATES = ['unverified', 'synced', 'verified'] as const;
+export { EPISODE_SYNC_STATES } from './values.js';
 
 /** An equality value: 1 to 512 characters once in its string form (numbers and booleans are). */
 const FILTER_VALUE = { type: ['string', 'number', 'boolean'], minLength: 1, maxLength: 512 };

@@ -1,14 +1,8 @@
 import { z } from 'zod';
 import { humanText } from './text.js';
+import { EPISODE_OUTCOMES } from './values.js';
 
-export const EPISODE_OUTCOMES = ['success', 'failure', 'discarded'] as const;
-
-/**
- * Page sizes of the NDJSON streams (`GET /v1/episodes/export`, a dataset's manifest): the
- * server's cap and default. Clients (the `fleet` CLI's `--page-size`) take them from here, so
- * their help and the server agree.
- */
-export const STREAM_PAGE_LIMIT = Object.freeze({ max: 5000, default: 1000 });
+export { EPISODE_OUTCOMES, STREAM_PAGE_LIMIT } from './values.js';
 export const EpisodeOutcomeSchema = z.enum(EPISODE_OUTCOMES);
 export type EpisodeOutcome = z.infer<typeof EpisodeOutcomeSchema>;
 

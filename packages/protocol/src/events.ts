@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { RecordingStateSchema } from './robot.js';
-import { WEBHOOK_EVENTS, WebhookPayloadSchema, type WebhookEvent, type WebhookPayload } from './webhooks.js';
+import { STREAM_EVENT_TYPES, type ROBOT_STATUS_EVENT } from './values.js';
+import { WebhookPayloadSchema, type WebhookEvent, type WebhookPayload } from './webhooks.js';
 
 /**
  * The event log as clients read it: `GET /v1/events/stream` (server-sent events) carries every
@@ -8,10 +9,7 @@ import { WEBHOOK_EVENTS, WebhookPayloadSchema, type WebhookEvent, type WebhookPa
  * payload, byte for byte; `robot.status` is logged when a robot's presence or recording state
  * changes and is never sent to webhooks.
  */
-export const ROBOT_STATUS_EVENT = 'robot.status';
-
-/** Every event type of the log, in the order the API documents them. */
-export const STREAM_EVENT_TYPES = [...WEBHOOK_EVENTS, ROBOT_STATUS_EVENT] as const;
+export { ROBOT_STATUS_EVENT, STREAM_EVENT_TYPES } from './values.js';
 export type StreamEventType = (typeof STREAM_EVENT_TYPES)[number];
 export const StreamEventTypeSchema = z.enum(STREAM_EVENT_TYPES);
 
@@ -38,10 +36,4 @@ export type StreamEvent =
 /** The `data` of any stream event (OpenAPI: the text/event-stream answer's schema). */
 export const StreamEventDataSchema = z.union([WebhookPayloadSchema, RobotStatusPayloadSchema]);
 
-/**
- * The shape of an event id: `evt_` and an opaque handle (26 base32 characters), unique across
- * every organization and telling nothing of other organizations' events; `evt_0` (before the
- * first event); or `evt_<n>`, the form earlier versions sent, still taken to resume. Ids are not
- * ordered by their text: the stream's order is the order events come in.
- */
-export const EVENT_ID_PATTERN = /^evt_(0|[1-9][0-9]{0,15}|[a-z2-7]{26})$/;
+export { EVENT_ID_PATTERN } from './values.js';

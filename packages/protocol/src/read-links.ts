@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { READ_LINKS_MAX_FILES } from './values.js';
 import { ManifestFileSchema } from './episodes.js';
 
 /**
@@ -14,8 +15,7 @@ export const READ_EVENT = 'read.request';
 /** The longest a read link may live, and the lifetime the cloud asks for. */
 export const READ_LINK_MAX_TTL_S = 3600;
 export const READ_LINK_TTL_S = 900;
-/** Files one read-links request may name. */
-export const READ_LINKS_MAX_FILES = 64;
+export { READ_LINKS_MAX_FILES } from './values.js';
 
 const Url = z.string().min(1).max(8192);
 

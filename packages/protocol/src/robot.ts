@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { COMMAND_ARGS_LIMITS, RECORDING_STATES } from './values.js';
 import { findJsonBoundsViolation, JSON_LIMITS, type JsonBoundsViolation } from './json.js';
 import { humanText } from './text.js';
 
@@ -40,8 +41,7 @@ export function parseRobotTopic(topic: string): { robotId: string; rest: string 
 
 export const RobotIdSchema = z.string().regex(/^rbt_[a-z2-7]{26}$/, 'not a robot id');
 
-/** Recording states of a robot (spec: Robot recording state). */
-export const RECORDING_STATES = ['idle', 'recording', 'finalizing'] as const;
+export { COMMAND_ARGS_LIMITS, RECORDING_STATES } from './values.js';
 export type RecordingState = (typeof RECORDING_STATES)[number];
 export const RecordingStateSchema = z.enum(RECORDING_STATES);
 
@@ -100,19 +100,6 @@ export const RobotCommandSchema = z.object({
 });
 export type RobotCommand = z.infer<typeof RobotCommandSchema>;
 
-/**
- * The one bound on a command's `args` (the API body of a robot command, episode metadata
- * included), end to end: the API refuses with 400 what breaks it, and the agent drops a command
- * whose args break it. Without one shared bound the API took bodies the robot then dropped, and
- * the caller waited for a 504. `args` is depth 1; the message wrapping it adds one level, so the
- * whole message stays within JSON_LIMITS.
- */
-export const COMMAND_ARGS_LIMITS = {
-  /** Nested objects and arrays of `args`, `args` itself being depth 1. */
-  maxDepth: JSON_LIMITS.maxDepth - 1,
-  /** UTF-8 bytes of `args` serialized as JSON. */
-  maxBytes: 60 * 1024,
-} as const;
 
 /**
  * Largest command message the agent parses: `args` at its bound plus the envelope. The 4 KiB of

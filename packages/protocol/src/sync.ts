@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { REPLICA_STATES } from './values.js';
 import { ManifestFileSchema, ManifestSchema } from './episodes.js';
 
 /**
@@ -8,8 +9,7 @@ import { ManifestFileSchema, ManifestSchema } from './episodes.js';
  * from the robot straight to the URLs of a grant; they never pass through the cloud.
  */
 
-/** Replica states, in order: a replica never moves backwards (spec, Replica sync). */
-export const REPLICA_STATES = ['granted', 'syncing', 'synced', 'verified'] as const;
+export { REPLICA_STATES } from './values.js';
 export type ReplicaState = (typeof REPLICA_STATES)[number];
 export const ReplicaStateSchema = z.enum(REPLICA_STATES);
 export const replicaRank = (s: ReplicaState): number => REPLICA_STATES.indexOf(s);
@@ -60,9 +60,7 @@ export const GrantRequestEnvelopeSchema = z.strictObject({
 });
 export type GrantRequestEnvelope = z.infer<typeof GrantRequestEnvelopeSchema>;
 
-/** Headers of a forwarded grant request (besides the signature). */
-export const GRANT_EVENT = 'grant.request';
-export const DESTINATION_ID_HEADER = 'X-Service-Destination-Id';
+export { DESTINATION_ID_HEADER, GRANT_EVENT } from './values.js';
 
 /** One file of a grant: a single PUT URL, or the multipart set. */
 export const GrantFileSchema = z.union([

@@ -1,7 +1,7 @@
 import { z } from 'zod';
+import { WEBHOOK_EVENTS } from './values.js';
 
-/** Events a subscription can ask for (spec, Events). */
-export const WEBHOOK_EVENTS = ['episode.finalized', 'episode.synced', 'episode.verified', 'episode.failed', 'episode.pruned'] as const;
+export { WEBHOOK_EVENTS } from './values.js';
 export const WebhookEventSchema = z.enum(WEBHOOK_EVENTS);
 
 export const CreateWebhookBodySchema = z
@@ -96,4 +96,4 @@ export const WebhookPayloadSchema = z
   })
   .meta({ id: 'WebhookPayload' });
 export type WebhookPayload = z.infer<typeof WebhookPayloadSchema>;
-export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
+export type { WebhookEvent } from './values.js';

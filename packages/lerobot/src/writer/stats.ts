@@ -15,7 +15,6 @@ export const QUANTILE_KEYS = ['q01', 'q10', 'q50', 'q90', 'q99'] as const;
 export const STAT_KEYS = ['min', 'max', 'mean', 'std', 'count', ...QUANTILE_KEYS] as const;
 export type StatKey = (typeof STAT_KEYS)[number];
 export type ValueStatKey = Exclude<StatKey, 'count'>;
-const VALUE_STAT_KEYS = STAT_KEYS.filter((k): k is ValueStatKey => k !== 'count');
 
 const NUM_BINS = 5000;
 

@@ -1,7 +1,7 @@
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import { forgetKey, openSession, storedKey, isAuthLost, can, type Session } from './session.js';
-import { LiveEvents, useLiveState } from './live.js';
-import { Ctx, useConsole } from './ui/context.js';
+import { LiveEvents } from './live.js';
+import { useLiveState, Ctx, useConsole } from './ui/context.js';
 import { authMessage } from './ui/hooks.js';
 import { Link, Loading } from './ui/components.js';
 import { match, useLocation, navigate } from './router.js';

@@ -1,7 +1,5 @@
-import { useEffect, useRef, useState } from 'preact/hooks';
 import type { FleetEventType } from '@fleet/client';
 import { isAuthLost, can, type Session } from './session.js';
-import { useConsole } from './ui/context.js';
 
 /** One event of `GET /v1/events/stream`: the webhook payload (or a robot status) as `data`. */
 export interface LiveEvent {
@@ -131,23 +129,4 @@ export class LiveEvents {
     this.state = s;
     for (const l of this.stateListeners) l(s);
   }
-}
-
-/** Calls `fn` for each live event whose type is in `types` (the latest `fn`, without resubscribing). */
-export function useLiveEvent(types: readonly string[], fn: (e: LiveEvent) => void): void {
-  const { live } = useConsole();
-  const ref = useRef(fn);
-  ref.current = fn;
-  const key = types.join(',');
-  useEffect(() => live.subscribe((e) => {
-    if (types.includes(e.type)) ref.current(e);
-  }),
-  [live, key]);
-}
-
-export function useLiveState(): LiveState {
-  const { live } = useConsole();
-  const [s, setS] = useState(live.state);
-  useEffect(() => live.onState(setS), [live]);
-  return s;
 }

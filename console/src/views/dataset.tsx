@@ -1,10 +1,9 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { useConsole } from '../ui/context.js';
+import { useConsole, useLiveEvent } from '../ui/context.js';
 import { useAction, useAsync } from '../ui/hooks.js';
 import { Confirm, ErrorNotice, Facts, KvTable, Link, Loading, PageHeader, ScopedButton } from '../ui/components.js';
 import { formatBytes, formatTime, plural } from '../ui/format.js';
 import { can, needs } from '../session.js';
-import { useLiveEvent } from '../live.js';
 import { queryFromFilter } from '../ui/episodes-filter.js';
 import { downloadManifest, type ManifestProgress, type SaveMode } from '../ui/datasets-manifest.js';
 import { datasetState } from './datasets.js';

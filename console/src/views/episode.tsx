@@ -1,11 +1,10 @@
 import { useEffect, useState } from 'preact/hooks';
 import type { Episode, OutcomeChange, Segment } from '@fleet/client';
-import { useConsole } from '../ui/context.js';
+import { useConsole, useLiveEvent } from '../ui/context.js';
 import { useAction, useAsync } from '../ui/hooks.js';
 import { ErrorNotice, Facts, Field, KvTable, Link, Loading, PageHeader, Pill, ScopedButton } from '../ui/components.js';
 import { dash, formatBytes, formatDuration, formatTime, plural } from '../ui/format.js';
 import { can, needs } from '../session.js';
-import { useLiveEvent } from '../live.js';
 import { episodeEventData, issueAt, OUTCOMES, splitError } from '../ui/episodes-filter.js';
 import { outcomePill, syncPill } from './episodes.js';
 import { Player } from '../player/index.js';

@@ -1,13 +1,12 @@
 import type { ComponentChildren } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import type { Episode } from '@fleet/client';
-import { useConsole } from '../ui/context.js';
+import { useConsole, useLiveEvent } from '../ui/context.js';
 import { useAction, useAsync } from '../ui/hooks.js';
 import { Confirm, ErrorNotice, Field, Link, Loading, PageHeader, Pill, ScopedButton } from '../ui/components.js';
 import { dash, formatBytes, formatDuration, formatTime, plural } from '../ui/format.js';
 import { navigate, replaceQuery } from '../router.js';
 import { can, needs } from '../session.js';
-import { useLiveEvent } from '../live.js';
 import { newQueueId, queueQuery } from '../review/queue.js';
 import {
   applyReplicaEvent,

@@ -1,12 +1,11 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type { Robot, SyncHealthRow } from '@fleet/client';
-import { useConsole } from '../ui/context.js';
+import { useConsole, useLiveEvent } from '../ui/context.js';
 import { useAsync, useTicker } from '../ui/hooks.js';
 import { ErrorNotice, Field, Link, Loading, PageHeader } from '../ui/components.js';
 import { formatTime, plural, timeAgo } from '../ui/format.js';
 import { replaceQuery } from '../router.js';
 import { can, needs } from '../session.js';
-import { useLiveEvent } from '../live.js';
 import { WEBHOOK_EVENTS as EPISODE_EVENTS } from '@fleet/protocol/browser';
 import {
   applyStatus,

@@ -1,11 +1,10 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { FleetApiError, type Robot, type SyncHealthRow } from '@fleet/client';
-import { useConsole } from '../ui/context.js';
+import { useConsole, useLiveEvent } from '../ui/context.js';
 import { useAsync, useTicker } from '../ui/hooks.js';
 import { ErrorNotice, Facts, Link, Loading, PageHeader, Pill } from '../ui/components.js';
 import { formatBytes, formatHoursToFull, formatTime, timeAgo } from '../ui/format.js';
 import { can, needs } from '../session.js';
-import { useLiveEvent } from '../live.js';
 import { WEBHOOK_EVENTS as EPISODE_EVENTS } from '@fleet/protocol/browser';
 import { applyStatus, robotStatusOf } from '../ui/fleet-query.js';
 import { Capabilities, PresencePill, pressureTone, RecordingPill } from './fleet-parts.js';

@@ -1,8 +1,7 @@
 import { useEffect } from 'preact/hooks';
 import { can } from '../session.js';
-import { useLiveEvent, useLiveState } from '../live.js';
+import { useLiveEvent, useLiveState, useConsole } from '../ui/context.js';
 import { replaceQuery, useLocation } from '../router.js';
-import { useConsole } from '../ui/context.js';
 import { useAsync } from '../ui/hooks.js';
 import { PageHeader } from '../ui/components.js';
 import { FeatureMissing, hasFeature, useThrottled } from './admin-shared.js';

@@ -1,4 +1,4 @@
-import { iso, type Clock } from '@fleet/protocol';
+import { iso, jitter, type Clock } from '@fleet/protocol';
 import type { Logger } from 'pino';
 import type { EpisodeRow, ReplicaPatch, ReplicaRow, SyncStore } from '../store/types.js';
 import { checkReplicaTransition, oneLine, reached, replicaReportMessage, type ReplicaLocalState } from './replica.js';
@@ -160,7 +160,7 @@ export class ReplicaStates {
 
   /** `ms` spread by ± jitter, never negative. */
   jittered(ms: number): number {
-    return Math.max(0, Math.round(ms * (1 + this.opts.jitter * (2 * this.opts.random() - 1))));
+    return Math.round(jitter(ms, this.opts.jitter, this.opts.random));
   }
 
 }

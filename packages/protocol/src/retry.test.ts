@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { nextRetryDelay, parseRetryAfter, retry } from './retry.js';
+import { nextRetryDelay, parseRetryAfter, jitter, retry } from './retry.js';
 import { ManualClock, ManualScheduler } from './time.js';
 
 describe('nextRetryDelay', () => {
@@ -56,5 +56,25 @@ describe('retry', () => {
     let n = 0;
     const p = retry(async () => Promise.reject(new Error(`try ${++n}`)), { policy: { schedule: [] }, scheduler });
     await expect(p).rejects.toThrow('try 1');
+  });
+});
+
+describe('jitter', () => {
+  it('spreads over ms × (1 ± fraction): the ends at random 0 and 1, the middle at 0.5', () => {
+    expect(jitter(1000, 0.2, () => 0)).toBeCloseTo(800, 9);
+    expect(jitter(1000, 0.2, () => 0.5)).toBeCloseTo(1000, 9);
+    expect(jitter(1000, 0.2, () => 1)).toBeCloseTo(1200, 9);
+  });
+
+  it('a fraction of 0 is the value itself and draws no random number', () => {
+    let draws = 0;
+    expect(jitter(1000, 0, () => (draws++, 0))).toBe(1000);
+    expect(jitter(1000, -1, () => (draws++, 0))).toBe(1000);
+    expect(draws).toBe(0);
+  });
+
+  it('a fraction above 1 is taken as 1, and the result is never negative', () => {
+    expect(jitter(1000, 5, () => 0)).toBe(0);
+    expect(jitter(1000, 5, () => 1)).toBeCloseTo(2000, 9);
   });
 });

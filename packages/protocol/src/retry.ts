@@ -19,9 +19,18 @@ export interface RetryPolicy {
 export function nextRetryDelay(policy: RetryPolicy, failedAttempts: number, opts: { retryAfterMs?: number; random?: () => number } = {}): number | null {
   const base = policy.schedule[Math.max(0, failedAttempts - 1)];
   if (base === undefined) return null;
-  const jitter = Math.min(1, Math.max(0, policy.jitter ?? 0));
-  const spread = jitter === 0 ? base : base * (1 + jitter * (2 * (opts.random ?? Math.random)() - 1));
-  return Math.round(Math.max(spread, opts.retryAfterMs ?? 0));
+  return Math.round(Math.max(jitter(base, policy.jitter ?? 0, opts.random), opts.retryAfterMs ?? 0));
+}
+
+/**
+ * `ms` spread uniformly over ms × (1 ± fraction) by `random()` (in [0, 1)), never negative; a
+ * fraction of 0 (or below) is `ms` itself and draws nothing. The one jitter of every retry and
+ * reconnect: the client's and the webhooks' schedules, the agent's replica retries and its
+ * broker reconnects.
+ */
+export function jitter(ms: number, fraction: number, random: () => number = Math.random): number {
+  const f = Math.min(1, Math.max(0, fraction));
+  return f === 0 ? ms : Math.max(0, ms * (1 + f * (2 * random() - 1)));
 }
 
 /** `Retry-After` as milliseconds: delay-seconds or an HTTP date; undefined when absent or invalid. */

@@ -24,13 +24,14 @@ import zstd from '@foxglove/wasm-zstd';
 import { McapIndexedReader, McapWriter } from '@mcap/core';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { cameraImage, openMcap, type DecodedMessage, type McapRecording } from '@fleet/recordings';
+import { cameraImage, openMcap, type McapRecording } from '@fleet/recordings';
 import { fileSource } from '@fleet/recordings/node';
 import { checkA11y, screenshot } from '../../test/support/browser.js';
 import { sendCommand, waitForRobot } from '../../test/support/robots.js';
 import type { ReadScript } from '../../test/support/playback-stack.js';
 import { startPlaybackHarness, type PlaybackEpisode, type PlaybackHarness } from './playback-harness.js';
-import { canvasRgb } from './player-support.js';
+import { memoryWritable } from '../../packages/recordings/src/test-mcaps.js';
+import { attr, canvasRgb, latestAtOrBefore } from './player-support.js';
 
 const SHOTS = '/tmp/faults-shots';
 const NS = 1_000_000_000n;
@@ -102,16 +103,9 @@ function depthStream(topic: string, width: number, height: number): Stream {
 /** A ROS 2 MCAP (profile ros2, cdr, zstd chunks of about `chunkSize` bytes) of `streams` over `durationNs` from `startNs`. */
 async function writeRosMcap(startNs: bigint, durationNs: bigint, streams: readonly Stream[], chunkSize: number): Promise<Uint8Array> {
   await zstd.isLoaded;
-  const parts: Uint8Array[] = [];
-  let position = 0n;
+  const out = memoryWritable();
   const w = new McapWriter({
-    writable: {
-      write: async (b) => {
-        parts.push(b.slice());
-        position += BigInt(b.byteLength);
-      },
-      position: () => position,
-    },
+    writable: out.writable,
     useChunks: true,
     chunkSize,
     compressChunk: (data) => ({ compression: 'zstd', compressedData: zstd.compress(data, 3) }),
@@ -138,7 +132,7 @@ async function writeRosMcap(startNs: bigint, durationNs: bigint, streams: readon
     await w.addMessage({ channelId: channels[e.s]!, sequence: n, logTime: e.t, publishTime: e.t, data: writers.get(s.schema)!.writeMessage(s.message(e.t, e.i)) });
   }
   await w.end();
-  return Buffer.concat(parts);
+  return out.bytes();
 }
 
 async function chunkIndexesOf(bytes: Uint8Array) {
@@ -222,24 +216,10 @@ async function inNode(e: PlaybackEpisode): Promise<McapRecording> {
   return r;
 }
 
-async function latestAtOrBefore(r: McapRecording, topic: string, t: bigint): Promise<DecodedMessage | undefined> {
-  const it = r.messages([topic], { endNs: t, reverse: true });
-  try {
-    const m = await it.next();
-    return m.done === true ? undefined : m.value;
-  } finally {
-    await it.return();
-  }
-}
-
 async function openPlayer(e: PlaybackEpisode) {
   const tab = await h.signedInPage();
   await tab.page.goto(h.episodeUrl(e.id));
   return tab;
-}
-
-async function attr(page: Page, selector: string, name: string): Promise<string | null> {
-  return page.locator(selector).first().getAttribute(name);
 }
 
 const playhead = async (page: Page) => BigInt((await attr(page, '.player-stage', 'data-playhead-ns'))!);

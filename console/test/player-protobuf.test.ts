@@ -14,15 +14,14 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { cameraImage, openMcap, type DecodedMessage, type McapRecording } from '@fleet/recordings';
+import { cameraImage, openMcap, type McapRecording } from '@fleet/recordings';
 import { fileSource } from '@fleet/recordings/node';
 import { ensureDebianPackages, FFMPEG } from '../../test/support/debian.js';
 import { ensurePythonEnv } from '../../test/support/python.js';
 import { writePythonRecording } from '../../test/support/recordings.js';
 import { startPlaybackHarness, type PlaybackEpisode, type PlaybackHarness } from './playback-harness.js';
-import { canvasRgb } from './player-support.js';
+import { attr, canvasRgb, latestAtOrBefore, seekIntoRecording } from './player-support.js';
 
 const JPEG_TOPIC = '/camera/front';
 const RAW_TOPIC = '/camera/side';
@@ -58,21 +57,6 @@ afterAll(async () => {
   await h?.[Symbol.asyncDispose]();
   if (scratch) rmSync(scratch, { recursive: true, force: true });
 });
-
-async function attr(page: Page, selector: string, name: string): Promise<string | null> {
-  return page.locator(selector).first().getAttribute(name);
-}
-
-/** The latest message of `topic` with log time <= t, from the source. */
-async function latestAtOrBefore(topic: string, t: bigint): Promise<DecodedMessage | undefined> {
-  const it = recording.messages([topic], { endNs: t, reverse: true });
-  try {
-    const r = await it.next();
-    return r.done === true ? undefined : r.value;
-  } finally {
-    await it.return();
-  }
-}
 
 function ffmpegRgb(jpeg: Uint8Array): Buffer {
   const file = join(scratch, 'frame.jpg');
@@ -120,15 +104,10 @@ describe('the player on a protobuf MCAP written by mcap-protobuf-support', () =>
     expect(await page.locator('.player-problem').count()).toBe(0);
     expect(await page.getByText(/protobuf channels are not decoded|does not decode|schema_invalid|message_invalid/).count()).toBe(0);
 
-    const startNs = BigInt((await attr(page, '.player-stage', 'data-start-ns'))!);
-    const endNs = BigInt((await attr(page, '.player-stage', 'data-end-ns'))!);
-    const seekMs = Math.round(Number((endNs - startNs) / 1_000_000n) * 0.7) + 17;
-    await page.getByRole('slider', { name: 'Seek' }).fill(String(seekMs));
-    const playhead = startNs + BigInt(seekMs) * 1_000_000n;
-    await expect.poll(() => attr(page, '.player-stage', 'data-playhead-ns')).toBe(playhead.toString());
+    const playhead = await seekIntoRecording(page);
 
     // The JPEG camera: the latest frame at or before the playhead, drawn as ffmpeg decodes it.
-    const jpeg = (await latestAtOrBefore(JPEG_TOPIC, playhead))!;
+    const jpeg = (await latestAtOrBefore(recording, JPEG_TOPIC, playhead))!;
     await expect.poll(() => attr(page, `canvas[data-topic="${JPEG_TOPIC}"]`, 'data-frame-log-time'), { timeout: 30_000 }).toBe(jpeg.logTimeNs.toString());
     const jpegImage = cameraImage('foxglove.CompressedImage', jpeg.data, 'jpeg');
     if (jpegImage.kind !== 'compressed') throw new Error('expected a compressed frame');
@@ -139,12 +118,12 @@ describe('the player on a protobuf MCAP written by mcap-protobuf-support', () =>
     expect(drawnJpeg.rgb.length).toBe(reference.length);
     expect(meanAbsDiff(drawnJpeg.rgb, reference)).toBeLessThanOrEqual(JPEG_MAD);
     // The tolerance tells frames apart: the one before is far off.
-    const previous = cameraImage('foxglove.CompressedImage', (await latestAtOrBefore(JPEG_TOPIC, jpeg.logTimeNs - 1n))!.data, 'jpeg');
+    const previous = cameraImage('foxglove.CompressedImage', (await latestAtOrBefore(recording, JPEG_TOPIC, jpeg.logTimeNs - 1n))!.data, 'jpeg');
     if (previous.kind !== 'compressed') throw new Error('expected a compressed frame');
     expect(meanAbsDiff(drawnJpeg.rgb, ffmpegRgb(previous.data))).toBeGreaterThan(4 * JPEG_MAD);
 
     // The raw camera (rows padded to a step of 100): exactly the source's pixels.
-    const raw = (await latestAtOrBefore(RAW_TOPIC, playhead))!;
+    const raw = (await latestAtOrBefore(recording, RAW_TOPIC, playhead))!;
     await expect.poll(() => attr(page, `canvas[data-topic="${RAW_TOPIC}"]`, 'data-frame-log-time'), { timeout: 30_000 }).toBe(raw.logTimeNs.toString());
     const rawImage = cameraImage('foxglove.RawImage', raw.data, 'raw');
     if (rawImage.kind !== 'raw') throw new Error('expected a raw frame');
@@ -153,7 +132,7 @@ describe('the player on a protobuf MCAP written by mcap-protobuf-support', () =>
     expect(drawnRaw.rgb.equals(Buffer.from(rawImage.rgb))).toBe(true);
 
     // The readout: the joints' plotted series at the playhead are the source's latest message's values.
-    const joints = (await latestAtOrBefore(JOINTS_TOPIC, playhead))!;
+    const joints = (await latestAtOrBefore(recording, JOINTS_TOPIC, playhead))!;
     const rows = page.locator(`tr[data-series^="${JOINTS_TOPIC} "]`);
     await expect.poll(() => rows.first().getAttribute('data-log-time'), { timeout: 30_000 }).toBe(joints.logTimeNs.toString());
     const shown = await rows.evaluateAll((trs) => trs.map((tr) => ({ series: tr.getAttribute('data-series') ?? '', value: tr.getAttribute('data-value'), logTime: tr.getAttribute('data-log-time') })));

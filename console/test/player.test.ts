@@ -12,10 +12,9 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createServer, request, type IncomingMessage, type Server } from 'node:http';
-import { cameraImage, openMcap, type DecodedMessage, type McapRecording } from '@fleet/recordings';
+import { cameraImage, openMcap, type McapRecording } from '@fleet/recordings';
 import { fileSource } from '@fleet/recordings/node';
 import { createTestPki, type TestPki } from '../../cloud/src/egress/test-https.js';
 import { checkA11y, launchBrowser, PHONE, screenshot, type TestBrowser, type WatchedPage } from '../../test/support/browser.js';
@@ -28,7 +27,7 @@ import { sendCommand, startFleet, type FleetProcess } from '../../test/support/r
 import { startS3Server, type S3Request, type S3ServerProcess } from '../../test/support/s3-server.js';
 import { waitFor } from '../../test/support/wait.js';
 import { CONSOLE_DIST, signIn } from './harness.js';
-import { canvasRgb } from './player-support.js';
+import { attr, canvasRgb, latestAtOrBefore, seekIntoRecording } from './player-support.js';
 
 /** Long enough that the 10 s plot window around a seek is a fraction of the file. */
 const RECORD_MS = 40_000;
@@ -195,21 +194,6 @@ afterAll(async () => {
   await release?.[Symbol.asyncDispose]();
 });
 
-/** The latest message of `topic` with log time <= t, from the source. */
-async function latestAtOrBefore(topic: string, t: bigint): Promise<DecodedMessage | undefined> {
-  const it = recording.messages([topic], { endNs: t, reverse: true });
-  try {
-    const r = await it.next();
-    return r.done === true ? undefined : r.value;
-  } finally {
-    await it.return();
-  }
-}
-
-async function attr(page: Page, selector: string, name: string): Promise<string | null> {
-  return page.locator(selector).first().getAttribute(name);
-}
-
 async function openPlayer(): Promise<WatchedPage> {
   const watched = await browser.newPage();
   await signIn(watched.page, cloud.http, cloud.adminKey);
@@ -251,7 +235,7 @@ describe('the episode player', () => {
       await expect.poll(() => attr(page, `canvas[data-topic="${topic}"]`, 'data-frame-log-time'), { timeout: 60_000 }).not.toBeNull();
       const first = await recording.first(topic);
       const playhead = BigInt((await attr(page, '.player-stage', 'data-playhead-ns'))!);
-      const expected = await latestAtOrBefore(topic, playhead);
+      const expected = await latestAtOrBefore(recording, topic, playhead);
       expect(await attr(page, `canvas[data-topic="${topic}"]`, 'data-frame-log-time')).toBe((expected ?? first)!.logTimeNs.toString());
     }
     // The links live in memory only: not in the address, storage or console output.
@@ -268,16 +252,11 @@ describe('the episode player', () => {
     // Settle the first window's reads, then measure the seek alone.
     await expect.poll(() => page.locator('.player-plot').count(), { timeout: 30_000 }).toBeGreaterThan(0);
     await s3.clearRequests();
-    const startNs = BigInt((await attr(page, '.player-stage', 'data-start-ns'))!);
-    const endNs = BigInt((await attr(page, '.player-stage', 'data-end-ns'))!);
-    const seekMs = Math.round(Number((endNs - startNs) / 1_000_000n) * 0.7) + 17;
-    await page.getByRole('slider', { name: 'Seek' }).fill(String(seekMs));
-    const playhead = startNs + BigInt(seekMs) * 1_000_000n;
-    await expect.poll(() => attr(page, '.player-stage', 'data-playhead-ns')).toBe(playhead.toString());
+    const playhead = await seekIntoRecording(page);
 
     // Frames: the latest message with log time <= playhead.
-    const raw = (await latestAtOrBefore(RAW_TOPIC, playhead))!;
-    const jpeg = (await latestAtOrBefore(JPEG_TOPIC, playhead))!;
+    const raw = (await latestAtOrBefore(recording, RAW_TOPIC, playhead))!;
+    const jpeg = (await latestAtOrBefore(recording, JPEG_TOPIC, playhead))!;
     await expect.poll(() => attr(page, `canvas[data-topic="${RAW_TOPIC}"]`, 'data-frame-log-time'), { timeout: 30_000 }).toBe(raw.logTimeNs.toString());
     await expect.poll(() => attr(page, `canvas[data-topic="${JPEG_TOPIC}"]`, 'data-frame-log-time'), { timeout: 30_000 }).toBe(jpeg.logTimeNs.toString());
     const rawImage = cameraImage(recording.channel(RAW_TOPIC)!.schemaName, raw.data, 'raw');
@@ -293,7 +272,7 @@ describe('the episode player', () => {
     expect(meanAbsDiff(drawnJpeg.rgb, reference)).toBeLessThanOrEqual(JPEG_MAD);
 
     // The readout: each plotted joint position at the playhead is the source's latest sample.
-    const joints = (await latestAtOrBefore(JOINT_TOPIC, playhead))!;
+    const joints = (await latestAtOrBefore(recording, JOINT_TOPIC, playhead))!;
     const js = joints.data as { name: string[]; position: ArrayLike<number> };
     const rows = page.locator('tr[data-series]');
     await expect.poll(() => rows.first().getAttribute('data-log-time')).toBe(joints.logTimeNs.toString());

@@ -53,14 +53,11 @@ function filler(seed: number, n: number): string {
   return s;
 }
 
-export async function writeMcap(opts: { count: number; topics?: string[]; compression?: Compression; chunked?: boolean; chunkSize?: number; padBytes?: number }): Promise<WrittenMcap> {
-  const topics = opts.topics ?? ['/a', '/b', '/c'];
-  const compression = opts.compression ?? '';
-  await zstd.isLoaded;
-  await lz4.isLoaded;
+/** An MCAP writer's `writable` that keeps what is written in memory; `bytes()` is all of it so far. */
+export function memoryWritable(): { writable: { write(b: Uint8Array): Promise<void>; position(): bigint }; bytes(): Buffer } {
   const parts: Uint8Array[] = [];
   let position = 0n;
-  const w = new McapWriter({
+  return {
     writable: {
       write: async (b) => {
         parts.push(b.slice());
@@ -68,6 +65,18 @@ export async function writeMcap(opts: { count: number; topics?: string[]; compre
       },
       position: () => position,
     },
+    bytes: () => Buffer.concat(parts),
+  };
+}
+
+export async function writeMcap(opts: { count: number; topics?: string[]; compression?: Compression; chunked?: boolean; chunkSize?: number; padBytes?: number }): Promise<WrittenMcap> {
+  const topics = opts.topics ?? ['/a', '/b', '/c'];
+  const compression = opts.compression ?? '';
+  await zstd.isLoaded;
+  await lz4.isLoaded;
+  const out = memoryWritable();
+  const w = new McapWriter({
+    writable: out.writable,
     useChunks: opts.chunked ?? true,
     chunkSize: opts.chunkSize ?? 64 * 1024,
     ...(compression === 'zstd'
@@ -91,7 +100,7 @@ export async function writeMcap(opts: { count: number; topics?: string[]; compre
     messages.push({ topic: topics[k]!, logTime, text });
   }
   await w.end();
-  return { bytes: Buffer.concat(parts), messages };
+  return { bytes: out.bytes(), messages };
 }
 
 /** The summary of a whole file, by Foxglove's indexed reader: its chunk indexes (where each chunk is, its time span) and where its data section ends (`dataEndOffset`). */

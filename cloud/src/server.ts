@@ -13,7 +13,7 @@ import { PublishThrottle } from './mqtt/throttle.js';
 import { FailedLoginLimiter } from './login-limit.js';
 import { DynsecControl, DynsecRobotAccounts } from './mqtt/dynsec.js';
 import { BrokerAccountSchema } from './mqtt/dynsec-config.js';
-import { robotStatusEvent } from './events.js';
+import { robotStatusEvent } from './rules/events.js';
 import { loadSecretBox } from './secret-box.js';
 import { openStore } from './store/index.js';
 import { isStoreUnavailable } from './store/shared/unavailable.js';

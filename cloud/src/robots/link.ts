@@ -23,7 +23,7 @@ import {
 import { ApiError } from '../errors.js';
 import { BrokerConnectionLog } from '../mqtt/broker-log.js';
 import { BROKER_LOG_TOPIC } from '../mqtt/dynsec-config.js';
-import { robotStatusEvent } from '../events.js';
+import { robotStatusEvent } from '../rules/events.js';
 import type { Store } from '../store/index.js';
 import { InProcessTransport, MqttTransport, type LinkTransport } from './link-transport.js';
 
@@ -424,7 +424,7 @@ export class RobotLink extends EventEmitter<{
     // every status: the store logs robot.status only when presence or the recording state
     // changed, once (the first writer), so the event stream costs per change, not per status. A
     // replica behind the others writes statuses the robot has since replaced: the robot's clock
-    // (`at`) orders them, and a late one changes nothing (`statusApplies`, robots/status-order.ts).
+    // (`at`) orders them, and a late one changes nothing (`statusApplies`, rules/status-order.ts).
     const changed = await this.opts.store.robots.updateStatus(
       robotId,
       {

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock, type RobotStatusPayload, type WebhookPayload } from '@fleet/protocol';
-import { robotStatusEvent } from '../events.js';
+import { robotStatusEvent } from '../rules/events.js';
 import { createEnrollmentToken, enrollRobot } from '../robots/enrollment.js';
 import { testReport } from '../test-support.js';
 import { describeStore, type TestStore } from './test-store.js';

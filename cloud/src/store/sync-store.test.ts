@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DAY, HOUR, ManualClock, WebhookPayloadSchema, type EpisodeReport, type ReplicaReport } from '@fleet/protocol';
-import { REPLICA_TRANSITIONS } from '../sync/replica-transitions.fixture.js';
+import { REPLICA_TRANSITIONS } from '../rules/replica-transitions.fixture.js';
 import { SyncRouter } from '../sync/router.js';
 import { testReport } from '../test-support.js';
 import type { RouteRow } from './shared/sync-types.js';

@@ -349,7 +349,7 @@ function tailEvent(row: EventRow, wireId: string): TailEvent {
     const v = (JSON.parse(row.payload) as { robot_id?: unknown }).robot_id;
     if (typeof v === 'string') robotId = v;
   } catch {
-    // Every payload is built as JSON (events.ts); one that is not names no robot.
+    // Every payload is built as JSON (rules/events.ts); one that is not names no robot.
   }
   return { id: row.id, type: row.type, robotId, frame: eventFrame(wireId, row.type, row.payload) };
 }

@@ -1,7 +1,7 @@
 import type { Clock } from '@fleet/protocol';
 import type { Store } from '../store/index.js';
 import type { RouteRow } from '../store/shared/sync-types.js';
-import { decideRoute } from './routing.js';
+import { decideRoute } from '../rules/routing.js';
 
 export interface SyncRouterOptions {
   store: Store;

@@ -12,7 +12,8 @@ import { EgressClient } from '../egress/client.js';
 import { createTestPki, startHttpsReceiver, type KeyPair, type ReceivedRequest, type ReceiverContext, type TestPki, type TestReceiver } from '../egress/test-https.js';
 import { SecretBox } from '../secret-box.js';
 import { errorCode, startTestCloud, testReport, type TestCloud, type TestTenant } from '../test-support.js';
-import { DeliveryWorker, leaseFor, RECEIVER_TIMEOUT_MS, RETRY_SCHEDULE_MS } from './delivery.js';
+import { RETRY_SCHEDULE_MS } from '../rules/webhook-retry.js';
+import { DeliveryWorker, leaseFor, RECEIVER_TIMEOUT_MS } from './delivery.js';
 
 type Behaviour = (req: ReceivedRequest, res: ServerResponse, ctx: ReceiverContext) => void;
 const ok: Behaviour = (_req, res) => res.writeHead(200).end('ok');

@@ -1,20 +1,14 @@
 import type { FastifyBaseLogger } from 'fastify';
-import { every, HOUR, nextRetryDelay, MINUTE, signPayload, SIGNATURE_HEADER, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
+import { every, nextRetryDelay, signPayload, SIGNATURE_HEADER, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
 import { EgressError, type EgressClient } from '../egress/client.js';
 import type { CloudMetrics } from '../metrics.js';
+import { isRetryableStatus, RETRY_SCHEDULE_MS } from '../rules/webhook-retry.js';
 import type { SecretBox } from '../secret-box.js';
 import type { ClaimedDelivery, DeliveryOutcome, DeliveryRow, Store, WebhookRow } from '../store/index.js';
 
-/** Waits after the 1st … 6th failed attempt (spec, Delivery semantics 4): 7 attempts in all. */
-export const RETRY_SCHEDULE_MS: readonly number[] = [MINUTE, 5 * MINUTE, 30 * MINUTE, 2 * HOUR, 12 * HOUR, 24 * HOUR];
 export const RECEIVER_TIMEOUT_MS = 10_000;
 /** A receiver's answer is read up to this size; only its status matters. */
 const MAX_RESPONSE_BYTES = 64 * 1024;
-
-/** Statuses that are retried (spec): 408, 425, 429 and every 5xx; anything else non-2xx dead-letters. */
-export function isRetryableStatus(status: number): boolean {
-  return status === 408 || status === 425 || status === 429 || status >= 500;
-}
 
 /** Failures that mean the subscription's configuration cannot work: it is auto-disabled. */
 function unusableConfiguration(err: EgressError): boolean {

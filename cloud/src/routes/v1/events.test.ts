@@ -1,7 +1,7 @@
 import { connect, type AddressInfo } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { SECOND, WEBHOOK_EVENTS, type Scope } from '@fleet/protocol';
-import { robotStatusEvent } from '../../events.js';
+import { robotStatusEvent } from '../../rules/events.js';
 import { createEnrollmentToken, enrollRobot } from '../../robots/enrollment.js';
 import { startTestCloud, testReport, type TestCloud, type TestTenant } from '../../test-support.js';
 import type { CloudConfigInput } from '../../config.js';

@@ -11,7 +11,7 @@ import {
   type Webhook,
 } from '@fleet/protocol';
 import { entitlementsOf } from '../../entitlements.js';
-import { testFinalizedEvent } from '../../events.js';
+import { testFinalizedEvent } from '../../rules/events.js';
 import { ApiError, notFound } from '../../errors.js';
 import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';

@@ -1,12 +1,12 @@
 import { safeJsonStringify, type EpisodeOutcome } from '@fleet/protocol';
-import { indexedEvent } from '../../events.js';
+import { indexedEvent } from '../../rules/events.js';
 import { EPISODE_LINE_SELECT, indexedAttrs, indexedKeys, keyChanges, reportedAgain, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
 import type { EpisodeFilter, EpisodeLineBatch, EpisodeRow, EpisodeStore, IngestItem, IngestResult, OutcomeChangeRow, ReplicaRow } from '../shared/types.js';
 import { EPISODE_EQ_COLUMNS, presenceOf } from '../shared/types.js';
 import { LOCKS, lockOrgs, type PgDb, type Sql } from './db.js';
 import { appendEvents } from './events.js';
 import { EPISODE_INSERT_COLUMNS, episodeFromDb, episodeInsertValues, replicaFromDb, type ReplicaDbRow } from '../shared/rows.js';
-import { mergeAnnotations } from '../../episodes/annotations.js';
+import { mergeAnnotations } from '../../rules/annotations.js';
 
 /**
  * The text an attribute key or value is stored and compared as. PostgreSQL text cannot hold NUL,

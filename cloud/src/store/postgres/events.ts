@@ -1,4 +1,4 @@
-import type { LoggedEvent } from '../../events.js';
+import type { LoggedEvent } from '../../rules/events.js';
 import type { EventReadOptions, EventRow, EventStore } from '../shared/types.js';
 import { LOCKS, lockOrgs, type PgDb, type Sql } from './db.js';
 

@@ -1,5 +1,5 @@
 import type { IdempotencyBegin, IdempotencyClaim, IdempotencyStore, MeterStore, SharedCounterStore, StoredResponse, UsageRow } from '../shared/types.js';
-import { existingKeyVerdict, type IdemDbRow } from '../shared/idempotency.js';
+import { existingKeyVerdict, type IdemDbRow } from '../../rules/idempotency.js';
 import type { PgDb } from './db.js';
 
 export class PgIdempotency implements IdempotencyStore {

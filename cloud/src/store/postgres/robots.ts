@@ -1,7 +1,7 @@
-import type { LoggedEvent, RobotPresence } from '../../events.js';
+import type { LoggedEvent, RobotPresence } from '../../rules/events.js';
 import { robotListSql, type RobotListQuery } from '../shared/robot-list-query.js';
 import { robotFromDb, tokenFromDb, type RobotDbRow, type TokenDbRow } from '../shared/rows.js';
-import { statusApplies, statusAtAfter } from '../../robots/status-order.js';
+import { statusApplies, statusAtAfter } from '../../rules/status-order.js';
 import type { EnrollmentTokenRow, EnrollOutcome, RobotRow, RobotStatusUpdate, RobotStore } from '../shared/types.js';
 import type { PgDb } from './db.js';
 import { appendEvents } from './events.js';

@@ -1,6 +1,6 @@
 import { DAY, type Pressure, type ReplicaReport } from '@fleet/protocol';
-import { decidePruned, decideReplicaReport, refuseReport } from '../../sync/episode-reports.js';
-import { sameRuleSet } from '../../sync/routing.js';
+import { decidePruned, decideReplicaReport, refuseReport } from '../../rules/episode-reports.js';
+import { sameRuleSet } from '../../rules/routing.js';
 import * as syncRows from '../shared/sync-rows.js';
 import { newClaimToken } from '../shared/webhook-rows.js';
 import type { DestinationHealth, DestinationRow, ForwardClaim, ForwardOutcome, ReplicaIngestResult, RouteRow, RoutingFacts, RoutingRuleRow, SyncHealthRow, SyncStore } from '../shared/sync-types.js';

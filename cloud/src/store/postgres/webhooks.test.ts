@@ -5,7 +5,7 @@
  * has one writer.
  */
 import { describe, expect, it } from 'vitest';
-import { finalizedEvent, prunedEvent } from '../../events.js';
+import { finalizedEvent, prunedEvent } from '../../rules/events.js';
 import { testReport } from '../../test-support.js';
 import { pgTwinsPerTest, postgresAvailable } from '../test-store.js';
 import type { PgDb } from './db.js';

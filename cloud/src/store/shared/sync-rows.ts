@@ -1,8 +1,8 @@
 // Sync's rows (destinations, routing rules, routes, replicas) as both engines return them, their
 // domain form, and the column lists both engines select.
 import { DAY, HOUR, type RetentionDirective } from '@fleet/protocol';
-import type { ReplicaFacts, ReportedEpisode } from '../../sync/episode-reports.js';
-import { hasAutonomous } from '../../sync/facts.js';
+import type { ReplicaFacts, ReportedEpisode } from '../../rules/episode-reports.js';
+import { hasAutonomous } from '../../rules/has-autonomous.js';
 import type { DestinationRow, ForwardOutcome, RouteRow, RoutingFacts, RoutingRuleRow, SyncHealthRow } from './sync-types.js';
 import type { ReplicaRow } from './types.js';
 

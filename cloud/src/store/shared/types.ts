@@ -1,5 +1,5 @@
 import type { EpisodeOutcome, EpisodeReport, Feature, RecordingState, Scope } from '@fleet/protocol';
-import type { LoggedEvent, RobotPresence } from '../../events.js';
+import type { LoggedEvent, RobotPresence } from '../../rules/events.js';
 import type { SyncStore } from './sync-types.js';
 import type { RobotListQuery } from './robot-list-query.js';
 import type { EpisodeLineRow } from './episode-lines.js';
@@ -233,7 +233,7 @@ export interface RobotStatusUpdate {
    * The robot's own status message, when the update is one (absent for a change of the
    * connection the cloud saw): `at` is the robot's clock. Every replica writes every status, so
    * a replica behind another writes statuses the robot has since replaced: an online status
-   * older than the last one written changes nothing (robots/status-order.ts).
+   * older than the last one written changes nothing (rules/status-order.ts).
    */
   status?: { at: number; online: boolean };
 }

@@ -1,6 +1,6 @@
 import type { Statement } from 'better-sqlite3';
 import { safeJsonStringify, type EpisodeOutcome } from '@fleet/protocol';
-import { indexedEvent } from '../../events.js';
+import { indexedEvent } from '../../rules/events.js';
 import type { Db } from './db.js';
 import { eventAppender } from './events.js';
 import { buildListQuery, ListPlanner } from './list-plan.js';
@@ -16,7 +16,7 @@ import type {
 } from '../shared/types.js';
 import { EPISODE_LINE_SELECT, indexedAttrs, indexedKeys, keyChanges, reportedAgain, type EpisodeColumns, type EpisodeLineRow } from '../shared/episode-lines.js';
 import { EPISODE_INSERT_COLUMNS, episodeFromDb, episodeInsertValues, replicaFromDb, type ReplicaDbRow } from '../shared/rows.js';
-import { mergeAnnotations } from '../../episodes/annotations.js';
+import { mergeAnnotations } from '../../rules/annotations.js';
 
 export interface EpisodeDbRow extends EpisodeColumns {
   interrupted: number;

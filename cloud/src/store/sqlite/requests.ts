@@ -1,4 +1,4 @@
-import { existingKeyVerdict, type IdemDbRow } from '../shared/idempotency.js';
+import { existingKeyVerdict, type IdemDbRow } from '../../rules/idempotency.js';
 import type { Db } from './db.js';
 import type { IdempotencyBegin, IdempotencyClaim, IdempotencyStore, MeterStore, StoredResponse, UsageRow } from '../shared/types.js';
 

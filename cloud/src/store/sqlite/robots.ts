@@ -1,10 +1,10 @@
 import type { Statement } from 'better-sqlite3';
-import type { LoggedEvent, RobotPresence } from '../../events.js';
+import type { LoggedEvent, RobotPresence } from '../../rules/events.js';
 import { robotFromDb, tokenFromDb, type RobotDbRow, type TokenDbRow } from '../shared/rows.js';
 import { robotListSql, type RobotListQuery } from '../shared/robot-list-query.js';
 import type { Db } from './db.js';
 import { eventAppender } from './events.js';
-import { statusApplies, statusAtAfter } from '../../robots/status-order.js';
+import { statusApplies, statusAtAfter } from '../../rules/status-order.js';
 import type { EnrollmentTokenRow, EnrollOutcome, RobotRow, RobotStatusUpdate, RobotStore } from '../shared/types.js';
 
 export class SqliteRobots implements RobotStore {

@@ -1,5 +1,5 @@
 import { replicaRank, type ReplicaReport, type ReplicaState } from '@fleet/protocol';
-import { replicaFailedEvent, replicaReachedEvent, type EpisodeEvent, type EpisodeRef } from '../events.js';
+import { replicaFailedEvent, replicaReachedEvent, type EpisodeEvent, type EpisodeRef } from './events.js';
 
 /** What the index holds for one replica (episode × destination) before a report. */
 export interface ReplicaNow {

@@ -1,4 +1,4 @@
-import type { IdempotencyBegin } from './types.js';
+import type { IdempotencyBegin } from '../store/shared/types.js';
 
 /** An `idempotency_keys` row as both engines read it. */
 export interface IdemDbRow {

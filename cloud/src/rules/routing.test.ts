@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { RoutingFacts } from '../store/shared/sync-types.js';
-import { hasAutonomous } from './facts.js';
+import { hasAutonomous } from './has-autonomous.js';
 import { decideRoute, matches, sameRuleSet } from './routing.js';
 
 const facts = (over: Partial<RoutingFacts> = {}): RoutingFacts => ({

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { activation } from './activation.js';
+import { activation } from './webhook-activation.js';
 
 describe('activation: the bound on active webhook subscriptions', () => {
   it.each([

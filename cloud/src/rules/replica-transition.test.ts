@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { WebhookPayloadSchema, type ReplicaReport, type ReplicaState } from '@fleet/protocol';
-import type { EpisodeRef } from '../events.js';
+import type { EpisodeRef } from './events.js';
 import { replicaTransition, type ReplicaNow } from './replica-transition.js';
 import { REPLICA_TRANSITIONS } from './replica-transitions.fixture.js';
 

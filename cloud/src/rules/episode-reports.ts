@@ -1,5 +1,5 @@
 import type { ReplicaReport } from '@fleet/protocol';
-import { prunedEvent, type EpisodeEvent, type EpisodeRef } from '../events.js';
+import { prunedEvent, type EpisodeEvent, type EpisodeRef } from './events.js';
 import { replicaTransition, type ReplicaNow, type ReplicaWrite } from './replica-transition.js';
 
 /**

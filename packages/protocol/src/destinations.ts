@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { EPISODE_OUTCOMES } from './episodes.js';
 import { RetentionDirectiveSchema } from './sync.js';
+import { GRANT_OUTCOMES } from './values.js';
 
 /**
  * Cloud sync in the API: destinations (a customer's grant provider), routing rules (which
@@ -138,7 +139,7 @@ export const CHECK_FAILURES = ['unreachable', 'timeout', 'http_error', 'invalid_
 export const DestinationCheckSchema = z
   .object({
     result: z.enum(['pass', 'fail']).describe('`pass` for a valid grant or a deferral'),
-    mode: z.enum(['granted', 'deferred']).describe('what the provider answered; every failure counts as a deferral'),
+    mode: z.enum(GRANT_OUTCOMES).describe('what the provider answered; every failure counts as a deferral'),
     http_status: z.number().int().nullable(),
     latency_ms: z.number().int(),
     failure: z.enum(CHECK_FAILURES).optional().describe('on `fail` only'),

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { humanText } from './text.js';
-import { EPISODE_OUTCOMES } from './values.js';
+import { EPISODE_OUTCOMES, REPLICA_STATES } from './values.js';
 
 export { EPISODE_OUTCOMES, STREAM_PAGE_LIMIT } from './values.js';
 export const EpisodeOutcomeSchema = z.enum(EPISODE_OUTCOMES);
@@ -77,7 +77,7 @@ export type EpisodeReport = z.infer<typeof EpisodeReportSchema>;
 export const ReplicaSchema = z
   .object({
     destination_id: z.string(),
-    state: z.enum(['granted', 'syncing', 'synced', 'verified']),
+    state: z.enum(REPLICA_STATES),
     grant_id: z.string(),
     error: z.string().nullable(),
     updated_at: z.string(),

@@ -18,3 +18,4 @@ export * from './retry.js';
 export * from './destinations.js';
 export * from './cli.js';
 export * from './read-links.js';
+export { DELIVERY_ATTEMPT_OUTCOMES, DESTINATION_TYPES, GRANT_OUTCOMES, WEBHOOK_STATUSES } from './values.js';

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { REPLICA_STATES } from './values.js';
+import { LOCAL_REPLICA_STATES, REPLICA_STATES, RETENTION_DIRECTIVES } from './values.js';
 import { ManifestFileSchema, ManifestSchema } from './episodes.js';
 
 /**
@@ -13,9 +13,11 @@ export { REPLICA_STATES } from './values.js';
 export type ReplicaState = (typeof REPLICA_STATES)[number];
 export const ReplicaStateSchema = z.enum(REPLICA_STATES);
 export const replicaRank = (s: ReplicaState): number => REPLICA_STATES.indexOf(s);
+/** A replica's state on the robot: `assigned` (routed, no grant yet), then the API's states. */
+export type LocalReplicaState = (typeof LOCAL_REPLICA_STATES)[number];
 
 /** What a destination asks the robot to do with its local copy once verified. */
-export const RETENTION_DIRECTIVES = ['keep', 'until_all_verified_plus_72h'] as const;
+export { RETENTION_DIRECTIVES, LOCAL_REPLICA_STATES } from './values.js';
 export type RetentionDirective = (typeof RETENTION_DIRECTIVES)[number];
 export const RetentionDirectiveSchema = z.enum(RETENTION_DIRECTIVES);
 

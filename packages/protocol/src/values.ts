@@ -24,6 +24,24 @@ export const EPISODE_SYNC_STATES = ['unverified', 'synced', 'verified'] as const
 /** Replica states, in order: a replica never moves backwards (spec, Replica sync). */
 export const REPLICA_STATES = ['granted', 'syncing', 'synced', 'verified'] as const;
 
+/** What a replica is on the robot before its first grant: assigned a destination, not granted yet. */
+export const LOCAL_REPLICA_STATES = ['assigned', ...REPLICA_STATES] as const;
+
+/** What each robot is told to do with its local copy once replicas are verified (spec, Retention). */
+export const RETENTION_DIRECTIVES = ['keep', 'until_all_verified_plus_72h'] as const;
+
+/** Destination types: only `external` (a grant provider) is offered. */
+export const DESTINATION_TYPES = ['external'] as const;
+
+/** What a grant provider answered a grant request (sync health counts both). */
+export const GRANT_OUTCOMES = ['granted', 'deferred'] as const;
+
+/** A webhook subscription's status. */
+export const WEBHOOK_STATUSES = ['active', 'disabled'] as const;
+
+/** What a webhook delivery attempt led to. */
+export const DELIVERY_ATTEMPT_OUTCOMES = ['delivered', 'retry', 'dead'] as const;
+
 /** Events a subscription can ask for (spec, Events). */
 export const WEBHOOK_EVENTS = ['episode.finalized', 'episode.synced', 'episode.verified', 'episode.failed', 'episode.pruned'] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];

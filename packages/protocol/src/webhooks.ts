@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { WEBHOOK_EVENTS } from './values.js';
+import { DELIVERY_ATTEMPT_OUTCOMES, WEBHOOK_EVENTS, WEBHOOK_STATUSES } from './values.js';
 
 export { WEBHOOK_EVENTS } from './values.js';
 export const WebhookEventSchema = z.enum(WEBHOOK_EVENTS);
@@ -24,7 +24,7 @@ export const WebhookSchema = z
     id: z.string(),
     url: z.string(),
     events: z.array(z.string()),
-    status: z.enum(['active', 'disabled']),
+    status: z.enum(WEBHOOK_STATUSES),
     disabled_reason: z.string().nullable(),
     pending_deliveries: z.number().int(),
     last_delivered_at: z.string().nullable(),
@@ -61,7 +61,7 @@ export const DeliveryAttemptSchema = z
     status_code: z.number().int().nullable().describe('the receiver\'s HTTP status; null when no answer came'),
     error: z.string().nullable().describe('why the attempt failed (a status or a network error); null on success'),
     latency_ms: z.number().int().nullable().describe('from sending the request to the receiver\'s answer or the failure'),
-    outcome: z.enum(['delivered', 'retry', 'dead']).describe('what the attempt led to'),
+    outcome: z.enum(DELIVERY_ATTEMPT_OUTCOMES).describe('what the attempt led to'),
     at: z.string(),
   })
   .meta({ id: 'DeliveryAttempt' });

@@ -1,3 +1,5 @@
+import { DELIVERY_ATTEMPT_OUTCOMES, DESTINATION_TYPES, GRANT_OUTCOMES, REPLICA_STATES, RETENTION_DIRECTIVES, WEBHOOK_STATUSES } from '@fleet/protocol';
+
 /**
  * The cloud's schema, declared once for both engines: every table, column and index with the
  * migration that brought it, rendered into each engine's dialect by `schemaSql`. Each engine's
@@ -61,6 +63,15 @@ interface Table {
   /** SQLite: the table is its primary key's b-tree (no separate rowid). */
   withoutRowid?: boolean;
   indexes?: Index[];
+}
+
+/**
+ * `CHECK (column IN (...))` from one of the protocol's lists: a value the API and the wire refuse
+ * is refused by the database too, from one source (a list's values are identifiers, never quoted
+ * text of a user).
+ */
+function oneOf(column: string, values: readonly string[]): string {
+  return `CHECK (${column} IN (${values.map((v) => `'${v}'`).join(', ')}))`;
 }
 
 function c(name: string, type: Family, rest = '', options: ColumnOptions = {}): Column {
@@ -344,7 +355,7 @@ const TABLES: readonly Table[] = [
     columns: [
       c('episode_seq', 'big', 'NOT NULL REFERENCES episodes(seq)'),
       c('destination_id', 'text', 'NOT NULL'),
-      c('state', 'text', "NOT NULL CHECK (state IN ('granted', 'syncing', 'synced', 'verified'))"),
+      c('state', 'text', `NOT NULL ${oneOf('state', REPLICA_STATES)}`),
       c('grant_id', 'text', 'NOT NULL'),
       c('error', 'text'),
       c('object_key', 'text'),
@@ -400,7 +411,7 @@ const TABLES: readonly Table[] = [
       c('org_id', 'text', 'NOT NULL REFERENCES orgs(id)'),
       c('url', 'text', 'NOT NULL'),
       c('events', 'text', 'NOT NULL'),
-      c('status', 'text', "NOT NULL CHECK (status IN ('active', 'disabled'))"),
+      c('status', 'text', `NOT NULL ${oneOf('status', WEBHOOK_STATUSES)}`),
       c('disabled_reason', 'text'),
       c('secret_sealed', 'text', 'NOT NULL'),
       c('previous_secret_sealed', 'text'),
@@ -457,7 +468,7 @@ const TABLES: readonly Table[] = [
       c('status_code', 'int'),
       c('error', 'text'),
       c('latency_ms', 'int'),
-      c('outcome', 'text', "NOT NULL CHECK (outcome IN ('delivered', 'retry', 'dead'))"),
+      c('outcome', 'text', `NOT NULL ${oneOf('outcome', DELIVERY_ATTEMPT_OUTCOMES)}`),
       c('at', 'big', 'NOT NULL'),
     ],
     indexes: [{ name: 'webhook_attempts_by_subscription', on: '(subscription_id, id)' }],
@@ -468,10 +479,10 @@ const TABLES: readonly Table[] = [
     columns: [
       c('id', 'text', 'PRIMARY KEY'),
       c('org_id', 'text', 'NOT NULL REFERENCES orgs(id)'),
-      c('type', 'text', "NOT NULL CHECK (type IN ('external'))"),
+      c('type', 'text', `NOT NULL ${oneOf('type', DESTINATION_TYPES)}`),
       c('url', 'text', 'NOT NULL'),
       c('secret_sealed', 'text', 'NOT NULL'),
-      c('retention', 'text', "NOT NULL CHECK (retention IN ('keep', 'until_all_verified_plus_72h'))"),
+      c('retention', 'text', `NOT NULL ${oneOf('retention', RETENTION_DIRECTIVES)}`),
       c('created_at', 'big', 'NOT NULL'),
       c('revoked_at', 'big'),
       // Kept here as well as in grant_forwards, which only holds the last day or so.
@@ -522,7 +533,7 @@ const TABLES: readonly Table[] = [
       c('org_id', 'text', 'NOT NULL'),
       c('destination_id', 'text', 'NOT NULL'),
       c('at', 'big', 'NOT NULL'),
-      c('outcome', 'text', "NOT NULL CHECK (outcome IN ('granted', 'deferred'))"),
+      c('outcome', 'text', `NOT NULL ${oneOf('outcome', GRANT_OUTCOMES)}`),
       c('grant_id', 'text'),
       c('reason', 'text'),
     ],

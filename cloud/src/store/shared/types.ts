@@ -1,4 +1,4 @@
-import type { EpisodeOutcome, EpisodeReport, Feature, RecordingState, Scope } from '@fleet/protocol';
+import type { EpisodeOutcome, EpisodeReport, Feature, LocalReplicaState, RecordingState, ReplicaState, Scope } from '@fleet/protocol';
 import type { LoggedEvent, RobotPresence } from '../../rules/events.js';
 import type { SyncStore } from './sync-types.js';
 import type { RobotListQuery } from './robot-list-query.js';
@@ -345,7 +345,7 @@ export function presenceOf(f: EpisodeFilter): [layer: 'm' | 'a', key: string, pr
 
 export interface ReplicaRow {
   destinationId: string;
-  state: 'granted' | 'syncing' | 'synced' | 'verified';
+  state: ReplicaState;
   grantId: string;
   error: string | null;
   objectKey: string | null;
@@ -594,7 +594,7 @@ export interface EventStore {
 }
 
 /** A replica's state for the metrics: `assigned` is a route with no grant yet, then the API's states. */
-export type ReplicaGaugeState = 'assigned' | 'granted' | 'syncing' | 'synced' | 'verified';
+export type ReplicaGaugeState = LocalReplicaState;
 
 /** Counts across every organization, for the operator's /metrics (never for a tenant). */
 export interface GaugeStore {

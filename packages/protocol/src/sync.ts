@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { LOCAL_REPLICA_STATES, REPLICA_STATES, RETENTION_DIRECTIVES } from './values.js';
+import { type LOCAL_REPLICA_STATES, REPLICA_STATES, RETENTION_DIRECTIVES } from './values.js';
 import { ManifestFileSchema, ManifestSchema } from './episodes.js';
 
 /**

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock, ManualScheduler } from '@fleet/protocol';
 import type { IdempotencyClaim, IdempotencyStore } from '../store/index.js';
-import { IdempotencyClaims } from './idempotency-claims.js';
+import { IdempotencyClaims } from './idempotency.js';
 
 /** Records each renewal; `next` decides how the next one ends (a test resolves or rejects it). */
 function fakeStore() {

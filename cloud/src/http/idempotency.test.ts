@@ -2,7 +2,7 @@ import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DAY, type ApiKey, type CreatedApiKey, type Usage } from '@fleet/protocol';
 import { dayOf, errorCode, startTestCloud, type TestCloud, type TestTenant } from '../test-support.js';
-import { requestFingerprint } from './pipeline.js';
+import { requestFingerprint } from './idempotency.js';
 import { dumpTables } from '../store/test-store.js';
 
 let t: TestCloud;

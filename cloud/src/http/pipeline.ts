@@ -1,17 +1,13 @@
-import { createHash, randomUUID } from 'node:crypto';
 import type {
   FastifyError,
   FastifyInstance,
   FastifyReply,
   FastifyRequest,
-  onRequestAbortAsyncHookHandler,
   onRequestAsyncHookHandler,
   onResponseAsyncHookHandler,
-  onSendAsyncHookHandler,
-  preValidationAsyncHookHandler,
 } from 'fastify';
 import { z } from 'zod';
-import { DAY, iso, scopeSatisfies, type Clock, type Scheduler } from '@fleet/protocol';
+import { iso, scopeSatisfies, type Clock, type Scheduler } from '@fleet/protocol';
 import type { Authenticator } from '../auth.js';
 import { hasFeature } from '../entitlements.js';
 import { ApiError, quote, validationError } from '../errors.js';
@@ -21,7 +17,7 @@ import { sendError, toApiError } from './error-edge.js';
 import type { SecretBox } from '../secret-box.js';
 import type { Store } from '../store/index.js';
 import type { CatalogEntry, RoutePolicy } from './policy.js';
-import { IdempotencyClaims } from './idempotency-claims.js';
+import { installIdempotency } from './idempotency.js';
 
 export interface PipelineDeps {
   store: Store;
@@ -38,17 +34,10 @@ export interface PipelineDeps {
   idempotencyLeaseMs: number;
 }
 
-/** Idempotency-Key: printable ASCII, as Stripe and the IETF draft allow. */
-const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
-const IDEMPOTENCY_TTL_MS = DAY;
-
 /** Methods a route can have; a path that has some of them answers the others with 405. */
 const ROUTABLE_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 
 const NoQuery = z.strictObject({});
-
-/** Answers that a retry with the same key must run again instead of replaying (decisions.md). */
-const TRANSIENT_CODES = new Set(['robot_offline', 'command_timeout', 'rate_limited', 'not_ready']);
 
 /**
  * Installs what every route inherits: request ids, authentication, scope and entitlement checks,
@@ -58,75 +47,16 @@ const TRANSIENT_CODES = new Set(['robot_offline', 'command_timeout', 'rate_limit
 export function installPipeline(app: FastifyInstance, deps: PipelineDeps): CatalogEntry[] {
   const { store, clock, authenticator, secrets } = deps;
   const catalog: CatalogEntry[] = [];
-  const claims = new IdempotencyClaims({
-    store: store.idempotency,
+  const idempotency = installIdempotency(app, {
+    store,
     clock,
     scheduler: deps.scheduler,
+    secrets,
     leaseMs: deps.idempotencyLeaseMs,
-    onError: (err) => app.log.error({ err }, 'renewing idempotency claims failed'),
   });
-  app.addHook('onClose', async () => claims.close());
 
   app.decorateRequest('principal', null);
-  app.decorateRequest('idempotency', null);
   app.decorateRequest('replayed', false);
-
-  const beginIdempotency: preValidationAsyncHookHandler = async (request, reply) => {
-    if (request.method !== 'POST' || !request.principal) return;
-    const raw = request.headers['idempotency-key'];
-    if (raw === undefined) return;
-    const key = Array.isArray(raw) ? raw[0] : raw;
-    if (Array.isArray(raw) || !key || !IDEMPOTENCY_KEY.test(key)) {
-      throw validationError('headers', '/idempotency-key', 'Idempotency-Key must be 1 to 255 printable ASCII characters, given once');
-    }
-    const orgId = request.principal.org.id;
-    const fingerprint = requestFingerprint(request.method, request.url, request.body);
-    const token = randomUUID();
-    const begun = await store.idempotency.begin({ orgId, key, token, fingerprint, now: clock.now(), leaseMs: deps.idempotencyLeaseMs });
-    switch (begun.kind) {
-      case 'started': {
-        const claim = { orgId, key, token };
-        request.idempotency = claim;
-        claims.hold(claim);
-        return;
-      }
-      case 'mismatch':
-        throw new ApiError('idempotency_key_reused', 'this Idempotency-Key was used with a different request');
-      case 'in_flight':
-        throw new ApiError('idempotency_key_in_use', 'a request with this Idempotency-Key is still running; retry later');
-      case 'replay': {
-        request.replayed = true;
-        const { status, contentType, body } = begun.response;
-        void reply.code(status).header('Idempotent-Replayed', 'true');
-        if (contentType) void reply.type(contentType);
-        return reply.send(body === '' ? undefined : secrets.open(body));
-      }
-    }
-  };
-
-  const completeIdempotency: onSendAsyncHookHandler = async (request, reply, payload) => {
-    const claim = request.idempotency;
-    if (!claim) return payload;
-    request.idempotency = null;
-    claims.drop(claim);
-    const body = typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : payload == null ? '' : null;
-    const code = errorCodeOf(body);
-    if (body === null || (code !== null && TRANSIENT_CODES.has(code)) || request.routeOptions.config.replayable === false) {
-      await store.idempotency.release(claim);
-    } else {
-      const ct = reply.getHeader('content-type');
-      const stored = await store.idempotency.complete({
-        ...claim,
-        response: { status: reply.statusCode, contentType: typeof ct === 'string' ? ct : null, body: body === '' ? '' : secrets.seal(body) },
-        now: clock.now(),
-        ttlMs: IDEMPOTENCY_TTL_MS,
-      });
-      // The lease ran out (renewals failed, or the process stalled) and a retry took the key:
-      // its response is the one a replay gives; this one still goes to its client.
-      if (!stored) request.log.warn({ idempotency_key: claim.key }, 'idempotency claim lost before completion; response not stored');
-    }
-    return payload;
-  };
 
   const meter: onResponseAsyncHookHandler = async (request, reply) => {
     const policy = request.routeOptions.config.policy;
@@ -136,16 +66,6 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
       await store.meters.increment(request.principal.org.id, policy.meter, iso(clock.now()).slice(0, 10));
     } catch (err) {
       request.log.error({ err, meter: policy.meter }, 'meter increment failed');
-    }
-  };
-
-  // A request that ends without a response (client gone mid-handler) must not hold its key.
-  const releaseOnAbort: onRequestAbortAsyncHookHandler = async (request) => {
-    const claim = request.idempotency;
-    if (claim) {
-      request.idempotency = null;
-      claims.drop(claim);
-      await store.idempotency.release(claim);
     }
   };
 
@@ -192,9 +112,9 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
     // with an API key; the meter counts routes that declare one. Ahead of any hook the route
     // declares itself, where global hooks ran.
     if (policy.auth === 'key' && methods.includes('POST')) {
-      prependHook(route, 'preValidation', beginIdempotency);
-      prependHook(route, 'onSend', completeIdempotency);
-      prependHook(route, 'onRequestAbort', releaseOnAbort);
+      prependHook(route, 'preValidation', idempotency.begin);
+      prependHook(route, 'onSend', idempotency.complete);
+      prependHook(route, 'onRequestAbort', idempotency.releaseOnAbort);
     }
     if (policy.meter) prependHook(route, 'onResponse', meter);
   });
@@ -256,38 +176,6 @@ export function installPipeline(app: FastifyInstance, deps: PipelineDeps): Catal
 
 function isConsolePath(url: string): boolean {
   return url === '/console' || url.startsWith('/console/') || url.startsWith('/console?');
-}
-
-/**
- * What makes two requests "the same" for an Idempotency-Key: method, path with query, and the
- * body with object keys sorted, so a client that re-serializes its body in another key order is
- * still recognized.
- */
-export function requestFingerprint(method: string, url: string, body: unknown): string {
-  return createHash('sha256')
-    .update(`${method}\n${url}\n${body === undefined || body === null ? '' : canonicalJson(body)}`)
-    .digest('hex');
-}
-
-function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
-  if (value !== null && typeof value === 'object') {
-    const entries = Object.keys(value)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`);
-    return `{${entries.join(',')}}`;
-  }
-  return JSON.stringify(value) ?? 'null';
-}
-
-function errorCodeOf(body: string | null): string | null {
-  if (!body || !body.startsWith('{"error"')) return null;
-  try {
-    const parsed = JSON.parse(body) as { error?: { code?: unknown } };
-    return typeof parsed.error?.code === 'string' ? parsed.error.code : null;
-  } catch {
-    return null;
-  }
 }
 
 export type { RoutePolicy };

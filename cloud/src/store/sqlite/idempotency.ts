@@ -1,6 +1,6 @@
 import { existingKeyVerdict, type IdemDbRow } from '../../rules/idempotency.js';
 import type { Db } from './db.js';
-import type { IdempotencyBegin, IdempotencyClaim, IdempotencyStore, MeterStore, StoredResponse, UsageRow } from '../shared/types.js';
+import type { IdempotencyBegin, IdempotencyClaim, IdempotencyStore, StoredResponse } from '../shared/types.js';
 
 export class SqliteIdempotency implements IdempotencyStore {
   private readonly select;
@@ -64,27 +64,5 @@ export class SqliteIdempotency implements IdempotencyStore {
 
   async purgeExpired(now: number): Promise<number> {
     return this.purge.run(now, now).changes;
-  }
-}
-
-export class SqliteMeters implements MeterStore {
-  private readonly inc;
-  private readonly range;
-
-  constructor(db: Db) {
-    this.inc = db.prepare(
-      'INSERT INTO meters (org_id, meter, day, count) VALUES (?, ?, ?, ?) ON CONFLICT (org_id, day, meter) DO UPDATE SET count = count + excluded.count',
-    );
-    this.range = db.prepare<[string, string, string], UsageRow>(
-      'SELECT meter, day, count FROM meters WHERE org_id = ? AND day >= ? AND day <= ? ORDER BY day, meter',
-    );
-  }
-
-  async increment(orgId: string, meter: string, day: string, by = 1): Promise<void> {
-    this.inc.run(orgId, meter, day, by);
-  }
-
-  async list(orgId: string, fromDay: string, toDay: string): Promise<UsageRow[]> {
-    return this.range.all(orgId, fromDay, toDay);
   }
 }

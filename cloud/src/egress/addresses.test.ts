@@ -322,7 +322,7 @@ describe('rememberedByText', () => {
     expect(() => upper('bad')).toThrow(TypeError);
     expect(() => upper('bad')).toThrow(TypeError);
     expect(asked).toEqual(['a', 'none', 'bad', 'bad']);
-    // Full at two: the third text drops both, so 'a' is asked again.
+    // Full at two: the third text drops the least recently used ('a'), so 'a' is asked again.
     expect([upper('b'), upper('a')]).toEqual(['B', 'A']);
     expect(asked.slice(4)).toEqual(['b', 'a']);
   });

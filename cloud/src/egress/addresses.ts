@@ -8,6 +8,7 @@
  */
 import { BlockList, isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
+import { LRUCache } from 'lru-cache';
 
 export type AddressRefusal =
   | 'invalid'
@@ -132,19 +133,19 @@ export const classifyAddress: (ip: string) => AddressClass = rememberedByText(cl
 /**
  * `fn`, remembering its answers by their text: for pure functions of short strings (addresses,
  * URLs) that every outbound attempt asks again for the same place. At most `kept` answers are
- * held (all are dropped when full: a few hundred KiB at most); a call that throws is not
- * remembered.
+ * held (the least recently used goes when full: a few hundred KiB at most); a call that throws
+ * is not remembered.
  */
 export function rememberedByText<T>(fn: (text: string) => T, kept: number): (text: string) => T {
-  const answers = new Map<string, T>();
+  // Boxed: an LRUCache does not hold `undefined`, which is an answer like any other here.
+  const answers = new LRUCache<string, { answer: T }>({ max: kept });
   return (text) => {
-    let answer = answers.get(text);
-    if (answer === undefined && !answers.has(text)) {
-      answer = fn(text);
-      if (answers.size >= kept) answers.clear();
-      answers.set(text, answer);
+    let held = answers.get(text);
+    if (held === undefined) {
+      held = { answer: fn(text) };
+      answers.set(text, held);
     }
-    return answer as T;
+    return held.answer;
   };
 }
 

@@ -2,9 +2,9 @@
  * `npm run package:agent [-- --arch arm64] [--out DIR] [--no-build] [--better-sqlite3 FILE]`:
  * builds dist-pkg/fleet-agent_<version>_<arch>.deb with dpkg-deb from this checkout.
  *
- * The package holds the built agent and the workspaces it depends on (SHIPPED_WORKSPACES), and the agent's production dependencies
- * copied from the installed node_modules (its package.json "dependencies", closure), stripped of
- * what is not needed at run time. better-sqlite3 is native: the package carries the binary built
+ * The package holds the built agent, the workspaces it depends on (SHIPPED_WORKSPACES), and the
+ * agent's production dependencies copied from the installed node_modules (its package.json
+ * "dependencies", closure), stripped of what is not needed at run time. better-sqlite3 is native: the package carries the binary built
  * in this checkout, which is why an arm64 package is built on an arm64 machine (or handed an
  * arm64 better_sqlite3.node with --better-sqlite3; docs/robots.md).
  */

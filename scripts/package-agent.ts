@@ -2,9 +2,9 @@
  * `npm run package:agent [-- --arch arm64] [--out DIR] [--no-build] [--better-sqlite3 FILE]`:
  * builds dist-pkg/fleet-agent_<version>_<arch>.deb with dpkg-deb from this checkout.
  *
- * The package holds the built agent and @fleet/protocol, and the agent's production dependencies
- * copied from the installed node_modules (its package.json "dependencies", closure), stripped of
- * what is not needed at run time. better-sqlite3 is native: the package carries the binary built
+ * The package holds the built agent, the workspaces it depends on (SHIPPED_WORKSPACES), and the
+ * agent's production dependencies copied from the installed node_modules (its package.json
+ * "dependencies", closure), stripped of what is not needed at run time. better-sqlite3 is native: the package carries the binary built
  * in this checkout, which is why an arm64 package is built on an arm64 machine (or handed an
  * arm64 better_sqlite3.node with --better-sqlite3; docs/robots.md).
  */
@@ -25,10 +25,15 @@ const LIB = 'usr/lib/fleet-agent';
 /** Where bookworm's debhelper installs units (lintian accepts /lib and /usr/lib; debhelper moved to /usr/lib with trixie). */
 const UNIT_DIR = 'lib/systemd/system';
 
+/** The workspaces the agent depends on, which ship with it (built, as dependencies in node_modules), by their directory. */
+const SHIPPED_WORKSPACES: Readonly<Record<string, string>> = {
+  '@fleet/protocol': join(REPO, 'packages', 'protocol'),
+  '@fleet/node-support': join(REPO, 'packages', 'node-support'),
+};
 /** Workspaces shipped in the package, by the directory their node_modules map to. */
 const WORKSPACE_ROOTS: readonly { src: string; dest: string }[] = [
   { src: join(REPO, 'agent'), dest: LIB },
-  { src: join(REPO, 'packages', 'protocol'), dest: `${LIB}/node_modules/@fleet/protocol` },
+  ...Object.entries(SHIPPED_WORKSPACES).map(([name, src]) => ({ src, dest: `${LIB}/node_modules/${name}` })),
   { src: REPO, dest: LIB },
 ];
 /** Dependencies a package declares but uses only when npm installs it (better-sqlite3 fetches prebuilt binaries with it). */
@@ -131,7 +136,7 @@ function productionClosure(): Map<string, string> {
       }
       if (found.has(dep)) continue;
       const isWorkspace = !dep.split(sep).includes('node_modules');
-      if (isWorkspace && name !== '@fleet/protocol') throw new Error(`${manifest.name} depends on the workspace ${name}: only @fleet/protocol ships with the agent`);
+      if (isWorkspace && !(name in SHIPPED_WORKSPACES)) throw new Error(`${manifest.name} depends on the workspace ${name}: only ${Object.keys(SHIPPED_WORKSPACES).join(', ')} ship with the agent`);
       const dest = isWorkspace ? `${LIB}/node_modules/${name}` : destinationOf(dep);
       const other = byDest.get(dest);
       if (other !== undefined && other !== dep) throw new Error(`${dep} and ${other} would both be installed as ${dest}`);
@@ -266,11 +271,11 @@ function main(): void {
   try {
     const lib = join(stage, LIB);
     copyWorkspace(join(REPO, 'agent'), lib, ['bin']);
-    copyWorkspace(join(REPO, 'packages', 'protocol'), join(lib, 'node_modules', '@fleet', 'protocol'));
+    for (const [name, src] of Object.entries(SHIPPED_WORKSPACES)) copyWorkspace(src, join(lib, 'node_modules', ...name.split('/')));
 
     const bundled: BundledLicense[] = [];
     for (const [src, dest] of productionClosure()) {
-      if (src.startsWith(join(REPO, 'packages') + sep)) continue; // @fleet/protocol, copied above
+      if (Object.values(SHIPPED_WORKSPACES).includes(src)) continue; // a workspace, copied above
       const licenses: string[] = [];
       copyDependency(src, join(stage, dest), licenses);
       const m = readManifest(src);

@@ -109,7 +109,7 @@ describe.skipIf(skipReason !== null)(`the agent's Debian package${skipReason ? `
     const lint = await run('lintian', ['--tag-display-limit', '0', deb]);
     const errors = lint.stdout.split('\n').filter((l) => l.startsWith('E:'));
     expect({ errors, code: lint.code }).toEqual({ errors: [], code: 0 });
-  });
+  }, STEP_MS);
 
   test('dpkg -i installs the program, the conffile, the unit (systemd-analyze verify) and the fleet-agent user', async () => {
     ok(await run('dpkg', ['-i', deb]), 'dpkg -i');

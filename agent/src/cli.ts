@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-import { applyUsageRules, EXIT_USAGE, systemClock } from '@fleet/protocol';
+import { applyUsageRules, EXIT_USAGE } from '@fleet/node-support';
+import { systemClock } from '@fleet/protocol';
 import { Command, Option } from 'commander';
 import { pino } from 'pino';
 import type { AgentConfig, AgentConfigInput } from './config.js';

@@ -1,3 +1,4 @@
+import stringWidth from 'string-width';
 import { describe, expect, it } from 'vitest';
 import { formatBytes, formatStatus, progressBar, type StatusForView } from './status-view.js';
 import type { UploadProgressView } from './sync/progress.js';
@@ -56,6 +57,15 @@ describe('status view', () => {
     expect(lines[ep + 1]).toBe(`  dst_a       [##########${'-'.repeat(30)}]   25.0%  512 MiB / 2.00 GiB  12.5 MiB/s  syncing`);
     expect(lines[ep + 2]).toMatch(/^ {2}dst_backup {2}\[-{40}\] {4}0\.0% {2}0 B \/ 2\.00 GiB {2}granted, next attempt 2026-01-01T00:10:00\.000Z$/);
     expect(lines[ep + 3]).toBe('    last error: upload_failed: PUT recording.mcap answered 500; retrying at 2026-01-01T00:10:00.000Z');
+  });
+
+  it('on a terminal: the bars line up after wide (CJK) and combining characters', () => {
+    const ids = ['dst_a', 'dst_\u76ee\u6807', 'dst_e\u0301e\u0301']; // 5, 8 and 6 columns; 5, 6 and 8 code units
+    const out = formatStatus({ ...base, uploads: ids.map((destination_id) => upload({ destination_id })) }, { tty: true, columns: 110 });
+    const rows = out.split('\n').filter((l) => l.includes('['));
+    expect(rows).toHaveLength(3);
+    expect(rows.map((l) => stringWidth(l.slice(0, l.indexOf('['))))).toEqual([12, 12, 12]);
+    expect(rows[1]).toMatch(/^ {2}dst_\u76ee\u6807 {2}\[/);
   });
 
   it('in a pipe: one key=value line per upload, no bars', () => {

@@ -1,3 +1,4 @@
+import stringWidth from 'string-width';
 import type { AgentStatus } from './daemon.js';
 import type { UploadProgressView } from './sync/progress.js';
 
@@ -62,12 +63,13 @@ export function formatStatus(status: StatusForView, opts: { tty: boolean; column
     const byEpisode = new Map<string, UploadProgressView[]>();
     for (const u of uploads) byEpisode.set(u.episode_id, [...(byEpisode.get(u.episode_id) ?? []), u]);
     const barWidth = Math.max(10, Math.min(40, (opts.columns ?? 100) - 70));
-    const dstWidth = Math.max(...uploads.map((u) => u.destination_id.length));
+    // Terminal columns (string-width), not UTF-16 code units: wide and combining characters line up.
+    const dstWidth = Math.max(...uploads.map((u) => stringWidth(u.destination_id)));
     for (const [episode, replicas] of byEpisode) {
       lines.push(episode);
       for (const u of replicas) {
         const parts = [
-          `  ${u.destination_id.padEnd(dstWidth)}`,
+          `  ${u.destination_id}${' '.repeat(dstWidth - stringWidth(u.destination_id))}`,
           progressBar(u.bytes_sent, u.bytes_total, barWidth),
           percent(u.bytes_sent, u.bytes_total).padStart(6),
           `${formatBytes(u.bytes_sent)} / ${formatBytes(u.bytes_total)}`,

@@ -1,4 +1,5 @@
 import { API_KEY_PATTERN, every, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
+import { LRUCache } from 'lru-cache';
 import { isUsable } from './api-keys.js';
 import { ApiError } from './errors.js';
 import { hashSecret } from './ids.js';
@@ -14,7 +15,7 @@ export interface Principal {
 // one pattern keys are made and checked by everywhere.
 const BEARER = new RegExp(`^[Bb][Ee][Aa][Rr][Ee][Rr][ \\t]+(${API_KEY_PATTERN.source.replace(/^\^|\$$/g, '')})[ \\t]*$`);
 
-/** How many keys (with their organizations) one process keeps; the oldest cached goes first. */
+/** How many keys (with their organizations) one process keeps; the least recently used goes first. */
 export const DEFAULT_AUTH_CACHE_SIZE = 10_000;
 
 interface CachedPrincipal {
@@ -33,17 +34,19 @@ interface CachedPrincipal {
  * the clock on every request. Last use is only noted in memory (see LastUsedTracker).
  */
 export class Authenticator {
-  private readonly cache = new Map<string, CachedPrincipal>();
+  private readonly cache: LRUCache<string, CachedPrincipal>;
   private revision: number | null = null;
 
   constructor(
     private readonly store: Store,
     private readonly clock: Clock,
     private readonly lastUsed: LastUsedTracker,
-    private readonly cacheSize: number = DEFAULT_AUTH_CACHE_SIZE,
+    cacheSize: number = DEFAULT_AUTH_CACHE_SIZE,
     /** Failed logins per client address; an address over it is answered 429 before its key is looked at. */
     private readonly failures?: FailedLoginLimiter,
-  ) {}
+  ) {
+    this.cache = new LRUCache({ max: cacheSize });
+  }
 
   /** How many keys are cached now (tests check the bound). */
   get cachedKeys(): number {
@@ -107,7 +110,6 @@ export class Authenticator {
     const entry: CachedPrincipal = { key, org: freezeOrg(org) };
     // Another request may have seen a newer revision while this one waited for the rows.
     if (this.revision === revision) {
-      if (this.cache.size >= this.cacheSize) this.cache.delete(this.cache.keys().next().value!);
       this.cache.set(keyHash, entry);
     }
     return entry;

@@ -4,7 +4,7 @@
 // administration commands start without the HTTP server and the broker.
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
-import { applyUsageRules } from '@fleet/protocol';
+import { applyUsageRules } from '@fleet/node-support';
 import { registerAccounts } from './cli/accounts.js';
 import { fail } from './cli/common.js';
 import { registerServe } from './cli/serve.js';

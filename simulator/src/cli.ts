@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { readFileSync } from 'node:fs';
 import { Command, Option } from 'commander';
-import { applyUsageRules, EXIT_USAGE } from '@fleet/protocol';
+import { applyUsageRules, EXIT_USAGE } from '@fleet/node-support';
 import { pino } from 'pino';
 import { ZodError } from 'zod';
 import { parseGrantProviderConfig, type GrantProviderConfig, type GrantProviderConfigInput } from './grant-provider/config.js';

@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
 import mqtt, { type MqttClient } from 'mqtt';
-import { disableNagle, topics, type Clock, type CommandReply, type RobotStatus } from '@fleet/protocol';
+import { disableNagle } from '@fleet/node-support';
+import { topics, type Clock, type CommandReply, type RobotStatus } from '@fleet/protocol';
 import type { Logger } from 'pino';
 import type { Credentials } from '../credentials.js';
 import type { Scheduler, TimerHandle } from '../time.js';

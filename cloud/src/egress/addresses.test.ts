@@ -118,6 +118,135 @@ describe('classifyAddress', () => {
   });
 });
 
+/**
+ * Tricky spellings, each with the verdict it had when IPv6 addresses were still turned into bytes
+ * by hand (before ipaddr.js): mapped and compatible forms in every notation, compressed and
+ * zero-padded groups, zone ids, brackets, whitespace, the unspecified forms, and IPv4 that is not
+ * a plain dotted quad (the URL parser reads those: see parseHostLiteral; here they are invalid).
+ */
+const TRICKY: readonly (readonly [string, AddressClass])[] = [
+  ['[::ffff:127.0.0.1]', 'loopback'],
+  ['::FFFF:127.0.0.1', 'loopback'],
+  ['::ffff:127.0.0.1%eth0', 'loopback'],
+  ['[::ffff:127.0.0.1%25eth0]', 'loopback'],
+  ['0:0:0:0:0:ffff:127.0.0.1', 'loopback'],
+  ['0000:0000:0000:0000:0000:ffff:7f00:0001', 'loopback'],
+  ['::ffff:7f00:0001', 'loopback'],
+  ['::ffff:0:127.0.0.1', 'loopback'],
+  ['::ffff:0:0.0.0.0', 'unspecified'],
+  ['::ffff:255.255.255.255', 'broadcast'],
+  ['::ffff:192.168.1.1', 'private'],
+  ['::ffff:100.64.0.1', 'cgnat'],
+  ['::ffff:1.1.1.1', 'ipv4_mapped'],
+  ['::ffff:0:1.1.1.1', 'ipv4_mapped'],
+  ['::0.0.0.0', 'unspecified'],
+  ['::0.0.0.1', 'loopback'],
+  // ipaddr.js reads `::a.b.c.d` as ::ffff:a.b.c.d: these are where that would show.
+  ['0::0.0.0.1', 'loopback'],
+  ['0:0:0:0:0:0:0.0.0.1', 'loopback'],
+  ['::0.0.0.1%eth0', 'loopback'],
+  ['[::0.0.0.1]', 'loopback'],
+  ['::0:0.0.0.1', 'loopback'],
+  ['::1.0.0.1', 'ipv4_compatible'],
+  ['::0.0.1.1', 'unspecified'],
+  ['::0.0.0.2', 'unspecified'],
+  ['::0.1.0.0', 'unspecified'],
+  ['::2', 'unspecified'],
+  ['::1:0', 'unspecified'],
+  ['::ffff', 'unspecified'],
+  ['::fffe:7f00:1', 'reserved'],
+  ['::1:ffff:7f00:1', 'reserved'],
+  ['1::ffff:7f00:1', 'reserved'],
+  ['0::1', 'loopback'],
+  ['0:0::0:1', 'loopback'],
+  ['::0:1', 'loopback'],
+  ['::0', 'unspecified'],
+  ['0::', 'unspecified'],
+  ['0:0:0:0:0:0:0:0', 'unspecified'],
+  ['0000::0000', 'unspecified'],
+  [' ::1 ', 'loopback'],
+  ['::1%lo', 'loopback'],
+  ['fe80::1%25eth0', 'link_local'],
+  ['[fe80::1%eth0]', 'link_local'],
+  ['fe80::1%', 'link_local'],
+  ['ff02::1%eth0', 'multicast'],
+  ['64:ff9b::', 'unspecified'],
+  ['64:ff9b::0.0.0.0', 'unspecified'],
+  ['64:ff9b::255.255.255.255', 'broadcast'],
+  ['64:ff9b::1.1.1.1', 'public'],
+  ['64:ff9b::c0a8:101', 'private'],
+  ['64:FF9B::7F00:1', 'loopback'],
+  ['64:ff9b:0:0:0:0:7f00:1', 'loopback'],
+  ['64:ff9b:1::8.8.8.8', 'private'],
+  ['2002::', 'unspecified'],
+  ['2002::1', 'unspecified'],
+  ['2002:ffff:ffff::', 'broadcast'],
+  ['2002:0808:0808::', 'public'],
+  ['2002:c000:0201::', 'documentation'],
+  ['2002:6440:1::', 'cgnat'],
+  ['2002:e000:1::', 'multicast'],
+  ['2002:f000:1::', 'reserved'],
+  ['2002:a9fe:a9fe:ffff:ffff:ffff:ffff:ffff', 'metadata'],
+  ['2001:0:0:0:0:0:0:1', 'teredo'],
+  ['2001:1::1', 'reserved'],
+  ['2001:3::1', 'reserved'],
+  ['2001:20::1', 'reserved'],
+  ['2001:1ff::1', 'reserved'],
+  ['2001:200::1', 'public'],
+  ['2001:db8:ffff:ffff:ffff:ffff:ffff:ffff', 'documentation'],
+  ['2001:db9::1', 'public'],
+  ['fd00:ec2::254%eth0', 'metadata'],
+  ['fd00:ec2:0:0:0:0:0:254', 'metadata'],
+  ['fd00:ec2::255', 'private'],
+  ['fbff::1', 'reserved'],
+  ['fe00::1', 'reserved'],
+  ['feff::1', 'private'],
+  ['ff00::', 'multicast'],
+  ['1fff:ffff::1', 'reserved'],
+  ['2000::', 'public'],
+  ['3fff:ffff::1', 'public'],
+  ['2400:cb00:2048:1::c629:d7a2', 'public'],
+  ['::ffff:8.8.8.8%eth0', 'ipv4_mapped'],
+  ['::ffff:08.8.8.8', 'invalid'],
+  ['::ffff:010.0.0.1', 'invalid'],
+  ['::ffff:0x7f.0.0.1', 'invalid'],
+  ['::ffff:127.1', 'invalid'],
+  ['::ffff:1.2.3.4.5', 'invalid'],
+  ['::ffff:256.0.0.1', 'invalid'],
+  [':::1', 'invalid'],
+  ['1:2:3:4:5:6:7:8:9', 'invalid'],
+  ['1:2:3:4:5:6:7::', 'reserved'],
+  ['::1:2:3:4:5:6:7', 'reserved'],
+  ['1::2::3', 'invalid'],
+  ['12345::1', 'invalid'],
+  ['gggg::1', 'invalid'],
+  ['::ffff:7f00:1:', 'invalid'],
+  ['[::1', 'invalid'],
+  ['::1]', 'invalid'],
+  ['[[::1]]', 'invalid'],
+  ['0.0.0.1', 'unspecified'],
+  ['0.255.255.255', 'unspecified'],
+  ['00.0.0.0', 'invalid'],
+  ['0177.0.0.1', 'invalid'],
+  ['0x7f.0.0.1', 'invalid'],
+  ['0x7f000001', 'invalid'],
+  ['2130706433', 'invalid'],
+  ['127.000.000.001', 'invalid'],
+  ['127.0.0.01', 'invalid'],
+  ['127.0.0.1%eth0', 'loopback'],
+  ['[127.0.0.1]', 'loopback'],
+  [' 127.0.0.1', 'loopback'],
+  ['127.0.0.1 ', 'loopback'],
+  ['1.0.0.0', 'public'],
+  ['169.254.169.254%eth0', 'metadata'],
+];
+
+describe('classifyAddress on tricky forms', () => {
+  it.each(TRICKY)('%j -> %s', (address, expected) => {
+    expect(classifyAddress(address)).toBe(expected);
+  });
+});
+
 /** How URL hosts are read: numeric IPv4 forms are normalized by the WHATWG URL parser. */
 const URL_HOSTS: readonly (readonly [url: string, address: string | null, verdict: AddressClass | null])[] = [
   ['https://2130706433/', '127.0.0.1', 'loopback'],
@@ -193,7 +322,7 @@ describe('rememberedByText', () => {
     expect(() => upper('bad')).toThrow(TypeError);
     expect(() => upper('bad')).toThrow(TypeError);
     expect(asked).toEqual(['a', 'none', 'bad', 'bad']);
-    // Full at two: the third text drops both, so 'a' is asked again.
+    // Full at two: the third text drops the least recently used ('a'), so 'a' is asked again.
     expect([upper('b'), upper('a')]).toEqual(['B', 'A']);
     expect(asked.slice(4)).toEqual(['b', 'a']);
   });

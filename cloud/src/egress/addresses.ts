@@ -7,6 +7,8 @@
  * no business answering them).
  */
 import { BlockList, isIP } from 'node:net';
+import ipaddr from 'ipaddr.js';
+import { LRUCache } from 'lru-cache';
 
 export type AddressRefusal =
   | 'invalid'
@@ -84,6 +86,10 @@ const EMBEDDED_V4 = [
   return { ...row, list };
 });
 
+/** ::/127: `::` and `::1`, which sit in the IPv4-compatible ::/96 but are not of it. */
+const UNSPECIFIED_OR_LOOPBACK_V6 = new BlockList();
+UNSPECIFIED_OR_LOOPBACK_V6.addSubnet('::', 127, 'ipv6');
+
 const GLOBAL_UNICAST_V6 = new BlockList();
 GLOBAL_UNICAST_V6.addSubnet('2000::', 3, 'ipv6');
 
@@ -96,39 +102,16 @@ function classifyV4(ip: string): AddressClass {
   return firstMatch(V4_TABLE, ip, 'ipv4') ?? 'public';
 }
 
-/** The 16 bytes of a syntactically valid IPv6 address (checked with `isIP` first, no zone). */
-function ipv6Bytes(ip: string): Uint8Array {
-  const bytes = new Uint8Array(16);
-  let text = ip;
-  // A trailing dotted quad (::ffff:1.2.3.4) becomes two hex groups.
-  const lastColon = text.lastIndexOf(':');
-  const tail = text.slice(lastColon + 1);
-  if (tail.includes('.')) {
-    const [a = 0, b = 0, c = 0, d = 0] = tail.split('.').map(Number);
-    text = `${text.slice(0, lastColon + 1)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
-  }
-  const [head = '', rest] = text.split('::');
-  const headGroups = head === '' ? [] : head.split(':');
-  const tailGroups = rest === undefined || rest === '' ? [] : rest.split(':');
-  const groups =
-    rest === undefined
-      ? headGroups
-      : [...headGroups, ...Array<string>(8 - headGroups.length - tailGroups.length).fill('0'), ...tailGroups];
-  groups.forEach((group, i) => {
-    const value = parseInt(group, 16);
-    bytes[i * 2] = value >> 8;
-    bytes[i * 2 + 1] = value & 0xff;
-  });
-  return bytes;
-}
-
 function classifyV6(ip: string): AddressClass {
   // Embedded-IPv4 forms first: ::ffff:127.0.0.1 is loopback, whatever the tables say about ::/8.
   for (const row of EMBEDDED_V4) {
     if (!row.list.check(ip, 'ipv6')) continue;
-    const b = ipv6Bytes(ip);
     // :: and ::1 are the unspecified and loopback addresses, not IPv4-compatible ones.
-    if (row.kind === 'ipv4_compatible' && b.every((byte, i) => (i < 15 ? byte === 0 : byte <= 1))) break;
+    if (row.kind === 'ipv4_compatible' && UNSPECIFIED_OR_LOOPBACK_V6.check(ip, 'ipv6')) break;
+    // isIP vetted the text (no zone, no octal or hex quad): ipaddr.js only turns it into bytes.
+    // Only the embedded four are read: ipaddr.js spells the deprecated `::a.b.c.d` as
+    // ::ffff:a.b.c.d (bytes 10 and 11 set), where RFC 4291 has it IPv4-compatible (::/96).
+    const b = ipaddr.IPv6.parse(ip).toByteArray();
     const v4 = `${b[row.at]}.${b[row.at + 1]}.${b[row.at + 2]}.${b[row.at + 3]}`;
     const inner = classifyV4(v4);
     if (inner !== 'public') return inner;
@@ -150,19 +133,19 @@ export const classifyAddress: (ip: string) => AddressClass = rememberedByText(cl
 /**
  * `fn`, remembering its answers by their text: for pure functions of short strings (addresses,
  * URLs) that every outbound attempt asks again for the same place. At most `kept` answers are
- * held (all are dropped when full: a few hundred KiB at most); a call that throws is not
- * remembered.
+ * held (the least recently used goes when full: a few hundred KiB at most); a call that throws
+ * is not remembered.
  */
 export function rememberedByText<T>(fn: (text: string) => T, kept: number): (text: string) => T {
-  const answers = new Map<string, T>();
+  // Boxed: an LRUCache does not hold `undefined`, which is an answer like any other here.
+  const answers = new LRUCache<string, { answer: T }>({ max: kept });
   return (text) => {
-    let answer = answers.get(text);
-    if (answer === undefined && !answers.has(text)) {
-      answer = fn(text);
-      if (answers.size >= kept) answers.clear();
-      answers.set(text, answer);
+    let held = answers.get(text);
+    if (held === undefined) {
+      held = { answer: fn(text) };
+      answers.set(text, held);
     }
-    return answer as T;
+    return held.answer;
   };
 }
 

@@ -1,3 +1,4 @@
+import { LRUCache } from 'lru-cache';
 import { iso, safeJsonStringify, type Episode, type EpisodeWithLocations, type Replica } from '@fleet/protocol';
 import type { EpisodeRow, ReplicaRow } from '../store/index.js';
 import type { EpisodeLineBatch, EpisodeLineRow } from '../store/index.js';
@@ -58,7 +59,7 @@ const q = JSON.stringify;
 const DAY_MS = 86_400_000;
 const MAX_4_DIGIT_YEAR_MS = 253_402_300_799_999;
 /** Date prefixes (`2026-01-02T`) by day: a line has two dates (started, reported) from different days. */
-const isoDayPrefixes = new Map<number, string>();
+const isoDayPrefixes = new LRUCache<number, string>({ max: 64 });
 const pad2 = (n: number) => (n < 10 ? `0${n}` : String(n));
 const pad3 = (n: number) => (n < 10 ? `00${n}` : n < 100 ? `0${n}` : String(n));
 
@@ -69,7 +70,6 @@ function fastIso(ms: number): string {
   const day = ms - rem;
   let prefix = isoDayPrefixes.get(day);
   if (prefix === undefined) {
-    if (isoDayPrefixes.size >= 64) isoDayPrefixes.clear();
     prefix = iso(day).slice(0, 11);
     isoDayPrefixes.set(day, prefix);
   }

@@ -1,4 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
+import canonicalize from 'canonicalize';
 import type { FastifyInstance, onRequestAbortAsyncHookHandler, onSendAsyncHookHandler, preValidationAsyncHookHandler } from 'fastify';
 import { DAY, every, type Clock, type Scheduler } from '@fleet/protocol';
 import { ApiError, validationError } from '../errors.js';
@@ -138,12 +139,27 @@ export function requestFingerprint(method: string, url: string, body: unknown): 
     .digest('hex');
 }
 
+/**
+ * RFC 8785 (JCS) for every body that is I-JSON, byte-identical to what the fingerprint hashed
+ * before it used `canonicalize`. JSON.parse also yields what I-JSON forbids and `canonicalize`
+ * refuses: a lone surrogate (`"\\ud800"`) and a number beyond double range (`1e400`, Infinity).
+ * Those bodies keep their former form (sorted keys, JSON.stringify leaves: Infinity is `null`), so
+ * a retry of such a request still matches the key it was begun under.
+ */
 function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  try {
+    return canonicalize(value) ?? 'null';
+  } catch {
+    return sortedJson(value);
+  }
+}
+
+function sortedJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(sortedJson).join(',')}]`;
   if (value !== null && typeof value === 'object') {
     const entries = Object.keys(value)
       .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`);
+      .map((k) => `${JSON.stringify(k)}:${sortedJson((value as Record<string, unknown>)[k])}`);
     return `{${entries.join(',')}}`;
   }
   return JSON.stringify(value) ?? 'null';

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import mqtt, { type MqttClient } from 'mqtt';
 import type { Aedes, AedesPublishPacket } from 'aedes';
-import { disableNagle } from '@fleet/protocol';
+import { disableNagle } from '@fleet/node-support';
 import { retainedMessages } from '../mqtt/broker.js';
 
 export interface LinkTransportEvents {

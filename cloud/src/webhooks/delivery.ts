@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
+import { LRUCache } from 'lru-cache';
 import { every, nextRetryDelay, signPayload, SIGNATURE_HEADER, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
 import { EgressError, type EgressClient } from '../egress/client.js';
 import type { CloudMetrics } from '../metrics.js';
@@ -94,7 +95,7 @@ export class DeliveryWorker {
   /** stop() was called: slots finish the attempt they are in, and nothing new is claimed. */
   private stopping = false;
   /** Opened signing secrets by their sealed form (a rotation seals a new one: a new key). */
-  private readonly opened = new Map<string, string>();
+  private readonly opened = new LRUCache<string, string>({ max: OPENED_SECRETS_KEPT });
 
   constructor(private readonly opts: DeliveryWorkerOptions) {
     this.schedule = opts.schedule ?? RETRY_SCHEDULE_MS;
@@ -283,7 +284,6 @@ export class DeliveryWorker {
     let secret = this.opened.get(sealed);
     if (secret === undefined) {
       secret = this.opts.secrets.open(sealed);
-      if (this.opened.size >= OPENED_SECRETS_KEPT) this.opened.clear();
       this.opened.set(sealed, secret);
     }
     return secret;

@@ -1,4 +1,5 @@
 import type { Statement } from 'better-sqlite3';
+import { LRUCache } from 'lru-cache';
 import { safeJsonStringify, type EpisodeOutcome } from '@fleet/protocol';
 import { indexedEvent } from '../../rules/events.js';
 import type { Db } from './db.js';
@@ -38,8 +39,9 @@ export class SqliteEpisodes implements EpisodeStore {
   private readonly replicasOf;
   private readonly countStmt;
   private readonly planner: ListPlanner;
-  private readonly listCache = new Map<string, Statement<unknown[]>>();
-  private readonly rawCache = new Map<string, Statement<unknown[]>>();
+  // Filter shapes are few (which keys are present), so the caches stay small; bounded anyway.
+  private readonly listCache = new LRUCache<string, Statement<unknown[]>>({ max: 500 });
+  private readonly rawCache = new LRUCache<string, Statement<unknown[]>>({ max: 500 });
 
   constructor(private readonly db: Db) {
     this.byId = db.prepare<[string], { seq: number; org_id: string; robot_id: string }>('SELECT seq, org_id, robot_id FROM episodes WHERE id = ?');
@@ -132,7 +134,6 @@ export class SqliteEpisodes implements EpisodeStore {
     let stmt = this.rawCache.get(sql);
     if (!stmt) {
       stmt = this.db.prepare<unknown[]>(sql).raw(true);
-      if (this.rawCache.size > 500) this.rawCache.clear();
       this.rawCache.set(sql, stmt);
     }
     return stmt;
@@ -142,8 +143,6 @@ export class SqliteEpisodes implements EpisodeStore {
     let stmt = this.listCache.get(sql);
     if (!stmt) {
       stmt = this.db.prepare<unknown[]>(sql);
-      // Filter shapes are few (which keys are present), so the cache stays small; bound it anyway.
-      if (this.listCache.size > 500) this.listCache.clear();
       this.listCache.set(sql, stmt);
     }
     return stmt;

@@ -4,13 +4,13 @@ import { EVENT_ID_PATTERN, STREAM_EVENT_TYPES } from '@fleet/protocol';
 import type { FleetEvent, FleetEventType } from '../events.js';
 import { UsageError } from './errors.js';
 import { clientFor, globals, list, type CliContext } from './context.js';
-import { printable } from './output.js';
+import { padToWidth, printable } from './output.js';
 
 const clean = printable;
 
 /** One readable line per event: when it arrived, its id and type, then what changed. */
 export function formatEventLine(e: FleetEvent, at: Date): string {
-  const head = `${at.toISOString()}  ${e.id}  ${e.type.padEnd(17)}`;
+  const head = `${at.toISOString()}  ${e.id}  ${padToWidth(e.type, 17)}`;
   if (e.type === 'robot.status') {
     const d = e.data;
     return `${head}  ${clean(d.robot_id)}  ${d.online ? 'online' : 'offline'}  ${clean(d.recording_state ?? '-')}`;

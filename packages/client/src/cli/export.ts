@@ -1,6 +1,7 @@
 import { once } from 'node:events';
 import { createWriteStream, existsSync, readFileSync, renameSync, rmSync, truncateSync, writeFileSync, statSync } from 'node:fs';
 import type { Writable } from 'node:stream';
+import canonicalize from 'canonicalize';
 import type { FleetClient } from '../client.js';
 import type { EpisodeFilters } from '../types.js';
 import { UsageError } from './errors.js';
@@ -43,7 +44,18 @@ function writeState(path: string, state: ExportState): void {
   renameSync(tmp, path);
 }
 
-const canonical = (f: EpisodeFilters) => JSON.stringify(Object.fromEntries(Object.entries(f).sort(([a], [b]) => (a < b ? -1 : 1))));
+/**
+ * Whether two filter sets are the same, whatever their key order: equal RFC 8785 forms. Filters
+ * from the command line are strings; a state file edited into something that is not I-JSON
+ * (`1e400`, a lone surrogate) matches none of them, as it did not before.
+ */
+function sameFilters(a: EpisodeFilters, b: EpisodeFilters): boolean {
+  try {
+    return canonicalize(a) === canonicalize(b);
+  } catch {
+    return false;
+  }
+}
 
 /** A one-line counter redrawn in place on a terminal (the total is not known in advance). */
 class ProgressLine {
@@ -121,7 +133,7 @@ export async function exportEpisodes(
   let episodes = 0;
   if (args.resume) {
     const s = readState(state);
-    if (canonical(s.filters) !== canonical(args.filters)) throw new UsageError(`the filters differ from the interrupted export's (${JSON.stringify(s.filters).slice(0, 200)})`);
+    if (!sameFilters(s.filters, args.filters)) throw new UsageError(`the filters differ from the interrupted export's (${JSON.stringify(s.filters).slice(0, 200)})`);
     if (!existsSync(args.out) || statSync(args.out).size < s.bytes) throw new UsageError(`${args.out} is shorter than ${state} says: run without --resume to start over`);
     truncateSync(args.out, s.bytes);
     ({ cursor, bytes, episodes } = s);

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { formatErrorDetails } from './errors.js';
-import { formatHoursToFull } from './output.js';
+import stringWidth from 'string-width';
+import { formatHoursToFull, formatRecord, formatTable, padToWidth } from './output.js';
 
 describe('time to a full disk', () => {
   it.each([
@@ -40,5 +41,38 @@ describe('API error details', () => {
     expect(many).toHaveLength(21);
     expect(many[20]).toBe('… 5 more');
     expect(formatErrorDetails(undefined)).toEqual([]);
+  });
+});
+
+describe('tables', () => {
+  const columns = [
+    { header: 'name', value: (r: { name: string; state: string }) => r.name },
+    { header: 'state', value: (r: { name: string; state: string }) => r.state },
+  ];
+  // Where the second column starts, in terminal columns.
+  const stateColumn = (line: string) => stringWidth(line.slice(0, line.lastIndexOf(' ') + 1));
+
+  it('align wide (CJK) and combining characters by the columns they take, not their UTF-16 length', () => {
+    const rows = [
+      { name: 'plain', state: 'online' },
+      { name: '机器人一号', state: 'online' }, // 5 characters, 10 columns
+      { name: 'Zoe\u0301 cafe\u0301', state: 'offline' }, // 10 code units, 8 columns
+    ];
+    const lines = formatTable(rows, columns).trimEnd().split('\n');
+    expect(lines).toEqual(['NAME        STATE', 'plain       online', '机器人一号  online', 'Zoe\u0301 cafe\u0301    offline']);
+    expect(new Set(lines.map(stateColumn))).toEqual(new Set([12]));
+  });
+
+  it('cut a long cell at the column bound, never inside a character', () => {
+    const [, cut] = formatTable([{ name: '机'.repeat(40), state: 'x' }], columns, 9).split('\n');
+    expect(cut).toBe(`${'机'.repeat(4)}…  x`);
+    const [, ascii] = formatTable([{ name: 'abcdefghijkl', state: 'x' }], columns, 9).split('\n');
+    expect(ascii).toBe('abcdefgh…  x');
+  });
+
+  it('pad records and single values by width', () => {
+    expect(formatRecord({ id: 'rbt_1', 名前: 'r' })).toBe('id    rbt_1\n名前  r\n');
+    expect(padToWidth('e\u0301', 3)).toBe('e\u0301  ');
+    expect(padToWidth('longer', 3)).toBe('longer');
   });
 });

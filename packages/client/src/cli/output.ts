@@ -1,4 +1,5 @@
 import type { Writable } from 'node:stream';
+import stringWidth from 'string-width';
 
 /** Text from robots, tenants or the server, safe on a terminal: control characters become `?`. */
 export function printable(v: unknown): string {
@@ -38,22 +39,43 @@ function cell(v: unknown): string {
   return JSON.stringify(v) ?? '-';
 }
 
-/** Aligned columns; cells are cut at `maxWidth` characters so one long value does not wreck the table. */
+/**
+ * `text` padded with spaces to `width` terminal columns: a wide (CJK, emoji) character takes two,
+ * a combining mark none (string-width), where `padEnd` counts UTF-16 code units.
+ */
+export function padToWidth(text: string, width: number): string {
+  return text + ' '.repeat(Math.max(0, width - stringWidth(text)));
+}
+
+const graphemes = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
+
+/** `text` cut to at most `maxWidth` columns, ending with `…` when cut (never inside a character). */
+function fitWidth(text: string, maxWidth: number): string {
+  if (stringWidth(text) <= maxWidth) return text;
+  let out = '';
+  let width = 0;
+  for (const { segment } of graphemes.segment(text)) {
+    const w = stringWidth(segment);
+    if (width + w > maxWidth - 1) break;
+    out += segment;
+    width += w;
+  }
+  return `${out}…`;
+}
+
+/** Aligned columns; cells are cut at `maxWidth` columns so one long value does not wreck the table. */
 export function formatTable<T>(rows: readonly T[], columns: readonly Column<T>[], maxWidth = 60): string {
-  const cells = rows.map((r) => columns.map((c) => {
-    const s = cell(c.value(r)).replace(/[\r\n\t]/g, ' ');
-    return s.length > maxWidth ? `${s.slice(0, maxWidth - 1)}…` : s;
-  }));
-  const widths = columns.map((c, i) => Math.max(c.header.length, ...cells.map((r) => r[i]!.length)));
-  const line = (vals: readonly string[]) => vals.map((v, i) => (i === vals.length - 1 ? v : v.padEnd(widths[i]!))).join('  ').trimEnd();
+  const cells = rows.map((r) => columns.map((c) => fitWidth(cell(c.value(r)).replace(/[\r\n\t]/g, ' '), maxWidth)));
+  const widths = columns.map((c, i) => Math.max(stringWidth(c.header), ...cells.map((r) => stringWidth(r[i]!))));
+  const line = (vals: readonly string[]) => vals.map((v, i) => (i === vals.length - 1 ? v : padToWidth(v, widths[i]!))).join('  ').trimEnd();
   return [line(columns.map((c) => c.header.toUpperCase())), ...cells.map(line)].join('\n') + '\n';
 }
 
 /** `key: value` lines for one resource. */
 export function formatRecord(record: Record<string, unknown>): string {
   const keys = Object.keys(record);
-  const width = Math.max(0, ...keys.map((k) => k.length));
-  return keys.map((k) => `${k.padEnd(width)}  ${cell(record[k])}`).join('\n') + '\n';
+  const width = Math.max(0, ...keys.map((k) => stringWidth(k)));
+  return keys.map((k) => `${padToWidth(k, width)}  ${cell(record[k])}`).join('\n') + '\n';
 }
 
 export class Output {

@@ -1,0 +1,2 @@
+export * from './cli.js';
+export * from './tcp.js';

@@ -1,8 +1,9 @@
 import type { ComponentChildren } from 'preact';
-import { useCallback, useEffect, useRef } from 'preact/hooks';
-import { FleetApiError } from '@fleet/client';
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import type { FEATURES, SCOPES, WebhookEvent } from '@fleet/protocol/browser';
 import type { Session } from '../session.js';
+import { Field } from '../ui/components.js';
+import { SelectField } from '../ui/resource-page.js';
 import { formatTime, timeAgo } from '../ui/format.js';
 
 /**
@@ -145,19 +146,49 @@ export function isoToLocal(d: Date): string {
   return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
 }
 
+/** A choice of the Expires list: `ms` from now, `date` (the date and time picked) or none (never). */
+export interface ExpiryPreset {
+  value: string;
+  label: string;
+  ms?: number;
+}
+
+export interface Expiry {
+  expiry: string;
+  setExpiry: (v: string) => void;
+  date: string;
+  setDate: (v: string) => void;
+  /** The chosen expiry as ISO 8601, or undefined for never. */
+  iso: () => string | undefined;
+}
+
+/** The expiry of a create form (a key's, a token's): `initial` chosen, the date picker `dateIn` ms ahead. */
+export function useExpiry(presets: readonly ExpiryPreset[], initial: string, dateIn: number): Expiry {
+  const [expiry, setExpiry] = useState(initial);
+  const [date, setDate] = useState(() => isoToLocal(new Date(Date.now() + dateIn)));
+  const iso = () => {
+    const preset = presets.find((e) => e.value === expiry);
+    if (preset?.ms) return new Date(Date.now() + preset.ms).toISOString();
+    return expiry === 'date' ? localToIso(date) : undefined;
+  };
+  return { expiry, setExpiry, date, setDate, iso };
+}
+
 /**
- * The message of the 400 issue at `pointer` (a JSON Pointer such as `/match/task_id`) or below
- * it, for display at its field.
+ * The Expires list and, for `date`, the date and time picker, which shows the API's `error`;
+ * `presetError` is shown at the list while a preset is chosen.
  */
-export function issueAt(error: unknown, pointer: string): string | undefined {
-  if (!(error instanceof FleetApiError) || error.code !== 'validation_failed') return undefined;
-  const issues = error.details?.issues;
-  if (!Array.isArray(issues)) return undefined;
-  for (const i of issues as { path?: unknown; message?: unknown }[]) {
-    const path = typeof i.path === 'string' ? i.path : Array.isArray(i.path) ? `/${i.path.join('/')}` : '';
-    if (path === pointer || path.startsWith(`${pointer}/`)) return typeof i.message === 'string' ? i.message : 'invalid';
-  }
-  return undefined;
+export function ExpiryFields({ id, presets, state, error, presetError }: { id: string; presets: readonly ExpiryPreset[]; state: Expiry; error: string | undefined; presetError?: string | undefined }) {
+  return (
+    <>
+      <SelectField label="Expires" id={id} value={state.expiry} options={presets} onChange={state.setExpiry} error={state.expiry === 'date' ? undefined : presetError} />
+      {state.expiry === 'date' ? (
+        <Field label="Expiry date and time (local)" id={`${id}-date`} error={error}>
+          <input id={`${id}-date`} type="datetime-local" required value={state.date} onInput={(e) => state.setDate(e.currentTarget.value)} />
+        </Field>
+      ) : null}
+    </>
+  );
 }
 
 /**

@@ -1,6 +1,7 @@
 import type { Robot, SyncHealthRow } from '@fleet/client';
 import { Pill } from '../ui/components.js';
 import { formatBytes, formatHoursToFull, formatTime, timeAgo } from '../ui/format.js';
+import { CodeTags } from '../ui/resource-page.js';
 
 /** Pieces the fleet list and the robot page both show: presence, recording state, sync health. */
 
@@ -24,15 +25,7 @@ export function RecordingPill({ state }: { state: Robot['recording_state'] }) {
 
 export function Capabilities({ list }: { list: readonly string[] }) {
   if (list.length === 0) return <span class="muted">none announced</span>;
-  return (
-    <ul class="tags">
-      {list.map((c) => (
-        <li key={c}>
-          <code>{c}</code>
-        </li>
-      ))}
-    </ul>
-  );
+  return <CodeTags codes={list} />;
 }
 
 /** Under a day to full is an alert, under three days a warning. */

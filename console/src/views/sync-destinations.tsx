@@ -3,14 +3,17 @@ import type { Destination, DestinationCheck } from '@fleet/client';
 import { needs } from '../session.js';
 import { useConsole } from '../ui/context.js';
 import { useAction, type Async } from '../ui/hooks.js';
-import { Confirm, ErrorNotice, Field, Loading, Pill, ScopedButton, SecretOnce } from '../ui/components.js';
+import { ErrorNotice, Pill, ScopedButton } from '../ui/components.js';
 import { formatDuration } from '../ui/format.js';
-import { Ago, Section, issueAt } from './admin-shared.js';
+import { ConfirmAction, CreateForm, ResourceList, NameCell, ResourceTable, SecretPanel, SelectField, ShowHidden, UrlField, fieldIssue, useCreateFlow, useDestructive, type Column } from '../ui/resource-page.js';
+import { Ago, Section } from './admin-shared.js';
 
 const RETENTIONS: { value: 'keep' | 'until_all_verified_plus_72h'; label: string }[] = [
   { value: 'keep', label: 'Keep the robot\'s copy (default)' },
   { value: 'until_all_verified_plus_72h', label: 'Delete it 72 h after every destination verified it' },
 ];
+
+const COLUMNS: readonly Column[] = ['Grant provider', 'Status', 'Last forward', ['Forwards 24 h', 'num'], ['Deferrals 24 h', 'num'], 'Last deferral', ['Retention', 'hide-narrow']];
 
 export function retentionWords(r: string): string {
   return r === 'keep' ? 'keep local copy' : r === 'until_all_verified_plus_72h' ? 'delete local copy 72 h after verified' : r;
@@ -28,10 +31,11 @@ export function destinationLabel(d: Pick<Destination, 'url' | 'id'>): string {
  */
 export function Destinations({ admin, list, showRevoked, onShowRevoked }: { admin: boolean; list: Async<Destination[] | null>; showRevoked: boolean; onShowRevoked: (v: boolean) => void }) {
   const { session } = useConsole();
-  const [adding, setAdding] = useState(false);
-  const [created, setCreated] = useState<{ id: string; secret: string; label: string } | null>(null);
-  const [revoking, setRevoking] = useState<Destination | null>(null);
-  const revoke = useAction((id: string) => session.client.destinations.revoke(id).then(() => true));
+  const flow = useCreateFlow(list.reload);
+  const revoke = useDestructive(
+    (d: Destination) => session.client.destinations.revoke(d.id),
+    () => list.reload(),
+  );
 
   if (!admin) {
     return (
@@ -50,8 +54,8 @@ export function Destinations({ admin, list, showRevoked, onShowRevoked }: { admi
       title="Destinations"
       id="destinations-title"
       actions={
-        adding ? null : (
-          <ScopedButton allowed={admin} why={needs('admin')} class="primary" onClick={() => (setAdding(true), setCreated(null))}>
+        flow.adding ? null : (
+          <ScopedButton allowed={admin} why={needs('admin')} class="primary" onClick={flow.start}>
             Add a destination
           </ScopedButton>
         )
@@ -61,93 +65,45 @@ export function Destinations({ admin, list, showRevoked, onShowRevoked }: { admi
         A destination is a grant provider of yours: for each episode the cloud asks it, signed with the destination's secret, for upload URLs; the robot then uploads
         straight to your storage.
       </p>
-      {created ? (
-        <div>
-          <SecretOnce label={`Secret of the destination ${created.label} (${created.id})`} secret={created.secret} />
+      <SecretPanel flow={flow}>
+        {() => (
           <p class="small">
             Give it to your grant provider (for <code>fleet-sim grant-provider</code>: <code>FLEET_PROVIDER_SECRET</code>): it verifies the signature of every grant
             request with it. Then use <strong>Check</strong> to see what a robot would get.
           </p>
-          <button type="button" onClick={() => setCreated(null)}>
-            Done, I have stored it
-          </button>
-        </div>
-      ) : null}
-      {adding ? (
+        )}
+      </SecretPanel>
+      {flow.adding ? (
         <CreateDestination
-          onCancel={() => setAdding(false)}
-          onCreated={(d) => {
-            setAdding(false);
-            setCreated({ id: d.id, secret: d.secret, label: destinationLabel(d) });
-            list.reload();
-          }}
+          onCancel={flow.cancel}
+          onCreated={(d) => flow.created({ label: `Secret of the destination ${destinationLabel(d)} (${d.id})`, value: d.secret })}
         />
       ) : null}
-      {list.error ? <ErrorNotice error={list.error} action="Loading the destinations" /> : null}
-      {list.data === undefined && !list.error ? <Loading label="Loading destinations" /> : null}
-      {list.data && shown.length === 0 ? (
-        <p class="empty">
-          {all.length === 0
-            ? 'No destination yet: recordings stay on the robots until you add one.'
-            : 'Every destination is revoked: recordings stay on the robots until you add one.'}
-        </p>
-      ) : null}
-      <ErrorNotice error={revoke.error} action="Revoking the destination" />
-      {shown.length > 0 ? (
-        <div class="table-wrap">
-          <table class="destinations">
-            <thead>
-              <tr>
-                <th scope="col">Grant provider</th>
-                <th scope="col">Status</th>
-                <th scope="col">Last forward</th>
-                <th scope="col" class="num">
-                  Forwards 24 h
-                </th>
-                <th scope="col" class="num">
-                  Deferrals 24 h
-                </th>
-                <th scope="col">Last deferral</th>
-                <th scope="col" class="hide-narrow">
-                  Retention
-                </th>
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
-              </tr>
-            </thead>
-            <tbody>
-              {shown.map((d) => (
-                <DestinationRow key={d.id} d={d} onRevoke={() => setRevoking(d)} />
-              ))}
-            </tbody>
-          </table>
-        </div>
-      ) : null}
-      {revokedCount > 0 ? (
-        <label class="check small">
-          <input type="checkbox" checked={showRevoked} onChange={(e) => onShowRevoked(e.currentTarget.checked)} /> Show revoked destinations ({revokedCount})
-        </label>
-      ) : null}
-      <Confirm
-        open={revoking !== null}
-        title="Revoke this destination?"
-        confirmLabel="Revoke"
-        danger
-        onCancel={() => setRevoking(null)}
-        onConfirm={() => {
-          const d = revoking;
-          setRevoking(null);
-          if (d) void revoke.run(d.id).then((ok) => ok && list.reload());
-        }}
+      <ResourceList
+        list={list}
+        count={shown.length}
+        what="destinations"
+        polled
+        errors={[[revoke.error, 'Revoking the destination']]}
+        empty={all.length === 0 ? 'No destination yet: recordings stay on the robots until you add one.' : 'Every destination is revoked: recordings stay on the robots until you add one.'}
       >
-        {revoking ? (
+        <ResourceTable name="destinations" columns={COLUMNS} actions="Actions">
+          {shown.map((d) => (
+            <DestinationRow key={d.id} d={d} onRevoke={() => revoke.ask(d)} />
+          ))}
+        </ResourceTable>
+      </ResourceList>
+      <ShowHidden count={revokedCount} checked={showRevoked} onChange={onShowRevoked}>
+        Show revoked destinations
+      </ShowHidden>
+      <ConfirmAction action={revoke} title="Revoke this destination?" confirmLabel="Revoke" danger>
+        {(d) => (
           <p>
-            <code>{revoking.url}</code> gets no grant request from now on. Data already synced stays where it is; routing rules pointing at it stop matching, and
+            <code>{d.url}</code> gets no grant request from now on. Data already synced stays where it is; routing rules pointing at it stop matching, and
             episodes routed to it that had not synced are routed again. This cannot be undone.
           </p>
-        ) : null}
-      </Confirm>
+        )}
+      </ConfirmAction>
     </Section>
   );
 }
@@ -160,12 +116,11 @@ function DestinationRow({ d, onRevoke }: { d: Destination; onRevoke: () => void 
   return (
     <>
       <tr class={revoked ? 'revoked' : ''} data-destination-id={d.id}>
-        <td>
+        <NameCell id={d.id}>
           <span class="dest-url" title={d.url}>
             {destinationLabel(d)}
           </span>
-          <div class="muted small mono">{d.id}</div>
-        </td>
+        </NameCell>
         <td>
           {revoked ? (
             <Pill tone="idle">revoked</Pill>
@@ -300,48 +255,20 @@ function CreateDestination({ onCreated, onCancel }: { onCreated: (d: Destination
   const [url, setUrl] = useState('');
   const [retention, setRetention] = useState<'keep' | 'until_all_verified_plus_72h'>('keep');
   const create = useAction(() => session.client.destinations.create({ type: 'external', url: url.trim(), retention }));
-  const urlError = issueAt(create.error, '/url');
   return (
-    <form
-      class="create-form"
-      aria-label="New destination"
-      onSubmit={(e) => {
-        e.preventDefault();
-        void create.run().then((d) => d && onCreated(d));
-      }}
-    >
-      <h3>New destination</h3>
-      <Field label="Grant provider URL" id="dest-url" error={urlError} hint="HTTPS, reachable from the cloud at a public address; redirects are not followed.">
-        <input
-          id="dest-url"
-          type="url"
-          required
-          placeholder="https://grants.example.com/grant"
-          value={url}
-          onInput={(e) => setUrl(e.currentTarget.value)}
-          aria-invalid={urlError ? true : undefined}
-          aria-describedby={urlError ? 'dest-url-error dest-url-hint' : 'dest-url-hint'}
-        />
-      </Field>
-      <Field label="Robot's local copy once verified" id="dest-retention">
-        <select id="dest-retention" value={retention} onChange={(e) => setRetention(e.currentTarget.value as typeof retention)}>
-          {RETENTIONS.map((r) => (
-            <option key={r.value} value={r.value}>
-              {r.label}
-            </option>
-          ))}
-        </select>
-      </Field>
+    <CreateForm title="New destination" inSection create={create} onCreated={onCreated} onCancel={onCancel} failed="Creating the destination" submitLabel="Create destination" ready={url.trim() !== ''}>
+      <UrlField
+        label="Grant provider URL"
+        id="dest-url"
+        hint="HTTPS, reachable from the cloud at a public address; redirects are not followed."
+        placeholder="https://grants.example.com/grant"
+        value={url}
+        onInput={setUrl}
+        error={fieldIssue(create.error, '/url')}
+        describeError
+      />
+      <SelectField label="Robot's local copy once verified" id="dest-retention" value={retention} options={RETENTIONS} onChange={setRetention} />
       <p class="muted small">Type: external (a grant provider you run). Upload protocols (single PUT, S3 multipart) are chosen by the provider in each grant.</p>
-      <ErrorNotice error={create.error} action="Creating the destination" />
-      <div class="row">
-        <button type="submit" class="primary" disabled={create.busy || url.trim() === ''}>
-          {create.busy ? 'Creating…' : 'Create destination'}
-        </button>
-        <button type="button" onClick={onCancel}>
-          Cancel
-        </button>
-      </div>
-    </form>
+    </CreateForm>
   );
 }

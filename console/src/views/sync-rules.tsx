@@ -3,10 +3,13 @@ import type { CreateRoutingRuleRequest, Destination, RoutingRule } from '@fleet/
 import { needs } from '../session.js';
 import { useConsole } from '../ui/context.js';
 import { useAction, type Async } from '../ui/hooks.js';
-import { Confirm, ErrorNotice, Field, Loading, Pill, ScopedButton } from '../ui/components.js';
-import { Ago, MATCH_FIELDS, Section, issueAt } from './admin-shared.js';
+import { Field, Pill, ScopedButton } from '../ui/components.js';
+import { ConfirmAction, CreateForm, ResourceList, ResourceTable, fieldIssue, useCreateFlow, useDestructive, type Column } from '../ui/resource-page.js';
+import { Ago, MATCH_FIELDS, Section } from './admin-shared.js';
 import { OUTCOMES } from '../ui/episodes-filter.js';
 import { destinationLabel } from './sync-destinations.js';
+
+const COLUMNS: readonly Column[] = [['#', 'num'], 'Matches', 'Destination', ['Created', 'hide-narrow']];
 
 /**
  * Routing rules in order: the first matching rule decides where an episode syncs. Reordered with
@@ -16,13 +19,21 @@ import { destinationLabel } from './sync-destinations.js';
 export function RoutingRules({ admin, list, destinations }: { admin: boolean; list: Async<RoutingRule[] | null>; destinations: Destination[] | undefined }) {
   const { session } = useConsole();
   const [local, setLocal] = useState<RoutingRule[] | null>(null);
-  const [adding, setAdding] = useState(false);
-  const [deleting, setDeleting] = useState<RoutingRule | null>(null);
   const [said, setSaid] = useState('');
+  const flow = useCreateFlow(() => {
+    setSaid('Rule added at the end.');
+    list.reload();
+  });
   const [dragged, setDragged] = useState<string | null>(null);
   const focusAfter = useRef<{ id: string; dir: 'up' | 'down' } | null>(null);
   const order = useAction((ids: string[]) => session.client.routingRules.setOrder(ids));
-  const remove = useAction((id: string) => session.client.routingRules.delete(id).then(() => true));
+  const remove = useDestructive(
+    (r: RoutingRule) => session.client.routingRules.delete(r.id),
+    () => {
+      setSaid('Rule deleted.');
+      list.reload();
+    },
+  );
   useEffect(() => setLocal(null), [list.data]);
   const rules = local ?? list.data ?? [];
 
@@ -80,8 +91,8 @@ export function RoutingRules({ admin, list, destinations }: { admin: boolean; li
       title="Routing rules"
       id="rules-title"
       actions={
-        adding ? null : (
-          <ScopedButton allowed={admin} why={needs('admin')} class="primary" onClick={() => setAdding(true)} disabled={live.length === 0} title={live.length === 0 ? 'Add a destination first' : undefined}>
+        flow.adding ? null : (
+          <ScopedButton allowed={admin} why={needs('admin')} class="primary" onClick={flow.start} disabled={live.length === 0} title={live.length === 0 ? 'Add a destination first' : undefined}>
             Add a rule
           </ScopedButton>
         )
@@ -92,136 +103,100 @@ export function RoutingRules({ admin, list, destinations }: { admin: boolean; li
         the robot (a rule added later picks up that backlog).
       </p>
       {list.data && rules.length === 0 ? <p class="empty">{noRulesWords(live)}</p> : null}
-      {adding ? (
-        <CreateRule
-          destinations={live}
-          onCancel={() => setAdding(false)}
-          onCreated={() => {
-            setAdding(false);
-            setSaid('Rule added at the end.');
-            list.reload();
-          }}
-        />
+      {flow.adding ? (
+        <CreateRule destinations={live} onCancel={flow.cancel} onCreated={() => flow.created()} />
       ) : null}
-      {list.error ? <ErrorNotice error={list.error} action="Loading the routing rules" /> : null}
-      {list.data === undefined && !list.error ? <Loading label="Loading routing rules" /> : null}
-      <ErrorNotice error={order.error} action="Reordering the rules" />
-      <ErrorNotice error={remove.error} action="Deleting the rule" />
-      <p class="sr-only" role="status" aria-live="polite">
-        {said}
-      </p>
-      {rules.length > 0 ? (
-        <div class="table-wrap">
-          <table class="rules">
-            <thead>
-              <tr>
-                <th scope="col" class="num">
-                  #
-                </th>
-                <th scope="col">Matches</th>
-                <th scope="col">Destination</th>
-                <th scope="col" class="hide-narrow">
-                  Created
-                </th>
-                <th scope="col">
-                  <span class="sr-only">Order and actions</span>
-                </th>
-              </tr>
-            </thead>
-            <tbody>
-              {rules.map((r, i) => {
-                const d = dests.get(r.destination_id);
-                return (
-                  <tr
-                    key={r.id}
-                    data-rule-id={r.id}
-                    draggable={!order.busy}
-                    class={`${dragged === r.id ? 'dragging' : ''}`}
-                    onDragStart={(e) => {
-                      setDragged(r.id);
-                      e.dataTransfer?.setData('text/plain', r.id);
-                      if (e.dataTransfer) e.dataTransfer.effectAllowed = 'move';
-                    }}
-                    onDragEnd={() => setDragged(null)}
-                    onDragOver={(e) => {
-                      if (dragged) e.preventDefault();
-                    }}
-                    onDrop={(e) => {
-                      e.preventDefault();
-                      dropOn(r.id);
-                    }}
-                  >
-                    <td class="num">
-                      <span class="drag-handle" aria-hidden="true" title="Drag to reorder">
-                        ⋮⋮
-                      </span>{' '}
-                      {i + 1}
-                    </td>
-                    <td>
-                      <MatchWords match={r.match} />
-                    </td>
-                    <td>
-                      {d ? <span title={d.url}>{destinationLabel(d)}</span> : <span class="mono small">{r.destination_id}</span>}
-                      {d?.revoked_at ? (
-                        <>
-                          {' '}
-                          <Pill tone="warn">revoked: matches nothing</Pill>
-                        </>
-                      ) : null}
-                    </td>
-                    <td class="hide-narrow">
-                      <Ago iso={r.created_at} />
-                    </td>
-                    <td class="actions">
-                      <div class="row nowrap">
-                        <button type="button" class="move-up icon" onClick={() => step(i, -1)} disabled={i === 0} aria-label={`Move rule ${i + 1} up`}>
-                          ↑
-                        </button>
-                        <button
-                          type="button"
-                          class="move-down icon"
-                          onClick={() => step(i, 1)}
-                          disabled={i === rules.length - 1}
-                          aria-label={`Move rule ${i + 1} down`}
-                        >
-                          ↓
-                        </button>
-                        <button type="button" class="danger-outline" onClick={() => setDeleting(r)} aria-label={`Delete rule ${i + 1}`}>
-                          Delete
-                        </button>
-                      </div>
-                    </td>
-                  </tr>
-                );
-              })}
-            </tbody>
-          </table>
-        </div>
-      ) : null}
-      <Confirm
-        open={deleting !== null}
-        title="Delete this routing rule?"
-        confirmLabel="Delete rule"
-        danger
-        onCancel={() => setDeleting(null)}
-        onConfirm={() => {
-          const r = deleting;
-          setDeleting(null);
-          if (r)
-            void remove.run(r.id).then((ok) => {
-              if (!ok) return;
-              setSaid('Rule deleted.');
-              list.reload();
-            });
-        }}
+      <ResourceList
+        list={list}
+        count={rules.length}
+        what="routing rules"
+        polled
+        errors={[
+          [order.error, 'Reordering the rules'],
+          [remove.error, 'Deleting the rule'],
+        ]}
+        notices={
+          <p class="sr-only" role="status" aria-live="polite">
+            {said}
+          </p>
+        }
       >
-        {deleting ? (
+        <ResourceTable name="rules" columns={COLUMNS} actions="Order and actions">
+          {rules.map((r, i) => {
+            const d = dests.get(r.destination_id);
+            return (
+              <tr
+                key={r.id}
+                data-rule-id={r.id}
+                draggable={!order.busy}
+                class={`${dragged === r.id ? 'dragging' : ''}`}
+                onDragStart={(e) => {
+                  setDragged(r.id);
+                  e.dataTransfer?.setData('text/plain', r.id);
+                  if (e.dataTransfer) e.dataTransfer.effectAllowed = 'move';
+                }}
+                onDragEnd={() => setDragged(null)}
+                onDragOver={(e) => {
+                  if (dragged) e.preventDefault();
+                }}
+                onDrop={(e) => {
+                  e.preventDefault();
+                  dropOn(r.id);
+                }}
+              >
+                <td class="num">
+                  <span class="drag-handle" aria-hidden="true" title="Drag to reorder">
+                    ⋮⋮
+                  </span>{' '}
+                  {i + 1}
+                </td>
+                <td>
+                  <MatchWords match={r.match} />
+                </td>
+                <td>
+                  {d ? <span title={d.url}>{destinationLabel(d)}</span> : <span class="mono small">{r.destination_id}</span>}
+                  {d?.revoked_at ? (
+                    <>
+                      {' '}
+                      <Pill tone="warn">revoked: matches nothing</Pill>
+                    </>
+                  ) : null}
+                </td>
+                <td class="hide-narrow">
+                  <Ago iso={r.created_at} />
+                </td>
+                <td class="actions">
+                  <div class="row nowrap">
+                    <button type="button" class="move-up icon" onClick={() => step(i, -1)} disabled={i === 0} aria-label={`Move rule ${i + 1} up`}>
+                      ↑
+                    </button>
+                    <button
+                      type="button"
+                      class="move-down icon"
+                      onClick={() => step(i, 1)}
+                      disabled={i === rules.length - 1}
+                      aria-label={`Move rule ${i + 1} down`}
+                    >
+                      ↓
+                    </button>
+                    <button type="button" class="danger-outline" onClick={() => remove.ask(r)} aria-label={`Delete rule ${i + 1}`}>
+                      Delete
+                    </button>
+                  </div>
+                </td>
+              </tr>
+            );
+          })}
+        </ResourceTable>
+      </ResourceList>
+      <ConfirmAction action={remove} title="Delete this routing rule?" confirmLabel="Delete rule" danger>
+        {(r) => (
           <>
             <p>Episodes it matched are routed by the remaining rules from now on; replicas already verified stay where they are.</p>
-            <MatchWords match={deleting.match} />
+            <MatchWords match={r.match} />
           </>
-        ) : null}
-      </Confirm>
+        )}
+      </ConfirmAction>
     </Section>
   );
 }
@@ -261,7 +236,7 @@ function CreateRule({ destinations, onCreated, onCancel }: { destinations: Desti
   const [texts, setTexts] = useState<Record<string, string>>({});
   const [outcomes, setOutcomes] = useState<Set<string>>(new Set());
   const [autonomous, setAutonomous] = useState('');
-  const create = useAction((body: CreateRoutingRuleRequest) => session.client.routingRules.create(body));
+  const create = useAction(() => session.client.routingRules.create(build()));
   const build = (): CreateRoutingRuleRequest => {
     const match: Record<string, string | string[]> = {};
     for (const f of MATCH_FIELDS) {
@@ -276,17 +251,20 @@ function CreateRule({ destinations, onCreated, onCancel }: { destinations: Desti
     return { destination_id: destinationId, match };
   };
   return (
-    <form
-      class="create-form"
-      aria-label="New routing rule"
-      onSubmit={(e) => {
-        e.preventDefault();
-        void create.run(build()).then((r) => r && onCreated());
-      }}
+    <CreateForm
+      title="New routing rule"
+      heading="New rule"
+      inSection
+      create={create}
+      onCreated={() => onCreated()}
+      onCancel={onCancel}
+      failed="Adding the rule"
+      submitLabel="Add rule at the end"
+      busyLabel="Adding…"
+      ready={destinationId !== ''}
     >
-      <h3>New rule</h3>
       <p class="muted small">Every filled field must match; a field with several values (separated by commas) matches any of them. Leave all empty to match every episode.</p>
-      <Field label="Send matching episodes to" id="rule-destination" error={issueAt(create.error, '/destination_id')}>
+      <Field label="Send matching episodes to" id="rule-destination" error={fieldIssue(create.error, '/destination_id')}>
         <select id="rule-destination" value={destinationId} onChange={(e) => setDestinationId(e.currentTarget.value)} required>
           {destinations.map((d) => (
             <option key={d.id} value={d.id}>
@@ -299,7 +277,7 @@ function CreateRule({ destinations, onCreated, onCancel }: { destinations: Desti
         {MATCH_FIELDS.map((f) => {
           const id = `rule-${f.field}`;
           return (
-            <Field key={f.field} label={f.label} id={id} error={issueAt(create.error, `/match/${f.field}`)}>
+            <Field key={f.field} label={f.label} id={id} error={fieldIssue(create.error, `/match/${f.field}`)}>
               <input
                 id={id}
                 value={texts[f.field] ?? ''}
@@ -311,7 +289,7 @@ function CreateRule({ destinations, onCreated, onCancel }: { destinations: Desti
             </Field>
           );
         })}
-        <Field label="Control mode" id="rule-has_autonomous" error={issueAt(create.error, '/match/has_autonomous')}>
+        <Field label="Control mode" id="rule-has_autonomous" error={fieldIssue(create.error, '/match/has_autonomous')}>
           <select id="rule-has_autonomous" value={autonomous} onChange={(e) => setAutonomous(e.currentTarget.value)}>
             <option value="">any</option>
             <option value="true">with autonomy</option>
@@ -337,15 +315,6 @@ function CreateRule({ destinations, onCreated, onCancel }: { destinations: Desti
           </label>
         ))}
       </fieldset>
-      <ErrorNotice error={create.error} action="Adding the rule" />
-      <div class="row">
-        <button type="submit" class="primary" disabled={create.busy || !destinationId}>
-          {create.busy ? 'Adding…' : 'Add rule at the end'}
-        </button>
-        <button type="button" onClick={onCancel}>
-          Cancel
-        </button>
-      </div>
-    </form>
+    </CreateForm>
   );
 }

@@ -4,11 +4,14 @@ import { navigate, useLocation } from '../router.js';
 import { useConsole } from '../ui/context.js';
 import { useAction, useAsync, useTicker } from '../ui/hooks.js';
 import { ErrorNotice, Facts, Link, Loading, PageHeader, Pill } from '../ui/components.js';
+import { ResourceList, ResourceTable, type Column } from '../ui/resource-page.js';
 import { formatDuration, formatTime } from '../ui/format.js';
 import { Ago, CursorPager, FeatureMissing, Section, hasFeature } from './admin-shared.js';
 import { WebhookStatus } from './webhooks.js';
 
 const PAGE = 25;
+const DELIVERY_COLUMNS: readonly Column[] = ['When', 'Event', ['Attempt', 'num'], 'Result', ['Latency', 'num'], ['Event id', 'hide-narrow']];
+const DEAD_COLUMNS: readonly Column[] = ['Dead since', 'Event', ['Attempts', 'num'], 'Last answer', 'Payload'];
 /** How long a queued test event is watched for on the first page of the log. */
 const WATCH_MS = 90_000;
 
@@ -141,51 +144,28 @@ export function WebhookView({ id }: { id: string }) {
       ) : null}
       <Section title="Delivery log" id="log-title">
         <p class="muted small">Every attempt, newest first; the newest 500 are kept.</p>
-        <ErrorNotice error={deliveries.error} action="Loading the delivery log" />
-        {deliveries.loading && deliveries.data === undefined ? <Loading label="Loading deliveries" /> : null}
-        {deliveries.data && rows.length === 0 ? <p class="empty">{cursor ? 'No more attempts.' : 'No delivery attempted yet. Send a test event to try the endpoint.'}</p> : null}
-        {rows.length > 0 ? (
-          <div class="table-wrap">
-            <table class="deliveries">
-              <thead>
-                <tr>
-                  <th scope="col">When</th>
-                  <th scope="col">Event</th>
-                  <th scope="col" class="num">
-                    Attempt
-                  </th>
-                  <th scope="col">Result</th>
-                  <th scope="col" class="num">
-                    Latency
-                  </th>
-                  <th scope="col" class="hide-narrow">
-                    Event id
-                  </th>
-                </tr>
-              </thead>
-              <tbody>
-                {rows.map((d) => (
-                  <tr key={d.id} data-event-id={d.event_id} class={d.event_id === watch ? 'highlight' : ''}>
-                    <td>
-                      <Ago iso={d.at} now={now} />
-                    </td>
-                    <td>
-                      <code>{d.event}</code>
-                    </td>
-                    <td class="num">{d.attempt}</td>
-                    <td>
-                      <Pill tone={d.outcome === 'delivered' ? 'ok' : d.outcome === 'retry' ? 'warn' : 'bad'}>{d.outcome === 'retry' ? 'failed, will retry' : d.outcome === 'dead' ? 'dead-lettered' : 'delivered'}</Pill>{' '}
-                      {d.status_code !== null ? <span class="small">HTTP {d.status_code}</span> : null}
-                      {d.error ? <div class="small reason">{d.error}</div> : null}
-                    </td>
-                    <td class="num">{formatDuration(d.latency_ms)}</td>
-                    <td class="hide-narrow mono small">{d.event_id}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
-        ) : null}
+        <ResourceList list={deliveries} count={rows.length} what="delivery log" loading="Loading deliveries" empty={cursor ? 'No more attempts.' : 'No delivery attempted yet. Send a test event to try the endpoint.'}>
+          <ResourceTable name="deliveries" columns={DELIVERY_COLUMNS}>
+            {rows.map((d) => (
+              <tr key={d.id} data-event-id={d.event_id} class={d.event_id === watch ? 'highlight' : ''}>
+                <td>
+                  <Ago iso={d.at} now={now} />
+                </td>
+                <td>
+                  <code>{d.event}</code>
+                </td>
+                <td class="num">{d.attempt}</td>
+                <td>
+                  <Pill tone={d.outcome === 'delivered' ? 'ok' : d.outcome === 'retry' ? 'warn' : 'bad'}>{d.outcome === 'retry' ? 'failed, will retry' : d.outcome === 'dead' ? 'dead-lettered' : 'delivered'}</Pill>{' '}
+                  {d.status_code !== null ? <span class="small">HTTP {d.status_code}</span> : null}
+                  {d.error ? <div class="small reason">{d.error}</div> : null}
+                </td>
+                <td class="num">{formatDuration(d.latency_ms)}</td>
+                <td class="hide-narrow mono small">{d.event_id}</td>
+              </tr>
+            ))}
+          </ResourceTable>
+        </ResourceList>
         <CursorPager cursor={cursor} next={deliveries.data?.cursor} onPage={(c) => setQuery({ cursor: c, watch: null })} label="Delivery log" />
       </Section>
       <DeadLetters id={id} list={dead} onRedelivered={() => (deliveries.reload(), hook.reload())} />
@@ -200,76 +180,62 @@ function DeadLetters({ id, list, onRedelivered }: { id: string; list: { data: De
   return (
     <Section title="Dead letters" id="dead-title">
       <p class="muted small">Deliveries that failed every retry (or got a status that is not retried). Redeliver puts one back at the end of the queue with the same event id.</p>
-      <ErrorNotice error={list.error} action="Loading the dead letters" />
-      <ErrorNotice error={redeliver.error} action="Redelivering" />
-      {redeliver.result ? (
-        <div class="notice info" role="status">
-          Event <code>{redeliver.result.event_id}</code> is queued again.
-        </div>
-      ) : null}
-      {list.loading && list.data === undefined ? <Loading label="Loading dead letters" /> : null}
-      {list.data && items.length === 0 ? <p class="empty">No dead letter.</p> : null}
-      {items.length > 0 ? (
-        <div class="table-wrap">
-          <table class="dead-letters">
-            <thead>
-              <tr>
-                <th scope="col">Dead since</th>
-                <th scope="col">Event</th>
-                <th scope="col" class="num">
-                  Attempts
-                </th>
-                <th scope="col">Last answer</th>
-                <th scope="col">Payload</th>
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
-              </tr>
-            </thead>
-            <tbody>
-              {items.map((d) => (
-                <tr key={d.id}>
-                  <td>
-                    <Ago iso={d.dead_lettered_at} />
-                  </td>
-                  <td>
-                    <code>{d.event}</code>
-                    <div class="muted small mono">{d.event_id}</div>
-                  </td>
-                  <td class="num">{d.attempts}</td>
-                  <td>
-                    {d.last_status !== null ? `HTTP ${d.last_status}` : null}
-                    {d.last_error ? <div class="small reason">{d.last_error}</div> : null}
-                  </td>
-                  <td>
-                    <details>
-                      <summary>Show</summary>
-                      <pre class="payload">{JSON.stringify(d.payload, null, 2)}</pre>
-                    </details>
-                  </td>
-                  <td>
-                    <button
-                      type="button"
-                      disabled={redeliver.busy}
-                      onClick={() =>
-                        void redeliver.run(d.id).then((r) => {
-                          if (r) {
-                            list.reload();
-                            onRedelivered();
-                          }
-                        })
+      <ResourceList
+        list={list}
+        count={items.length}
+        what="dead letters"
+        errors={[[redeliver.error, 'Redelivering']]}
+        notices={
+          redeliver.result ? (
+            <div class="notice info" role="status">
+              Event <code>{redeliver.result.event_id}</code> is queued again.
+            </div>
+          ) : null
+        }
+        empty="No dead letter."
+      >
+        <ResourceTable name="dead-letters" columns={DEAD_COLUMNS} actions="Actions">
+          {items.map((d) => (
+            <tr key={d.id}>
+              <td>
+                <Ago iso={d.dead_lettered_at} />
+              </td>
+              <td>
+                <code>{d.event}</code>
+                <div class="muted small mono">{d.event_id}</div>
+              </td>
+              <td class="num">{d.attempts}</td>
+              <td>
+                {d.last_status !== null ? `HTTP ${d.last_status}` : null}
+                {d.last_error ? <div class="small reason">{d.last_error}</div> : null}
+              </td>
+              <td>
+                <details>
+                  <summary>Show</summary>
+                  <pre class="payload">{JSON.stringify(d.payload, null, 2)}</pre>
+                </details>
+              </td>
+              <td>
+                <button
+                  type="button"
+                  disabled={redeliver.busy}
+                  onClick={() =>
+                    void redeliver.run(d.id).then((r) => {
+                      if (r) {
+                        list.reload();
+                        onRedelivered();
                       }
-                      aria-label={`Redeliver ${d.event_id}`}
-                    >
-                      Redeliver
-                    </button>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      ) : null}
+                    })
+                  }
+                  aria-label={`Redeliver ${d.event_id}`}
+                >
+                  Redeliver
+                </button>
+              </td>
+            </tr>
+          ))}
+        </ResourceTable>
+      </ResourceList>
     </Section>
   );
 }

@@ -2,10 +2,12 @@ import { useState } from 'preact/hooks';
 import type { CreateWebhookRequest, Webhook } from '@fleet/client';
 import { useConsole } from '../ui/context.js';
 import { useAction, useAsync } from '../ui/hooks.js';
-import { Confirm, ErrorNotice, Field, Link, Loading, PageHeader, Pill, SecretOnce } from '../ui/components.js';
-import { Ago, FeatureMissing, WEBHOOK_EVENT_INFO, CodeChecks, hasFeature, issueAt } from './admin-shared.js';
+import { Confirm, ErrorNotice, Link, Pill } from '../ui/components.js';
+import { CodeTags, ConfirmAction, CreateForm, NameCell, ResourceHeader, ResourceList, ResourceTable, SecretPanel, UrlField, fieldIssue, useCreateFlow, useDestructive, type Column, type Secret } from '../ui/resource-page.js';
+import { Ago, FeatureMissing, WEBHOOK_EVENT_INFO, CodeChecks, hasFeature } from './admin-shared.js';
 
 const EVENT_OPTIONS = WEBHOOK_EVENT_INFO.map((e) => ({ code: e.event, what: e.what }));
+const COLUMNS: readonly Column[] = ['Endpoint', 'Events', 'Status', ['Pending', 'num'], 'Last delivery'];
 
 /**
  * Webhook subscriptions: create (the `whsec_` secret shown once), enable a disabled one, rotate
@@ -16,100 +18,56 @@ export function WebhooksView(_props: object) {
   const enabled = hasFeature(session, 'api.access');
   const list = useAsync((signal) => (enabled ? session.client.webhooks.list({ signal }).then((r) => r.webhooks) : Promise.resolve([])), [enabled]);
   const limits = useAsync((signal) => session.client.entitlements({ signal }).then((e) => e.limits), []);
-  const [adding, setAdding] = useState(false);
-  const [secret, setSecret] = useState<{ label: string; value: string; note: string } | null>(null);
-  const [deleting, setDeleting] = useState<Webhook | null>(null);
-  const remove = useAction((id: string) => session.client.webhooks.delete(id).then(() => true));
+  const flow = useCreateFlow<Secret & { note: string }>(list.reload);
+  const remove = useDestructive(
+    (h: Webhook) => session.client.webhooks.delete(h.id),
+    () => list.reload(),
+  );
   const hooks = list.data ?? [];
   const active = hooks.filter((h) => h.status === 'active').length;
   const max = limits.data?.webhook_subscriptions;
 
   return (
     <>
-      <PageHeader title="Webhooks">
-        {enabled && !adding ? (
-          <button type="button" class="primary" onClick={() => (setAdding(true), setSecret(null))}>
-            Add a webhook
-          </button>
-        ) : null}
-      </PageHeader>
-      {!enabled ? <FeatureMissing feature="api.access" /> : null}
+      <ResourceHeader title="Webhooks" createLabel="Add a webhook" flow={flow} enabled={enabled} notice={<FeatureMissing feature="api.access" />} />
       <p class="muted">
         Episode events pushed to an HTTPS endpoint of yours, signed with the subscription's secret (<code>X-Service-Signature</code>; see docs/api.md, Verifying a
         signature). {max !== undefined ? `${active} of ${max} active subscriptions.` : null}
       </p>
-      {secret ? (
-        <div>
-          <SecretOnce label={secret.label} secret={secret.value} />
-          <p class="small">{secret.note}</p>
-          <button type="button" onClick={() => setSecret(null)}>
-            Done, I have stored it
-          </button>
-        </div>
-      ) : null}
-      {adding ? (
+      <SecretPanel flow={flow}>{(s) => <p class="small">{s.note}</p>}</SecretPanel>
+      {flow.adding ? (
         <CreateWebhook
-          onCancel={() => setAdding(false)}
-          onCreated={(h) => {
-            setAdding(false);
-            setSecret({ label: `Signing secret of ${h.url}`, value: h.secret, note: 'Your endpoint verifies every delivery\'s signature with it.' });
-            list.reload();
-          }}
+          onCancel={flow.cancel}
+          onCreated={(h) => flow.created({ label: `Signing secret of ${h.url}`, value: h.secret, note: 'Your endpoint verifies every delivery\'s signature with it.' })}
         />
       ) : null}
-      <ErrorNotice error={list.error} action="Loading the webhooks" />
-      <ErrorNotice error={remove.error} action="Deleting the webhook" />
-      {list.loading && list.data === undefined ? <Loading label="Loading webhooks" /> : null}
-      {enabled && list.data && hooks.length === 0 && !adding ? <p class="empty panel">No webhook yet. Add one to be told when episodes are reported, synced, verified or fail.</p> : null}
-      {hooks.length > 0 ? (
-        <div class="table-wrap">
-          <table class="webhooks">
-            <thead>
-              <tr>
-                <th scope="col">Endpoint</th>
-                <th scope="col">Events</th>
-                <th scope="col">Status</th>
-                <th scope="col" class="num">
-                  Pending
-                </th>
-                <th scope="col">Last delivery</th>
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
-              </tr>
-            </thead>
-            <tbody>
-              {hooks.map((h) => (
-                <WebhookRow
-                  key={h.id}
-                  h={h}
-                  onChanged={() => list.reload()}
-                  onSecret={(s) => setSecret({ label: `New signing secret of ${h.url}`, value: s.secret, note: `The old secret keeps signing (as a second v1= entry) until ${new Date(s.previous_secret_expires_at).toLocaleString()}: update your endpoint before then.` })}
-                  onDelete={() => setDeleting(h)}
-                />
-              ))}
-            </tbody>
-          </table>
-        </div>
-      ) : null}
-      <Confirm
-        open={deleting !== null}
-        title="Delete this webhook?"
-        confirmLabel="Delete webhook"
-        danger
-        onCancel={() => setDeleting(null)}
-        onConfirm={() => {
-          const h = deleting;
-          setDeleting(null);
-          if (h) void remove.run(h.id).then((ok) => ok && list.reload());
-        }}
+      <ResourceList
+        list={list}
+        count={hooks.length}
+        what="webhooks"
+        errors={[[remove.error, 'Deleting the webhook']]}
+        empty={enabled && !flow.adding ? 'No webhook yet. Add one to be told when episodes are reported, synced, verified or fail.' : null}
+        panel
       >
-        {deleting ? (
+        <ResourceTable name="webhooks" columns={COLUMNS} actions="Actions">
+          {hooks.map((h) => (
+            <WebhookRow
+              key={h.id}
+              h={h}
+              onChanged={() => list.reload()}
+              onSecret={(s) => flow.show({ label: `New signing secret of ${h.url}`, value: s.secret, note: `The old secret keeps signing (as a second v1= entry) until ${new Date(s.previous_secret_expires_at).toLocaleString()}: update your endpoint before then.` })}
+              onDelete={() => remove.ask(h)}
+            />
+          ))}
+        </ResourceTable>
+      </ResourceList>
+      <ConfirmAction action={remove} title="Delete this webhook?" confirmLabel="Delete webhook" danger>
+        {(h) => (
           <p>
-            <code>{deleting.url}</code> gets no more events, and its {deleting.pending_deliveries} pending deliveries and its delivery log are deleted with it.
+            <code>{h.url}</code> gets no more events, and its {h.pending_deliveries} pending deliveries and its delivery log are deleted with it.
           </p>
-        ) : null}
-      </Confirm>
+        )}
+      </ConfirmAction>
     </>
   );
 }
@@ -134,20 +92,13 @@ function WebhookRow({ h, onChanged, onSecret, onDelete }: { h: Webhook; onChange
   return (
     <>
       <tr data-webhook-id={h.id}>
-        <td>
+        <NameCell id={h.id}>
           <Link to={`/webhooks/${encodeURIComponent(h.id)}`}>
             <span class="hook-url">{h.url}</span>
           </Link>
-          <div class="muted small mono">{h.id}</div>
-        </td>
+        </NameCell>
         <td>
-          <ul class="tags">
-            {h.events.map((e) => (
-              <li key={e}>
-                <code>{e}</code>
-              </li>
-            ))}
-          </ul>
+          <CodeTags codes={h.events} />
         </td>
         <td>
           <WebhookStatus h={h} />
@@ -222,40 +173,12 @@ function CreateWebhook({ onCreated, onCancel }: { onCreated: (h: Webhook & { sec
   const [url, setUrl] = useState('');
   const [events, setEvents] = useState<Set<string>>(new Set(['episode.finalized', 'episode.verified', 'episode.failed']));
   const create = useAction(() => session.client.webhooks.create({ url: url.trim(), events: WEBHOOK_EVENT_INFO.map((e) => e.event).filter((e) => events.has(e)) as CreateWebhookRequest['events'] }));
-  const urlError = issueAt(create.error, '/url');
-  const eventsError = issueAt(create.error, '/events');
+  const urlError = fieldIssue(create.error, '/url');
+  const eventsError = fieldIssue(create.error, '/events');
   return (
-    <form
-      class="create-form panel"
-      aria-label="New webhook"
-      onSubmit={(e) => {
-        e.preventDefault();
-        void create.run().then((h) => h && onCreated(h));
-      }}
-    >
-      <h2>New webhook</h2>
-      <Field label="Endpoint URL" id="hook-url" error={urlError} hint="HTTPS, at a public address; redirects are not followed.">
-        <input
-          id="hook-url"
-          type="url"
-          required
-          placeholder="https://example.com/fleet-events"
-          value={url}
-          onInput={(e) => setUrl(e.currentTarget.value)}
-          aria-invalid={urlError ? true : undefined}
-          aria-describedby="hook-url-hint"
-        />
-      </Field>
+    <CreateForm title="New webhook" create={create} onCreated={onCreated} onCancel={onCancel} failed="Creating the webhook" submitLabel="Create webhook" ready={url.trim() !== '' && events.size > 0}>
+      <UrlField label="Endpoint URL" id="hook-url" hint="HTTPS, at a public address; redirects are not followed." placeholder="https://example.com/fleet-events" value={url} onInput={setUrl} error={urlError} />
       <CodeChecks legend="Events" name="events" options={EVENT_OPTIONS} chosen={events} onChange={setEvents} error={eventsError} />
-      <ErrorNotice error={create.error} action="Creating the webhook" />
-      <div class="row">
-        <button type="submit" class="primary" disabled={create.busy || url.trim() === '' || events.size === 0}>
-          {create.busy ? 'Creating…' : 'Create webhook'}
-        </button>
-        <button type="button" onClick={onCancel}>
-          Cancel
-        </button>
-      </div>
-    </form>
+    </CreateForm>
   );
 }

@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
-import { every, HOUR, nextRetryDelay, MINUTE, signPayload, SIGNATURE_HEADER, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
+import { every, HOUR, nextRetryDelay, MINUTE, signPayload, SIGNATURE_HEADER, type Clock, type Scheduler } from '@fleet/protocol';
 import { EgressError, type EgressClient } from '../egress/client.js';
 import type { CloudMetrics } from '../metrics.js';
 import type { SecretBox } from '../secret-box.js';
@@ -27,8 +27,8 @@ export interface DeliveryWorkerOptions {
   secrets: SecretBox;
   egress: EgressClient;
   clock: Clock;
-  /** Paces the background poll (default: real timers). */
-  scheduler?: Scheduler;
+  /** Paces the background poll. */
+  scheduler: Scheduler;
   logger: FastifyBaseLogger;
   schedule?: readonly number[];
   /** Deliveries in flight at once, each to a different subscription. */
@@ -111,7 +111,7 @@ export class DeliveryWorker {
   start(): void {
     this.stopping = false;
     const poll = this.opts.pollMs ?? 1000;
-    this.stopPolling ??= every(this.opts.scheduler ?? systemScheduler, poll, () => this.notify());
+    this.stopPolling ??= every(this.opts.scheduler, poll, () => this.notify());
     this.notify();
   }
 

@@ -23,7 +23,7 @@ import { boundedSerializerCompiler } from './http/serializer.js';
 import type { CatalogEntry } from './http/policy.js';
 import { installRateLimits } from './http/rate-limit.js';
 import { ConnectionTracker } from './http/shutdown.js';
-import { registerV1, type CommandSender, type ZodApp } from './routes/v1/index.js';
+import { registerV1, type CommandSender, type V1Parts, type ZodApp } from './routes/v1/index.js';
 import type { FleetAdmin } from './robots/credentials.js';
 import type { SecretBox } from './secret-box.js';
 import type { SyncRouter } from './sync/router.js';
@@ -134,9 +134,6 @@ export async function buildApp(config: CloudConfig, deps: AppParts): Promise<Clo
   fastify.setSerializerCompiler(boundedSerializerCompiler);
   const app = fastify.withTypeProvider<ZodTypeProvider>() as unknown as ZodApp;
 
-  fastify.decorate('cloudConfig', config).decorate('egressAllowLoopback', config.egressAllowLoopback);
-  fastify.decorate('store', store).decorate('clock', clock).decorate('lastUsed', lastUsed).decorate('secrets', secrets).decorate('sync', sync);
-  fastify.decorate('relay', relay).decorate('readLinks', readLinks);
   const catalog = installPipeline(fastify, {
     store,
     clock,
@@ -173,15 +170,27 @@ export async function buildApp(config: CloudConfig, deps: AppParts): Promise<Clo
   // request in flight.
   fastify.addHook('preClose', async () => streams.close());
 
-  fastify.decorate('streams', streams);
-  // The robot link's command sender and fleet administration, the delivery worker's wake-up.
-  fastify.decorate('robotCommands', measuredCommands(deps.robots, metrics));
-  fastify.decorate('fleetAdmin', deps.fleet);
-  fastify.decorate('deliveries', deps.deliveries);
-  fastify.decorate('mqttPublicUrl', deps.mqttPublicUrl);
+  // What the /v1 modules take, as their plugin options: the parts handed to the app, the
+  // robot link's command sender counted in the metrics, and this app's last-use tracker.
+  const v1Parts: V1Parts = {
+    cloudConfig: config,
+    egressAllowLoopback: config.egressAllowLoopback,
+    store,
+    clock,
+    lastUsed,
+    secrets,
+    sync,
+    relay,
+    readLinks,
+    streams,
+    robotCommands: measuredCommands(deps.robots, metrics),
+    fleetAdmin: deps.fleet,
+    deliveries: deps.deliveries,
+    mqttPublicUrl: deps.mqttPublicUrl,
+  };
   await fastify.register(
     async (v1) => {
-      await registerV1(v1);
+      await registerV1(v1, v1Parts);
       v1.get(
         '/openapi.json',
         { config: { policy: { auth: 'none' } }, schema: { hide: true } },

@@ -19,7 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import Database from 'better-sqlite3';
-import { OUTBOX_BATCH_MAX, systemClock, type EpisodeReport } from '@fleet/protocol';
+import { OUTBOX_BATCH_MAX, systemClock, systemScheduler, type EpisodeReport } from '@fleet/protocol';
 import { createApiKey } from '../cloud/src/api-keys.js';
 import { DATABASE_FILE, openSqliteStore } from '../cloud/src/store/index.js';
 import { startCloud } from '../test/support/cloud.js';
@@ -69,7 +69,7 @@ export function rawSqliteInsert(file: string, n: number, report: (i: number) => 
 
 /** Fills a cloud data dir with n episodes through the store's own ingest; returns rows/s and the admin key. */
 export async function storeIngest(dataDir: string, n: number, report: (i: number) => EpisodeReport = (i) => syntheticReport(i)): Promise<{ rps: number; orgId: string; key: string }> {
-  const store = openSqliteStore(dataDir);
+  const store = openSqliteStore(dataDir, { clock: systemClock, scheduler: systemScheduler });
   const orgId = 'org_bench';
   await store.orgs.create({ id: orgId, name: 'bench', tier: 'enterprise', createdAt: systemClock.now() });
   const org = (await store.orgs.get(orgId))!;

@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
@@ -9,7 +8,7 @@ import {
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { every, HOUR, systemClock, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
+import { every, HOUR, type Clock, type Scheduler } from '@fleet/protocol';
 import { Authenticator, LastUsedTracker } from './auth.js';
 import { FailedLoginLimiter } from './login-limit.js';
 import { lazyChildLoggerFactory } from './logger.js';
@@ -24,53 +23,56 @@ import { boundedSerializerCompiler } from './http/serializer.js';
 import type { CatalogEntry } from './http/policy.js';
 import { installRateLimits } from './http/rate-limit.js';
 import { ConnectionTracker } from './http/shutdown.js';
-import { registerV1, type CommandSender, type ZodApp } from './routes/v1/index.js';
-import { offlineFleetAdmin, type FleetAdmin } from './robots/credentials.js';
-import { SecretBox } from './secret-box.js';
-import { SyncRouter } from './sync/router.js';
-import { GrantRelay } from './sync/grant-relay.js';
-import { ReadLinker } from './sync/read-links.js';
-import { EgressClient } from './egress/client.js';
-import { EventHub } from './streams/hub.js';
-import { checkMetricsToken, measuredCommands, metricsFor, metricsToken, type CloudMetrics } from './metrics.js';
+import { registerV1, type CommandSender, type V1Parts, type ZodApp } from './routes/v1/index.js';
+import type { FleetAdmin } from './robots/credentials.js';
+import type { SecretBox } from './secret-box.js';
+import type { SyncRouter } from './sync/router.js';
+import type { GrantRelay } from './sync/grant-relay.js';
+import type { ReadLinker } from './sync/read-links.js';
+import type { EventHub } from './streams/hub.js';
+import { checkMetricsToken, measuredCommands, metricsToken, type CloudMetrics } from './metrics.js';
 import type { Store } from './store/index.js';
 
 export const API_VERSION = '1.0.0';
 
-export interface AppDeps {
+/**
+ * The parts the HTTP app serves with, each built once by the composition root (`startCloud`;
+ * test-support.ts for the unit tests) and handed down: the app builds none of them.
+ */
+export interface AppParts {
   store: Store;
-  /** Encrypts stored responses and secrets; a random one serves tests. */
-  secrets?: SecretBox;
-  clock?: Clock;
-  /** Paces background work (last-use flushes, the idempotency purge); default real timers. */
-  scheduler?: Scheduler;
-  /** A pino logger; tests pass none and get a silent one. */
+  /** Encrypts stored responses and secrets. */
+  secrets: SecretBox;
+  clock: Clock;
+  /** Paces background work (last-use flushes, the idempotency purge). */
+  scheduler: Scheduler;
+  /**
+   * Paces the shutdown's sweep of idle connections: the system's, even where a test drives the
+   * rest by hand, so that a shutdown always ends.
+   */
+  shutdownScheduler: Scheduler;
+  /** A pino logger; without one the app logs nothing. */
   logger?: FastifyBaseLogger;
-  /** Sends robot commands; without one every robot is offline. */
-  robots?: CommandSender;
-  /** De-enrollment disconnects and credential rotations; without one rotations stay pending. */
-  fleet?: FleetAdmin;
+  /** Sends robot commands (the robot link). */
+  robots: CommandSender;
+  /** De-enrollment disconnects and credential rotations (the credential rotator). */
+  fleet: FleetAdmin;
   /** The broker address handed to enrolling robots. */
-  mqttPublicUrl?: string;
+  mqttPublicUrl: string;
   /** Wakes the webhook delivery worker when something is queued. */
-  deliveries?: { notify(): void };
-  /** Routes episodes to destinations; without one the app makes its own, which pushes nothing to robots. */
-  sync?: SyncRouter;
-  /** Forwards grant requests; without one the app makes its own with an egress client from the config. */
-  relay?: Pick<GrantRelay, 'forward'>;
-  /** Outbound requests (the server's, shared with the relay and webhooks); without one the app makes its own from the config. */
-  egress?: EgressClient;
-  /** Read links of episodes' files; without one the app makes its own on `egress` and the config's read origins. */
-  readLinks?: Pick<ReadLinker, 'issue'>;
+  deliveries: { notify(): void };
+  /** Routes episodes to destinations (the routes schedule passes after rules and destinations change). */
+  sync: SyncRouter;
+  /** Forwards grant requests (the destination check). */
+  relay: Pick<GrantRelay, 'forward'>;
+  /** Read links of episodes' files. */
+  readLinks: Pick<ReadLinker, 'issue'>;
   /** Extra readiness checks (the MQTT broker); /readyz answers 503 while any fails. */
   readiness?: () => Promise<void>;
-  /** Where requests and commands are counted; by default from the config (none unless metrics are on). */
-  metrics?: CloudMetrics;
-  /**
-   * The event streams (GET /v1/events/stream); the server passes the hub its event sources wake.
-   * Without one the app makes its own from the config. The app ends its streams when it closes.
-   */
-  streams?: EventHub;
+  /** Where requests and commands are counted. */
+  metrics: CloudMetrics;
+  /** The event streams (GET /v1/events/stream). The app ends its streams when it closes. */
+  streams: EventHub;
 }
 
 export interface CloudApp {
@@ -87,10 +89,8 @@ export interface CloudApp {
 }
 
 /** Builds the HTTP app without listening (tests call `app.inject`; the CLI calls `listen`). */
-export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<CloudApp> {
-  const clock = deps.clock ?? systemClock;
-  const scheduler = deps.scheduler ?? systemScheduler;
-  const { store } = deps;
+export async function buildApp(config: CloudConfig, deps: AppParts): Promise<CloudApp> {
+  const { store, clock, scheduler, secrets, sync, relay, readLinks, streams, metrics } = deps;
   const lastUsed = new LastUsedTracker(store, config.lastUsedFlushMs, (err) => {
     fastify.log.error({ err }, 'flushing api key last-use times failed');
   }, scheduler);
@@ -128,29 +128,12 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
     clientErrorHandler: handleClientError,
   });
   const connections = new ConnectionTracker(fastify.server);
-  const metrics = deps.metrics ?? metricsFor(config, store.gauges);
   // The route pattern, not the URL: one series per route whatever ids the paths carry.
   if (metrics.enabled) fastify.addHook('onResponse', async (request, reply) => metrics.httpRequest(request.method, request.routeOptions.url, reply.statusCode, reply.elapsedTime / 1000));
   fastify.setValidatorCompiler(validatorCompiler);
   fastify.setSerializerCompiler(boundedSerializerCompiler);
   const app = fastify.withTypeProvider<ZodTypeProvider>() as unknown as ZodApp;
 
-  const secrets = deps.secrets ?? SecretBox.random();
-  const sync =
-    deps.sync ??
-    new SyncRouter({ store, clock, onError: (err, orgId) => fastify.log.error({ err, org_id: orgId }, 'routing episodes failed') });
-  fastify.decorate('cloudConfig', config).decorate('egressAllowLoopback', config.egressAllowLoopback);
-  fastify.decorate('store', store).decorate('clock', clock).decorate('lastUsed', lastUsed).decorate('secrets', secrets).decorate('sync', sync);
-  // The grant relay's forwarding (the destination check) and read links; the server passes its
-  // relay and egress client.
-  const ownEgress =
-    deps.egress || (deps.relay && deps.readLinks)
-      ? null
-      : new EgressClient({ allowLoopback: config.egressAllowLoopback, ...(config.egressCaFile ? { ca: readFileSync(config.egressCaFile, 'utf8') } : {}) });
-  const egress = deps.egress ?? ownEgress;
-  const relay = deps.relay ?? new GrantRelay({ store, egress: egress!, secrets, clock, logger: fastify.log });
-  const readLinks = deps.readLinks ?? new ReadLinker({ store, egress: egress!, secrets, clock, logger: fastify.log, readOrigins: config.readOrigins });
-  fastify.decorate('relay', relay).decorate('readLinks', readLinks);
   const catalog = installPipeline(fastify, {
     store,
     clock,
@@ -183,21 +166,31 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
   });
   await fastify.register(fastifySwaggerUi, { routePrefix: '/docs', uiConfig: { url: '/v1/openapi.json' } });
 
-  const streams = deps.streams ?? eventHubFor(config, { store, clock, scheduler, logger: fastify.log, secrets });
   // Before the server stops: open streams never finish by themselves, and close waits for every
   // request in flight.
   fastify.addHook('preClose', async () => streams.close());
 
-  fastify.decorate('streams', streams);
-  // The robot link's command sender and fleet administration (the server's), the delivery
-  // worker's wake-up, or their stand-ins where this app runs without them.
-  fastify.decorate('robotCommands', measuredCommands(deps.robots ?? noRobotLink, metrics));
-  fastify.decorate('fleetAdmin', deps.fleet ?? offlineFleetAdmin);
-  fastify.decorate('deliveries', deps.deliveries ?? { notify: () => undefined });
-  fastify.decorate('mqttPublicUrl', deps.mqttPublicUrl ?? config.mqttPublicUrl ?? '');
+  // What the /v1 modules take, as their plugin options: the parts handed to the app, the
+  // robot link's command sender counted in the metrics, and this app's last-use tracker.
+  const v1Parts: V1Parts = {
+    cloudConfig: config,
+    egressAllowLoopback: config.egressAllowLoopback,
+    store,
+    clock,
+    lastUsed,
+    secrets,
+    sync,
+    relay,
+    readLinks,
+    streams,
+    robotCommands: measuredCommands(deps.robots, metrics),
+    fleetAdmin: deps.fleet,
+    deliveries: deps.deliveries,
+    mqttPublicUrl: deps.mqttPublicUrl,
+  };
   await fastify.register(
     async (v1) => {
-      await registerV1(v1);
+      await registerV1(v1, v1Parts);
       v1.get(
         '/openapi.json',
         { config: { policy: { auth: 'none' } }, schema: { hide: true } },
@@ -248,38 +241,19 @@ export async function buildApp(config: CloudConfig, deps: AppDeps): Promise<Clou
       stopPurge();
       // fastify closes the idle keep-alive connections once, when the shutdown starts; one whose
       // request finishes later, and one that never sent a request, would hold the close until
-      // their clients leave (see ConnectionTracker). Swept meanwhile, on the system's time even
-      // where a test drives the rest by hand: a shutdown must end.
-      const stopSweep = every(systemScheduler, 50, () => connections.dropUnused());
+      // their clients leave (see ConnectionTracker). Swept meanwhile, on the shutdown's scheduler
+      // (the system's, even where a test drives the rest by hand): a shutdown must end.
+      const stopSweep = every(deps.shutdownScheduler, 50, () => connections.dropUnused());
       try {
         await fastify.close();
       } finally {
         stopSweep();
       }
-      await ownEgress?.close();
       await sync.idle();
       await lastUsed.stop();
     },
   };
 }
-
-/** The event hub the config describes. */
-export function eventHubFor(config: CloudConfig, deps: { store: Store; clock: Clock; scheduler: Scheduler; logger: FastifyBaseLogger; secrets: SecretBox }): EventHub {
-  return new EventHub({
-    store: deps.store,
-    clock: deps.clock,
-    scheduler: deps.scheduler,
-    logger: deps.logger,
-    pollMs: config.eventStreamPollMs,
-    heartbeatMs: config.eventStreamHeartbeatMs,
-    maxStreamsPerOrg: config.eventStreamsPerOrg,
-    ids: deps.secrets.opaqueIds(),
-  });
-}
-
-const noRobotLink: CommandSender = {
-  send: () => Promise.reject(new ApiError('robot_offline', 'this cloud has no MQTT link')),
-};
 
 /**
  * Adds what every /v1 operation shares to its OpenAPI entry: the bearer requirement, the policy

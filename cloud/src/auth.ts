@@ -1,4 +1,4 @@
-import { API_KEY_PATTERN, every, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
+import { API_KEY_PATTERN, every, type Clock, type Scheduler } from '@fleet/protocol';
 import { LRUCache } from 'lru-cache';
 import { isUsable } from './api-keys.js';
 import { ApiError } from './errors.js';
@@ -136,7 +136,7 @@ export class LastUsedTracker {
     private readonly store: Store,
     private readonly flushMs: number,
     private readonly onError: (err: unknown) => void,
-    private readonly scheduler: Scheduler = systemScheduler,
+    private readonly scheduler: Scheduler,
   ) {}
 
   start(): void {

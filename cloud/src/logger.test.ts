@@ -1,10 +1,11 @@
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { newId, newSecret } from './ids.js';
-import { buildApp } from './app.js';
+import { ManualClock, ManualScheduler } from '@fleet/protocol';
 import { parseCloudConfig } from './config.js';
 import { createLogger, lazyChildLoggerFactory, redactUrl, scrubSecrets } from './logger.js';
 import { openTestStore } from './store/test-store.js';
+import { buildTestApp } from './test-support.js';
 
 const SECRETS = ['ak', 'whsec', 'dsec', 'rsec', 'ret'].map((p) => newSecret(p));
 
@@ -92,7 +93,8 @@ describe('lazyChildLoggerFactory (request loggers)', () => {
   it('logs Fastify\'s request lines with the request id when info is enabled', async () => {
     const { lines, sink } = capture();
     const store = await openTestStore();
-    const cloud = await buildApp(parseCloudConfig({}), { store, logger: createLogger('info', sink) });
+    const clock = new ManualClock();
+    const cloud = await buildTestApp(parseCloudConfig({}), { store, clock, scheduler: new ManualScheduler(clock) }, { logger: createLogger('info', sink) });
     const { app } = cloud;
     try {
       const res = await app.inject({ method: 'GET', url: '/healthz' });

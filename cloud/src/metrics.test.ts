@@ -7,6 +7,7 @@ import { parseCloudConfig } from './config.js';
 import { ApiError } from './errors.js';
 import { measuredCommands, metricsFor, NO_METRICS, PromCloudMetrics, startMetricsListener, type MetricsListener } from './metrics.js';
 import { openSqliteStore, type GaugeStore } from './store/index.js';
+import { REAL_TIME } from './store/test-store.js';
 import { bearer, startTestCloud, storeWithRobots } from './test-support.js';
 
 const TOKEN = 'metrics-token-0123456789';
@@ -186,7 +187,7 @@ describe('SqliteGauges', () => {
     } finally {
       await store.close();
     }
-    const empty = openSqliteStore(':memory:');
+    const empty = openSqliteStore(':memory:', REAL_TIME);
     expect(await empty.gauges.connectedRobots()).toBe(0);
     await empty.close();
   });

@@ -3,11 +3,15 @@ import type { FastifyBaseLogger } from 'fastify';
 import { pino } from 'pino';
 import type { AddressInfo } from 'node:net';
 import type { Client } from 'aedes';
-import { Lifecycle, retry, systemClock, systemScheduler, type Clock, type Scheduler, type TimeSource } from '@fleet/protocol';
-import { buildApp, eventHubFor, type CloudApp } from './app.js';
+import { Lifecycle, retry, systemScheduler, type Clock, type Scheduler, type TimeSource } from '@fleet/protocol';
+import { buildApp, type AppParts, type CloudApp } from './app.js';
 import { bootstrapIfEmpty, type Bootstrapped } from './bootstrap.js';
 import { parseListen, type CloudConfig } from './config.js';
 import { metricsFor, metricsToken, startMetricsListener } from './metrics.js';
+import { ApiError } from './errors.js';
+import type { SecretBox } from './secret-box.js';
+import { EventHub } from './streams/hub.js';
+import { ReadLinker } from './sync/read-links.js';
 import { startEmbeddedBroker, type EmbeddedBroker } from './mqtt/broker.js';
 import { PublishThrottle } from './mqtt/throttle.js';
 import { FailedLoginLimiter } from './login-limit.js';
@@ -19,7 +23,7 @@ import { openStore } from './store/index.js';
 import { isStoreUnavailable } from './store/shared/unavailable.js';
 import { robotBrokerHooks } from './robots/broker-auth.js';
 import { RobotLink } from './robots/link.js';
-import { CredentialRotator } from './robots/credentials.js';
+import { CredentialRotator, offlineFleetAdmin } from './robots/credentials.js';
 import { EpisodeIngestor } from './episodes/ingest.js';
 import { OutboxRouter } from './robots/outbox-router.js';
 import { GrantRelay } from './sync/grant-relay.js';
@@ -33,9 +37,10 @@ import type { RouteRow } from './store/index.js';
 import type { Store } from './store/index.js';
 
 export interface StartCloudOptions {
-  clock?: Clock;
-  /** Waits at start (the database not yet reachable). */
-  scheduler?: Scheduler;
+  /** The time every part reads (`serve` passes the system's). */
+  clock: Clock;
+  /** Every part's timers and waits: the database at start, background work, timeouts. */
+  scheduler: Scheduler;
   logger?: FastifyBaseLogger;
   /** New episode assignments, once written: the MQTT side pushes them to their robots. */
   onAssigned?: (routes: RouteRow[]) => void | Promise<void>;
@@ -145,13 +150,13 @@ const REPLICA_SHARE_GROUP = 'fleet-cloud';
  * before the first start creates its organization and admin key, so a start that cannot listen
  * leaves no key.
  */
-export async function startCloud(config: CloudConfig, opts: StartCloudOptions = {}): Promise<RunningCloud> {
-  const clock = opts.clock ?? systemClock;
+export async function startCloud(config: CloudConfig, opts: StartCloudOptions): Promise<RunningCloud> {
+  const { clock, scheduler } = opts;
   const logger = opts.logger ?? pino({ level: 'silent' });
   const life = new Lifecycle((name, err) => logger.error({ err, part: name }, 'closing failed'));
   try {
     const store = await life.add('store', async () => {
-      const s = await openStoreWaiting(config, { clock, scheduler: opts.scheduler ?? systemScheduler }, logger);
+      const s = await openStoreWaiting(config, { clock, scheduler }, logger);
       s.startBackground?.();
       return { value: s, close: () => s.close() };
     });
@@ -172,6 +177,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         messagesPerSecond: config.mqttMessagesPerSecond,
         bytesPerSecond: config.mqttBytesPerSecond,
         clock,
+        scheduler,
         isClosed: (client: Client) => client.closed,
       });
       // Refused robot passwords per client address, as refused API keys are on the HTTP side.
@@ -204,41 +210,38 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
 
     // Robot accounts on the external broker (mosquitto's dynamic security plugin).
     const dynsec = !config.mqttAccountFile ? null : await life.add('broker accounts', async () => {
-      const control = new DynsecControl({ url: linkUrl, username: linkAuth.username!, password: linkAuth.password!, logger, timeoutMs: config.commandTimeoutMs });
+      const control = new DynsecControl({ url: linkUrl, username: linkAuth.username!, password: linkAuth.password!, logger, timeoutMs: config.commandTimeoutMs, scheduler });
       await control.start();
       return { value: { control, accounts: new DynsecRobotAccounts(control) }, close: () => control.stop() };
     });
     const accounts = dynsec?.accounts ?? null;
 
     const egress = await life.add('egress', async () => {
-      const e = new EgressClient({
-        allowLoopback: config.egressAllowLoopback,
-        ...(config.egressCaFile ? { ca: readFileSync(config.egressCaFile, 'utf8') } : {}),
-        ...(opts.scheduler ? { scheduler: opts.scheduler } : {}),
-      });
+      const e = egressFor(config, scheduler);
       return { value: e, close: () => e.close() };
     });
 
     const deliveries = await life.add('webhook deliveries', async () => {
-      const w = new DeliveryWorker({ store, secrets, egress, clock, logger, metrics });
+      const w = new DeliveryWorker({ store, secrets, egress, clock, scheduler, logger, metrics });
       w.start();
       return { value: w, close: () => w.stop() };
     });
 
     // The event streams of the HTTP API, woken by what this process appends to the event log
     // (the app ends them when it closes); another replica's events come with the poll.
-    const streams = eventHubFor(config, { store, clock, scheduler: systemScheduler, logger, secrets });
+    const streams = eventHubFor(config, { store, clock, scheduler, logger, secrets });
 
     // The robot link: presence, commands, the durable outboxes routed by message kind, and sync
     // (assignments pushed as routes are decided, grant requests relayed to grant providers).
     const relay = new GrantRelay({ store, egress, secrets, clock, logger, retryAfterS: config.grantRetryAfterS, metrics });
+    const readLinks = new ReadLinker({ store, egress, secrets, clock, logger, readOrigins: config.readOrigins });
     const { link, router, rotator } = await life.add('robot link', async () => {
       const l = new RobotLink({
         url: linkUrl,
         ...linkAuth,
         store,
         clock,
-        ...(opts.scheduler ? { scheduler: opts.scheduler } : {}),
+        scheduler,
         logger,
         commandTimeoutMs: config.commandTimeoutMs,
         ...(config.mqttUrl ? { shareGroup: REPLICA_SHARE_GROUP } : {}),
@@ -314,8 +317,11 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
         deliveries,
         sync: router,
         relay,
-        egress,
+        readLinks,
         clock,
+        scheduler,
+        // The shutdown's sweep of idle connections, on the system's time: a shutdown must end.
+        shutdownScheduler: systemScheduler,
         logger,
         streams,
         robots: link,
@@ -367,4 +373,73 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions = 
     await life.close();
     throw err;
   }
+}
+
+/** The outbound client the config describes (its deadlines on `scheduler`). */
+function egressFor(config: CloudConfig, scheduler: Scheduler): EgressClient {
+  return new EgressClient({
+    allowLoopback: config.egressAllowLoopback,
+    ...(config.egressCaFile ? { ca: readFileSync(config.egressCaFile, 'utf8') } : {}),
+    scheduler,
+  });
+}
+
+/** The event hub the config describes. */
+export function eventHubFor(config: CloudConfig, deps: TimeSource & { store: Store; logger: FastifyBaseLogger; secrets: SecretBox }): EventHub {
+  return new EventHub({
+    store: deps.store,
+    clock: deps.clock,
+    scheduler: deps.scheduler,
+    logger: deps.logger,
+    pollMs: config.eventStreamPollMs,
+    heartbeatMs: config.eventStreamHeartbeatMs,
+    maxStreamsPerOrg: config.eventStreamsPerOrg,
+    ids: deps.secrets.opaqueIds(),
+  });
+}
+
+const noRobotLink: AppParts['robots'] = {
+  send: () => Promise.reject(new ApiError('robot_offline', 'this cloud has no MQTT link')),
+};
+
+/** The parts of an app without a broker, and how to close the ones it owns. */
+export interface OfflineAppParts {
+  parts: AppParts;
+  close(): Promise<void>;
+}
+
+/**
+ * The app's parts for a cloud without a broker or delivery worker: `fleet-cloud openapi`, and
+ * the unit tests (through test-support.ts, on a clock they move). No robot is online,
+ * rotations stay pending, nothing wakes a delivery worker; routing pushes nothing to robots.
+ * Each part is built once here, as `startCloud` builds its own, and the app builds none.
+ */
+export function offlineAppParts(
+  config: CloudConfig,
+  base: TimeSource & { store: Store; secrets: SecretBox; logger?: FastifyBaseLogger; shutdownScheduler: Scheduler },
+): OfflineAppParts {
+  const { store, secrets, clock, scheduler } = base;
+  const logger = base.logger ?? pino({ level: 'silent' });
+  const egress = egressFor(config, scheduler);
+  const sync = new SyncRouter({ store, clock, onError: (err, orgId) => logger.error({ err, org_id: orgId }, 'routing episodes failed') });
+  return {
+    parts: {
+      store,
+      secrets,
+      clock,
+      scheduler,
+      shutdownScheduler: base.shutdownScheduler,
+      ...(base.logger ? { logger: base.logger } : {}),
+      robots: noRobotLink,
+      fleet: offlineFleetAdmin,
+      mqttPublicUrl: config.mqttPublicUrl ?? '',
+      deliveries: { notify: () => undefined },
+      sync,
+      relay: new GrantRelay({ store, egress, secrets, clock, logger }),
+      readLinks: new ReadLinker({ store, egress, secrets, clock, logger, readOrigins: config.readOrigins }),
+      metrics: metricsFor(config, store.gauges),
+      streams: eventHubFor(config, { store, clock, scheduler, logger, secrets }),
+    },
+    close: () => egress.close(),
+  };
 }

@@ -4,12 +4,14 @@
  * files import this module (the build excludes it).
  */
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
-import { ManualClock, ManualScheduler, type CreatedApiKey, type EpisodeReport, type Scope } from '@fleet/protocol';
+import { ManualClock, ManualScheduler, systemScheduler, type CreatedApiKey, type EpisodeReport, type Scope } from '@fleet/protocol';
 import { createApiKey } from './api-keys.js';
-import { buildApp, type AppDeps, type CloudApp } from './app.js';
+import { buildApp, type AppParts, type CloudApp } from './app.js';
 import { parseCloudConfig, type CloudConfig, type CloudConfigInput } from './config.js';
 import { newId } from './ids.js';
 import { SecretBox } from './secret-box.js';
+import { offlineAppParts, type OfflineAppParts } from './server.js';
+import type { Store } from './store/index.js';
 import { createEnrollmentToken, enrollRobot } from './robots/enrollment.js';
 import type { OrgRow } from './store/index.js';
 import { openTestStore, type TestStore } from './store/test-store.js';
@@ -44,16 +46,53 @@ export interface TestCloud extends AsyncDisposable {
   close(): Promise<void>;
 }
 
+/** A unit test's time: a clock it moves and the scheduler on it. */
+export interface TestTime {
+  clock: ManualClock;
+  scheduler: ManualScheduler;
+}
+
+/** What a test hands the app in place of the parts {@link testAppParts} makes. */
+export type TestAppDeps = Omit<Partial<AppParts>, 'store' | 'clock' | 'scheduler'>;
+
+/**
+ * The app's parts for a unit test, each built once (as `startCloud` builds them), on `clock` and
+ * `scheduler` (the shutdown's sweep excepted: a shutdown must end); `deps` replaces any of them.
+ * `close` closes what was built here (the egress client), not the store.
+ */
+export function testAppParts(config: CloudConfig, base: TestTime & { store: Store }, deps: TestAppDeps = {}): OfflineAppParts {
+  const secrets = deps.secrets ?? SecretBox.random();
+  const made = offlineAppParts(config, { ...base, secrets, shutdownScheduler: systemScheduler, ...(deps.logger ? { logger: deps.logger } : {}) });
+  return { parts: { ...made.parts, ...deps }, close: () => made.close() };
+}
+
+/** `buildApp` on {@link testAppParts}; its `close` closes those parts too (not the store). */
+export async function buildTestApp(config: CloudConfig, base: TestTime & { store: Store }, deps: TestAppDeps = {}): Promise<CloudApp & { parts: AppParts }> {
+  const made = testAppParts(config, base, deps);
+  const cloud = await buildApp(config, made.parts).catch(async (err: unknown) => {
+    await made.close();
+    throw err;
+  });
+  return {
+    ...cloud,
+    parts: made.parts,
+    async close() {
+      await cloud.close();
+      await made.close();
+    },
+  };
+}
+
 export async function startTestCloud(
-  opts: { config?: CloudConfigInput; deps?: Omit<Partial<AppDeps>, 'store' | 'clock'>; dataDir?: string } = {},
+  opts: { config?: CloudConfigInput; deps?: TestAppDeps; dataDir?: string } = {},
 ): Promise<TestCloud> {
   const config = parseCloudConfig(opts.config ?? {});
   const store = await openTestStore(undefined, opts.dataDir === undefined ? {} : { dataDir: opts.dataDir });
   const clock = new ManualClock();
   // Background work (last-use flushes, the purge) runs only when a test moves time.
   const scheduler = new ManualScheduler(clock);
-  const secrets = opts.deps?.secrets ?? SecretBox.random();
-  const cloud = await buildApp(config, { scheduler, ...opts.deps, secrets, store, clock });
+  const cloud = await buildTestApp(config, { store, clock, scheduler }, opts.deps);
+  const { secrets } = cloud.parts;
 
   const freshOrg = async (org: OrgRow | string): Promise<OrgRow> => {
     const row = await store.orgs.get(typeof org === 'string' ? org : org.id);

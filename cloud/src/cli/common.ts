@@ -2,6 +2,7 @@
 // and the options that say so. Command groups live beside this file (serve, accounts, sync,
 // tools); cli.ts only assembles them.
 import { Option } from 'commander';
+import { systemClock, systemScheduler } from '@fleet/protocol';
 import { ApiError } from '../errors.js';
 import { MissingDatabaseError, MissingPgSchemaError, openStore, type Store } from '../store/index.js';
 
@@ -37,7 +38,7 @@ export const printJson = (value: unknown): void => {
 export async function withStore<T>(where: StoreOpts, fn: (store: Store) => Promise<T>): Promise<T> {
   let store: Store;
   try {
-    store = await openStore({ dataDir: where.dataDir, databaseUrl: where.databaseUrl, create: false });
+    store = await openStore({ dataDir: where.dataDir, databaseUrl: where.databaseUrl, create: false, clock: systemClock, scheduler: systemScheduler });
   } catch (err) {
     if (err instanceof MissingDatabaseError || err instanceof MissingPgSchemaError) fail(err.message);
     throw err;

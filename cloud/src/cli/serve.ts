@@ -1,6 +1,7 @@
 // `fleet-cloud serve`: the HTTP API, the embedded (or an external) MQTT broker and the background
 // workers, configured from flags and the environment.
 import { Option, type Command } from 'commander';
+import { systemClock, systemScheduler } from '@fleet/protocol';
 import { CloudConfigSchema, parseCloudConfig, type CloudConfigInput } from '../config.js';
 import { createLogger } from '../logger.js';
 import { databaseUrlOption, dataDirOption, fail } from './common.js';
@@ -89,7 +90,7 @@ export function registerServe(program: Command): void {
       const { ListenError, SecretKeyMismatchError, startCloud } = await import('../server.js');
       let cloud: Awaited<ReturnType<typeof startCloud>>;
       try {
-        cloud = await startCloud(config, { logger });
+        cloud = await startCloud(config, { clock: systemClock, scheduler: systemScheduler, logger });
       } catch (err) {
         // A taken port is an operator's mistake, not a crash: one line, no stack.
         if (err instanceof ListenError || err instanceof SecretKeyMismatchError) fail(err.message);

@@ -1,6 +1,7 @@
 // `fleet-cloud openapi` and `fleet-cloud broker-config`: files an operator generates once.
 import { writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
+import { systemClock, systemScheduler } from '@fleet/protocol';
 import { parseCloudConfig } from '../config.js';
 import { DEBIAN_DYNSEC_PLUGIN, writeBrokerConfig } from '../mqtt/dynsec-config.js';
 import { fail, printJson } from './common.js';
@@ -12,11 +13,15 @@ export function registerTools(program: Command): void {
     .option('--out <file>', 'write to this file instead of stdout')
     .action(async (opts: { out?: string }) => {
       // Loaded here: building the app pulls in fastify and every route, which no other command needs.
-      const [{ buildApp }, { openStore }] = await Promise.all([import('../app.js'), import('../store/index.js')]);
-      const store = await openStore({ dataDir: ':memory:' });
-      const app = await buildApp(parseCloudConfig({}), { store });
+      const [{ buildApp }, { offlineAppParts }, { openStore }, { SecretBox }] = await Promise.all([import('../app.js'), import('../server.js'), import('../store/index.js'), import('../secret-box.js')]);
+      const time = { clock: systemClock, scheduler: systemScheduler };
+      const config = parseCloudConfig({});
+      const store = await openStore({ dataDir: ':memory:', ...time });
+      const made = offlineAppParts(config, { ...time, store, secrets: SecretBox.random(), shutdownScheduler: systemScheduler });
+      const app = await buildApp(config, made.parts);
       const text = `${JSON.stringify(app.app.swagger(), null, 2)}\n`;
       await app.close();
+      await made.close();
       await store.close();
       if (opts.out) writeFileSync(opts.out, text);
       else process.stdout.write(text);

@@ -1,6 +1,6 @@
 import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ManualClock, ManualScheduler } from '@fleet/protocol';
+import { ManualClock, ManualScheduler, systemScheduler } from '@fleet/protocol';
 import { EgressClient, EgressError, readJsonAnswer, type EgressFailure, type ResolvedAddress, type Resolver } from './client.js';
 import { createTestPki, startHttpsReceiver, type TestPki, type TestReceiver } from './test-https.js';
 
@@ -23,8 +23,9 @@ function tableResolver(table: Record<string, readonly string[]>) {
   return { resolve, calls };
 }
 
-function client(opts: ConstructorParameters<typeof EgressClient>[0] = {}): EgressClient {
-  const c = new EgressClient({ ca: pki.caPem, ...opts });
+/** A client on the system's timers (the receivers here are real), unless a test gives it a manual scheduler. */
+function client(opts: Partial<ConstructorParameters<typeof EgressClient>[0]> = {}): EgressClient {
+  const c = new EgressClient({ ca: pki.caPem, scheduler: systemScheduler, ...opts });
   clients.push(c);
   return c;
 }
@@ -249,7 +250,7 @@ describe('EgressClient against a real HTTPS receiver', () => {
   });
 
   it('fails TLS when the CA is not trusted', async () => {
-    const untrusting = new EgressClient({ allowLoopback: true, resolve: tableResolver({ localhost: ['127.0.0.1'] }).resolve });
+    const untrusting = new EgressClient({ allowLoopback: true, scheduler: systemScheduler, resolve: tableResolver({ localhost: ['127.0.0.1'] }).resolve });
     clients.push(untrusting);
     const { failure } = await failureOf(untrusting.post(`${receiver.origin()}/ok`));
     expect(failure).toBe('tls');

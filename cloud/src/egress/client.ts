@@ -18,7 +18,7 @@ import { BlockList, isIP } from 'node:net';
 import { createSecureContext, rootCertificates, type SecureContext } from 'node:tls';
 import { performance } from 'node:perf_hooks';
 import { Pool } from 'undici';
-import { parseBoundedJson, systemScheduler, type BoundedJsonResult, type Scheduler } from '@fleet/protocol';
+import { parseBoundedJson, type BoundedJsonResult, type Scheduler } from '@fleet/protocol';
 import { classifyAddress, parseHostLiteral, rememberedByText, type AddressRefusal, type HostLiteral } from './addresses.js';
 
 export type EgressFailure =
@@ -89,8 +89,8 @@ export interface EgressClientOptions {
   resolve?: Resolver;
   /** Pinned connection pools kept for keep-alive reuse (per origin and address set). */
   maxPools?: number;
-  /** The request deadline's timer (the system's by default). */
-  scheduler?: Scheduler;
+  /** The request deadline's timer. */
+  scheduler: Scheduler;
 }
 
 export interface EgressPostOptions {
@@ -232,13 +232,13 @@ export class EgressClient implements AsyncDisposable {
   /** Pools keyed by origin and the checked addresses they are pinned to (insertion = age). */
   private readonly pools = new Map<string, Pool>();
 
-  constructor(opts: EgressClientOptions = {}) {
+  constructor(opts: EgressClientOptions) {
     this.allowLoopback = opts.allowLoopback ?? false;
     const extra = opts.ca === undefined ? [] : typeof opts.ca === 'string' ? [opts.ca] : [...opts.ca];
     this.secureContext = extra.length > 0 ? createSecureContext({ ca: [...rootCertificates, ...extra] }) : undefined;
     this.resolve = opts.resolve ?? defaultResolver;
     this.maxPools = opts.maxPools ?? 64;
-    this.scheduler = opts.scheduler ?? systemScheduler;
+    this.scheduler = opts.scheduler;
   }
 
   /** POSTs `body` to `url`; see the module comment for the rules. */

@@ -1,11 +1,10 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock, ManualScheduler } from '@fleet/protocol';
 import { createApiKey } from '../api-keys.js';
-import { buildApp } from '../app.js';
 import { parseCloudConfig } from '../config.js';
 import { newId } from '../ids.js';
 import { openTestStore, openTwin, postgresAvailable } from '../store/test-store.js';
-import { errorCode, errorDetails, startTestCloud, type TestCloud, type TestTenant } from '../test-support.js';
+import { buildTestApp, errorCode, errorDetails, startTestCloud, type TestCloud, type TestTenant } from '../test-support.js';
 
 // The limit check is a route-level hook (added from onRoute): each request must count once,
 // also on the HEAD twin Fastify makes of every GET route.
@@ -52,8 +51,8 @@ it('counts a POST once', async () => {
     const twin = await openTwin(store);
     const clock = new ManualClock();
     const config = parseCloudConfig({});
-    const a = await buildApp(config, { store, clock, scheduler: new ManualScheduler(clock) });
-    const b = await buildApp(config, { store: twin, clock, scheduler: new ManualScheduler(clock) });
+    const a = await buildTestApp(config, { store, clock, scheduler: new ManualScheduler(clock) });
+    const b = await buildTestApp(config, { store: twin, clock, scheduler: new ManualScheduler(clock) });
     try {
       const orgId = newId('org');
       await store.orgs.create({ id: orgId, name: 'o', tier: 'enterprise', createdAt: clock.now() });

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import mqtt, { type MqttClient } from 'mqtt';
 import type { FastifyBaseLogger } from 'fastify';
 import { z } from 'zod';
-import { systemScheduler, topics, type Scheduler, type TimerHandle } from '@fleet/protocol';
+import { topics, type Scheduler, type TimerHandle } from '@fleet/protocol';
 
 const CONTROL_TOPIC = '$CONTROL/dynamic-security/v1';
 const RESPONSE_TOPIC = '$CONTROL/dynamic-security/v1/response';
@@ -43,9 +43,9 @@ export class DynsecControl {
   private readonly scheduler: Scheduler;
 
   constructor(
-    private readonly opts: { url: string; username: string; password: string; logger: FastifyBaseLogger; timeoutMs: number; scheduler?: Scheduler },
+    private readonly opts: { url: string; username: string; password: string; logger: FastifyBaseLogger; timeoutMs: number; scheduler: Scheduler },
   ) {
-    this.scheduler = opts.scheduler ?? systemScheduler;
+    this.scheduler = opts.scheduler;
   }
 
   async start(): Promise<void> {

@@ -1,4 +1,4 @@
-import { systemClock, systemScheduler, type Clock, type Scheduler, type TimerHandle } from '@fleet/protocol';
+import type { Clock, Scheduler, TimerHandle } from '@fleet/protocol';
 
 export interface ThrottleOptions<K> {
   /** Sustained PUBLISH packets per second per client. */
@@ -7,9 +7,9 @@ export interface ThrottleOptions<K> {
   bytesPerSecond: number;
   /** How many seconds of the rate a quiet client may spend at once (bucket size). Default 2. */
   burstSeconds?: number;
-  clock?: Clock;
-  /** Paces the release of held packets (the system's by default). */
-  scheduler?: Scheduler;
+  clock: Clock;
+  /** Paces the release of held packets. */
+  scheduler: Scheduler;
   /**
    * Whether a client has gone. Its held packets are then dropped, not released: a status held
    * from before a disconnect must not land after the broker published the client's will.
@@ -48,8 +48,8 @@ export class PublishThrottle<K extends object = object> {
   private readonly byteCap: number;
 
   constructor(private readonly opts: ThrottleOptions<K>) {
-    this.clock = opts.clock ?? systemClock;
-    this.scheduler = opts.scheduler ?? systemScheduler;
+    this.clock = opts.clock;
+    this.scheduler = opts.scheduler;
     const burst = opts.burstSeconds ?? 2;
     this.messageCap = Math.max(1, opts.messagesPerSecond * burst);
     this.byteCap = Math.max(1, opts.bytesPerSecond * burst);

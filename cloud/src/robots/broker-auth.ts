@@ -1,6 +1,6 @@
 import { timingSafeEqual } from 'node:crypto';
 import type { Client } from 'aedes';
-import { parseRobotTopic, systemClock, type Clock } from '@fleet/protocol';
+import { parseRobotTopic, type Clock } from '@fleet/protocol';
 import { hashSecret } from '../ids.js';
 import type { FailedLoginLimiter } from '../login-limit.js';
 import type { BrokerHooks } from '../mqtt/broker.js';
@@ -42,9 +42,9 @@ export function robotBrokerHooks(
   /** The cloud client's secret; null when no client may log in as the cloud (its link works inside the broker). */
   cloudPassword: string | null,
   log: (msg: string, extra: object) => void,
-  opts: { throttle?: PublishThrottle<Client>; clock?: Clock; failures?: FailedLoginLimiter } = {},
+  opts: { throttle?: PublishThrottle<Client>; clock: Clock; failures?: FailedLoginLimiter },
 ): BrokerHooks {
-  const clock = opts.clock ?? systemClock;
+  const { clock } = opts;
   const cloudClients = new WeakSet<Client>();
   return {
     authenticate(client, username, password, done) {

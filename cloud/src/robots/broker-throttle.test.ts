@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import mqtt, { type MqttClient } from 'mqtt';
 import type { Client } from 'aedes';
-import { ManualClock, topics } from '@fleet/protocol';
+import { ManualClock, ManualScheduler, topics } from '@fleet/protocol';
 import { startEmbeddedBroker, type EmbeddedBroker } from '../mqtt/broker.js';
 import { PublishThrottle } from '../mqtt/throttle.js';
 import type { Store } from '../store/index.js';
@@ -26,6 +26,12 @@ describe('embedded broker publish throttle (real aedes, real mqtt.js clients, in
   let store: Store;
   let broker: EmbeddedBroker;
   let clock: ManualClock;
+  let scheduler: ManualScheduler;
+  /** Moves the clock in one jump, then fires the throttle's timers that fell due: one refill for the whole jump. */
+  const pass = (ms: number) => {
+    clock.advance(ms);
+    scheduler.advance(0);
+  };
   let throttle: PublishThrottle<Client>;
   const clients: MqttClient[] = [];
   let robots: { id: string; password: string }[];
@@ -33,8 +39,9 @@ describe('embedded broker publish throttle (real aedes, real mqtt.js clients, in
   beforeEach(async () => {
     clock = new ManualClock(Date.now());
     ({ store, robots } = await storeWithRobots(clock, 2));
-    throttle = new PublishThrottle<Client>({ messagesPerSecond: RATE, bytesPerSecond: 1024 * 1024, clock, isClosed: (c) => c.closed });
-    broker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: robotBrokerHooks(store, CLOUD_PASSWORD, () => undefined, { throttle }) });
+    scheduler = new ManualScheduler(clock);
+    throttle = new PublishThrottle<Client>({ messagesPerSecond: RATE, bytesPerSecond: 1024 * 1024, clock, scheduler, isClosed: (c) => c.closed });
+    broker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: robotBrokerHooks(store, CLOUD_PASSWORD, () => undefined, { throttle, clock }) });
   });
 
   afterEach(async () => {
@@ -88,13 +95,13 @@ describe('embedded broker publish throttle (real aedes, real mqtt.js clients, in
     expect(throttle.held(flooderClient())).toBeGreaterThan(0);
 
     // One second refills RATE tokens: RATE more pass, and no more.
-    clock.advance(1000);
+    pass(1000);
     await waitUntil(() => fromFlooder().length >= BURST + RATE, { description: 'one second of refill to pass' });
     await quietRoundTrip();
     expect(fromFlooder()).toEqual([...Array(BURST + RATE).keys()]);
 
     // A long pause refills no more than the bucket holds.
-    clock.advance(60_000);
+    pass(60_000);
     await waitUntil(() => fromFlooder().length >= 2 * BURST + RATE, { description: 'a full bucket to pass' });
     await quietRoundTrip();
     expect(fromFlooder()).toHaveLength(2 * BURST + RATE);
@@ -102,7 +109,7 @@ describe('embedded broker publish throttle (real aedes, real mqtt.js clients, in
     // Second by second, the rest: everything arrives, in order, nothing lost.
     while (fromFlooder().length < TOTAL) {
       const before = fromFlooder().length;
-      clock.advance(1000);
+      pass(1000);
       await waitUntil(() => fromFlooder().length >= Math.min(TOTAL, before + RATE), { description: 'the next second of the flood' });
     }
     await quietRoundTrip();
@@ -135,7 +142,7 @@ describe('embedded broker publish throttle (real aedes, real mqtt.js clients, in
     // Time passes until nothing is held any more (dropped, or, wrongly, released).
     const deadline = Date.now() + 10_000;
     while (throttle.held(held) > 0 && Date.now() < deadline) {
-      clock.advance(60_000);
+      pass(60_000);
       await new Promise((r) => setTimeout(r, 20));
     }
     expect(throttle.held(held)).toBe(0);

@@ -9,7 +9,6 @@ import {
   parseRobotTopic,
   RobotIdSchema,
   RobotStatusSchema,
-  systemScheduler,
   topics,
   type Clock,
   type CommandReply,
@@ -90,7 +89,7 @@ export class RobotLink extends EventEmitter<{
   onSyncRequest: ((robotId: string, payload: Buffer) => Promise<void>) | null = null;
 
   private get scheduler(): Scheduler {
-    return this.opts.scheduler ?? systemScheduler;
+    return this.opts.scheduler;
   }
 
   constructor(
@@ -106,8 +105,8 @@ export class RobotLink extends EventEmitter<{
       inProcess?: Aedes;
       store: Store;
       clock: Clock;
-      /** Command and snapshot timeouts (the system's by default). */
-      scheduler?: Scheduler;
+      /** Command and snapshot timeouts. */
+      scheduler: Scheduler;
       logger: FastifyBaseLogger;
       commandTimeoutMs: number;
       /**

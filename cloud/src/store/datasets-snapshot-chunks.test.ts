@@ -6,6 +6,7 @@ import { ManualClock, ManualScheduler, type EpisodeReport } from '@fleet/protoco
 import { snapshotFilter } from '../routes/v1/datasets.js';
 import { testReport } from '../test-support.js';
 import { openSqliteStore, type SqliteStore } from './sqlite/store.js';
+import { REAL_TIME } from './test-store.js';
 import type { SqliteDatasets } from './sqlite/datasets.js';
 import type { IngestItem } from './shared/types.js';
 
@@ -20,7 +21,7 @@ let store: SqliteStore;
 
 beforeEach(async () => {
   dir = mkdtempSync(join(tmpdir(), 'fleet-snapshot-chunks-'));
-  store = openSqliteStore(dir);
+  store = openSqliteStore(dir, REAL_TIME);
   await store.orgs.create({ id: ORG, name: 'a', tier: 'enterprise', createdAt: T0 });
   await store.orgs.create({ id: OTHER, name: 'b', tier: 'enterprise', createdAt: T0 });
   // Tiny chunks, so a handful of episodes spans many transactions.
@@ -161,7 +162,7 @@ describe('chunked dataset snapshots', () => {
     const closing = store.close();
     await expect(snapshot).rejects.toThrow(/closed/);
     await closing;
-    store = openSqliteStore(dir, { create: false });
+    store = openSqliteStore(dir, { create: false, ...REAL_TIME });
     expect(await store.datasets.get(ORG, 'ds_closed')).toMatchObject({ snapshotAt: null, episodeCount: null });
     expect(await members('ds_closed')).toEqual([]);
     expect(await store.datasets.snapshot(ORG, 'ds_closed', snapshotFilter({}), T0)).toMatchObject({ episodeCount: 3000 });

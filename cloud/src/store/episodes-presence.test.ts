@@ -11,7 +11,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { EpisodeReport } from '@fleet/protocol';
 import { testReport } from '../test-support.js';
 import { keyChanges, MAX_INDEXED_ATTR_KEY, MAX_INDEXED_ATTR_VALUE, storedKeys } from './shared/episode-lines.js';
-import { describeStore, openTestStore, openTwin, sqliteDb, type TestEngine, type TestStore } from './test-store.js';
+import { describeStore, openTestStore, openTwin, REAL_TIME, sqliteDb, type TestEngine, type TestStore } from './test-store.js';
 import type { EpisodeFilter, IngestItem, Store } from './shared/types.js';
 import { MIGRATIONS } from './sqlite/migrations.js';
 import { PG_MIGRATIONS } from './postgres/migrations.js';
@@ -296,7 +296,7 @@ describe('presence filters in a chunked SQLite snapshot (the background thread p
   });
 
   it('pins what the list gives, across windows of three seqs', async () => {
-    const disk = openSqliteStore(dir);
+    const disk = openSqliteStore(dir, REAL_TIME);
     try {
       (disk.datasets as SqliteDatasets).snapshotWindow = { initial: 3, min: 3, max: 3 };
       await disk.orgs.create({ id: ORG, name: 'a', tier: 'enterprise', createdAt: T0 });

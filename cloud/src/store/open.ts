@@ -10,9 +10,9 @@ export interface StoreConfig {
   databaseUrl?: string | undefined;
   /** false: refuse to create a database (administration commands work on an existing one only). */
   create?: boolean;
-  /** The cloud's clock and scheduler (system time by default): SQLite's snapshot lease reads them. */
-  clock?: Clock;
-  scheduler?: Scheduler;
+  /** The cloud's clock and scheduler: SQLite's snapshot lease reads them. */
+  clock: Clock;
+  scheduler: Scheduler;
 }
 
 /** The one place that picks the store engine: SQLite in the data directory by default, PostgreSQL when a URL is given. */
@@ -20,7 +20,7 @@ export async function openStore(config: StoreConfig): Promise<Store> {
   if (config.databaseUrl) return openPgStore(config.databaseUrl, { create: config.create });
   return openSqliteStore(config.dataDir, {
     ...(config.create !== undefined ? { create: config.create } : {}),
-    ...(config.clock ? { clock: config.clock } : {}),
-    ...(config.scheduler ? { scheduler: config.scheduler } : {}),
+    clock: config.clock,
+    scheduler: config.scheduler,
   });
 }

@@ -8,7 +8,7 @@ import { openSqliteStore } from './sqlite/store.js';
 import { openPgStore } from './postgres/store.js';
 import { PG_MIGRATIONS } from './postgres/migrations.js';
 import { postgresVersion, schemaSql } from './shared/schema.js';
-import { createTestDatabase, openTestStore, openTwin, postgresAvailable, type TestEngine } from './test-store.js';
+import { createTestDatabase, openTestStore, openTwin, postgresAvailable, REAL_TIME, type TestEngine } from './test-store.js';
 import type { ApiKeyRow, Store, StoredResponse } from './shared/types.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
@@ -517,14 +517,14 @@ function tempDir(): string {
 }
 
 describeStore('sqlite in memory', 'sqlite', async () => {
-  const store = openSqliteStore(':memory:');
+  const store = openSqliteStore(':memory:', REAL_TIME);
   return { store, dispose: () => store.close() };
 });
 
 describeStore('sqlite on disk', 'sqlite', async () => {
   const dir = tempDir();
-  const store = openSqliteStore(dir);
-  return { store, twin: async () => openSqliteStore(dir), dispose: () => store.close() };
+  const store = openSqliteStore(dir, REAL_TIME);
+  return { store, twin: async () => openSqliteStore(dir, REAL_TIME), dispose: () => store.close() };
 });
 
 describeStore('postgres', 'postgres', async () => {
@@ -602,25 +602,25 @@ describe('the schema both engines share', () => {
 describe('sqlite migrations', () => {
   it('are idempotent: opening one data directory again keeps the data and applies nothing twice', async () => {
     const dir = tempDir();
-    const first = openSqliteStore(dir);
+    const first = openSqliteStore(dir, REAL_TIME);
     await first.orgs.create({ id: 'org_a', name: 'a', tier: 'free', createdAt: T0 });
     await first.close();
 
-    const second = openSqliteStore(dir);
+    const second = openSqliteStore(dir, REAL_TIME);
     expect((await second.orgs.get('org_a'))?.name).toBe('a');
     const versions = second.db.prepare('SELECT version FROM schema_migrations ORDER BY version').pluck().all();
     expect(versions).toEqual(MIGRATIONS.map((m) => m.version));
     await second.close();
 
-    const third = openSqliteStore(dir);
+    const third = openSqliteStore(dir, REAL_TIME);
     expect((await third.orgs.list()).map((o) => o.id)).toEqual(['org_a']);
     await third.close();
   });
 
   it('lets two stores open one directory at the same time (serve and the CLI)', async () => {
     const dir = tempDir();
-    const serve = openSqliteStore(dir);
-    const cli = openSqliteStore(dir);
+    const serve = openSqliteStore(dir, REAL_TIME);
+    const cli = openSqliteStore(dir, REAL_TIME);
     await cli.orgs.create({ id: 'org_cli', name: 'cli', tier: 'free', createdAt: T0 });
     expect((await serve.orgs.get('org_cli'))?.name).toBe('cli');
     expect(serve.db.prepare('SELECT COUNT(*) FROM schema_migrations').pluck().get()).toBe(MIGRATIONS.length);
@@ -633,7 +633,7 @@ describe('sqlite migrations', () => {
   });
 
   it('closes twice without error', async () => {
-    const store = openSqliteStore(':memory:');
+    const store = openSqliteStore(':memory:', REAL_TIME);
     await store.close();
     await expect(store.close()).resolves.toBeUndefined();
   });

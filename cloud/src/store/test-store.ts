@@ -8,12 +8,19 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterEach, beforeEach, describe, inject } from 'vitest';
+import { systemClock, systemScheduler, type TimeSource } from '@fleet/protocol';
 import { openPgStore, type PgStore } from './postgres/store.js';
 import { openSqliteStore, type SqliteStore } from './sqlite/store.js';
 import { EPISODE_LINE_COLUMNS, type EpisodeLineRow } from './shared/episode-lines.js';
 import type { EpisodeRow, Store } from './shared/types.js';
 
 export type TestEngine = 'sqlite' | 'postgres';
+
+/**
+ * The system's time, for the stores of tests that move no clock of theirs into the store: the
+ * snapshot lease's waits and the migrations' stamps are real (a test that times them passes its own).
+ */
+export const REAL_TIME: TimeSource = { clock: systemClock, scheduler: systemScheduler };
 
 /** The engine the suites run on: FLEET_TEST_DATABASE (sqlite by default). */
 export function testEngine(): TestEngine {
@@ -62,7 +69,7 @@ export type TestStore = (SqliteStore | PgStore) & {
  * Closing it drops the PostgreSQL database.
  */
 export async function openTestStore(engine: TestEngine = testEngine(), opts: { dataDir?: string } = {}): Promise<TestStore> {
-  if (engine === 'sqlite') return Object.assign(openSqliteStore(opts.dataDir ?? ':memory:'), { engine, ...(opts.dataDir ? { dataDir: opts.dataDir } : {}) });
+  if (engine === 'sqlite') return Object.assign(openSqliteStore(opts.dataDir ?? ':memory:', REAL_TIME), { engine, ...(opts.dataDir ? { dataDir: opts.dataDir } : {}) });
   const db = await createTestDatabase();
   const store = await openPgStore(db.url);
   const close = store.close.bind(store);
@@ -79,7 +86,7 @@ export async function openTestStore(engine: TestEngine = testEngine(), opts: { d
 export async function openTwin(store: TestStore): Promise<Store> {
   if (store.engine === 'postgres') return openPgStore(store.url!);
   if (!store.dataDir) throw new Error('a SQLite twin needs a store opened on a data directory');
-  return openSqliteStore(store.dataDir, { create: false });
+  return openSqliteStore(store.dataDir, { create: false, ...REAL_TIME });
 }
 
 /**

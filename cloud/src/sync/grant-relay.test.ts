@@ -7,6 +7,7 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
   GrantRequestEnvelopeSchema,
   ManualClock,
+  systemScheduler,
   verifySignature,
   type GrantRequestEnvelope,
   type Pressure,
@@ -125,7 +126,7 @@ let relay: GrantRelay;
 
 /** A relay (one replica's) on `store`, with its own egress client. */
 function relayOn(store: GrantRelayOptions['store'], timeoutMs = 1500): GrantRelay {
-  const client = new EgressClient({ allowLoopback: true, ca: stand.pki.caPem, resolve: async () => [{ address: '127.0.0.1', family: 4 }] });
+  const client = new EgressClient({ scheduler: systemScheduler, allowLoopback: true, ca: stand.pki.caPem, resolve: async () => [{ address: '127.0.0.1', family: 4 }] });
   egress.push(client);
   return new GrantRelay({ store, egress: client, secrets, clock, logger: pino({ level: 'silent' }), timeoutMs });
 }

@@ -7,6 +7,7 @@ import {
   READ_LINK_MAX_TTL_S,
   ReadLinksSchema,
   ReadRequestEnvelopeSchema,
+  systemScheduler,
   verifySignature,
   type EpisodeReport,
   type ReadRequestEnvelope,
@@ -255,7 +256,7 @@ describe('ReadLinker against an HTTPS provider', () => {
   }
 
   function linker(episodes: EpisodeRow[], destinations: DestinationRow[], opts: { timeoutMs?: number; readOrigins?: string[] } = {}): ReadLinker {
-    const e = new EgressClient({ allowLoopback: true, ca: stand.pki.caPem });
+    const e = new EgressClient({ scheduler: systemScheduler, allowLoopback: true, ca: stand.pki.caPem });
     egress.push(e);
     const sink = new Writable({
       write(chunk: Buffer, _enc, done) {

@@ -7,7 +7,7 @@ import type { ServerResponse } from 'node:http';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { DAY, HOUR, MINUTE, verifySignature, type EpisodeReport } from '@fleet/protocol';
+import { DAY, HOUR, MINUTE, systemScheduler, verifySignature, type EpisodeReport } from '@fleet/protocol';
 import { EgressClient } from '../egress/client.js';
 import { createTestPki, startHttpsReceiver, type KeyPair, type ReceivedRequest, type ReceiverContext, type TestPki, type TestReceiver } from '../egress/test-https.js';
 import { SecretBox } from '../secret-box.js';
@@ -51,12 +51,12 @@ beforeEach(async () => {
   const secrets = SecretBox.random();
   const t = await startTestCloud({ config: { egressAllowLoopback: true }, deps: { secrets } });
   const dns = new Map<string, string>();
-  const egress = new EgressClient({
+  const egress = new EgressClient({ scheduler: systemScheduler,
     allowLoopback: true,
     ca: pki.caPem,
     resolve: async (hostname) => [{ address: dns.get(hostname) ?? '127.0.0.1', family: 4 }],
   });
-  const worker = new DeliveryWorker({ store: t.store, secrets, egress, clock: t.clock, logger: t.app.log });
+  const worker = new DeliveryWorker({ store: t.store, secrets, egress, clock: t.clock, scheduler: t.scheduler, logger: t.app.log });
   const behave = { fn: ok };
   const rx = await startHttpsReceiver(tls, (req, res, ctx) => behave.fn(req, res, ctx));
   env = { t, tenant: await t.createTenant(), worker, egress, rx, dns, behave, url: `https://hooks.test:${rx.port}/hook`, secrets, logged: [] };
@@ -403,7 +403,7 @@ describe('ordering and the retry schedule', () => {
   it('treats a hanging receiver as a timeout (retryable)', async () => {
     // The receiver's time limit is an option (10 s by default): a small one here, and the outcome
     // is what is checked (a retryable `timeout` failure), not how long it took.
-    const worker = new DeliveryWorker({ store: env.t.store, secrets: env.secrets, egress: env.egress, clock: env.t.clock, logger: env.t.app.log, receiverTimeoutMs: 200 });
+    const worker = new DeliveryWorker({ store: env.t.store, secrets: env.secrets, egress: env.egress, clock: env.t.clock, scheduler: env.t.scheduler, logger: env.t.app.log, receiverTimeoutMs: 200 });
     try {
       const sub = await subscribe();
       await ingest();
@@ -433,7 +433,7 @@ describe('ordering and the retry schedule', () => {
         return { status: 200 };
       },
     } as unknown as EgressClient;
-    const worker = new DeliveryWorker({ store: env.t.store, secrets: env.secrets, egress, clock: env.t.clock, logger: env.t.app.log });
+    const worker = new DeliveryWorker({ store: env.t.store, secrets: env.secrets, egress, clock: env.t.clock, scheduler: env.t.scheduler, logger: env.t.app.log });
     await subscribe();
     await ingest();
     expect(await worker.tick()).toBe(1);
@@ -637,14 +637,14 @@ describe('auto-disable and enable', () => {
   });
 
   it('disables a subscription whose host does not exist (non-transient)', async () => {
-    const egress = new EgressClient({
+    const egress = new EgressClient({ scheduler: systemScheduler,
       allowLoopback: true,
       ca: pki.caPem,
       resolve: async () => {
         throw Object.assign(new Error('getaddrinfo ENOTFOUND hooks.test'), { code: 'ENOTFOUND' });
       },
     });
-    const worker = new DeliveryWorker({ store: env.t.store, secrets: env.secrets, egress, clock: env.t.clock, logger: env.t.app.log });
+    const worker = new DeliveryWorker({ store: env.t.store, secrets: env.secrets, egress, clock: env.t.clock, scheduler: env.t.scheduler, logger: env.t.app.log });
     try {
       const sub = await subscribe();
       await ingest();
@@ -669,7 +669,7 @@ describe('auto-disable and enable', () => {
         },
       }),
     );
-    const egress = new EgressClient({
+    const egress = new EgressClient({ scheduler: systemScheduler,
       allowLoopback: true,
       ca: pki.caPem,
       resolve: async (hostname) => {
@@ -678,7 +678,7 @@ describe('auto-disable and enable', () => {
         throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: 'ENOTFOUND' });
       },
     });
-    const worker = new DeliveryWorker({ store: env.t.store, secrets: env.secrets, egress, clock: env.t.clock, logger });
+    const worker = new DeliveryWorker({ store: env.t.store, secrets: env.secrets, egress, clock: env.t.clock, scheduler: env.t.scheduler, logger });
     try {
       const forbidden = await subscribe(undefined, { url: 'https://private.test/hook' });
       const missing = await subscribe(undefined, { url: 'https://missing.test/hook' });
@@ -774,7 +774,7 @@ describe('claims across processes', () => {
   it('two workers on one database attempt each head once, in order per subscription', async () => {
     const subs = [await subscribe(), await subscribe()];
     await ingest(5);
-    const second = new DeliveryWorker({ store: env.t.store, secrets: env.secrets, egress: env.egress, clock: env.t.clock, logger: env.t.app.log, concurrency: 1 });
+    const second = new DeliveryWorker({ store: env.t.store, secrets: env.secrets, egress: env.egress, clock: env.t.clock, scheduler: env.t.scheduler, logger: env.t.app.log, concurrency: 1 });
     try {
       // Ticks race for the heads until every event is delivered: a tick ends when this worker
       // holds nothing, which may be while the other still works a queue (it handed over a head),

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { LRUCache } from 'lru-cache';
-import { every, nextRetryDelay, signPayload, SIGNATURE_HEADER, systemScheduler, type Clock, type Scheduler } from '@fleet/protocol';
+import { every, nextRetryDelay, signPayload, SIGNATURE_HEADER, type Clock, type Scheduler } from '@fleet/protocol';
 import { EgressError, type EgressClient } from '../egress/client.js';
 import type { CloudMetrics } from '../metrics.js';
 import { isRetryableStatus, RETRY_SCHEDULE_MS } from '../rules/webhook-retry.js';
@@ -22,8 +22,8 @@ export interface DeliveryWorkerOptions {
   secrets: SecretBox;
   egress: EgressClient;
   clock: Clock;
-  /** Paces the background poll (default: real timers). */
-  scheduler?: Scheduler;
+  /** Paces the background poll. */
+  scheduler: Scheduler;
   logger: FastifyBaseLogger;
   schedule?: readonly number[];
   /** Deliveries in flight at once, each to a different subscription. */
@@ -106,7 +106,7 @@ export class DeliveryWorker {
   start(): void {
     this.stopping = false;
     const poll = this.opts.pollMs ?? 1000;
-    this.stopPolling ??= every(this.opts.scheduler ?? systemScheduler, poll, () => this.notify());
+    this.stopPolling ??= every(this.opts.scheduler, poll, () => this.notify());
     this.notify();
   }
 

@@ -4,14 +4,13 @@ import { createApiKey, toApiKey } from '../../api-keys.js';
 import { notFound } from '../../errors.js';
 import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
-import type { V1Plugin } from './types.js';
+import { v1Plugin } from './types.js';
 import { fromBody, linksTo } from '../../http/openapi-links.js';
 
 const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 
 /** /v1/api-keys: scope admin, entitlement api.access (spec: API keys). */
-export const apiKeyRoutes: V1Plugin = async (app) => {
-  const { store, clock, lastUsed } = app;
+export const apiKeyRoutes = v1Plugin<'store' | 'clock' | 'lastUsed'>('api-keys', async (app, { store, clock, lastUsed }) => {
   app.route({
     method: 'POST',
     url: '/api-keys',
@@ -74,4 +73,4 @@ export const apiKeyRoutes: V1Plugin = async (app) => {
       return reply.code(204).send(null);
     },
   });
-};
+});

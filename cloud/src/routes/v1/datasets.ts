@@ -10,7 +10,7 @@ import { newId } from '../../ids.js';
 import type { DatasetRow, EpisodeFilter } from '../../store/index.js';
 import { decodeCursor, encodeCursor } from '../cursor.js';
 import { NDJSON, sendNdjson } from '../ndjson.js';
-import type { V1Plugin } from './types.js';
+import { v1Plugin } from './types.js';
 import { fromBody, linksTo } from '../../http/openapi-links.js';
 
 const MANIFEST_CHUNK = 500;
@@ -49,8 +49,7 @@ export function snapshotFilter(filter: Record<string, string>): EpisodeFilter {
 const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 
 /** /v1/datasets: live filters, one-shot snapshots, paged NDJSON manifests (spec, Datasets). */
-export const datasetRoutes: V1Plugin = async (app) => {
-  const { store, clock } = app;
+export const datasetRoutes = v1Plugin<'store' | 'clock'>('datasets', async (app, { store, clock }) => {
   const read = { auth: 'key', scope: 'data:read', feature: 'data.metadata' } as const;
   const write = { auth: 'key', scope: 'data:write', feature: 'data.metadata' } as const;
 
@@ -227,4 +226,4 @@ export const datasetRoutes: V1Plugin = async (app) => {
       return sendNdjson(reply, end < ds.episodeCount ? encodeCursor({ d: ds.id, p: end }) : null, lines());
     },
   });
-};
+});

@@ -2,7 +2,7 @@ import type { ServerResponse } from 'node:http';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { beforeEach, afterEach, describe, expect, it } from 'vitest';
-import { DestinationCheckSchema, GrantRequestEnvelopeSchema, verifySignature, type GrantRequestEnvelope } from '@fleet/protocol';
+import { systemScheduler, DestinationCheckSchema, GrantRequestEnvelopeSchema, verifySignature, type GrantRequestEnvelope } from '@fleet/protocol';
 import { EgressClient } from '../../egress/client.js';
 import { startHttpsReceiver, type ReceivedRequest } from '../../egress/test-https.js';
 import { sendJson, useProviderStandIn } from '../../egress/test-provider.js';
@@ -120,7 +120,7 @@ describe('POST /v1/destinations/{id}/check, a provider address the cloud may not
     });
     const logger = pino({ level: 'info' }, sink);
     const secrets = SecretBox.random();
-    const egress = new EgressClient({
+    const egress = new EgressClient({ scheduler: systemScheduler,
       resolve: async (hostname) => {
         const address = dns[hostname];
         if (address === undefined) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: 'ENOTFOUND' });

@@ -5,7 +5,7 @@ import { ApiError, notFound } from '../../errors.js';
 import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { failureOf, grantReused } from '../../sync/grant-relay.js';
-import type { V1Plugin } from './types.js';
+import { v1Plugin } from './types.js';
 
 const NoBody = z.strictObject({}).nullish();
 
@@ -14,8 +14,7 @@ const NoBody = z.strictObject({}).nullish();
  * path (the relay's own `forward`), so a customer sees what a robot would get. A deferral passes;
  * nothing is persisted (no forward counted, no grant id claimed, no replica).
  */
-export const destinationCheckRoutes: V1Plugin = async (app) => {
-  const { store, relay } = app;
+export const destinationCheckRoutes = v1Plugin<'store' | 'relay'>('destination-check', async (app, { store, relay }) => {
   app.route({
     method: 'POST',
     url: '/destinations/:id/check',
@@ -63,4 +62,4 @@ export const destinationCheckRoutes: V1Plugin = async (app) => {
       return { result: 'fail', mode: 'deferred', ...base, failure: r.failure, message: r.answer.message };
     },
   });
-};
+});

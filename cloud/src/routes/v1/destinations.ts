@@ -4,14 +4,13 @@ import { notFound } from '../../errors.js';
 import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { createDestination, toDestination } from '../../sync/manage.js';
-import type { V1Plugin } from './types.js';
+import { v1Plugin } from './types.js';
 import { fromBody, linksTo } from '../../http/openapi-links.js';
 
 const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 
 /** /v1/destinations: a customer's grant providers (admin). The check lives with the grant relay. */
-export const destinationRoutes: V1Plugin = async (app) => {
-  const { store, clock, secrets, egressAllowLoopback, sync } = app;
+export const destinationRoutes = v1Plugin<'store' | 'clock' | 'secrets' | 'egressAllowLoopback' | 'sync'>('destinations', async (app, { store, clock, secrets, egressAllowLoopback, sync }) => {
   const admin = { auth: 'key', scope: 'admin', feature: 'data.metadata', meter: null } as const;
 
   app.route({
@@ -77,4 +76,4 @@ export const destinationRoutes: V1Plugin = async (app) => {
       return reply.code(204).send(null);
     },
   });
-};
+});

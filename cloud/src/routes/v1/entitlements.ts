@@ -1,10 +1,10 @@
 import { EntitlementsSchema } from '@fleet/protocol';
 import { entitlementsOf } from '../../entitlements.js';
 import { principalOf } from '../../http/policy.js';
-import type { V1Plugin } from './types.js';
+import { v1Plugin } from './types.js';
 
 /** GET /v1/entitlements: any valid key, no feature gate, so a caller can see what it lacks. */
-export const entitlementRoutes: V1Plugin = async (app) => {
+export const entitlementRoutes = v1Plugin('entitlements', async (app) => {
   app.route({
     method: 'GET',
     url: '/entitlements',
@@ -22,4 +22,4 @@ export const entitlementRoutes: V1Plugin = async (app) => {
       };
     },
   });
-};
+});

@@ -22,7 +22,7 @@ import { decodeRowCursor } from '../cursor.js';
 import type { OpaqueIds } from '../../opaque-ids.js';
 import { NDJSON, sendNdjson } from '../ndjson.js';
 import { queryInt } from '../query.js';
-import type { V1Plugin } from './types.js';
+import { v1Plugin } from './types.js';
 import { fromBody, linksTo } from '../../http/openapi-links.js';
 
 /** Largest annotations layer of one episode, as JSON. */
@@ -96,8 +96,7 @@ export async function streamEpisodePage(
 }
 
 /** /v1/episodes: the index (spec, Episodes). */
-export const episodeRoutes: V1Plugin = async (app) => {
-  const { store, clock, secrets } = app;
+export const episodeRoutes = v1Plugin<'store' | 'clock' | 'secrets'>('episodes', async (app, { store, clock, secrets }) => {
   const ids = secrets.opaqueIds();
   const read = { auth: 'key', scope: 'data:read', feature: 'data.metadata' } as const;
   const write = { auth: 'key', scope: 'data:write', feature: 'data.metadata' } as const;
@@ -266,4 +265,4 @@ export const episodeRoutes: V1Plugin = async (app) => {
       return toEpisode(row);
     },
   });
-};
+});

@@ -18,7 +18,7 @@ import { ApiError, quote, validationError } from '../../errors.js';
 import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { SseConnection } from '../../streams/sse.js';
-import type { V1Plugin } from './types.js';
+import { v1Plugin } from './types.js';
 
 /** The reconnection delay the stream asks clients for (`retry:`). */
 export const STREAM_RETRY_MS = 2000;
@@ -96,8 +96,7 @@ export function streamTypes(principal: Principal, asked: readonly StreamEventTyp
 }
 
 /** GET /v1/events/stream: the organization's event log as server-sent events (docs/api.md, Event stream). */
-export const eventRoutes: V1Plugin = async (app) => {
-  const { streams, store, clock, secrets } = app;
+export const eventRoutes = v1Plugin<'streams' | 'store' | 'clock' | 'secrets'>('events', async (app, { streams, store, clock, secrets }) => {
   const ids = secrets.opaqueIds();
   app.route({
     method: 'GET',
@@ -174,4 +173,4 @@ export const eventRoutes: V1Plugin = async (app) => {
       }
     },
   });
-};
+});

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { READ_LINK_MAX_TTL_S, READ_LINK_TTL_S, READ_LINKS_MAX_FILES, ReadLinksRequestSchema, ReadLinksSchema, type ReadLinks } from '@fleet/protocol';
 import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
-import type { V1Plugin } from './types.js';
+import { v1Plugin } from './types.js';
 
 /** The `details.limit` of a 429 from the route's own bucket. */
 export const READ_LINKS_LIMIT = 'read_links_per_minute_per_org';
@@ -13,8 +13,7 @@ export const READ_LINKS_LIMIT = 'read_links_per_minute_per_org';
  * asks the provider again: the answer is never stored, for an Idempotency-Key replay or
  * anywhere else, so a retry or a renewal always gets fresh links.
  */
-export const readLinkRoutes: V1Plugin = async (app) => {
-  const { readLinks, cloudConfig } = app;
+export const readLinkRoutes = v1Plugin<'readLinks' | 'cloudConfig'>('read-links', async (app, { readLinks, cloudConfig }) => {
   app.route({
     method: 'POST',
     url: '/episodes/:id/read-links',
@@ -60,4 +59,4 @@ export const readLinkRoutes: V1Plugin = async (app) => {
       return readLinks.issue(org.id, request.params.id, request.body ?? {});
     },
   });
-};
+});

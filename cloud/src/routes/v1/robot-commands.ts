@@ -17,7 +17,7 @@ import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { newId } from '../../ids.js';
 import { deenrolledError } from './robots.js';
-import type { V1Plugin } from './types.js';
+import { v1Plugin } from './types.js';
 
 interface CommandRoute {
   path: string;
@@ -93,8 +93,7 @@ const EPISODE_REFUSAL_TO_ERROR = {
 } as const satisfies Record<Exclude<CommandRefusal, 'unsupported'>, ApiErrorCode>;
 
 /** POST /v1/robots/{id}/…: send the command over MQTT and answer with the robot's reply. */
-export const robotCommandRoutes: V1Plugin = async (app) => {
-  const { store, robotCommands: robots } = app;
+export const robotCommandRoutes = v1Plugin<'store' | 'robotCommands'>('robot-commands', async (app, { store, robotCommands: robots }) => {
   for (const def of COMMAND_ROUTES) {
     app.route({
       method: 'POST',
@@ -162,4 +161,4 @@ export const robotCommandRoutes: V1Plugin = async (app) => {
       },
     });
   }
-};
+});

@@ -20,7 +20,7 @@ import { hasFeature } from '../../entitlements.js';
 import { ROBOT_SORTS, robotSortValue, type RobotListPosition, type RobotRow, type RobotSort } from '../../store/index.js';
 import { decodeCursor, encodeCursor } from '../cursor.js';
 import { queryInt, queryIntText } from '../query.js';
-import type { V1Plugin } from './types.js';
+import { v1Plugin } from './types.js';
 import { fromBody, linksTo } from '../../http/openapi-links.js';
 
 export function toRobot(r: RobotRow): Robot {
@@ -96,8 +96,7 @@ const NoBody = z.strictObject({}).nullish();
 const stringCursor = (v: unknown) => (typeof v === 'string' ? v : null);
 
 /** Enrollment, enrollment tokens, the robot records, de-enrollment and credential rotation (decisions.md, Robots). */
-export const robotRoutes: V1Plugin = async (app) => {
-  const { store, clock, mqttPublicUrl, fleetAdmin: fleet } = app;
+export const robotRoutes = v1Plugin<'store' | 'clock' | 'mqttPublicUrl' | 'fleetAdmin'>('robots', async (app, { store, clock, mqttPublicUrl, fleetAdmin: fleet }) => {
   const admin = { auth: 'key', scope: 'admin', feature: 'api.access' } as const;
 
   app.route({
@@ -342,4 +341,4 @@ export const robotRoutes: V1Plugin = async (app) => {
       });
     },
   });
-};
+});

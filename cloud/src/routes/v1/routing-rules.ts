@@ -4,15 +4,14 @@ import { notFound, validationError } from '../../errors.js';
 import { errorResponses } from '../../http/error-responses.js';
 import { principalOf } from '../../http/policy.js';
 import { createRoutingRule, toRoutingRule } from '../../sync/manage.js';
-import type { V1Plugin } from './types.js';
+import { v1Plugin } from './types.js';
 import { fromBody, linksTo } from '../../http/openapi-links.js';
 
 const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 const RulesList = z.object({ routing_rules: z.array(RoutingRuleSchema) });
 
 /** /v1/routing-rules: which episodes sync where; the first matching rule wins (admin). */
-export const routingRuleRoutes: V1Plugin = async (app) => {
-  const { store, clock, sync } = app;
+export const routingRuleRoutes = v1Plugin<'store' | 'clock' | 'sync'>('routing-rules', async (app, { store, clock, sync }) => {
   const admin = { auth: 'key', scope: 'admin', feature: 'data.metadata', meter: null } as const;
 
   app.route({
@@ -84,4 +83,4 @@ export const routingRuleRoutes: V1Plugin = async (app) => {
       return { routing_rules: (await store.sync.listRules(org.id)).map(toRoutingRule) };
     },
   });
-};
+});

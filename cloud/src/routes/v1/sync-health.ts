@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { iso, SyncHealthRowSchema, type SyncHealthRowBody } from '@fleet/protocol';
 import { principalOf } from '../../http/policy.js';
 import type { SyncHealthRow } from '../../store/index.js';
-import type { V1Plugin } from './types.js';
+import { v1Plugin } from './types.js';
 
 function toRow(r: SyncHealthRow): SyncHealthRowBody {
   return {
@@ -19,8 +19,7 @@ function toRow(r: SyncHealthRow): SyncHealthRowBody {
 }
 
 /** /v1/sync-health: per robot, what has not reached a destination yet. */
-export const syncHealthRoutes: V1Plugin = async (app) => {
-  const { store, clock } = app;
+export const syncHealthRoutes = v1Plugin<'store' | 'clock'>('sync-health', async (app, { store, clock }) => {
   app.route({
     method: 'GET',
     url: '/sync-health/robots',
@@ -51,4 +50,4 @@ export const syncHealthRoutes: V1Plugin = async (app) => {
       return { robots: rows.map(toRow) };
     },
   });
-};
+});

@@ -1,4 +1,5 @@
-import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerDefault } from 'fastify';
+import fp from 'fastify-plugin';
+import type { FastifyBaseLogger, FastifyInstance, FastifyPluginAsync, RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerDefault } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Clock, CommandReply, RobotCommandName } from '@fleet/protocol';
 import type { LastUsedTracker } from '../../auth.js';
@@ -20,61 +21,50 @@ export type ZodApp = FastifyInstance<
 >;
 
 /**
- * What the /v1 resource modules use, as decorators of the fastify instance: each is decorated in
- * app.ts where the component that owns it is built (the store and clock given to the app, the
- * event hub, the sync router, the grant relay, …), and a module takes what it needs from `app`.
- * A decorator missing at registration is an error at start (fastify's `hasDecorator` checks in
- * registerV1), not an undefined at the first request.
+ * What the /v1 resource modules use: built once by the composition root (`startCloud`, or
+ * test-support.ts), handed through `buildApp` and given to each module as its plugin options.
+ * A module names the parts it takes (`v1Plugin<'store' | 'clock'>`), so a part missing is a
+ * type error, and no module reads a decorator of the instance.
  */
-declare module 'fastify' {
-  interface FastifyInstance {
-    cloudConfig: CloudConfig;
-    store: Store;
-    clock: Clock;
-    lastUsed: LastUsedTracker;
-    /** Sends robot commands and waits for the reply (the MQTT RobotLink in production). */
-    robotCommands: CommandSender;
-    /** De-enrollment's broker disconnect and credential rotation (the CredentialRotator in production). */
-    fleetAdmin: FleetAdmin;
-    /** The broker address handed to enrolling robots. */
-    mqttPublicUrl: string;
-    /** Seals stored secrets (webhook and destination signing secrets) and makes opaque ids. */
-    secrets: SecretBox;
-    /** Wakes the webhook delivery worker. */
-    deliveries: { notify(): void };
-    /** Tests and local development: webhook URLs may point at loopback. */
-    egressAllowLoopback: boolean;
-    /** Routes the backlog after rules or destinations change (in the background). */
-    sync: Pick<SyncRouter, 'schedule'>;
-    /** Forwards grant requests to grant providers (the destination check uses it). */
-    relay: Pick<GrantRelay, 'forward'>;
-    /** Asks a destination's provider for read links of an episode's files (POST …/read-links). */
-    readLinks: Pick<ReadLinker, 'issue'>;
-    /** The event streams of this process (GET /v1/events/stream). */
-    streams: EventHub;
-  }
+export interface V1Parts {
+  cloudConfig: CloudConfig;
+  store: Store;
+  clock: Clock;
+  lastUsed: LastUsedTracker;
+  /** Sends robot commands and waits for the reply (the MQTT RobotLink in production). */
+  robotCommands: CommandSender;
+  /** De-enrollment's broker disconnect and credential rotation (the CredentialRotator in production). */
+  fleetAdmin: FleetAdmin;
+  /** The broker address handed to enrolling robots. */
+  mqttPublicUrl: string;
+  /** Seals stored secrets (webhook and destination signing secrets) and makes opaque ids. */
+  secrets: SecretBox;
+  /** Wakes the webhook delivery worker. */
+  deliveries: { notify(): void };
+  /** Tests and local development: webhook URLs may point at loopback. */
+  egressAllowLoopback: boolean;
+  /** Routes the backlog after rules or destinations change (in the background). */
+  sync: Pick<SyncRouter, 'schedule'>;
+  /** Forwards grant requests to grant providers (the destination check uses it). */
+  relay: Pick<GrantRelay, 'forward'>;
+  /** Asks a destination's provider for read links of an episode's files (POST …/read-links). */
+  readLinks: Pick<ReadLinker, 'issue'>;
+  /** The event streams of this process (GET /v1/events/stream). */
+  streams: EventHub;
 }
-
-/** The decorators every /v1 module may read (registerV1 checks each is there). */
-export const V1_DECORATORS = [
-  'cloudConfig',
-  'store',
-  'clock',
-  'lastUsed',
-  'robotCommands',
-  'fleetAdmin',
-  'mqttPublicUrl',
-  'secrets',
-  'deliveries',
-  'egressAllowLoopback',
-  'sync',
-  'relay',
-  'readLinks',
-  'streams',
-] as const;
 
 export interface CommandSender {
   send(robotId: string, command: RobotCommandName, cmdId: string, args?: Record<string, unknown>): Promise<CommandReply>;
 }
 
-export type V1Plugin = (app: ZodApp) => Promise<void>;
+/** A /v1 resource module: a fastify plugin whose options are the parts it takes. */
+export type V1Plugin<K extends keyof V1Parts = keyof V1Parts> = FastifyPluginAsync<Pick<V1Parts, K>, RawServerDefault, ZodTypeProvider>;
+
+/**
+ * Makes a /v1 module a fastify plugin (fastify-plugin metadata: its name, the fastify major it
+ * is written for). It is not encapsulated: its routes join the /v1 context as they did when the
+ * modules were plain functions, behind the same hooks, in registration order.
+ */
+export function v1Plugin<K extends keyof V1Parts = never>(name: string, routes: (app: ZodApp, parts: Pick<V1Parts, K>) => Promise<void>): V1Plugin<K> {
+  return fp(routes, { name: `fleet-v1-${name}`, fastify: '5.x' });
+}

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { DAY, iso, UsageSchema } from '@fleet/protocol';
 import { validationError } from '../../errors.js';
 import { principalOf } from '../../http/policy.js';
-import type { V1Plugin } from './types.js';
+import { v1Plugin } from './types.js';
 
 // A calendar day as the document states it (`format: date` and a pattern that admits only real
 // days, leap years included), so that a client or a fuzzer knows 2026-02-30 is refused. The
@@ -16,8 +16,7 @@ const Day = z.iso
 const MAX_DAYS = 366;
 
 /** GET /v1/usage: per-meter, per-day counters of the caller's organization (admin). */
-export const usageRoutes: V1Plugin = async (app) => {
-  const { store, clock } = app;
+export const usageRoutes = v1Plugin<'store' | 'clock'>('usage', async (app, { store, clock }) => {
   app.route({
     method: 'GET',
     url: '/usage',
@@ -40,4 +39,4 @@ export const usageRoutes: V1Plugin = async (app) => {
       return { usage: await store.meters.list(org.id, from, to) };
     },
   });
-};
+});

@@ -20,7 +20,7 @@ import { ATTEMPTS_KEPT_PER_SUBSCRIPTION, type OrgRow, type WebhookRow } from '..
 import { decodeRowCursor } from '../cursor.js';
 import { queryInt } from '../query.js';
 import { checkEgressUrl } from '../../egress/url-check.js';
-import type { V1Plugin } from './types.js';
+import { v1Plugin } from './types.js';
 import { fromBody, linksTo } from '../../http/openapi-links.js';
 
 /** How long the previous secret keeps signing after a rotation (spec). */
@@ -46,8 +46,7 @@ const IdParams = z.strictObject({ id: z.string().min(1).max(128) });
 const NoBody = z.strictObject({}).nullish();
 
 /** /v1/webhooks: subscriptions, dead letters, rotation and the test event (admin). */
-export const webhookRoutes: V1Plugin = async (app) => {
-  const { store, clock, secrets, deliveries, egressAllowLoopback } = app;
+export const webhookRoutes = v1Plugin<'store' | 'clock' | 'secrets' | 'deliveries' | 'egressAllowLoopback'>('webhooks', async (app, { store, clock, secrets, deliveries, egressAllowLoopback }) => {
   const ids = secrets.opaqueIds();
   const admin = { auth: 'key', scope: 'admin', feature: 'api.access', meter: null } as const;
 
@@ -245,5 +244,5 @@ export const webhookRoutes: V1Plugin = async (app) => {
       return reply.code(202).send({ event_id: eventId });
     },
   });
-};
+});
 

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { testReport } from '../../test-support.js';
 import { openSqliteStore, type SqliteStore } from './store.js';
+import { REAL_TIME } from '../test-store.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const ORG = 'org_a';
@@ -13,7 +14,7 @@ let store: SqliteStore;
 
 beforeEach(async () => {
   dir = mkdtempSync(join(tmpdir(), 'fleet-background-'));
-  store = openSqliteStore(dir);
+  store = openSqliteStore(dir, REAL_TIME);
   await store.orgs.create({ id: ORG, name: 'a', tier: 'enterprise', createdAt: T0 });
 });
 afterEach(async () => {

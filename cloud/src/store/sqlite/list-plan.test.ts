@@ -2,6 +2,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EpisodeReport } from '@fleet/protocol';
 import { openSqliteStore, type SqliteStore } from './store.js';
+import { REAL_TIME } from '../test-store.js';
 import type { SqliteEpisodes } from './episodes.js';
 import { buildListQuery } from './list-plan.js';
 import { ListPlanner, type IndexCondition, type ListDriver } from './list-plan.js';
@@ -43,7 +44,7 @@ let store: SqliteStore;
 let all: EpisodeRow[];
 
 beforeAll(async () => {
-  store = openSqliteStore(':memory:');
+  store = openSqliteStore(':memory:', REAL_TIME);
   const items = [];
   for (let i = 0; i < N; i++) items.push({ orgId: i % 8 === 7 ? OTHER : ORG, robotId: `rbt_${i % 5}`, report: report(i), reportedAt: T0 });
   await store.episodes.ingest(items);

@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { systemClock, systemScheduler, type Clock, type Scheduler, type TimeSource } from '@fleet/protocol';
+import type { Clock, TimeSource } from '@fleet/protocol';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { MIGRATIONS } from './migrations.js';
@@ -29,7 +29,7 @@ const SQLITE_DEFAULT_CHECKPOINT_PAGES = 1000;
  * second writer wait instead of failing.
  */
 /** `dataDir` ':memory:' gives a private in-memory database (tests, OpenAPI generation). */
-export function openSqliteStore(dataDir: string, opts: { create?: boolean; clock?: Clock; scheduler?: Scheduler } = {}): SqliteStore {
+export function openSqliteStore(dataDir: string, opts: TimeSource & { create?: boolean }): SqliteStore {
   const inMemory = dataDir === ':memory:';
   const file = join(dataDir, DATABASE_FILE);
   // Only `serve` creates a database: an administration command pointed at the wrong directory
@@ -41,12 +41,11 @@ export function openSqliteStore(dataDir: string, opts: { create?: boolean; clock
   db.pragma('synchronous = NORMAL');
   db.pragma('foreign_keys = ON');
   db.pragma('busy_timeout = 5000');
-  const clock = opts.clock ?? systemClock;
-  migrate(db, clock);
-  return new SqliteStore(db, { clock, scheduler: opts.scheduler ?? systemScheduler });
+  migrate(db, opts.clock);
+  return new SqliteStore(db, { clock: opts.clock, scheduler: opts.scheduler });
 }
 
-/** `openSqliteStore(dir, { create: false })` on a directory without a database. */
+/** `openSqliteStore(dir, { create: false, … })` on a directory without a database. */
 export class MissingDatabaseError extends Error {
   constructor(
     readonly dataDir: string,
@@ -78,7 +77,7 @@ function migrate(db: Db, clock: Clock): void {
 export class SqliteStore extends StoreOfParts implements Store {
   constructor(
     readonly db: Db,
-    time: TimeSource = { clock: systemClock, scheduler: systemScheduler },
+    time: TimeSource,
   ) {
     const episodes = new SqliteEpisodes(db);
     const thread = db.memory ? null : new BackgroundThread(db.name);

@@ -5,6 +5,7 @@ import { Worker } from 'node:worker_threads';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { testReport } from '../../test-support.js';
 import { openSqliteStore, type SqliteStore } from './store.js';
+import { REAL_TIME } from '../test-store.js';
 
 // Another connection may write the same file (`fleet-cloud` beside `serve`). A transaction that
 // reads before it writes must be IMMEDIATE: a deferred one that has read cannot wait for another
@@ -17,7 +18,7 @@ let store: SqliteStore;
 
 beforeEach(async () => {
   dir = mkdtempSync(join(tmpdir(), 'fleet-write-lock-'));
-  store = openSqliteStore(dir);
+  store = openSqliteStore(dir, REAL_TIME);
   await store.orgs.create({ id: ORG, name: 'a', tier: 'enterprise', createdAt: T0 });
 });
 afterEach(async () => {

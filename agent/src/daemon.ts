@@ -7,7 +7,7 @@ import { CommandHandler } from './commands.js';
 import { NotFoundError, RefusalError } from './errors.js';
 import { runtimeVersionOf, type AgentConfig } from './config.js';
 import { recorderTakesEpisodeVerbs, type RecorderKind } from './recording/recorder-config.js';
-import type { OperatorContext, OperatorContextPatch } from './context.js';
+import type { OperatorContext, OperatorContextPatch } from './rules/operator-context.js';
 import { controlSocketPath } from './control/client.js';
 import type { ControlRequest } from './control/protocol.js';
 import { ControlServer } from './control/server.js';

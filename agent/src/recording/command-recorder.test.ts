@@ -9,7 +9,7 @@ import { openAgentStore, type SqliteAgentStore } from '../store/sqlite.js';
 import { captureLogs, makeTempDir, removeTempDirs, type LogCapture } from '../test-support.js';
 import { systemScheduler } from '../time.js';
 import { checkCommandRecorderConfig, CommandRecorder, CommandRecorderConfigSchema, commandArgv, type CommandRecorderConfigInput } from './command-recorder.js';
-import type { EpisodeFacts } from './facts.js';
+import type { EpisodeFacts } from '../rules/episode-facts.js';
 import type { Recorder, RecorderExit, RecordingHandle, RecordingInfo } from './recorder.js';
 import { RecordingStateMachine } from './state-machine.js';
 

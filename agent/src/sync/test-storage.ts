@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SyncRequestSchema, type GrantFile, type SyncMessage, type SyncRequest } from '@fleet/protocol';
 import { newEpisodeId } from '../ids.js';
-import type { EpisodeFacts } from '../recording/facts.js';
+import type { EpisodeFacts } from '../rules/episode-facts.js';
 import { buildManifest } from '../recording/finalize.js';
 import type { AgentStore, EpisodeRow } from '../store/types.js';
 import type { ManualScheduler } from '../time.js';

@@ -203,7 +203,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       });
     }
     const store = await life.add('store', async () => {
-      const s = deps.store ?? openAgentStore(config.dataDir);
+      const s = deps.store ?? openAgentStore(config.dataDir, deps.clock);
       return { value: s, close: () => s.close() };
     });
     this.store = store;

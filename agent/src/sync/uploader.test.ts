@@ -43,8 +43,8 @@ interface Rig {
 
 async function rig(opts: Partial<Pick<UploaderOptions, 'concurrency' | 'partParallel' | 'retryScheduleMs' | 'jitter' | 'random' | 'grantTimeoutMs'>> & { allowHttp?: boolean; storage?: TestStorage; dispatcher?: HttpAgent; pressure?: () => Promise<Pressure>; uploadLimit?: number } = {}): Promise<Rig> {
   const dataDir = await makeTempDir();
-  const store = openAgentStore(dataDir);
   const clock = new ManualClock();
+  const store = openAgentStore(dataDir, clock);
   const scheduler = new ManualScheduler(clock);
   const logs = captureLogs();
   const cloud = new FakeSyncCloud();
@@ -600,7 +600,7 @@ describe('Uploader', () => {
     const done = file!.parts.map((p) => p.partNumber);
     expect((await r.replica(e))!).toMatchObject({ state: 'syncing', lastError: null });
 
-    const store = openAgentStore(r.dataDir);
+    const store = openAgentStore(r.dataDir, r.clock);
     const dispatcher = new HttpAgent();
     const next = new Uploader({
       store,

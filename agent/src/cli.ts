@@ -6,7 +6,7 @@ import { pino } from 'pino';
 import type { AgentConfig, AgentConfigInput } from './config.js';
 import { AGENT_RUNTIME_VERSION, LEGACY_RUNTIME_VERSION } from './version.js';
 import type { ConfigOptions, EffectiveConfig } from './cli-config.js';
-import { OPERATOR_CONTEXT_KEYS, type OperatorContextPatch } from './context.js';
+import { OPERATOR_CONTEXT_KEYS, type OperatorContextPatch } from './rules/operator-context.js';
 import { controlCall, controlSocketPath, ControlError } from './control/client.js';
 import { MAX_EPISODES_LISTED, type ControlResponse } from './control/protocol.js';
 import { ConfigFileError, DEFAULT_CONFIG_PATH, formatProblem } from './config-errors.js';

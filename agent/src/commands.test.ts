@@ -206,7 +206,7 @@ describe('malformed MQTT payloads', () => {
 
 async function listEpisodes(t: TestAgent) {
   const { openAgentStore } = await import('./store/sqlite.js');
-  const store = openAgentStore(t.dataDir);
+  const store = openAgentStore(t.dataDir, t.clock);
   try {
     return await store.episodes.list();
   } finally {

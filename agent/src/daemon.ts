@@ -7,7 +7,7 @@ import { CommandHandler } from './commands.js';
 import { NotFoundError, RefusalError } from './errors.js';
 import { runtimeVersionOf, type AgentConfig } from './config.js';
 import { recorderTakesEpisodeVerbs, type RecorderKind } from './recording/recorder-config.js';
-import type { OperatorContext, OperatorContextPatch } from './context.js';
+import type { OperatorContext, OperatorContextPatch } from './rules/operator-context.js';
 import { controlSocketPath } from './control/client.js';
 import type { ControlRequest } from './control/protocol.js';
 import { ControlServer } from './control/server.js';
@@ -203,7 +203,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       });
     }
     const store = await life.add('store', async () => {
-      const s = deps.store ?? openAgentStore(config.dataDir);
+      const s = deps.store ?? openAgentStore(config.dataDir, deps.clock);
       return { value: s, close: () => s.close() };
     });
     this.store = store;

@@ -28,7 +28,7 @@ export {
   type OperatorContext,
   type OperatorContextKey,
   type OperatorContextPatch,
-} from './context.js';
+} from './rules/operator-context.js';
 export { ACTION_COMMANDS, SimulatedRobotActions, type ActionCommand, type ActionRequest, type RobotActions, type SimulatedRobotState, type SimulatedPose } from './actions.js';
 export { CommandHandler, type CommandHandlerOptions } from './commands.js';
 export { RefusalError, IllegalTransitionError } from './errors.js';
@@ -52,7 +52,7 @@ export {
   type TransitionCause,
   type RecordingStatus,
 } from './recording/state-machine.js';
-export type { EpisodeFacts, EpisodeManifest, ManifestFile, EpisodeSegment, EpisodeOutcome, SubtaskStep } from './recording/facts.js';
+export type { EpisodeFacts, EpisodeManifest, ManifestFile, EpisodeSegment, EpisodeOutcome, SubtaskStep } from './rules/episode-facts.js';
 export { segmentsFromSteps } from './recording/segments.js';
 export { toEpisodeReport, episodeReportMessage, episodeReportMsgId } from './recording/report.js';
 export {

@@ -26,7 +26,7 @@ afterEach(async () => {
 describe('AgentMetrics', () => {
   it('reads outbox counts by kind and state, replicas by state and the uploader totals when asked', async () => {
     const dataDir = await makeTempDir();
-    const store = openAgentStore(dataDir);
+    const store = openAgentStore(dataDir, new ManualClock());
     stores.push(store);
     await store.outbox.enqueue({ msgId: 'm1', kind: 'episode.report', body: {}, createdAt: 1 });
     await store.outbox.enqueue({ msgId: 'm2', kind: 'episode.report', body: {}, createdAt: 2 });

@@ -63,7 +63,7 @@ describe('Agent with its outbox', () => {
     const m = cloud.received[0]!;
     expect(m.robotId).toBe(t.credentials.robot_id);
     const report = EpisodeReportSchema.parse(m.message.body);
-    const stored = openAgentStore(t.dataDir);
+    const stored = openAgentStore(t.dataDir, t.clock);
     try {
       expect(report).toEqual(toEpisodeReport((await stored.episodes.get(id))!));
     } finally {

@@ -47,8 +47,8 @@ async function rig(opts: { maxInFlight?: number; broker?: TestBroker; connect?: 
   const cloud = await FakeCloud.connect(broker.url);
   cleanups.push(() => cloud.close());
   const dataDir = await makeTempDir();
-  const store = openAgentStore(dataDir);
   const clock = new ManualClock();
+  const store = openAgentStore(dataDir, clock);
   const scheduler = new ManualScheduler(clock);
   const logs = captureLogs();
   const credentials = testCredentials(undefined, broker.url);
@@ -413,7 +413,7 @@ describe('OutboxSender against a real broker', () => {
 
   it('a store failure while sending is retried by itself', async () => {
     const dataDir = await makeTempDir();
-    const store = openAgentStore(dataDir);
+    const store = openAgentStore(dataDir, new ManualClock());
     cleanups.push(() => store.close());
     await store.outbox.enqueue({ msgId: 'a', kind: 'episode.report', body: {}, createdAt: 0 });
     let failures = 1;

@@ -200,7 +200,7 @@ export async function openTestMachine(
   const clock = opts.clock ?? new ManualClock();
   const scheduler = new ManualScheduler(clock);
   const logs = captureLogs();
-  const store = openAgentStore(dataDir);
+  const store = openAgentStore(dataDir, clock);
   const robotId = opts.robotId ?? fakeRobotId();
   const recorder = new TestRecorder({ clock, scheduler, bytesPerSecond: opts.bytesPerSecond ?? 64 * 1024, chunkIntervalMs: 100 });
   const machine = new RecordingStateMachine({

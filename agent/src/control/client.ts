@@ -1,7 +1,7 @@
 import { createConnection, type Socket } from 'node:net';
 import { join } from 'node:path';
 import type { EpisodeView } from '../episodes-view.js';
-import type { OperatorContext, OperatorContextPatch } from '../context.js';
+import type { OperatorContext, OperatorContextPatch } from '../rules/operator-context.js';
 import type { ControlErrorCode, ControlRequest, ControlResponse } from './protocol.js';
 
 export const CONTROL_SOCKET_FILE = 'agent.sock';

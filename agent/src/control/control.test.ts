@@ -113,7 +113,7 @@ describe('local control surface', () => {
     t.clock.advance(1000);
     await t.agent.commands.handlePayload(commandPayload(t.clock, 'c2', 'episodes.finish'));
     await t.agent.machine.whenSettled();
-    const store = openAgentStore(t.dataDir);
+    const store = openAgentStore(t.dataDir, t.clock);
     const [local, remote] = await store.episodes.list();
     await store.close();
     const strip = (f: Record<string, unknown>) => {

@@ -1,6 +1,6 @@
 import type { CommandRefusal } from '@fleet/protocol';
 import { z } from 'zod';
-import { OperatorContextPatchSchema } from '../context.js';
+import { OperatorContextPatchSchema } from '../rules/operator-context.js';
 import { EPISODE_ID_PATTERN } from '../ids.js';
 
 /**

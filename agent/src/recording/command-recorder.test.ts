@@ -9,7 +9,7 @@ import { openAgentStore, type SqliteAgentStore } from '../store/sqlite.js';
 import { captureLogs, makeTempDir, removeTempDirs, type LogCapture } from '../test-support.js';
 import { systemScheduler } from '../time.js';
 import { checkCommandRecorderConfig, CommandRecorder, CommandRecorderConfigSchema, commandArgv, type CommandRecorderConfigInput } from './command-recorder.js';
-import type { EpisodeFacts } from './facts.js';
+import type { EpisodeFacts } from '../rules/episode-facts.js';
 import type { Recorder, RecorderExit, RecordingHandle, RecordingInfo } from './recorder.js';
 import { RecordingStateMachine } from './state-machine.js';
 
@@ -363,7 +363,7 @@ describe('CommandRecorder', () => {
 describe('CommandRecorder under the RecordingStateMachine', () => {
   async function machine(rec: CommandRecorder): Promise<{ machine: RecordingStateMachine; store: SqliteAgentStore; dataDir: string; logs: LogCapture }> {
     const dataDir = await makeTempDir();
-    const store = openAgentStore(dataDir);
+    const store = openAgentStore(dataDir, new ManualClock());
     const logs = captureLogs();
     const m = new RecordingStateMachine({
       store,
@@ -463,7 +463,7 @@ describe('RecordingStateMachine: a recording that ends by itself (onUnexpectedEn
 
   async function open(rec: Recorder) {
     const dataDir = await makeTempDir();
-    const store = openAgentStore(dataDir);
+    const store = openAgentStore(dataDir, new ManualClock());
     const logs = captureLogs();
     const m = new RecordingStateMachine({ store, recorder: rec, robotId: 'rbt_test', dataDir, clock: new ManualClock(), scheduler: systemScheduler, logger: logs.logger, finalizingDelayMs: 0, finalizeRetryMs: 1000, aliveIntervalMs: 60_000 });
     await m.init();

@@ -6,7 +6,7 @@ import { iso } from '@fleet/protocol';
 import type { Logger } from 'pino';
 import { EPISODE_ID_PATTERN } from '../ids.js';
 import type { AgentStore, EpisodeRow, RecordingRow } from '../store/types.js';
-import type { EpisodeFacts, EpisodeManifest, ManifestFile, SubtaskStep } from './facts.js';
+import type { EpisodeFacts, EpisodeManifest, ManifestFile, SubtaskStep } from '../rules/episode-facts.js';
 import { EPISODE_META_FILES, type RecordedFiles, type Recorder, type RecordingHandle } from './recorder.js';
 import { segmentsFromSteps } from './segments.js';
 

@@ -48,7 +48,7 @@ async function rig(
   const clock = opts.clock ?? new ManualClock();
   const scheduler = opts.scheduler ?? new ManualScheduler(clock as ManualClock);
   const logs = captureLogs();
-  const store = openAgentStore(dataDir);
+  const store = openAgentStore(dataDir, clock);
   open.push(store);
   const config = ImportRecorderConfigSchema.parse({ kind: 'import', folder, poll_ms: 100, ...opts.config });
   const recorder = new ImportRecorder(config, { clock, scheduler, logger: logs.logger });

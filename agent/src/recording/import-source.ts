@@ -17,7 +17,7 @@ import { open, readdir, readFile, stat } from 'node:fs/promises';
 import { join, relative, sep } from 'node:path';
 import { McapIndexedReader } from '@mcap/core';
 import { parse as parseYaml } from 'yaml';
-import type { EpisodeManifest } from './facts.js';
+import type { EpisodeManifest } from '../rules/episode-facts.js';
 import { sha256File } from './finalize.js';
 
 export type SourceKind = 'file' | 'directory';

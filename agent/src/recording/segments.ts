@@ -1,4 +1,4 @@
-import type { EpisodeSegment, SubtaskStep } from './facts.js';
+import type { EpisodeSegment, SubtaskStep } from '../rules/episode-facts.js';
 
 /**
  * The episode's subtask timeline from the steps the operator took while recording. Each step

@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { IllegalTransitionError } from '../errors.js';
 import { EPISODE_ID_PATTERN } from '../ids.js';
 import { openTestMachine, removeTempDirs, type TestMachine } from '../test-support.js';
-import type { EpisodeFacts, EpisodeManifest } from './facts.js';
+import type { EpisodeFacts, EpisodeManifest } from '../rules/episode-facts.js';
 import type { RecordingState } from './state-machine.js';
 
 const open: TestMachine[] = [];

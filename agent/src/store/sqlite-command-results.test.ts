@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import type { CommandReply } from '@fleet/protocol';
+import { ManualClock, type CommandReply } from '@fleet/protocol';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeTempDir, removeTempDirs } from '../test-support.js';
 import { MIGRATIONS } from './migrations.js';
@@ -8,7 +8,7 @@ import { AGENT_DATABASE_FILE, openAgentStore, type SqliteAgentStore } from './sq
 
 const stores: SqliteAgentStore[] = [];
 async function store(dataDir?: string): Promise<SqliteAgentStore> {
-  const s = openAgentStore(dataDir ?? (await makeTempDir()));
+  const s = openAgentStore(dataDir ?? (await makeTempDir()), new ManualClock());
   stores.push(s);
   return s;
 }

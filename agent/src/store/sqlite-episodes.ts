@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import type { CommandReply } from '@fleet/protocol';
-import type { EpisodeFacts, EpisodeManifest, EpisodeOutcome } from '../recording/facts.js';
+import type { EpisodeFacts, EpisodeManifest, EpisodeOutcome } from '../rules/episode-facts.js';
 import type { CommandIntent, CommandResultStore, EpisodeRow, EpisodeStore, RememberedCommand, StoredCommandResult } from './types.js';
 
 type Db = Database.Database;

@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { EpisodeReportSchema } from '@fleet/protocol';
+import { EpisodeReportSchema, ManualClock } from '@fleet/protocol';
 import { afterEach, describe, expect, it } from 'vitest';
 import { toEpisodeReport } from '../recording/report.js';
 import { makeTempDir, removeTempDirs } from '../test-support.js';
@@ -10,7 +10,7 @@ import type { EpisodeRow, NewOutboxMessage } from './types.js';
 
 const stores: SqliteAgentStore[] = [];
 async function store(dataDir?: string): Promise<SqliteAgentStore> {
-  const s = openAgentStore(dataDir ?? (await makeTempDir()));
+  const s = openAgentStore(dataDir ?? (await makeTempDir()), new ManualClock());
   stores.push(s);
   return s;
 }
@@ -88,7 +88,7 @@ describe('SQLite outbox', () => {
 
   it('keeps the outbox across a reopen', async () => {
     const dir = await makeTempDir();
-    const first = openAgentStore(dir);
+    const first = openAgentStore(dir, new ManualClock());
     await first.outbox.enqueue(msg('a'));
     await first.close();
     const second = await store(dir);

@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
-import { emptyOperatorContext, OPERATOR_CONTEXT_KEYS, type OperatorContext } from '../context.js';
-import type { EpisodeOutcome, SubtaskStep } from '../recording/facts.js';
+import { emptyOperatorContext, OPERATOR_CONTEXT_KEYS, type OperatorContext } from '../rules/operator-context.js';
+import type { EpisodeOutcome, SubtaskStep } from '../rules/episode-facts.js';
 import { insertCommandResult } from './sqlite-episodes.js';
 import { insertImportSource } from './sqlite-imports.js';
 import { insertOutboxMessage } from './sqlite-outbox.js';

@@ -1,5 +1,6 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
+import { ManualClock } from '@fleet/protocol';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeTempDir, removeTempDirs } from '../test-support.js';
 import { storeEpisode } from '../sync/test-storage.js';
@@ -13,14 +14,14 @@ const receipt = { status: 200, etag: '"e"', checksumSha256: null };
 describe('SqliteSync', () => {
   it('keeps upload ids, parts and receipts written as they happen across a reopen (a kill -9 loses nothing done)', async () => {
     const dir = await makeTempDir();
-    let store = openAgentStore(dir);
+    let store = openAgentStore(dir, new ManualClock());
     const e = await storeEpisode(store, dir, { 'a.bin': 10 }, 1000);
     await store.sync.add([{ episode_id: e.id, destination_id: 'd1' }], 1000);
     await store.sync.beginMultipart(e.id, 'd1', 'big.bin', 'up-1', 5, 1001);
     await store.sync.partDone(e.id, 'd1', 'big.bin', 'up-1', { partNumber: 2, size: 5, etag: '"p2"', md5: 'm2' }, 1002);
     await store.sync.fileDone(e.id, 'd1', 'a.bin', { uploadId: null, bytesSent: 10, sha256Sent: 'x', md5Sent: 'y', receipt }, 1003);
     // No clean close: the database file is all the next process has.
-    store = openAgentStore(dir);
+    store = openAgentStore(dir, new ManualClock());
     const files = await store.sync.files(e.id, 'd1');
     expect(files).toEqual([
       { path: 'a.bin', uploadId: null, partSize: null, complete: true, bytesSent: 10, sha256Sent: 'x', md5Sent: 'y', receipt, parts: [] },
@@ -35,7 +36,7 @@ describe('SqliteSync', () => {
 
   it('a state change and its report commit together; reconcile drops unfinished assignments only', async () => {
     const dir = await makeTempDir();
-    const store = openAgentStore(dir);
+    const store = openAgentStore(dir, new ManualClock());
     await store.sync.add(
       [
         { episode_id: 'ep_a', destination_id: 'd' },
@@ -69,7 +70,11 @@ describe('SqliteSync', () => {
     db.prepare("INSERT INTO upload_files (episode_id, destination_id, path, upload_id, part_size, updated_at) VALUES ('ep_1', 'd1', 'big.bin', 'up-1', 5, 1)").run();
     db.prepare("INSERT INTO upload_parts VALUES ('ep_1', 'd1', 'big.bin', 'up-1', 1, 5, '\"e1\"', 'm1', 's1', 2)").run();
     db.close();
-    const store = openAgentStore(dir);
+    const store = openAgentStore(dir, new ManualClock(1234));
+    // The migrations this open applied are stamped by the clock it was given.
+    const check = new Database(join(dir, AGENT_DATABASE_FILE), { readonly: true });
+    expect(check.prepare('SELECT DISTINCT applied_at FROM schema_migrations WHERE version > 5').pluck().all()).toEqual([1234]);
+    check.close();
     const files = await store.sync.files('ep_1', 'd1');
     expect(files[0]!.parts).toEqual([{ partNumber: 1, size: 5, etag: '"e1"', md5: 'm1' }]);
     // A part whose ETag proved nothing has no MD5.

@@ -1,4 +1,5 @@
 import Database from 'better-sqlite3';
+import type { Clock } from '@fleet/protocol';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { MIGRATIONS } from './migrations.js';
@@ -15,9 +16,9 @@ export const AGENT_DATABASE_FILE = 'agent.sqlite';
  * Opens (creating if needed) `<dataDir>/agent.sqlite` and applies pending migrations. WAL with
  * synchronous=FULL: a commit the agent has acted on (a reply sent, a recorder started) must
  * survive a power cut, and the write rate is a few rows per episode.
- * `dataDir` ':memory:' gives a private in-memory database.
+ * `dataDir` ':memory:' gives a private in-memory database. `clock` stamps each migration applied.
  */
-export function openAgentStore(dataDir: string): SqliteAgentStore {
+export function openAgentStore(dataDir: string, clock: Clock): SqliteAgentStore {
   const inMemory = dataDir === ':memory:';
   if (!inMemory) mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const db = new Database(inMemory ? ':memory:' : join(dataDir, AGENT_DATABASE_FILE));
@@ -25,11 +26,11 @@ export function openAgentStore(dataDir: string): SqliteAgentStore {
   db.pragma('synchronous = FULL');
   db.pragma('foreign_keys = ON');
   db.pragma('busy_timeout = 5000');
-  migrate(db);
+  migrate(db, clock);
   return new SqliteAgentStore(db);
 }
 
-function migrate(db: Database.Database): void {
+function migrate(db: Database.Database, clock: Clock): void {
   db.exec('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT');
   const applied = new Set(db.prepare('SELECT version FROM schema_migrations').pluck().all() as number[]);
   for (const m of MIGRATIONS) {
@@ -37,7 +38,7 @@ function migrate(db: Database.Database): void {
     db.transaction(() => {
       if (db.prepare('SELECT 1 FROM schema_migrations WHERE version = ?').get(m.version)) return;
       db.exec(m.sql);
-      db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, Date.now());
+      db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, clock.now());
     }).immediate();
   }
 }

@@ -1,6 +1,6 @@
 import type { Assignment, CommandReply, OutboxMessage, RetentionDirective } from '@fleet/protocol';
-import type { OperatorContext } from '../context.js';
-import type { EpisodeFacts, EpisodeManifest, EpisodeOutcome, SubtaskStep } from '../recording/facts.js';
+import type { OperatorContext } from '../rules/operator-context.js';
+import type { EpisodeFacts, EpisodeManifest, EpisodeOutcome, SubtaskStep } from '../rules/episode-facts.js';
 
 /**
  * The agent's durable state, behind an async interface like the cloud's store so another

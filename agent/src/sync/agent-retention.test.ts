@@ -24,7 +24,7 @@ const present = (dataDir: string, e: EpisodeRow) =>
 
 /** An episode verified at one destination whose registered retention prunes, written before the agent runs. */
 async function verifiedEpisode(dataDir: string, clock: ManualClock): Promise<EpisodeRow> {
-  const store = openAgentStore(dataDir);
+  const store = openAgentStore(dataDir, clock);
   try {
     const e = await storeEpisode(store, dataDir, { 'recording.mcap': 4096 }, clock.now());
     await store.sync.add([{ episode_id: e.id, destination_id: 'dst_a' }], clock.now());
@@ -70,7 +70,7 @@ describe('Agent retention (daemon wiring, injected clock)', () => {
     await t.agent.stop();
     running.delete(t.agent);
 
-    const store = openAgentStore(dataDir);
+    const store = openAgentStore(dataDir, clock);
     try {
       expect((await store.sync.localCopy(first.id))!.prunedAt).toBe(due1);
       expect((await store.sync.localCopy(second.id))!.prunedAt).toBe(due2 + HOUR);

@@ -14,6 +14,7 @@ export class RateLimiter {
   private readonly msPerByte: number;
   private readonly toleranceMs: number;
   private waiters = 0;
+  private grantedBytes = 0;
 
   constructor(
     private readonly opts: {
@@ -39,13 +40,24 @@ export class RateLimiter {
     return this.waiters;
   }
 
+  /**
+   * Bytes whose turn has come so far, counted the moment each turn is let go (on the injected
+   * clock's time): tests read the pace off it, where a body's own count comes a read later.
+   */
+  get granted(): number {
+    return this.grantedBytes;
+  }
+
   /** Resolves when `n` bytes may be sent; rejects when `signal` aborts first (the turn is not given back). */
   take(n: number, signal?: AbortSignal): Promise<void> {
     const now = this.opts.clock.now();
     const start = Math.max(this.tat, now);
     this.tat = start + n * this.msPerByte;
     const delay = this.tat - this.toleranceMs - now;
-    if (delay <= 0) return Promise.resolve();
+    if (delay <= 0) {
+      this.grantedBytes += n;
+      return Promise.resolve();
+    }
     if (signal?.aborted) return Promise.reject(abortReason(signal));
     this.waiters += 1;
     return new Promise<void>((resolve, reject) => {
@@ -57,6 +69,7 @@ export class RateLimiter {
       const handle = this.opts.scheduler.setTimeout(() => {
         signal?.removeEventListener('abort', onAbort);
         this.waiters -= 1;
+        this.grantedBytes += n;
         resolve();
       }, delay);
       signal?.addEventListener('abort', onAbort, { once: true });

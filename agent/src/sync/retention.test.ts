@@ -34,7 +34,7 @@ async function rig(at?: { dataDir: string; clock: ManualClock }): Promise<Rig & 
   const clock = at?.clock ?? new ManualClock();
   const r = { dataDir, clock, scheduler: new ManualScheduler(clock), reports: 0 } as Rig & { restart(): Promise<void> };
   const open = async () => {
-    r.store = openAgentStore(dataDir);
+    r.store = openAgentStore(dataDir, clock);
     r.scheduler = new ManualScheduler(clock);
     r.retention = new Retention({ store: r.store, dataDir, clock, scheduler: r.scheduler, logger: captureLogs().logger, onReport: () => (r.reports += 1) });
     await r.retention.start();

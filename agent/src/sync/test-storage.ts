@@ -15,10 +15,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SyncRequestSchema, type GrantFile, type SyncMessage, type SyncRequest } from '@fleet/protocol';
 import { newEpisodeId } from '../ids.js';
-import type { EpisodeFacts } from '../recording/facts.js';
+import type { EpisodeFacts } from '../rules/episode-facts.js';
 import { buildManifest } from '../recording/finalize.js';
 import type { AgentStore, EpisodeRow } from '../store/types.js';
+import type { ManualScheduler } from '../time.js';
 import type { SyncTransport } from './channel.js';
+import type { RateLimiter } from './rate-limit.js';
 
 export interface StoredObject {
   body: Buffer;
@@ -263,4 +265,31 @@ export async function storeEpisode(store: AgentStore, dataDir: string, files: Re
   };
   await store.recording.complete(row, { msgId: `episode.report:${id}`, kind: 'episode.report', body: { id }, createdAt: at });
   return row;
+}
+
+/**
+ * Runs uploads that share `limiter` on a manual clock until `done()`: the clock moves 10 ms at a
+ * time, and only while a body waits for its turn and the bodies have counted every byte the
+ * limiter let go (`counted()`). A body counts its piece a file read after its turn; moving the
+ * clock in between would stamp those bytes later than their turn by however long the machine took
+ * to read, so a sample (taken in `onStep`, after each step) would hold a turn more or less. Here
+ * the bytes counted and the clock agree at every step, however busy the machine.
+ */
+export async function paceOnManualClock(args: {
+  limiter: RateLimiter;
+  scheduler: ManualScheduler;
+  counted: () => number | Promise<number>;
+  done: () => boolean | Promise<boolean>;
+  onStep?: () => void | Promise<void>;
+}): Promise<void> {
+  const { limiter, scheduler } = args;
+  while (!(await args.done())) {
+    const due = limiter.waiting > 0 && limiter.granted === (await args.counted());
+    if (due) {
+      scheduler.advance(10);
+      await args.onStep?.();
+    }
+    // Yield to the sockets and the file reads: at once after a step, a little longer when idle.
+    await new Promise((resolve) => setTimeout(resolve, due ? 0 : 1));
+  }
 }

@@ -8,7 +8,7 @@ import type { EpisodeRow } from '../store/types.js';
 import { captureLogs, makeTempDir, removeTempDirs, type LogCapture } from '../test-support.js';
 import { ManualScheduler } from '../time.js';
 import { RateLimiter } from './rate-limit.js';
-import { FakeSyncCloud, storeEpisode, testCertificates, TestStorage } from './test-storage.js';
+import { FakeSyncCloud, paceOnManualClock, storeEpisode, testCertificates, TestStorage } from './test-storage.js';
 import { uploadDispatcher } from './trust.js';
 import { Uploader, type UploaderOptions } from './uploader.js';
 
@@ -43,8 +43,8 @@ interface Rig {
 
 async function rig(opts: Partial<Pick<UploaderOptions, 'concurrency' | 'partParallel' | 'retryScheduleMs' | 'jitter' | 'random' | 'grantTimeoutMs'>> & { allowHttp?: boolean; storage?: TestStorage; dispatcher?: HttpAgent; pressure?: () => Promise<Pressure>; uploadLimit?: number } = {}): Promise<Rig> {
   const dataDir = await makeTempDir();
-  const store = openAgentStore(dataDir);
   const clock = new ManualClock();
+  const store = openAgentStore(dataDir, clock);
   const scheduler = new ManualScheduler(clock);
   const logs = captureLogs();
   const cloud = new FakeSyncCloud();
@@ -242,17 +242,19 @@ describe('Uploader', () => {
     ]);
     r.uploader.connected();
     const seen: { bytes: number; rate: number; state: string }[] = [];
-    const limiter = r.limiter!;
-    while ((await r.replica(e))?.state !== 'verified') {
-      if (limiter.waiting > 0) {
-        r.scheduler.advance(10);
-        if (r.clock.now() % 1000 === 0) {
-          const [u] = await r.uploader.uploads();
-          if (u?.active) seen.push({ bytes: u.bytes_sent, rate: u.rate_bps, state: u.state });
-        }
-      }
-      await new Promise((resolve) => setTimeout(resolve, limiter.waiting > 0 ? 0 : 1));
-    }
+    // The clock moves only once the live status has counted every byte the limiter let go, so the
+    // rate it shows is the limiter's pace, not how long this machine took to read the file.
+    await paceOnManualClock({
+      limiter: r.limiter!,
+      scheduler: r.scheduler,
+      counted: async () => (await r.uploader.uploads()).reduce((sum, u) => sum + u.bytes_sent, 0),
+      done: async () => (await r.replica(e))?.state === 'verified',
+      onStep: async () => {
+        if (r.clock.now() % 1000 !== 0) return;
+        const [u] = await r.uploader.uploads();
+        if (u?.active) seen.push({ bytes: u.bytes_sent, rate: u.rate_bps, state: u.state });
+      },
+    });
     // About 8 s of the injected clock at 256 KiB/s: a status each second, bytes growing each time.
     expect(seen.length).toBeGreaterThanOrEqual(5);
     for (let i = 1; i < seen.length; i++) expect(seen[i]!.bytes).toBeGreaterThan(seen[i - 1]!.bytes);
@@ -598,7 +600,7 @@ describe('Uploader', () => {
     const done = file!.parts.map((p) => p.partNumber);
     expect((await r.replica(e))!).toMatchObject({ state: 'syncing', lastError: null });
 
-    const store = openAgentStore(r.dataDir);
+    const store = openAgentStore(r.dataDir, r.clock);
     const dispatcher = new HttpAgent();
     const next = new Uploader({
       store,

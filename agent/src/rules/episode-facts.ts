@@ -1,4 +1,6 @@
-import type { OperatorContext } from '../context.js';
+// The agent's lowest floor (rules/): pure facts and decisions that the store and the parts above
+// it both stand on; nothing here imports the rest of agent/src.
+import type { OperatorContext } from './operator-context.js';
 
 export const EPISODE_OUTCOMES = ['success', 'failure', 'discarded'] as const;
 export type EpisodeOutcome = (typeof EPISODE_OUTCOMES)[number];

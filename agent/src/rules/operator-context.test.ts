@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { applyContextPatch, emptyOperatorContext } from './context.js';
+import { applyContextPatch, emptyOperatorContext } from './operator-context.js';
 
 describe('operator context patches', () => {
   const set = applyContextPatch(emptyOperatorContext(), {

@@ -81,6 +81,31 @@ module.exports = {
       to: { path: '^cloud/src/(app|server)\\.ts$' },
     },
 
+    // The agent, bottom to top: rules/ (pure: episode facts, the operator context); store/ (the
+    // only module that runs SQL); the parts (control/, link/, recording/, sync/ and the modules
+    // beside them); the composition root (daemon.ts's Agent, robot-parts.ts; cli.ts, index.ts).
+    only(
+      'agent-rules-are-pure',
+      'rules/ imports nothing of the agent outside itself.',
+      '^agent/src/rules/',
+      '^agent/src/',
+      '^agent/src/rules/',
+    ),
+    only(
+      'agent-store-imports-nothing-above',
+      'The store types its rows by the rules floor, never by a part above it.',
+      '^agent/src/store/',
+      '^agent/src/',
+      '^agent/src/(store|rules)/',
+    ),
+    {
+      name: 'agent-root-on-top',
+      comment: 'Only the command line and the package entry import the composition root.',
+      severity: 'error',
+      from: { path: '^agent/src/', pathNot: `${TESTS}|^agent/src/(daemon|robot-parts|cli|cli-config|status-view|index)\\.ts$` },
+      to: { path: '^agent/src/(daemon|robot-parts)\\.ts$' },
+    },
+
     // The console, bottom to top: session.ts, router.ts, live.ts (the session, the address bar,
     // the live connection); ui/ (components, hooks, formatting); player/ (the recording player,
     // a self-contained engine) and review/; views/ (one page each); routes.ts, app.tsx, main.tsx.

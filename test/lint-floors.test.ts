@@ -70,6 +70,18 @@ describe('the import floors', () => {
     expect(r.code).not.toBe(0);
   });
 
+  it('refuses an agent store typed by a part above it, and a part that imports the daemon', () => {
+    const r = cruise({
+      'agent/src/recording/facts.ts': 'export interface Facts { task: string }\n',
+      'agent/src/daemon.ts': 'export class Agent {}\n',
+      'agent/src/store/sqlite-episodes.ts': "import type { Facts } from '../recording/facts.js';\nexport type Row = Facts;\n",
+      'agent/src/sync/uploader.ts': "import { Agent } from '../daemon.js';\nexport const u = Agent;\n",
+    });
+    expect(r.out).toContain('agent-store-imports-nothing-above: agent/src/store/sqlite-episodes.ts → agent/src/recording/facts.ts');
+    expect(r.out).toContain('agent-root-on-top: agent/src/sync/uploader.ts → agent/src/daemon.ts');
+    expect(r.code).not.toBe(0);
+  });
+
   it('refuses a cycle in any workspace, a type-only one too', () => {
     const r = cruise({
       'simulator/src/a.ts': "import type { B } from './b.js';\nexport interface A { b: B }\n",

@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { ManualClock } from '@fleet/protocol';
+import { EPISODE_OUTCOMES, LOCAL_REPLICA_STATES, ManualClock } from '@fleet/protocol';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeTempDir, removeTempDirs } from '../test-support.js';
 import { storeEpisode } from '../sync/test-storage.js';
@@ -12,6 +12,21 @@ afterEach(removeTempDirs);
 const receipt = { status: 200, etag: '"e"', checksumSha256: null };
 
 describe('SqliteSync', () => {
+  it("checks the replica states and outcomes the protocol lists (a shipped migration's SQL is never edited, so it is held to the lists here)", async () => {
+    const dir = await makeTempDir();
+    const store = openAgentStore(dir, new ManualClock());
+    await store.close();
+    const db = new Database(join(dir, AGENT_DATABASE_FILE), { readonly: true });
+    const sql = (table: string) => (db.prepare("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?").get(table) as { sql: string }).sql;
+    const checked = (table: string, column: string) => {
+      const m = new RegExp(`\\b${column} TEXT[^,]*CHECK \\(${column} IN \\(([^)]*)\\)\\)`).exec(sql(table));
+      return m ? m[1]!.split(',').map((v) => v.trim().replace(/^'|'$/g, '')) : null;
+    };
+    expect(checked('replicas', 'state')).toEqual([...LOCAL_REPLICA_STATES]);
+    expect(checked('episodes', 'outcome')).toEqual([...EPISODE_OUTCOMES]);
+    db.close();
+  });
+
   it('keeps upload ids, parts and receipts written as they happen across a reopen (a kill -9 loses nothing done)', async () => {
     const dir = await makeTempDir();
     let store = openAgentStore(dir, new ManualClock());

@@ -1,4 +1,4 @@
-import type { Assignment, CommandReply, OutboxMessage, RetentionDirective } from '@fleet/protocol';
+import type { Assignment, CommandReply, LocalReplicaState, OutboxMessage, RetentionDirective } from '@fleet/protocol';
 import type { OperatorContext } from '../rules/operator-context.js';
 import type { EpisodeFacts, EpisodeManifest, EpisodeOutcome, SubtaskStep } from '../rules/episode-facts.js';
 
@@ -237,7 +237,7 @@ export interface OutboxStore {
 // ---- cloud sync ----------------------------------------------------------------------------
 
 /** A replica's local state: `assigned` (no grant yet), then the API's replica states in order. */
-export type LocalReplicaState = 'assigned' | 'granted' | 'syncing' | 'synced' | 'verified';
+export type { LocalReplicaState } from '@fleet/protocol';
 
 /** One (episode, destination) the cloud assigned this robot, and how far its upload got. */
 export interface ReplicaRow {

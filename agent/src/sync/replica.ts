@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
-import type { ReplicaReport, ReplicaState } from '@fleet/protocol';
-import type { LocalReplicaState, NewOutboxMessage, ReplicaRow } from '../store/types.js';
+import { LOCAL_REPLICA_STATES, type LocalReplicaState, type ReplicaReport } from '@fleet/protocol';
+import type { NewOutboxMessage, ReplicaRow } from '../store/types.js';
 
 /**
  * A replica's state on the robot (spec, Replica sync). The API's states plus the one before
@@ -18,13 +18,11 @@ export type ReplicaLocalState =
   /** Every file's SHA-256 of the bytes sent equals the manifest and every receipt matched. */
   | 'verified';
 
-// The store's states and these must stay the same set, and the reported ones the protocol's.
-const sameAsStore: [ReplicaLocalState, LocalReplicaState] extends [LocalReplicaState, ReplicaLocalState] ? true : never = true;
-const sameAsProtocol: [Exclude<ReplicaLocalState, 'assigned'>, ReplicaState] extends [ReplicaState, Exclude<ReplicaLocalState, 'assigned'>] ? true : never = true;
-void sameAsStore;
+// These are the protocol's states on the robot (LOCAL_REPLICA_STATES), documented one by one.
+const sameAsProtocol: [ReplicaLocalState, LocalReplicaState] extends [LocalReplicaState, ReplicaLocalState] ? true : never = true;
 void sameAsProtocol;
 
-const ORDER: readonly ReplicaLocalState[] = ['assigned', 'granted', 'syncing', 'synced', 'verified'];
+const ORDER: readonly ReplicaLocalState[] = LOCAL_REPLICA_STATES;
 
 /** Which states each state may move to: forward only; a step may be skipped (a resumed upload that had already sent every byte goes from granted to synced). */
 const NEXT: Record<ReplicaLocalState, readonly ReplicaLocalState[]> = {

@@ -198,7 +198,9 @@ async function spawnServe(args: readonly string[], env: Record<string, string | 
   const proc = spawnProcess(process.execPath, [...nodeArgs, CLOUD_CLI, ...args], { name: 'fleet-cloud serve', cwd: REPO_ROOT, env });
   try {
     const line = await proc.waitForStdout((l) => parseAddressLine(l) !== null, {
-      timeoutMs: startTimeoutMs ?? 20_000,
+      // A cold start on a loaded 2-core machine (other suites building, migrating, spawning) can
+      // take well over the usual second: a wait on the line, with room, not a bound on speed.
+      timeoutMs: startTimeoutMs ?? 45_000,
       description: 'the {"http":…,"mqtt":…} line',
     });
     return { proc, addresses: parseAddressLine(line)! };

@@ -4,7 +4,7 @@ import { CAPABILITY_EPISODES_V1, iso, Lifecycle, type Clock, type CommandReply }
 import type { Logger } from 'pino';
 import type { RobotActions } from './actions.js';
 import { CommandHandler } from './commands.js';
-import { NotFoundError, RefusalError } from './errors.js';
+import { NotEnrolledError, NotFoundError, RefusalError } from './errors.js';
 import { runtimeVersionOf, type AgentConfig } from './config.js';
 import { recorderTakesEpisodeVerbs, type RecorderKind } from './recording/recorder-config.js';
 import type { OperatorContext, OperatorContextPatch } from './rules/operator-context.js';
@@ -60,11 +60,6 @@ export interface AgentDeps {
    * `statfs`). A seam like the clock: a test of a nearly full disk injects a small number.
    */
   freeBytes?: FreeBytes;
-}
-
-/** The robot is not enrolled: `fleet-agent start` never enrolls by itself. */
-export class NotEnrolledError extends Error {
-  override readonly name = 'NotEnrolledError';
 }
 
 export interface AgentStatus {

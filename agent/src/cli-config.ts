@@ -6,7 +6,8 @@
 import { existsSync } from 'node:fs';
 import { ZodError } from 'zod';
 import { parseAgentConfig, type AgentConfig, type AgentConfigInput } from './config.js';
-import { ConfigFileError, DEFAULT_CONFIG_PATH, loadConfigFile, snake, type ConfigProblem, type LoadedConfigFile } from './config-file.js';
+import { ConfigFileError } from './errors.js';
+import { DEFAULT_CONFIG_PATH, loadConfigFile, snake, type ConfigProblem, type LoadedConfigFile } from './config-file.js';
 
 type Env = Readonly<Record<string, string | undefined>>;
 

@@ -7,9 +7,10 @@ import type { AgentConfig, AgentConfigInput } from './config.js';
 import { AGENT_RUNTIME_VERSION, LEGACY_RUNTIME_VERSION } from './version.js';
 import type { ConfigOptions, EffectiveConfig } from './cli-config.js';
 import { OPERATOR_CONTEXT_KEYS, type OperatorContextPatch } from './rules/operator-context.js';
-import { controlCall, controlSocketPath, ControlError } from './control/client.js';
+import { controlCall, controlSocketPath } from './control/client.js';
 import { MAX_EPISODES_LISTED, type ControlResponse } from './control/protocol.js';
-import { ConfigFileError, DEFAULT_CONFIG_PATH, formatProblem } from './config-errors.js';
+import { DEFAULT_CONFIG_PATH, formatProblem } from './config-errors.js';
+import { ConfigFileError, ControlError, EnrollError, NotEnrolledError } from './errors.js';
 import { formatEpisode, formatEpisodeList } from './episodes-format.js';
 import type { EpisodeView } from './episodes-view.js';
 import { EPISODE_ID_PATTERN } from './ids.js';
@@ -54,7 +55,7 @@ program
   .action(async (o: { api: string; token: string; dataDir?: string; config?: string; name?: string; platform?: string; runtimeVersion?: string; legacyRuntime?: boolean; mqttUrl?: string; force?: boolean }) => {
     // Loaded when used (as the daemon below): the control commands (status, record, episodes)
     // start without the HTTP and MQTT clients.
-    const { enroll, EnrollError } = await import('./enroll.js');
+    const { enroll } = await import('./enroll.js');
     let dataDir: string;
     try {
       dataDir = o.dataDir ?? (await (await cliConfig()).dataDirFor(o));
@@ -195,7 +196,7 @@ configCmd
 
 async function runDaemon(config: AgentConfig, configFile: string | undefined): Promise<void> {
   const logger = pino({ level: config.logLevel, base: { pid: process.pid }, redact: ['password', '*.password'] }, pino.destination({ dest: 2, sync: true }));
-  const [{ Agent, NotEnrolledError }, { buildRobotParts }, { systemScheduler }] = await Promise.all([import('./daemon.js'), import('./robot-parts.js'), import('./time.js')]);
+  const [{ Agent }, { buildRobotParts }, { systemScheduler }] = await Promise.all([import('./daemon.js'), import('./robot-parts.js'), import('./time.js')]);
   const parts = await buildRobotParts(config, { clock: systemClock, scheduler: systemScheduler, logger, env: process.env, ...(configFile ? { configFile } : {}) });
   const agent = new Agent(config, { clock: systemClock, scheduler: systemScheduler, logger, ...parts });
   try {

@@ -15,13 +15,6 @@ export interface ConfigProblem {
   message: string;
 }
 
-export class ConfigFileError extends Error {
-  override readonly name = 'ConfigFileError';
-  constructor(readonly problems: readonly ConfigProblem[]) {
-    super(problems.map(formatProblem).join('\n'));
-  }
-}
-
 export function formatProblem(p: ConfigProblem): string {
   return `${p.file}${p.line !== undefined ? `:${p.line}` : ''}: ${p.key ? `${p.key}: ` : ''}${p.message}`;
 }

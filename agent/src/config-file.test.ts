@@ -2,7 +2,8 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { effectiveConfig } from './cli-config.js';
-import { ConfigFileError, loadConfigFile, parseConfigText, type ConfigProblem } from './config-file.js';
+import { ConfigFileError } from './errors.js';
+import { loadConfigFile, parseConfigText, type ConfigProblem } from './config-file.js';
 import { makeTempDir, removeTempDirs } from './test-support.js';
 
 afterEach(removeTempDirs);

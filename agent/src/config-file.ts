@@ -11,9 +11,10 @@ import { dirname, isAbsolute, resolve } from 'node:path';
 import { isMap, isPair, isScalar, LineCounter, parseDocument, type Document } from 'yaml';
 import { z } from 'zod';
 import { AgentConfigSchema, type AgentConfigInput } from './config.js';
-import { ConfigFileError, type ConfigProblem } from './config-errors.js';
+import type { ConfigProblem } from './config-errors.js';
+import { ConfigFileError } from './errors.js';
 
-export { ConfigFileError, DEFAULT_CONFIG_PATH, formatProblem, type ConfigProblem } from './config-errors.js';
+export { DEFAULT_CONFIG_PATH, formatProblem, type ConfigProblem } from './config-errors.js';
 
 /** Largest config file read: a config is a page of text, not data. */
 const MAX_CONFIG_BYTES = 256 * 1024;

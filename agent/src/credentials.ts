@@ -1,6 +1,7 @@
 import { chmod, mkdir, open, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { z } from 'zod';
+import { CredentialsError } from './errors.js';
 
 export const CREDENTIALS_FILE = 'credentials.json';
 
@@ -27,10 +28,6 @@ export const CredentialsSchema = z.object({
   platform: z.string().min(1).optional(),
 });
 export type Credentials = z.infer<typeof CredentialsSchema>;
-
-export class CredentialsError extends Error {
-  override readonly name = 'CredentialsError';
-}
 
 export function credentialsPath(dataDir: string): string {
   return join(dataDir, CREDENTIALS_FILE);

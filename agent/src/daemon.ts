@@ -4,7 +4,7 @@ import { CAPABILITY_EPISODES_V1, iso, Lifecycle, type Clock, type CommandReply }
 import type { Logger } from 'pino';
 import type { RobotActions } from './actions.js';
 import { CommandHandler } from './commands.js';
-import { NotFoundError, RefusalError } from './errors.js';
+import { NotEnrolledError, NotFoundError, RefusalError } from './errors.js';
 import { runtimeVersionOf, type AgentConfig } from './config.js';
 import { recorderTakesEpisodeVerbs, type RecorderKind } from './recording/recorder-config.js';
 import type { OperatorContext, OperatorContextPatch } from './rules/operator-context.js';
@@ -60,11 +60,6 @@ export interface AgentDeps {
    * `statfs`). A seam like the clock: a test of a nearly full disk injects a small number.
    */
   freeBytes?: FreeBytes;
-}
-
-/** The robot is not enrolled: `fleet-agent start` never enrolls by itself. */
-export class NotEnrolledError extends Error {
-  override readonly name = 'NotEnrolledError';
 }
 
 export interface AgentStatus {
@@ -187,59 +182,97 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
   }
 
   private async open(): Promise<void> {
-    const { config, deps, life } = this;
+    const { config, deps } = this;
     const creds = deps.credentials ?? (await readCredentials(config.dataDir));
     if (!creds) throw new NotEnrolledError(`not enrolled: no credentials in ${config.dataDir}; run \`fleet-agent enroll --api URL --token TOKEN --data-dir ${config.dataDir}\` first`);
     this.creds = creds;
-    const log = this.log;
     await mkdir(config.dataDir, { recursive: true, mode: 0o700 });
-    if (deps.controlSocket ?? true) {
-      // Listening first doubles as the data directory's lock: a second agent stops here, before
-      // it could mistake the first one's recording for a crashed one. It closes last.
-      this.control = await life.add('control socket', async () => {
-        const c = new ControlServer({ socketPath: config.socketPath ?? controlSocketPath(config.dataDir), handler: (r) => this.track(this.onControl(r)), logger: log });
-        await c.listen();
-        return { value: c, close: () => c.close() };
-      });
-    }
-    const store = await life.add('store', async () => {
-      const s = deps.store ?? openAgentStore(config.dataDir, deps.clock);
-      return { value: s, close: () => s.close() };
-    });
+    if (deps.controlSocket ?? true) this.control = await this.openControlSocket();
+    const store = await this.openStore();
     this.store = store;
     this.metrics = new AgentMetrics({ store, dataDir: config.dataDir, clock: deps.clock, connected: () => this.mqtt?.connected ?? false, uploader: () => this.syncer, outboxSends: () => this.sender?.sendCounts });
     // The link is made here and connects last; it closes after everything that publishes through it.
-    const link =
-      deps.link ?? true
-        ? await life.add('mqtt link', async () => {
-            const l = new MqttLink({
-              credentials: creds,
-              ...(config.mqttUrl ? { url: config.mqttUrl } : {}),
-              clock: deps.clock,
-              scheduler: deps.scheduler,
-              logger: log,
-              reconnectMinMs: config.reconnectMinMs,
-              reconnectMaxMs: config.reconnectMaxMs,
-              keepaliveSeconds: config.keepaliveSeconds,
-              ...(deps.random ? { random: deps.random } : {}),
-              status: () => ({
-                runtime_version: runtimeVersionOf(config),
-                platform: this.platform,
-                capabilities: this.capabilities,
-                recording_state: this.machine.state,
-              }),
-              onCommand: (payload) => {
-                if (!this.accepting) return;
-                void this.track(this.commands.handlePayload(payload));
-              },
-              onOutboxAck: (payload) => this.outbox.handleAck(payload),
-              // Subscribed only when this agent syncs.
-              ...(config.sync ? { onSync: (payload: Buffer) => this.syncer?.handleMessage(payload) } : {}),
-            });
-            return { value: l, close: () => l.stop() };
-          })
-        : undefined;
-    const sender = await life.add('outbox', async () => {
+    const link = deps.link ?? true ? await this.openLink(creds) : undefined;
+    const sender = await this.openOutbox(store, link);
+    this.sender = sender;
+    // Retention of local copies: prunes what fell due while the agent was off, then keeps a timer.
+    const retention = config.sync ? await this.openRetention(store, sender) : undefined;
+    this.retention = retention;
+    const uploader = config.sync ? await this.openUploader(store, link, sender, retention) : undefined;
+    this.syncer = uploader;
+    const machine = await this.openRecording(store, creds, link, sender, uploader);
+    this.handler = this.buildCommandHandler(store, creds, link, machine);
+    if (deps.importWatcher) await this.openImportWatcher(deps.importWatcher, store, machine);
+    await this.prune();
+    this.accepting = true;
+    if (link) {
+      this.wireLink(link, creds, sender, uploader);
+      this.mqtt = link;
+      link.start();
+    }
+    this.log.info({ robot_id: creds.robot_id, legacy_runtime: config.legacyRuntime, state: machine.state }, 'agent started');
+  }
+
+  /** The control socket, listening: the data directory's lock. */
+  private openControlSocket(): Promise<ControlServer> {
+    const { config, life } = this;
+    const log = this.log;
+    // Listening first doubles as the data directory's lock: a second agent stops here, before
+    // it could mistake the first one's recording for a crashed one. It closes last.
+    return life.add('control socket', async () => {
+      const c = new ControlServer({ socketPath: config.socketPath ?? controlSocketPath(config.dataDir), handler: (r) => this.track(this.onControl(r)), logger: log });
+      await c.listen();
+      return { value: c, close: () => c.close() };
+    });
+  }
+
+  /** The local store (episodes, outbox, sync state). */
+  private openStore(): Promise<AgentStore> {
+    const { config, deps, life } = this;
+    return life.add('store', async () => {
+      const s = deps.store ?? openAgentStore(config.dataDir, deps.clock);
+      return { value: s, close: () => s.close() };
+    });
+  }
+
+  /** The MQTT link to the broker, made but not started (`open` starts it last). */
+  private openLink(creds: Credentials): Promise<MqttLink> {
+    const { config, deps, life } = this;
+    const log = this.log;
+    return life.add('mqtt link', async () => {
+      const l = new MqttLink({
+        credentials: creds,
+        ...(config.mqttUrl ? { url: config.mqttUrl } : {}),
+        clock: deps.clock,
+        scheduler: deps.scheduler,
+        logger: log,
+        reconnectMinMs: config.reconnectMinMs,
+        reconnectMaxMs: config.reconnectMaxMs,
+        keepaliveSeconds: config.keepaliveSeconds,
+        ...(deps.random ? { random: deps.random } : {}),
+        status: () => ({
+          runtime_version: runtimeVersionOf(config),
+          platform: this.platform,
+          capabilities: this.capabilities,
+          recording_state: this.machine.state,
+        }),
+        onCommand: (payload) => {
+          if (!this.accepting) return;
+          void this.track(this.commands.handlePayload(payload));
+        },
+        onOutboxAck: (payload) => this.outbox.handleAck(payload),
+        // Subscribed only when this agent syncs.
+        ...(config.sync ? { onSync: (payload: Buffer) => this.syncer?.handleMessage(payload) } : {}),
+      });
+      return { value: l, close: () => l.stop() };
+    });
+  }
+
+  /** The outbox sender, publishing through the link. */
+  private openOutbox(store: AgentStore, link: MqttLink | undefined): Promise<OutboxSender> {
+    const { config, deps, life } = this;
+    const log = this.log;
+    return life.add('outbox', async () => {
       const o = new OutboxSender({
         store: store.outbox,
         transport: {
@@ -258,68 +291,78 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       // Pending outbox messages stay in the store for the next start.
       return { value: o, close: () => o.stop() };
     });
-    this.sender = sender;
-    // Retention of local copies: prunes what fell due while the agent was off, then keeps a timer.
-    const retention = config.sync
-      ? await life.add('retention', async () => {
-          const r = new Retention({ store, dataDir: config.dataDir, clock: deps.clock, scheduler: deps.scheduler, logger: log.child({ component: 'retention' }), onReport: () => sender.notify() });
-          await r.start();
-          return { value: r, close: () => r.stop() };
-        })
-      : undefined;
-    this.retention = retention;
-    const uploader = config.sync
-      ? await life.add('uploader', async () => {
-          let dispatcher = deps.uploadDispatcher;
-          let own: { close(): Promise<void> } | undefined;
-          if (!dispatcher) {
-            const d = uploadDispatcher({ caFile: config.uploadCaFile, extraCaCertsFile: config.extraCaCertsFile, connections: config.syncConcurrency * config.syncPartParallel });
-            own = d;
-            dispatcher = d;
-          }
-          const u = new Uploader({
-            store,
-            dataDir: config.dataDir,
-            transport: {
-              get connected() {
-                return link?.connected ?? false;
-              },
-              publishSyncRequest: (payload) => (link ? link.publishSyncRequest(payload) : Promise.reject(new Error('no MQTT link'))),
-            },
-            http: {
-              dispatcher,
-              allowHttp: config.allowHttpUploads,
-              timeoutMs: config.uploadTimeoutMs,
-              // One bucket for every PUT and part of this agent: the limit holds for their sum.
-              ...(config.uploadLimit !== undefined ? { limiter: new RateLimiter({ bytesPerSecond: config.uploadLimit, clock: this.deps.clock, scheduler: this.deps.scheduler }) } : {}),
-            },
-            clock: deps.clock,
-            scheduler: deps.scheduler,
-            logger: log.child({ component: 'uploader' }),
-            random: deps.random ?? Math.random,
-            onReport: () => sender.notify(),
-            onVerified: () => retention?.kick(),
-            concurrency: config.syncConcurrency,
-            partParallel: config.syncPartParallel,
-            grantTimeoutMs: config.syncGrantTimeoutMs,
-            assignmentsRefreshMs: config.syncAssignmentsRefreshMs,
-            retryScheduleMs: config.syncRetryScheduleMs,
-            jitter: config.syncJitter,
-            ...(deps.freeBytes ? { freeBytes: deps.freeBytes } : {}),
-          });
-          await u.start();
-          return {
-            value: u,
-            close: async () => {
-              // Running uploads stop; their progress (upload ids, parts, receipts) is in the store.
-              await u.stop();
-              await own?.close().catch(() => undefined);
-            },
-          };
-        })
-      : undefined;
-    this.syncer = uploader;
-    const machine = await life.add('recording', async () => {
+  }
+
+  /** Retention of local copies (only when this agent syncs). */
+  private openRetention(store: AgentStore, sender: OutboxSender): Promise<Retention> {
+    const { config, deps, life } = this;
+    const log = this.log;
+    return life.add('retention', async () => {
+      const r = new Retention({ store, dataDir: config.dataDir, clock: deps.clock, scheduler: deps.scheduler, logger: log.child({ component: 'retention' }), onReport: () => sender.notify() });
+      await r.start();
+      return { value: r, close: () => r.stop() };
+    });
+  }
+
+  /** The uploader of replicas and its HTTP dispatcher (only when this agent syncs). */
+  private openUploader(store: AgentStore, link: MqttLink | undefined, sender: OutboxSender, retention: Retention | undefined): Promise<Uploader> {
+    const { config, deps, life } = this;
+    const log = this.log;
+    return life.add('uploader', async () => {
+      let dispatcher = deps.uploadDispatcher;
+      let own: { close(): Promise<void> } | undefined;
+      if (!dispatcher) {
+        const d = uploadDispatcher({ caFile: config.uploadCaFile, extraCaCertsFile: config.extraCaCertsFile, connections: config.syncConcurrency * config.syncPartParallel });
+        own = d;
+        dispatcher = d;
+      }
+      const u = new Uploader({
+        store,
+        dataDir: config.dataDir,
+        transport: {
+          get connected() {
+            return link?.connected ?? false;
+          },
+          publishSyncRequest: (payload) => (link ? link.publishSyncRequest(payload) : Promise.reject(new Error('no MQTT link'))),
+        },
+        http: {
+          dispatcher,
+          allowHttp: config.allowHttpUploads,
+          timeoutMs: config.uploadTimeoutMs,
+          // One bucket for every PUT and part of this agent: the limit holds for their sum.
+          ...(config.uploadLimit !== undefined ? { limiter: new RateLimiter({ bytesPerSecond: config.uploadLimit, clock: this.deps.clock, scheduler: this.deps.scheduler }) } : {}),
+        },
+        clock: deps.clock,
+        scheduler: deps.scheduler,
+        logger: log.child({ component: 'uploader' }),
+        random: deps.random ?? Math.random,
+        onReport: () => sender.notify(),
+        onVerified: () => retention?.kick(),
+        concurrency: config.syncConcurrency,
+        partParallel: config.syncPartParallel,
+        grantTimeoutMs: config.syncGrantTimeoutMs,
+        assignmentsRefreshMs: config.syncAssignmentsRefreshMs,
+        retryScheduleMs: config.syncRetryScheduleMs,
+        jitter: config.syncJitter,
+        ...(deps.freeBytes ? { freeBytes: deps.freeBytes } : {}),
+      });
+      await u.start();
+      return {
+        value: u,
+        close: async () => {
+          // Running uploads stop; their progress (upload ids, parts, receipts) is in the store.
+          await u.stop();
+          await own?.close().catch(() => undefined);
+        },
+      };
+    });
+  }
+
+  /** The recording state machine, a recording a crash left behind recovered. */
+  private openRecording(store: AgentStore, creds: Credentials, link: MqttLink | undefined, sender: OutboxSender, uploader: Uploader | undefined): Promise<RecordingStateMachine> {
+    const { config, deps, life } = this;
+    const log = this.log;
+    return life.add('recording', async () => {
       const m = new RecordingStateMachine({
         store,
         recorder: deps.recorder,
@@ -347,7 +390,13 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
       // Closing lets a running finalization end and closes a running recording's files.
       return { value: m, close: () => m.close() };
     });
-    this.handler = new CommandHandler({
+  }
+
+  /** The command handler: cloud commands, run against the machine and the actions. */
+  private buildCommandHandler(store: AgentStore, creds: Credentials, link: MqttLink | undefined, machine: RecordingStateMachine): CommandHandler {
+    const { config, deps } = this;
+    const log = this.log;
+    return new CommandHandler({
       robotId: creds.robot_id,
       machine,
       actions: deps.actions,
@@ -366,41 +415,43 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
         log.info({ robot_id: creds.robot_id, previous_password_kept: stored.mqtt.previous_password !== undefined }, 'broker credentials rotated and stored');
       },
     });
-    if (deps.importWatcher) {
-      const make = deps.importWatcher;
-      await life.add('import watcher', async () => {
-        const w = make({ machine, store, dataDir: config.dataDir, clock: deps.clock, scheduler: deps.scheduler, logger: log.child({ component: 'import' }) });
-        await w.start();
-        return { value: w, close: () => w.stop() };
-      });
-    }
-    await this.prune();
-    this.accepting = true;
-    if (link) {
-      link.on('connected', () => {
-        sender.connected();
-        if (link.syncAvailable) uploader?.connected();
-        else uploader?.disconnected();
-        this.emit('connected');
-      });
-      link.on('passwordAccepted', (password) => {
-        // The broker has the current password: the previous one is of no more use.
-        void this.track(
-          this.updateCredentials((c) => dropPreviousPassword(config.dataDir, c, password)).then(
-            () => log.info({ robot_id: creds.robot_id }, 'connected with the rotated password; the previous one is forgotten'),
-            (err: unknown) => log.warn({ err: { message: (err as Error).message } }, 'could not forget the previous broker password'),
-          ),
-        );
-      });
-      link.on('disconnected', () => {
-        sender.disconnected();
-        uploader?.disconnected();
-        this.emit('disconnected');
-      });
-      this.mqtt = link;
-      link.start();
-    }
-    log.info({ robot_id: creds.robot_id, legacy_runtime: config.legacyRuntime, state: machine.state }, 'agent started');
+  }
+
+  /** The import watcher (a folder of recordings made elsewhere). */
+  private async openImportWatcher(make: NonNullable<AgentDeps['importWatcher']>, store: AgentStore, machine: RecordingStateMachine): Promise<void> {
+    const { config, deps, life } = this;
+    const log = this.log;
+    await life.add('import watcher', async () => {
+      const w = make({ machine, store, dataDir: config.dataDir, clock: deps.clock, scheduler: deps.scheduler, logger: log.child({ component: 'import' }) });
+      await w.start();
+      return { value: w, close: () => w.stop() };
+    });
+  }
+
+  /** What the outbox, the uploader and the credentials do when the link connects, drops or has the rotated password accepted. */
+  private wireLink(link: MqttLink, creds: Credentials, sender: OutboxSender, uploader: Uploader | undefined): void {
+    const { config } = this;
+    const log = this.log;
+    link.on('connected', () => {
+      sender.connected();
+      if (link.syncAvailable) uploader?.connected();
+      else uploader?.disconnected();
+      this.emit('connected');
+    });
+    link.on('passwordAccepted', (password) => {
+      // The broker has the current password: the previous one is of no more use.
+      void this.track(
+        this.updateCredentials((c) => dropPreviousPassword(config.dataDir, c, password)).then(
+          () => log.info({ robot_id: creds.robot_id }, 'connected with the rotated password; the previous one is forgotten'),
+          (err: unknown) => log.warn({ err: { message: (err as Error).message } }, 'could not forget the previous broker password'),
+        ),
+      );
+    });
+    link.on('disconnected', () => {
+      sender.disconnected();
+      uploader?.disconnected();
+      this.emit('disconnected');
+    });
   }
 
   /** Resolves once connected to the broker. */

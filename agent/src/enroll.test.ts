@@ -2,7 +2,8 @@ import { stat } from 'node:fs/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { EnrollBodySchema } from '@fleet/protocol';
 import { credentialsPath, readCredentials } from './credentials.js';
-import { enroll, EnrollError } from './enroll.js';
+import { EnrollError } from './errors.js';
+import { enroll } from './enroll.js';
 import { fakeRobotId, makeTempDir, removeTempDirs } from './test-support.js';
 
 afterEach(removeTempDirs);

@@ -1,6 +1,7 @@
 import { ApiErrorBodySchema, EnrollBodySchema, EnrollResponseSchema, type EnrollBody } from '@fleet/protocol';
 import { fetch as undiciFetch } from 'undici';
 import { readCredentials, writeCredentials, type Credentials } from './credentials.js';
+import { EnrollError } from './errors.js';
 
 export interface EnrollOptions {
   /** Base address of the API, e.g. `https://fleet.example.com` (with or without `/v1`). */
@@ -17,18 +18,6 @@ export interface EnrollOptions {
   force?: boolean;
   /** Injected for tests; undici's fetch by default. */
   fetch?: (url: string, init: { method: string; headers: Record<string, string>; body: string }) => Promise<{ status: number; text(): Promise<string> }>;
-}
-
-/** Enrollment refused or impossible; `code` is the API's error code when it gave one. */
-export class EnrollError extends Error {
-  override readonly name = 'EnrollError';
-  constructor(
-    message: string,
-    readonly code: string,
-    readonly status?: number,
-  ) {
-    super(message);
-  }
 }
 
 function enrollUrl(api: string): string {

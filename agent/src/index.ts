@@ -1,6 +1,6 @@
 // @fleet/agent: the on-robot agent. The simulator and end-to-end tests use these exports; the
 // `fleet-agent` CLI (cli.ts) is built from the same parts.
-export { Agent, NotEnrolledError, type AgentDeps, type AgentStatus } from './daemon.js';
+export { Agent, type AgentDeps, type AgentStatus } from './daemon.js';
 export {
   AGENT_RUNTIME_VERSION,
   LEGACY_RUNTIME_VERSION,
@@ -13,14 +13,13 @@ export {
 export {
   CREDENTIALS_FILE,
   CredentialsSchema,
-  CredentialsError,
   credentialsPath,
   readCredentials,
   storeRotatedPassword,
   writeCredentials,
   type Credentials,
 } from './credentials.js';
-export { enroll, EnrollError, type EnrollOptions } from './enroll.js';
+export { enroll, type EnrollOptions } from './enroll.js';
 export {
   OPERATOR_CONTEXT_KEYS,
   OperatorContextPatchSchema,
@@ -31,7 +30,21 @@ export {
 } from './rules/operator-context.js';
 export { ACTION_COMMANDS, SimulatedRobotActions, type ActionCommand, type ActionRequest, type RobotActions, type SimulatedRobotState, type SimulatedPose } from './actions.js';
 export { CommandHandler, type CommandHandlerOptions } from './commands.js';
-export { RefusalError, IllegalTransitionError } from './errors.js';
+export {
+  AGENT_ERRORS,
+  ConfigFileError,
+  ControlError,
+  CredentialsError,
+  EnrollError,
+  FileHashError,
+  IllegalReplicaTransitionError,
+  IllegalTransitionError,
+  NotEnrolledError,
+  NotFoundError,
+  RefusalError,
+  UploadError,
+  type AgentErrorCode,
+} from './errors.js';
 export { newEpisodeId, newRecordingSessionId, EPISODE_ID_PATTERN } from './ids.js';
 export { systemScheduler, ManualScheduler, type Scheduler, type TimerHandle } from './time.js';
 export {
@@ -66,7 +79,7 @@ export {
 } from './outbox.js';
 export { sha256File } from './recording/finalize.js';
 export { MqttLink, type MqttLinkOptions } from './link/mqtt-link.js';
-export { ControlClient, ControlError, controlCall, controlSocketPath, CONTROL_SOCKET_FILE } from './control/client.js';
+export { ControlClient, controlCall, controlSocketPath, CONTROL_SOCKET_FILE } from './control/client.js';
 export { CONTROL_OPS, type ControlOp, type ControlRequest, type ControlResponse, type ControlErrorCode } from './control/protocol.js';
 export {
   openAgentStore,
@@ -83,5 +96,5 @@ export {
 export { Uploader, DEFAULT_SYNC_RETRY_SCHEDULE_MS, type UploaderOptions } from './sync/uploader.js';
 export { SyncChannel, type SyncTransport } from './sync/channel.js';
 export { uploadDispatcher } from './sync/trust.js';
-export { completeMultipartXml, etagMd5, UploadError } from './sync/transfer.js';
-export { IllegalReplicaTransitionError, replicaReportMessage, type ReplicaLocalState } from './sync/replica.js';
+export { completeMultipartXml, etagMd5 } from './sync/transfer.js';
+export { replicaReportMessage, type ReplicaLocalState } from './sync/replica.js';

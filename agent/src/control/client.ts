@@ -2,23 +2,13 @@ import { createConnection, type Socket } from 'node:net';
 import { join } from 'node:path';
 import type { EpisodeView } from '../episodes-view.js';
 import type { OperatorContext, OperatorContextPatch } from '../rules/operator-context.js';
-import type { ControlErrorCode, ControlRequest, ControlResponse } from './protocol.js';
+import type { ControlRequest, ControlResponse } from './protocol.js';
+import { ControlError } from '../errors.js';
 
 export const CONTROL_SOCKET_FILE = 'agent.sock';
 
 export function controlSocketPath(dataDir: string): string {
   return join(dataDir, CONTROL_SOCKET_FILE);
-}
-
-/** A refusal or failure answered by the agent; `code` as in {@link ControlErrorCode}. */
-export class ControlError extends Error {
-  override readonly name = 'ControlError';
-  constructor(
-    readonly code: ControlErrorCode | 'not_running',
-    message: string,
-  ) {
-    super(message);
-  }
 }
 
 type RequestBody = ControlRequest extends infer R ? (R extends { op: string } ? Omit<R, 'id'> : never) : never;

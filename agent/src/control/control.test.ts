@@ -5,7 +5,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { Agent } from '../daemon.js';
 import { openAgentStore } from '../store/sqlite.js';
 import { commandPayload, removeTempDirs, startTestAgent, type TestAgent } from '../test-support.js';
-import { ControlClient, ControlError, controlSocketPath } from './client.js';
+import { ControlError } from '../errors.js';
+import { ControlClient, controlSocketPath } from './client.js';
 
 const running: Agent[] = [];
 const clients: ControlClient[] = [];

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { parseBoundedJson, SyncMessageSchema, type SyncMessage, type SyncRequest } from '@fleet/protocol';
 import type { Logger } from 'pino';
 import type { Scheduler, TimerHandle } from '../time.js';
-import { UploadError } from './transfer.js';
+import { UploadError } from '../errors.js';
 
 /** What the uploader talks to the cloud through: the robot's MQTT link. */
 export interface SyncTransport {

@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeTempDir, removeTempDirs } from '../test-support.js';
-import { blocksPerPart, FileHashError, HASH_BLOCK, hashFile, SentCrcs } from './file-hash.js';
+import { FileHashError } from '../errors.js';
+import { blocksPerPart, HASH_BLOCK, hashFile, SentCrcs } from './file-hash.js';
 
 afterEach(async () => {
   await removeTempDirs();

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { open } from 'node:fs/promises';
 import { Worker } from 'node:worker_threads';
 import { crc32 } from 'node:zlib';
+import { FileHashError } from '../errors.js';
 
 /**
  * The file's SHA-256 for verification, computed off the sending path.
@@ -26,10 +27,6 @@ export interface FileDigest {
   sha256: string;
   /** CRC-32 of each block: part p's block k is at `p * blocksPerPart(partSize) + k`. */
   crcs: Uint32Array;
-}
-
-export class FileHashError extends Error {
-  override readonly name = 'FileHashError';
 }
 
 export function blocksPerPart(partSize: number): number {

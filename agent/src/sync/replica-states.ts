@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import type { EpisodeRow, ReplicaPatch, ReplicaRow, SyncStore } from '../store/types.js';
 import { checkReplicaTransition, oneLine, reached, replicaReportMessage, type ReplicaLocalState } from './replica.js';
 import { verifyReplica, type GrantMessage } from './replica-upload.js';
-import { UploadError } from './transfer.js';
+import { UploadError } from '../errors.js';
 
 /** Errors that will not go away by asking again: the replica is parked (reported once, no further attempts). */
 const PARKING_CODES = new Set(['file_changed', 'file_missing']);

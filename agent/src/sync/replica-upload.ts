@@ -2,7 +2,8 @@ import { join } from 'node:path';
 import { isMultipartFile, type Clock, type GrantFile, type SyncMessage } from '@fleet/protocol';
 import type { Logger } from 'pino';
 import type { EpisodeRow, ReplicaRow, SyncStore, UploadFileRow } from '../store/types.js';
-import { checkFileSize, checkReceipt, checkUploadUrl, multipartUpload, putFile, UploadError, type UploadHttp } from './transfer.js';
+import { checkFileSize, checkReceipt, checkUploadUrl, multipartUpload, putFile, type UploadHttp } from './transfer.js';
+import { UploadError } from '../errors.js';
 
 export type GrantMessage = Extract<SyncMessage, { type: 'grant' }>;
 

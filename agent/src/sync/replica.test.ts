@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { ReplicaRow } from '../store/types.js';
-import { checkReplicaTransition, IllegalReplicaTransitionError, oneLine, reached, replicaReportMessage } from './replica.js';
+import { IllegalReplicaTransitionError } from '../errors.js';
+import { checkReplicaTransition, oneLine, reached, replicaReportMessage } from './replica.js';
 
 const row = (over: Partial<ReplicaRow> = {}): ReplicaRow => ({
   episodeId: 'ep_a',

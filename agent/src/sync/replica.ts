@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { LOCAL_REPLICA_STATES, type LocalReplicaState, type ReplicaReport } from '@fleet/protocol';
 import type { NewOutboxMessage, ReplicaRow } from '../store/types.js';
+import { IllegalReplicaTransitionError } from '../errors.js';
 
 /**
  * A replica's state on the robot (spec, Replica sync). The API's states plus the one before
@@ -33,20 +34,9 @@ const NEXT: Record<ReplicaLocalState, readonly ReplicaLocalState[]> = {
   verified: [],
 };
 
-/** A replica asked to move where its state does not allow: a bug in the uploader, never a silent no-op. */
-export class IllegalReplicaTransitionError extends Error {
-  override readonly name = 'IllegalReplicaTransitionError';
-  constructor(
-    readonly from: ReplicaLocalState,
-    readonly to: ReplicaLocalState,
-  ) {
-    super(`a replica cannot move from ${from} to ${to} (only to ${NEXT[from].join(' or ') || 'nothing'})`);
-  }
-}
-
 /** Throws {@link IllegalReplicaTransitionError} unless `from -> to` is legal. */
 export function checkReplicaTransition(from: ReplicaLocalState, to: ReplicaLocalState): void {
-  if (!NEXT[from].includes(to)) throw new IllegalReplicaTransitionError(from, to);
+  if (!NEXT[from].includes(to)) throw new IllegalReplicaTransitionError(from, to, NEXT[from]);
 }
 
 /** True when `state` is at least `than` in the replica order. */

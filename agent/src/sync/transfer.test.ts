@@ -5,7 +5,8 @@ import { Agent as HttpAgent } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeTempDir, removeTempDirs } from '../test-support.js';
 import { TestStorage } from './test-storage.js';
-import { checkReceipt, checkUploadUrl, completeMultipartXml, etagMd5, multipartUpload, partCount, UploadError } from './transfer.js';
+import { checkReceipt, checkUploadUrl, completeMultipartXml, etagMd5, multipartUpload, partCount } from './transfer.js';
+import { UploadError } from '../errors.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {

@@ -3,7 +3,8 @@ import { createReadStream } from 'node:fs';
 import { open, stat, type FileHandle } from 'node:fs/promises';
 import { request, type Dispatcher } from 'undici';
 import type { UploadPartRow, UploadReceipt } from '../store/types.js';
-import { FileHashError, hashFile, HASH_BLOCK, SentCrcs, type FileDigest } from './file-hash.js';
+import { FileHashError, UploadError } from '../errors.js';
+import { hashFile, HASH_BLOCK, SentCrcs, type FileDigest } from './file-hash.js';
 import { PieceBody, PiecePool } from './piece-body.js';
 import { meteredRange, pieceSize, type RateLimiter } from './rate-limit.js';
 
@@ -11,17 +12,6 @@ import { meteredRange, pieceSize, type RateLimiter } from './rate-limit.js';
  * The HTTP side of an upload: bytes go from the episode file straight to the URLs of a grant
  * (never through the cloud), hashed as they are sent, so verification needs no read-back.
  */
-
-/** Why an upload attempt failed; `code` goes into the replica's one-line error. */
-export class UploadError extends Error {
-  override readonly name = 'UploadError';
-  constructor(
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
 
 /** How uploads reach the storage: the HTTPS trust, the plain-HTTP opt-in, time limits. */
 export interface UploadHttp {

@@ -10,7 +10,8 @@ import { oneLine, reached } from './replica.js';
 import { ReplicaStates } from './replica-states.js';
 import { uploadFiles, validateGrant } from './replica-upload.js';
 import { localMissingMessage, missingFiles } from './retention.js';
-import { UploadError, type UploadHttp } from './transfer.js';
+import { UploadError } from '../errors.js';
+import type { UploadHttp } from './transfer.js';
 
 export interface UploaderOptions {
   store: AgentStore;

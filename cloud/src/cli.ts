@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { applyUsageRules } from '@fleet/node-support';
 import { registerAccounts } from './cli/accounts.js';
+import { registerBrokerNode } from './cli/broker-node.js';
 import { fail } from './cli/common.js';
 import { registerServe } from './cli/serve.js';
 import { registerSync } from './cli/sync.js';
@@ -18,6 +19,7 @@ const program = new Command('fleet-cloud')
   .version(version, '-V, --version', 'print the version');
 
 registerServe(program);
+registerBrokerNode(program);
 registerAccounts(program);
 registerSync(program);
 registerTools(program);

@@ -92,6 +92,12 @@ export const CloudConfigSchema = z.strictObject({
    * logs in with it and keeps robot accounts and ACLs in mosquitto's dynamic security plugin.
    */
   mqttAccountFile: z.string().min(1).optional(),
+  /**
+   * With mqttUrl: which broker it is. `mosquitto` (one mosquitto 2; robot accounts in its dynamic
+   * security plugin, driven by the cloud) or `fleet-cluster` (nodes of `fleet-cloud broker-node`
+   * on one Redis, which read robot accounts from this cloud's database themselves).
+   */
+  mqttBroker: z.enum(['mosquitto', 'fleet-cluster']).default('mosquitto'),
   /** The broker address given to enrolling robots when it differs from the one the cloud uses. */
   mqttPublicUrl: z.url({ protocol: /^mqtts?$/ }).optional(),
   /** How long a robot command waits for the robot's answer before 504 command_timeout. */
@@ -169,6 +175,7 @@ export const CloudConfigSchema = z.strictObject({
   /** The token itself; only from FLEET_METRICS_TOKEN (a flag would show it in the process list). */
   metricsToken: z.string().min(16, 'must be at least 16 characters').optional(),
 }).refine((c) => !c.mqttAccountFile || c.mqttUrl, { message: 'needs --mqtt-url (the account is for an external broker)', path: ['mqttAccountFile'] })
+  .refine((c) => c.mqttBroker !== 'fleet-cluster' || (c.mqttUrl && c.mqttAccountFile), { message: 'fleet-cluster needs --mqtt-url (a node) and --mqtt-account-file (the cloud\'s account on the nodes)', path: ['mqttBroker'] })
   .refine((c) => !(c.metricsTokenFile && c.metricsToken), { message: 'give a metrics token file or FLEET_METRICS_TOKEN, not both', path: ['metricsToken'] });
 
 export type CloudConfig = Readonly<z.output<typeof CloudConfigSchema>>;
@@ -177,3 +184,29 @@ export type CloudConfigInput = z.input<typeof CloudConfigSchema>;
 export function parseCloudConfig(input: CloudConfigInput): CloudConfig {
   return Object.freeze(CloudConfigSchema.parse(input));
 }
+
+/**
+ * `fleet-cloud broker-node`: one node of a broker cluster (mqtt/cluster.ts). It reads robot
+ * accounts from the cloud's database and lets the cloud's replicas in with their account file.
+ */
+export const BrokerNodeConfigSchema = z.strictObject({
+  dataDir: z.string().min(1).default('./data'),
+  databaseUrl: z.url({ protocol: /^postgres(ql)?$/ }).optional(),
+  databaseWaitS: z.coerce.number().int().min(0).max(3600).default(60),
+  host: z.string().min(1).default('127.0.0.1'),
+  port: port.default(1883),
+  /** The Redis every node of the cluster shares. */
+  redisUrl: z.url({ protocol: /^rediss?$/ }),
+  /** Unique in the cluster; by default a random one per start. */
+  nodeId: z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, 'letters, digits, _ . - (at most 64)').optional(),
+  /** A node silent for three heartbeats is dead: its robots' wills go out and their connections are reported ended. */
+  heartbeatMs: z.coerce.number().int().min(100).max(600_000).default(5000),
+  /** The cloud replicas' account (`{username, password}`, as `fleet-cloud broker-config` writes it). */
+  accountFile: z.string().min(1),
+  mqttMessagesPerSecond: z.coerce.number().int().min(1).default(100),
+  mqttBytesPerSecond: z.coerce.number().int().min(1024).default(1024 * 1024),
+  failedLoginsPerWindow: z.coerce.number().int().min(1).default(20),
+  failedLoginWindowS: z.coerce.number().int().min(1).max(3600).default(60),
+  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+});
+export type BrokerNodeConfig = Readonly<z.output<typeof BrokerNodeConfigSchema>>;

@@ -6,13 +6,14 @@ import type { Client } from 'aedes';
 import { Lifecycle, retry, systemScheduler, type Clock, type Scheduler, type TimeSource } from '@fleet/protocol';
 import { buildApp, type AppParts, type CloudApp } from './app.js';
 import { bootstrapIfEmpty, type Bootstrapped } from './bootstrap.js';
-import { parseListen, type CloudConfig } from './config.js';
+import { parseListen, type BrokerNodeConfig, type CloudConfig } from './config.js';
 import { metricsFor, metricsToken, startMetricsListener } from './metrics.js';
 import { ApiError } from './errors.js';
 import type { SecretBox } from './secret-box.js';
 import { EventHub } from './streams/hub.js';
 import { ReadLinker } from './sync/read-links.js';
 import { startEmbeddedBroker, type EmbeddedBroker } from './mqtt/broker.js';
+import { CLUSTER_DISCONNECT_TOPIC, startClusterNode, type ClusterNode } from './mqtt/cluster.js';
 import { PublishThrottle } from './mqtt/throttle.js';
 import { FailedLoginLimiter } from './login-limit.js';
 import { DynsecControl, DynsecRobotAccounts } from './mqtt/dynsec.js';
@@ -102,7 +103,7 @@ interface BrokerPart {
 }
 
 /** `--mqtt-account-file`: `{username, password}` as `fleet-cloud broker-config` wrote it. */
-function readBrokerAccount(file: string): { username: string; password: string } {
+export function readBrokerAccount(file: string): { username: string; password: string } {
   const parsed = BrokerAccountSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
   if (!parsed.success) throw new Error(`${file} is not a broker account file (username, password): ${parsed.error.issues.map((i) => i.path.join('.')).join(', ')}`);
   return parsed.data;
@@ -209,7 +210,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions): 
     });
 
     // Robot accounts on the external broker (mosquitto's dynamic security plugin).
-    const dynsec = !config.mqttAccountFile ? null : await life.add('broker accounts', async () => {
+    const dynsec = !config.mqttAccountFile || config.mqttBroker !== 'mosquitto' ? null : await life.add('broker accounts', async () => {
       const control = new DynsecControl({ url: linkUrl, username: linkAuth.username!, password: linkAuth.password!, logger, timeoutMs: config.commandTimeoutMs, scheduler });
       await control.start();
       return { value: { control, accounts: new DynsecRobotAccounts(control) }, close: () => control.stop() };
@@ -249,7 +250,9 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions): 
         // On the embedded broker the link works inside it, without a connection of its own.
         ...(broker ? { sessions: broker, inProcess: broker.aedes } : { brokerLog: true }),
       });
-      const rot = new CredentialRotator({ store, clock, secrets, link: l, sessions: broker, accounts, logger });
+      // A cluster closes a robot's connection on whichever node holds it, told on its control topic.
+      const sessions = broker ?? (config.mqttBroker === 'fleet-cluster' ? clusterSessions(l, logger) : null);
+      const rot = new CredentialRotator({ store, clock, secrets, link: l, sessions, accounts, logger });
       l.on('robotOnline', (robotId) => rot.robotOnline(robotId));
       l.on('statusLogged', (orgId) => streams.notify([orgId]));
       const syncService = new SyncService({ store, relay, publish: (robotId, msg) => l.publishSync(robotId, msg), logger });
@@ -376,6 +379,77 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions): 
 }
 
 /** The outbound client the config describes (its deadlines on `scheduler`). */
+export interface RunningBrokerNode {
+  id: string;
+  mqtt: string;
+  node: ClusterNode;
+  close(): Promise<void>;
+}
+
+/**
+ * `fleet-cloud broker-node`: one node of the broker cluster, answering logins and ACLs from the
+ * cloud's store (robots) and the account file (the cloud's replicas), as the embedded broker does.
+ */
+export async function startBrokerNode(config: BrokerNodeConfig, opts: { clock: Clock; scheduler: Scheduler; logger: FastifyBaseLogger }): Promise<RunningBrokerNode> {
+  const { clock, scheduler, logger } = opts;
+  const account = readBrokerAccount(config.accountFile);
+  const life = new Lifecycle((name, err) => logger.error({ err, part: name }, 'closing failed'));
+  try {
+    const store = await life.add('store', async () => {
+      const s = await openStoreWaiting(config, { clock, scheduler }, logger);
+      return { value: s, close: () => s.close() };
+    });
+    const throttle = new PublishThrottle<Client>({
+      messagesPerSecond: config.mqttMessagesPerSecond,
+      bytesPerSecond: config.mqttBytesPerSecond,
+      clock,
+      scheduler,
+      isClosed: (client: Client) => client.closed,
+    });
+    const failures = new FailedLoginLimiter({
+      kind: 'mqtt',
+      maxFailures: config.failedLoginsPerWindow,
+      windowMs: config.failedLoginWindowS * 1000,
+      clock,
+      ...(store.sharedCounters ? { shared: store.sharedCounters } : {}),
+      onError: (err) => logger.error({ err }, 'counting a failed mqtt login failed'),
+    });
+    const log = (msg: string, extra: object) => logger.warn(extra, msg);
+    const hooks = robotBrokerHooks(store, account.password, log, { throttle, clock, failures, cloudUsername: account.username });
+    const node = await life.add('broker node', async () => {
+      const n = await listening('MQTT', config.host, config.port, () =>
+        startClusterNode({
+          host: config.host,
+          port: config.port,
+          redisUrl: config.redisUrl,
+          ...(config.nodeId ? { nodeId: config.nodeId } : {}),
+          heartbeatMs: config.heartbeatMs,
+          hooks,
+          clock,
+          scheduler,
+          log: (msg, extra) => logger.info(extra, msg),
+          onOversizedPacket: (clientId, bytes) => logger.warn({ client_id: clientId, bytes }, 'mqtt connection closed: packet over the size limit'),
+        }),
+      );
+      return { value: n, close: () => n.close() };
+    });
+    return { id: node.id, mqtt: node.broker.url, node, close: () => life.close() };
+  } catch (err) {
+    await life.close();
+    throw err;
+  }
+}
+
+/** Closes robots' connections on a fleet-cluster (every node closes the id it holds). */
+function clusterSessions(link: RobotLink, logger: FastifyBaseLogger): { disconnect(robotId: string): boolean } {
+  return {
+    disconnect(robotId) {
+      link.publishToBroker(CLUSTER_DISCONNECT_TOPIC, robotId).catch((err: unknown) => logger.warn({ err, robot_id: robotId }, 'telling the cluster to close a robot connection failed'));
+      return true;
+    },
+  };
+}
+
 function egressFor(config: CloudConfig, scheduler: Scheduler): EgressClient {
   return new EgressClient({
     allowLoopback: config.egressAllowLoopback,

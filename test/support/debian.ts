@@ -51,7 +51,9 @@ export const FFMPEG: DebianPackage = { name: 'ffmpeg', find: firstOf(['/usr/bin/
 export const LINTIAN: DebianPackage = { name: 'lintian', find: firstOf(['/usr/bin/lintian'], ['/usr/bin/dpkg-shlibdeps']) };
 
 /** Every package some suite needs. */
-export const TEST_PACKAGES: readonly DebianPackage[] = [POSTGRESQL, MOSQUITTO, CHROMIUM_PACKAGE, FFMPEG, LINTIAN];
+/** The Redis a broker cluster's nodes share (test/support/broker-cluster.ts). */
+export const REDIS: DebianPackage = { name: 'redis-server', find: firstOf(['/usr/bin/redis-server']) };
+export const TEST_PACKAGES: readonly DebianPackage[] = [POSTGRESQL, MOSQUITTO, REDIS, CHROMIUM_PACKAGE, FFMPEG, LINTIAN];
 
 const isRoot = process.getuid?.() === 0;
 

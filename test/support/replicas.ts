@@ -3,7 +3,12 @@ import { makeTempDir, startCloud, type CloudProcess, type TempDir } from './clou
 import type { MosquittoBroker } from './mosquitto.js';
 
 export interface ReplicaSetOptions {
-  broker: MosquittoBroker;
+  /** mosquitto, or a broker cluster (then `mqttUrlFor` puts replicas on different nodes). */
+  broker: Pick<MosquittoBroker, 'url' | 'accountFile'>;
+  /** The broker URL replica `index` uses (default `broker.url`). */
+  mqttUrlFor?: (index: number) => string;
+  /** The data directory (default: a temp dir's `data`); a cluster's nodes read the same store. */
+  dataDir?: string;
   count?: number;
   /**
    * The data store the replicas share. By default SQLite in one shared `--data-dir` (WAL lets
@@ -30,7 +35,7 @@ export interface ReplicaSet extends AsyncDisposable {
  */
 export async function startReplicas(opts: ReplicaSetOptions): Promise<ReplicaSet> {
   const dir: TempDir = await makeTempDir('fleet-replicas-');
-  const dataDir = join(dir.path, 'data');
+  const dataDir = opts.dataDir ?? join(dir.path, 'data');
   const clouds: CloudProcess[] = [];
   const dispose = async () => {
     try {
@@ -42,7 +47,7 @@ export async function startReplicas(opts: ReplicaSetOptions): Promise<ReplicaSet
   const add = async () => {
     const cloud = await startCloud({
       dataDir,
-      args: ['--mqtt-url', opts.broker.url, '--mqtt-account-file', opts.broker.accountFile, '--metrics-listen', '127.0.0.1:0', ...(opts.args ?? [])],
+      args: ['--mqtt-url', opts.mqttUrlFor?.(clouds.length) ?? opts.broker.url, '--mqtt-account-file', opts.broker.accountFile, '--metrics-listen', '127.0.0.1:0', ...(opts.args ?? [])],
       ...(opts.storeEnv ? { env: opts.storeEnv } : {}),
     });
     clouds.push(cloud);

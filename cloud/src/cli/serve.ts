@@ -18,6 +18,7 @@ export function registerServe(program: Command): void {
     .addOption(new Option('--mqtt-port <port>', 'embedded MQTT broker port (0: any free port)').env('FLEET_MQTT_PORT').default('1883'))
     .addOption(new Option('--mqtt-url <url>', 'use this external MQTT broker instead of the embedded one').env('FLEET_MQTT_URL'))
     .addOption(new Option('--mqtt-account-file <file>', 'with --mqtt-url: the cloud\'s mosquitto account (written by broker-config); robot accounts and ACLs are kept on the broker').env('FLEET_MQTT_ACCOUNT_FILE'))
+    .addOption(new Option('--mqtt-broker <kind>', 'with --mqtt-url: mosquitto (robot accounts in its dynamic security plugin) or fleet-cluster (fleet-cloud broker-node nodes, which read robot accounts from the database)').env('FLEET_MQTT_BROKER'))
     .addOption(new Option('--mqtt-public-url <url>', 'broker address handed to enrolling robots (default: the one the cloud uses)').env('FLEET_MQTT_PUBLIC_URL'))
     .addOption(new Option('--command-timeout-ms <ms>', 'how long a robot command waits for its answer').env('FLEET_COMMAND_TIMEOUT_MS'))
     .addOption(new Option('--body-limit-bytes <n>', 'largest accepted request body').env('FLEET_BODY_LIMIT_BYTES'))
@@ -54,6 +55,7 @@ export function registerServe(program: Command): void {
         mqttUrl: opts.mqttUrl,
         mqttPublicUrl: opts.mqttPublicUrl,
         mqttAccountFile: opts.mqttAccountFile,
+        mqttBroker: opts.mqttBroker as CloudConfigInput['mqttBroker'],
         egressAllowLoopback: opts.egressAllowLoopback !== undefined && String(opts.egressAllowLoopback) !== 'false',
         egressCaFile: opts.egressCaFile,
         commandTimeoutMs: opts.commandTimeoutMs,

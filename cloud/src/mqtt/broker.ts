@@ -31,6 +31,11 @@ export interface EmbeddedBrokerOptions {
   maxPacketBytes?: number;
   /** Told when a connection is closed for a packet over the cap (`clientId` null before its CONNECT). */
   onOversizedPacket?: (clientId: string | null, bytes: number) => void;
+  /**
+   * A node of a cluster (mqtt/cluster.ts): its id, the emitter and persistence it shares with the
+   * other nodes, their heartbeat, and a forward hook. Without it the broker keeps everything in memory.
+   */
+  cluster?: Pick<AedesOptions, 'id' | 'mq' | 'persistence' | 'heartbeatInterval' | 'authorizeForward'>;
 }
 
 /**
@@ -49,8 +54,10 @@ export async function startEmbeddedBroker(opts: EmbeddedBrokerOptions): Promise<
       }),
     ...(opts.hooks?.authorizePublish ? { authorizePublish: opts.hooks.authorizePublish } : {}),
     ...(opts.hooks?.authorizeSubscribe ? { authorizeSubscribe: opts.hooks.authorizeSubscribe } : {}),
+    ...opts.cluster,
   });
-  indexRetainedByTopic(aedes);
+  // The shared persistence answers exact topics with one lookup of its own.
+  if (!opts.cluster) indexRetainedByTopic(aedes);
   const maxBytes = opts.maxPacketBytes ?? MAX_MQTT_PACKET_BYTES;
   const limits = { maxBytes, maxFirstPacketBytes: Math.min(maxBytes, MAX_MQTT_CONNECT_BYTES) };
   // noDelay: commands, replies and acks are small packets that must not wait for Nagle.

@@ -42,15 +42,22 @@ export function robotBrokerHooks(
   /** The cloud client's secret; null when no client may log in as the cloud (its link works inside the broker). */
   cloudPassword: string | null,
   log: (msg: string, extra: object) => void,
-  opts: { throttle?: PublishThrottle<Client>; clock: Clock; failures?: FailedLoginLimiter },
+  opts: {
+    throttle?: PublishThrottle<Client>;
+    clock: Clock;
+    failures?: FailedLoginLimiter;
+    /** The cloud account's username (default CLOUD_MQTT_USERNAME; a cluster node takes the account file's). */
+    cloudUsername?: string;
+  },
 ): BrokerHooks {
   const { clock } = opts;
+  const cloudUsername = opts.cloudUsername ?? CLOUD_MQTT_USERNAME;
   const cloudClients = new WeakSet<Client>();
   return {
     authenticate(client, username, password, done) {
       const pass = password?.toString('utf8') ?? '';
       // The cloud's own client is let in whatever its address did: robots (a simulator) may share it.
-      if (username === CLOUD_MQTT_USERNAME && cloudPassword !== null && equalSecret(pass, cloudPassword)) {
+      if (username === cloudUsername && cloudPassword !== null && equalSecret(pass, cloudPassword)) {
         cloudClients.add(client);
         done(null, true);
         return;
@@ -68,7 +75,7 @@ export function robotBrokerHooks(
         const counted = failures ? failures.failed(address!) : Promise.resolve();
         void counted.then(() => done(err, false));
       };
-      if (username === CLOUD_MQTT_USERNAME) {
+      if (username === cloudUsername) {
         failed(refuse(4, 'bad credentials'));
         return;
       }

@@ -317,6 +317,12 @@ export class RobotLink extends EventEmitter<{
     if (t.rest === 'cmd/reply') return this.onReply(t.robotId, json);
   }
 
+  /** A message to the broker itself (a cluster's control topic, QoS 1). */
+  async publishToBroker(topic: string, payload: string): Promise<void> {
+    if (!this.transport) throw new Error('robot link stopped');
+    await this.transport.publish(topic, payload, 1);
+  }
+
   /** Assignments, grants and deferrals for a robot (QoS 1). */
   async publishSync(robotId: string, msg: SyncMessage): Promise<void> {
     if (!this.transport) throw new Error('robot link stopped');

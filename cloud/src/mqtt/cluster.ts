@@ -1,0 +1,400 @@
+import { Readable } from 'node:stream';
+import type { AedesPublishPacket, Client, Subscription } from 'aedes';
+import { Redis } from 'ioredis';
+import mqemitterRedis from 'mqemitter-redis';
+import redisPersistence from 'aedes-persistence-redis';
+import { RobotIdSchema, type Clock, type Scheduler, type TimerHandle } from '@fleet/protocol';
+import { retainedMessages, startEmbeddedBroker, type BrokerHooks, type EmbeddedBroker } from './broker.js';
+import { BROKER_LOG_TOPIC } from './dynsec-config.js';
+
+/**
+ * A broker cluster: aedes nodes on one Redis (mqemitter-redis carries every publish to every
+ * node, aedes-persistence-redis keeps retained messages, wills, sessions and subscriptions), each
+ * node answering logins and ACLs from the cloud's own store. aedes clusters this way by design
+ * (session takeover across nodes, wills of a node that died published by another); what the
+ * cloud needs beyond that lives here, on the cluster's own `$fleet/cluster/…` topics:
+ *
+ * - shared subscriptions (`$share/<group>/<filter>`, which aedes lacks): each member's node keeps
+ *   the group's members (retained, one message per node and client) and forwards a message to a
+ *   member only if that member is the group's choice for the message's topic (rendezvous hashing
+ *   over the members whose nodes are alive), so each message reaches one replica and a robot's
+ *   messages keep going to the same one while the members stay;
+ * - connection lines in mosquitto's log format on `$SYS/broker/log/N`, so the cloud follows
+ *   robots' connects and disconnects as it does behind mosquitto, with a line for every robot of
+ *   a node that died (its connections ended with it);
+ * - a disconnect topic: the cloud closes a robot's connection wherever it is (a de-enrollment, a
+ *   rotated password);
+ * - no stale will: a will of a dead node's robot that is connected again elsewhere is dropped.
+ */
+
+export const CLUSTER_TOPIC = '$fleet/cluster';
+/** Retained: `$fleet/cluster/share/<node>/<client id>` → `{"group":…,"filters":[…]}`; empty when gone. */
+const MEMBERS_TOPIC = `${CLUSTER_TOPIC}/share`;
+/** Payload: a client id whose connection every node closes (the cloud's account only). */
+export const CLUSTER_DISCONNECT_TOPIC = `${CLUSTER_TOPIC}/disconnect`;
+const SYS = '$SYS/';
+
+/** Whether the MQTT topic filter `filter` matches `topic` (`+` one level, `#` the rest). */
+export function topicMatches(filter: string, topic: string): boolean {
+  const f = filter.split('/');
+  const t = topic.split('/');
+  for (let i = 0; i < f.length; i++) {
+    if (f[i] === '#') return true;
+    if (i >= t.length) return false;
+    if (f[i] !== '+' && f[i] !== t[i]) return false;
+  }
+  return f.length === t.length;
+}
+
+/** `$share/<group>/<filter>` split, or null for any other filter. */
+export function parseShared(topic: string): { group: string; filter: string } | null {
+  if (!topic.startsWith('$share/')) return null;
+  const rest = topic.slice('$share/'.length);
+  const slash = rest.indexOf('/');
+  if (slash <= 0 || slash === rest.length - 1) return null;
+  return { group: rest.slice(0, slash), filter: rest.slice(slash + 1) };
+}
+
+/** FNV-1a, 32 bits: a fast, stable score for rendezvous hashing (not a secret). */
+function fnv1a(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h;
+}
+
+/** Which nodes are alive: heard (heartbeat or birth) within three heartbeats, as aedes judges wills. */
+export class NodeLiveness {
+  private readonly heard = new Map<string, number>();
+
+  constructor(
+    private readonly self: string,
+    private readonly clock: Clock,
+    private readonly heartbeatMs: number,
+  ) {}
+
+  saw(node: string): void {
+    this.heard.set(node, this.clock.now());
+  }
+
+  alive(node: string): boolean {
+    if (node === this.self) return true;
+    const at = this.heard.get(node);
+    return at !== undefined && this.clock.now() - at <= 3 * this.heartbeatMs;
+  }
+
+  /** Nodes heard once and silent since (each is reported once, then forgotten). */
+  takeDead(): string[] {
+    const dead = [...this.heard.keys()].filter((n) => !this.alive(n));
+    for (const n of dead) this.heard.delete(n);
+    return dead;
+  }
+
+  /** The live node with the smallest id: it speaks for the cluster about a dead node. */
+  leader(): string {
+    return [this.self, ...[...this.heard.keys()].filter((n) => this.alive(n))].sort()[0]!;
+  }
+}
+
+interface Member {
+  node: string;
+  clientId: string;
+  group: string;
+  filters: string[];
+}
+
+/** Shared subscriptions across the nodes (see the module comment). */
+export class ClusterShares {
+  /** Every member the cluster knows, by `<node>/<client id>`. */
+  private readonly members = new Map<string, Member>();
+  /** This node's members, by client id. */
+  private readonly local = new Map<string, { group: string; filters: Set<string> }>();
+
+  constructor(
+    private readonly self: string,
+    private readonly liveness: NodeLiveness,
+    private readonly publishRetained: (topic: string, payload: string) => void,
+  ) {}
+
+  /** A membership message (live or retained) from any node. */
+  apply(topic: string, payload: Buffer): void {
+    const key = topic.slice(MEMBERS_TOPIC.length + 1);
+    const slash = key.indexOf('/');
+    if (slash <= 0) return;
+    if (payload.length === 0) {
+      this.members.delete(key);
+      return;
+    }
+    try {
+      const m = JSON.parse(payload.toString('utf8')) as { group?: unknown; filters?: unknown };
+      if (typeof m.group !== 'string' || !Array.isArray(m.filters) || !m.filters.every((f) => typeof f === 'string')) return;
+      this.members.set(key, { node: key.slice(0, slash), clientId: key.slice(slash + 1), group: m.group, filters: m.filters as string[] });
+    } catch {
+      // Not ours to read: only nodes publish here.
+    }
+  }
+
+  /** A cloud client's subscription: `$share/<group>/<filter>` becomes `<filter>`, with this client a member of the group. */
+  subscribe(client: Client, sub: Subscription): Subscription {
+    const shared = parseShared(sub.topic);
+    if (!shared) return sub;
+    let mine = this.local.get(client.id);
+    if (!mine || mine.group !== shared.group) {
+      mine = { group: shared.group, filters: new Set() };
+      this.local.set(client.id, mine);
+    }
+    mine.filters.add(shared.filter);
+    const member: Member = { node: this.self, clientId: client.id, group: mine.group, filters: [...mine.filters] };
+    this.members.set(`${this.self}/${client.id}`, member);
+    this.publishRetained(`${MEMBERS_TOPIC}/${this.self}/${client.id}`, JSON.stringify({ group: member.group, filters: member.filters }));
+    return { ...sub, topic: shared.filter };
+  }
+
+  /** Whether `client` gets `packet`: a member only if it is its group's choice for the topic. */
+  forward(client: Client, packet: AedesPublishPacket): AedesPublishPacket | null {
+    const mine = this.local.get(client.id);
+    if (!mine || ![...mine.filters].some((f) => topicMatches(f, packet.topic))) return packet;
+    return this.choose(mine.group, packet.topic) === client.id ? packet : null;
+  }
+
+  /** The member of `group` that gets a message on `topic` (the highest score among live members that match it). */
+  choose(group: string, topic: string): string | null {
+    let best: string | null = null;
+    let bestScore = -1;
+    for (const m of this.members.values()) {
+      if (m.group !== group || !this.liveness.alive(m.node) || !m.filters.some((f) => topicMatches(f, topic))) continue;
+      const score = fnv1a(`${m.clientId}\n${topic}`);
+      if (score > bestScore || (score === bestScore && best !== null && m.clientId < best)) {
+        best = m.clientId;
+        bestScore = score;
+      }
+    }
+    return best;
+  }
+
+  /** A local client left: its membership goes. */
+  left(clientId: string): void {
+    if (!this.local.delete(clientId)) return;
+    this.members.delete(`${this.self}/${clientId}`);
+    this.publishRetained(`${MEMBERS_TOPIC}/${this.self}/${clientId}`, '');
+  }
+
+  /** The memberships a dead node left behind (cleared by the leader). */
+  membersOf(node: string): string[] {
+    return [...this.members.values()].filter((m) => m.node === node).map((m) => `${MEMBERS_TOPIC}/${m.node}/${m.clientId}`);
+  }
+}
+
+/** Where each client is connected, from every node's `$SYS/<node>/new|disconnect/clients`. */
+export class ClientLocations {
+  private readonly at = new Map<string, string>();
+
+  connected(node: string, clientId: string): void {
+    this.at.set(clientId, node);
+  }
+
+  disconnected(node: string, clientId: string): void {
+    if (this.at.get(clientId) === node) this.at.delete(clientId);
+  }
+
+  nodeOf(clientId: string): string | undefined {
+    return this.at.get(clientId);
+  }
+
+  /** The clients of a node that died; they are forgotten. */
+  takeClientsOf(node: string): string[] {
+    const ids = [...this.at].filter(([, n]) => n === node).map(([id]) => id);
+    for (const id of ids) this.at.delete(id);
+    return ids;
+  }
+}
+
+/** A line in mosquitto's notice format (what `BrokerConnectionLog` reads). */
+export function connectLine(clock: Clock, clientId: string, address: string): string {
+  return `${Math.floor(clock.now() / 1000)}: New client connected from ${address} as ${clientId} (p2, c1, k0, u'${clientId}').`;
+}
+
+export function disconnectLine(clock: Clock, clientId: string): string {
+  return `${Math.floor(clock.now() / 1000)}: Client ${clientId} disconnected.`;
+}
+
+export interface ClusterNodeOptions {
+  host: string;
+  port: number;
+  /** redis://… shared by every node of the cluster. */
+  redisUrl: string;
+  /** Unique in the cluster (default: aedes makes one). */
+  nodeId?: string;
+  /** How often a node says it is alive; a node silent for three is dead. */
+  heartbeatMs: number;
+  /** Logins and ACLs (robotBrokerHooks, with the cloud's account). */
+  hooks: BrokerHooks;
+  clock: Clock;
+  scheduler: Scheduler;
+  log: (msg: string, extra: object) => void;
+  onOversizedPacket?: (clientId: string | null, bytes: number) => void;
+}
+
+export interface ClusterNode {
+  readonly id: string;
+  readonly broker: EmbeddedBroker;
+  readonly shares: ClusterShares;
+  close(): Promise<void>;
+}
+
+/** A message as the emitter hands it to a listener. */
+type MqPacket = { topic: string; payload?: Buffer | string };
+
+const bytes = (p: Buffer | string | undefined): Buffer => (p === undefined ? Buffer.alloc(0) : Buffer.isBuffer(p) ? p : Buffer.from(p));
+
+interface WillPacket {
+  clientId: string;
+  brokerId: string;
+}
+
+interface WillPersistence {
+  streamWill(brokers: Record<string, number>): Readable;
+  delWill(client: { id: string; brokerId: string }): Promise<unknown>;
+}
+
+/** Starts one node of the cluster on `host:port`. */
+export async function startClusterNode(opts: ClusterNodeOptions): Promise<ClusterNode> {
+  const { clock } = opts;
+  const mq = mqemitterRedis({ connectionString: opts.redisUrl });
+  const persistence = redisPersistence({ conn: new Redis(opts.redisUrl, { lazyConnect: false }) });
+  const locations = new ClientLocations();
+  let self = opts.nodeId ?? '';
+  // A node's own id is known once aedes made it; the listeners below run only after that.
+  let liveness: NodeLiveness | null = null;
+  let shares: ClusterShares | null = null;
+  const takenOver = new Set<string>();
+  let local: Record<string, Client | undefined> = {};
+
+  // Registered before aedes' own listeners: a takeover is noted before aedes closes the old connection.
+  const onClients = (kind: 'new' | 'disconnect') => (packet: MqPacket, done: () => void) => {
+    const node = packet.topic.split('/')[1]!;
+    const clientId = bytes(packet.payload).toString();
+    liveness?.saw(node);
+    if (kind === 'new') {
+      if (node !== self && local[clientId]) takenOver.add(clientId);
+      locations.connected(node, clientId);
+    } else locations.disconnected(node, clientId);
+    done();
+  };
+  await new Promise<void>((resolve) => mq.on(`${SYS}+/new/clients`, onClients('new'), () => resolve()));
+  await new Promise<void>((resolve) => mq.on(`${SYS}+/disconnect/clients`, onClients('disconnect'), () => resolve()));
+
+  const hooks = opts.hooks;
+  const broker = await startEmbeddedBroker({
+    host: opts.host,
+    port: opts.port,
+    hooks: {
+      ...hooks,
+      authorizeSubscribe(client, sub, callback) {
+        const decide = hooks.authorizeSubscribe ?? ((_c: Client, s: Subscription, cb: (err: Error | null, s: Subscription | null) => void) => cb(null, s));
+        decide(client, sub, (err, allowed) => {
+          if (err || !allowed || !shares) return callback(err, allowed);
+          callback(null, shares.subscribe(client, allowed));
+        });
+      },
+    },
+    ...(opts.onOversizedPacket ? { onOversizedPacket: opts.onOversizedPacket } : {}),
+    cluster: {
+      ...(opts.nodeId ? { id: opts.nodeId } : {}),
+      mq,
+      persistence,
+      heartbeatInterval: opts.heartbeatMs,
+      authorizeForward: (client, packet) => (shares ? shares.forward(client, packet) : packet),
+    },
+  });
+  const aedes = broker.aedes;
+  self = aedes.id;
+  local = (aedes as unknown as { clients: Record<string, Client | undefined> }).clients;
+  const alive = new NodeLiveness(self, clock, opts.heartbeatMs);
+  liveness = alive;
+  const publish = (topic: string, payload: string, retain: boolean) =>
+    aedes.publish({ cmd: 'publish', topic, payload: Buffer.from(payload), qos: 0, retain, dup: false } as AedesPublishPacket, (err) => {
+      if (err) opts.log('cluster publish failed', { topic, err: err.message });
+    });
+  const clusterShares = new ClusterShares(self, alive, (topic, payload) => publish(topic, payload, true));
+
+  // Memberships already in the cluster, then every change as it comes.
+  mq.on(`${MEMBERS_TOPIC}/#`, (packet: MqPacket, done: () => void) => {
+    clusterShares.apply(packet.topic, bytes(packet.payload));
+    done();
+  });
+  for await (const m of retainedMessages(aedes, [`${MEMBERS_TOPIC}/#`])) clusterShares.apply(m.topic, m.payload);
+  shares = clusterShares;
+  mq.on(`${SYS}+/heartbeat`, (packet: MqPacket, done: () => void) => {
+    alive.saw(bytes(packet.payload).toString());
+    done();
+  });
+  mq.on(`${SYS}+/birth`, (packet: MqPacket, done: () => void) => {
+    alive.saw(bytes(packet.payload).toString());
+    done();
+  });
+  mq.on(CLUSTER_DISCONNECT_TOPIC, (packet: MqPacket, done: () => void) => {
+    broker.disconnect(bytes(packet.payload).toString());
+    done();
+  });
+
+  aedes.on('clientReady', (client: Client) => {
+    const address = (client.conn as { remoteAddress?: string; remotePort?: number } | undefined) ?? {};
+    publish(BROKER_LOG_TOPIC, connectLine(clock, client.id, `${address.remoteAddress ?? 'unknown'}:${address.remotePort ?? 0}`), false);
+  });
+  aedes.on('clientDisconnect', (client: Client) => {
+    clusterShares.left(client.id);
+    // A connection another node took over is that node's to report.
+    if (takenOver.delete(client.id)) return;
+    if (locations.nodeOf(client.id) !== undefined && locations.nodeOf(client.id) !== self) return;
+    publish(BROKER_LOG_TOPIC, disconnectLine(clock, client.id), false);
+  });
+
+  // A will of a dead node's client that is connected again somewhere would say it left: dropped.
+  const wills = (aedes as unknown as { persistence: WillPersistence }).persistence;
+  const streamWill = wills.streamWill.bind(wills);
+  wills.streamWill = (brokers) =>
+    Readable.from(
+      (async function* () {
+        for await (const will of streamWill(brokers) as AsyncIterable<WillPacket>) {
+          const at = locations.nodeOf(will.clientId);
+          if (at !== undefined && at !== will.brokerId && alive.alive(at)) {
+            await wills.delWill({ id: will.clientId, brokerId: will.brokerId });
+            continue;
+          }
+          yield will;
+        }
+      })(),
+    );
+
+  // Each heartbeat: a node silent for three is dead; the leader says its robots' connections ended and clears its memberships.
+  let timer: TimerHandle | null = null;
+  let closed = false;
+  const sweep = () => {
+    timer = null;
+    if (closed) return;
+    for (const node of alive.takeDead()) {
+      const leader = alive.leader() === self;
+      const clients = locations.takeClientsOf(node);
+      opts.log('cluster node silent for three heartbeats: its connections ended', { node, clients: clients.length, reporting: leader });
+      if (!leader) continue;
+      for (const id of clients) if (RobotIdSchema.safeParse(id).success) publish(BROKER_LOG_TOPIC, disconnectLine(clock, id), false);
+      for (const topic of clusterShares.membersOf(node)) publish(topic, '', true);
+    }
+    timer = opts.scheduler.setTimeout(sweep, opts.heartbeatMs);
+  };
+  timer = opts.scheduler.setTimeout(sweep, opts.heartbeatMs);
+
+  return {
+    id: self,
+    broker,
+    shares: clusterShares,
+    async close() {
+      closed = true;
+      if (timer) opts.scheduler.clearTimeout(timer);
+      await broker.close();
+    },
+  };
+}

@@ -5,7 +5,7 @@
  * PostgreSQL database, or the data directory on SQLite) and letting in the cloud's replicas with
  * an account file written by `fleet-cloud broker-config`.
  */
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import mqtt from 'mqtt';
 import { cleanEnv, CLOUD_CLI, makeTempDir, REPO_ROOT, runCloudCli, type TempDir } from './cloud.js';
@@ -85,6 +85,7 @@ export async function startBrokerCluster(opts: BrokerClusterOptions): Promise<Br
   const heartbeatMs = opts.heartbeatMs ?? 1000;
   const tmp: TempDir | null = opts.dir === undefined ? await makeTempDir('fleet-cluster-') : null;
   const dir = opts.dir ?? tmp!.path;
+  mkdirSync(dir, { recursive: true });
   const generated = await runCloudCli(['broker-config', '--out', join(dir, 'fleet')]);
   if (generated.code !== 0) throw new Error(`fleet-cloud broker-config exited ${generated.code}: ${generated.stderr}`);
   const accountFile = (JSON.parse(generated.stdout) as { account: string }).account;

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { FleetClient } from '@fleet/client';
+import { startBrokerCluster } from './broker-cluster.js';
 import { startMosquitto, type MosquittoBroker } from './mosquitto.js';
 import { runProcess, spawnProcess, type ProcessExit, type RunResult, type SpawnedProcess, type WaitOptions } from './process.js';
 import { startRoundRobin, type RoundRobin } from './round-robin.js';
@@ -161,12 +162,24 @@ function replicated(opts: StartCloudOptions): boolean {
  * sessions on the same port. The files sit next to the data directory (`<dataDir>.mosquitto`),
  * inside the test's temp dir, so nothing outlives the test.
  */
-const brokers = new Map<string, { broker: Promise<MosquittoBroker>; users: number }>();
+/** The broker a replicated cloud runs on: mosquitto, or with FLEET_TEST_BROKER=cluster a broker cluster. */
+type TestBroker = Pick<MosquittoBroker, 'url' | 'accountFile' | 'process' | 'restart' | 'stop'> & AsyncDisposable & { readonly urls?: readonly string[] };
 
-async function holdBroker(dataDir: string): Promise<MosquittoBroker> {
+const brokers = new Map<string, { broker: Promise<TestBroker>; users: number }>();
+
+/** FLEET_TEST_BROKER=cluster: the replicated suites run on three broker nodes instead of one mosquitto. */
+export function testBrokerKind(): 'mosquitto' | 'cluster' {
+  return process.env.FLEET_TEST_BROKER === 'cluster' ? 'cluster' : 'mosquitto';
+}
+
+async function holdBroker(dataDir: string, storeEnv: Record<string, string>): Promise<TestBroker> {
   let entry = brokers.get(dataDir);
   if (!entry) {
-    entry = { broker: startMosquitto({ dir: `${dataDir}.mosquitto` }), users: 0 };
+    const started: Promise<TestBroker> =
+      testBrokerKind() === 'cluster'
+        ? startBrokerCluster({ nodes: 3, storeEnv: Object.keys(storeEnv).length > 0 ? storeEnv : { FLEET_DATA_DIR: dataDir }, dir: `${dataDir}.cluster` })
+        : startMosquitto({ dir: `${dataDir}.mosquitto` });
+    entry = { broker: started, users: 0 };
     brokers.set(dataDir, entry);
     entry.broker.catch(() => brokers.delete(dataDir));
   }
@@ -274,21 +287,28 @@ export async function startCloud(opts: StartCloudOptions = {}): Promise<CloudPro
       // address) is the front's. The broker belongs to the data directory, so --mqtt-port goes.
       const [httpPort, withoutHttp] = takeFlag(opts.args ?? [], '--http-port');
       const [, rest] = takeFlag(withoutHttp, '--mqtt-port');
-      const broker = await holdBroker(dataDir);
+      const broker = await holdBroker(dataDir, dbEnv);
       holdsBroker = true;
-      const env = cleanEnv({
-        ...base,
-        ...(viaEnv ? { FLEET_MQTT_URL: broker.url, FLEET_MQTT_ACCOUNT_FILE: broker.accountFile } : {}),
-        ...opts.env,
-      });
-      const args = viaEnv
-        ? ['serve', ...rest]
-        : ['serve', '--data-dir', dataDir, '--http-port', '0', '--mqtt-url', broker.url, '--mqtt-account-file', broker.accountFile, '--log-level', logLevel, ...rest];
+      // On a cluster, replica i is on node i (modulo the nodes) and robots are told every node,
+      // the last first: each command and report crosses nodes.
+      const urls = broker.urls ?? [broker.url];
+      const urlOf = (i: number) => urls[i % urls.length]!;
+      const clusterArgs = broker.urls ? ['--mqtt-broker', 'fleet-cluster', '--mqtt-public-url', [...urls].reverse().join(',')] : [];
+      const envOf = (i: number) =>
+        cleanEnv({
+          ...base,
+          ...(viaEnv ? { FLEET_MQTT_URL: urlOf(i), FLEET_MQTT_ACCOUNT_FILE: broker.accountFile } : {}),
+          ...opts.env,
+        });
+      const argsOf = (i: number) =>
+        viaEnv
+          ? ['serve', ...clusterArgs, ...rest]
+          : ['serve', '--data-dir', dataDir, '--http-port', '0', '--mqtt-url', urlOf(i), '--mqtt-account-file', broker.accountFile, '--log-level', logLevel, ...clusterArgs, ...rest];
       // The first replica creates the organization and admin key; the others find them.
-      const first = await spawnServe(args, env, opts.startTimeoutMs);
+      const first = await spawnServe(argsOf(0), envOf(0), opts.startTimeoutMs);
       procs.push(first.proc);
       addrs.push(first.addresses);
-      const others = await Promise.allSettled(Array.from({ length: replicas - 1 }, () => spawnServe(args, env, opts.startTimeoutMs)));
+      const others = await Promise.allSettled(Array.from({ length: replicas - 1 }, (_, i) => spawnServe(argsOf(i + 1), envOf(i + 1), opts.startTimeoutMs)));
       for (const o of others) {
         if (o.status !== 'fulfilled') continue;
         procs.push(o.value.proc);

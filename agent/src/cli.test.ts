@@ -81,7 +81,7 @@ describe('fleet-agent CLI', () => {
         const answer: EnrollResponse = {
           robot_id: robotId,
           name: parsed.data.name ?? 'robot',
-          mqtt: { url: brokerUrl, client_id: robotId, username: robotId, password: 'pw', topic_prefix: topics.prefix(robotId) },
+          mqtt: { url: brokerUrl, urls: [brokerUrl], client_id: robotId, username: robotId, password: 'pw', topic_prefix: topics.prefix(robotId) },
         };
         res.statusCode = 201;
         res.end(JSON.stringify(answer));

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { applyUsageRules, EXIT_USAGE } from '@fleet/node-support';
-import { systemClock } from '@fleet/protocol';
+import { BrokerUrlListSchema, systemClock } from '@fleet/protocol';
 import { Command, Option } from 'commander';
 import { pino } from 'pino';
 import type { AgentConfig, AgentConfigInput } from './config.js';
@@ -50,7 +50,7 @@ program
   .option('--platform <platform>', 'robot platform, e.g. the arm model')
   .option('--runtime-version <version>', `runtime version to announce (default ${AGENT_RUNTIME_VERSION})`)
   .option('--legacy-runtime', `enroll as a runtime without episodes.v1 (announces ${LEGACY_RUNTIME_VERSION})`)
-  .addOption(new Option('--mqtt-url <url>', 'broker address to store instead of the one the cloud answers with').env('FLEET_AGENT_MQTT_URL'))
+  .addOption(new Option('--mqtt-url <url>', 'broker address to store instead of those the cloud answers with (a comma-separated list for a cluster\'s nodes)').env('FLEET_AGENT_MQTT_URL'))
   .option('--force', 'replace existing credentials (the robot becomes a new robot)')
   .action(async (o: { api: string; token: string; dataDir?: string; config?: string; name?: string; platform?: string; runtimeVersion?: string; legacyRuntime?: boolean; mqttUrl?: string; force?: boolean }) => {
     // Loaded when used (as the daemon below): the control commands (status, record, episodes)
@@ -63,6 +63,12 @@ program
       if (err instanceof ConfigFileError) fail(err.problems.map(formatProblem).join('\n'), EXIT_USAGE);
       throw err;
     }
+    let mqttUrls: string[] | undefined;
+    if (o.mqttUrl !== undefined) {
+      const urls = BrokerUrlListSchema.safeParse(o.mqttUrl);
+      if (!urls.success) fail(`--mqtt-url: ${urls.error.issues.map((i) => i.message).join('; ')}`, EXIT_USAGE);
+      mqttUrls = urls.data;
+    }
     try {
       const creds = await enroll({
         api: o.api,
@@ -71,7 +77,7 @@ program
         runtimeVersion: o.runtimeVersion ?? (o.legacyRuntime ? LEGACY_RUNTIME_VERSION : AGENT_RUNTIME_VERSION),
         ...(o.name !== undefined ? { name: o.name } : {}),
         ...(o.platform !== undefined ? { platform: o.platform } : {}),
-        ...(o.mqttUrl !== undefined ? { mqttUrl: o.mqttUrl } : {}),
+        ...(mqttUrls !== undefined ? { mqttUrls } : {}),
         ...(o.force ? { force: true } : {}),
       });
       process.stdout.write(`${JSON.stringify({ robot_id: creds.robot_id, name: creds.name, data_dir: dataDir })}\n`);
@@ -158,7 +164,7 @@ program
   .addOption(new Option('--bytes-per-second <n>', 'synthetic recorder byte rate (default 65536)').env('FLEET_AGENT_BYTES_PER_SECOND'))
   .addOption(new Option('--chunk-interval-ms <ms>', 'synthetic recorder write interval (default 100)').env('FLEET_AGENT_CHUNK_INTERVAL_MS'))
   .addOption(new Option('--finalizing-delay-ms <ms>', 'least time held in finalizing, counted from the verb (default 0)').env('FLEET_AGENT_FINALIZING_DELAY_MS'))
-  .addOption(new Option('--mqtt-url <url>', 'broker address overriding the stored one').env('FLEET_AGENT_MQTT_URL'))
+  .addOption(new Option('--mqtt-url <url>', 'broker address overriding the stored ones (a comma-separated list for a cluster\'s nodes)').env('FLEET_AGENT_MQTT_URL'))
   .addOption(new Option('--platform <platform>', 'platform to announce (default: the one given at enrollment)').env('FLEET_AGENT_PLATFORM'))
   .addOption(new Option('--runtime-version <version>', 'runtime version to announce').env('FLEET_AGENT_RUNTIME_VERSION'))
   .addOption(new Option('--reconnect-min-ms <ms>', 'first reconnect delay (default 500)').env('FLEET_AGENT_RECONNECT_MIN_MS'))

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { BrokerUrlListSchema } from '@fleet/protocol';
 import { ActionsSectionSchema } from './configured-actions.js';
 import { RecorderConfigSchema, type RecorderKind } from './recording/recorder-config.js';
 import { AGENT_RUNTIME_VERSION, LEGACY_RUNTIME_VERSION } from './version.js';
@@ -72,8 +73,8 @@ export const AgentConfigSchema = z
     uploadLimit: z.coerce.number().int().min(1024).max(100 * 1024 ** 3).optional(),
     /** A repeated `cmd_id` within this window is answered from storage (the API's 24 h). */
     commandResultWindowMs: ms(1000).default(24 * 60 * 60 * 1000),
-    /** Broker address overriding the one stored at enrollment. */
-    mqttUrl: z.url({ protocol: /^mqtts?$/ }).optional(),
+    /** Broker address overriding those stored at enrollment; a comma-separated list for a cluster's nodes, tried in order. */
+    mqttUrl: BrokerUrlListSchema.optional(),
     /** The local control socket; `<dataDir>/agent.sock` by default. */
     socketPath: z.string().min(1).optional(),
     logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),

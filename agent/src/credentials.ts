@@ -1,6 +1,7 @@
 import { chmod, mkdir, open, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { z } from 'zod';
+import { MAX_BROKER_URLS } from '@fleet/protocol';
 import { CredentialsError } from './errors.js';
 
 export const CREDENTIALS_FILE = 'credentials.json';
@@ -10,7 +11,13 @@ export const CredentialsSchema = z.object({
   robot_id: z.string().min(1),
   name: z.string(),
   mqtt: z.object({
+    /** The broker address to use first (the first of `urls`). */
     url: z.string().min(1),
+    /**
+     * Every broker address the robot may use, in the order it tries them (a cluster's nodes, as the
+     * cloud handed them out). Absent in files written before it existed: then `url` alone.
+     */
+    urls: z.array(z.string().min(1)).min(1).max(MAX_BROKER_URLS).optional(),
     client_id: z.string().min(1),
     username: z.string().min(1),
     password: z.string().min(1),

@@ -242,7 +242,7 @@ export class Agent extends EventEmitter<{ connected: []; disconnected: []; state
     return life.add('mqtt link', async () => {
       const l = new MqttLink({
         credentials: creds,
-        ...(config.mqttUrl ? { url: config.mqttUrl } : {}),
+        ...(config.mqttUrl ? { urls: config.mqttUrl } : {}),
         clock: deps.clock,
         scheduler: deps.scheduler,
         logger: log,

@@ -39,8 +39,27 @@ describe('enroll', () => {
 
   it('stores an overriding broker address', async () => {
     const dataDir = await makeTempDir();
-    const creds = await enroll({ api: 'http://c', token: 't', dataDir, mqttUrl: 'mqtt://10.0.0.5:1883', fetch: fakeApi(200, answer(fakeRobotId())).fetch });
+    const creds = await enroll({ api: 'http://c', token: 't', dataDir, mqttUrls: ['mqtt://10.0.0.5:1883'], fetch: fakeApi(200, answer(fakeRobotId())).fetch });
     expect(creds.mqtt.url).toBe('mqtt://10.0.0.5:1883');
+    expect(creds.mqtt.urls).toEqual(['mqtt://10.0.0.5:1883']);
+  });
+
+  it("stores the cluster's nodes in the order the cloud gave them", async () => {
+    const dataDir = await makeTempDir();
+    const id = fakeRobotId();
+    const base = answer(id);
+    const urls = ['mqtt://node-b:1883', 'mqtt://node-c:1883', 'mqtt://node-a:1883'];
+    const creds = await enroll({ api: 'http://c', token: 't', dataDir, fetch: fakeApi(200, { ...base, mqtt: { ...base.mqtt, url: urls[0], urls } }).fetch });
+    expect(creds.mqtt).toMatchObject({ url: 'mqtt://node-b:1883', urls });
+    expect((await readCredentials(dataDir))?.mqtt.urls).toEqual(urls);
+  });
+
+  it('takes an answer without a list (a cloud from before clusters) as its one address', async () => {
+    const dataDir = await makeTempDir();
+    const base = answer(fakeRobotId());
+    expect(base.mqtt).not.toHaveProperty('urls');
+    const creds = await enroll({ api: 'http://c', token: 't', dataDir, fetch: fakeApi(200, base).fetch });
+    expect(creds.mqtt).toMatchObject({ url: base.mqtt.url, urls: [base.mqtt.url] });
   });
 
   it("turns the API's error body into a clear error and stores nothing", async () => {

@@ -1,4 +1,4 @@
-import { ApiErrorBodySchema, EnrollBodySchema, EnrollResponseSchema, type EnrollBody } from '@fleet/protocol';
+import { ApiErrorBodySchema, EnrollBodySchema, EnrollResponseSchema, MAX_BROKER_URLS, type EnrollBody } from '@fleet/protocol';
 import { fetch as undiciFetch } from 'undici';
 import { readCredentials, writeCredentials, type Credentials } from './credentials.js';
 import { EnrollError } from './errors.js';
@@ -12,13 +12,18 @@ export interface EnrollOptions {
   platform?: string;
   runtimeVersion?: string;
   dataDir: string;
-  /** The broker address to store instead of the one the cloud answers with. */
-  mqttUrl?: string;
+  /** The broker addresses to store instead of those the cloud answers with (one, or a cluster's nodes in the order to try them). */
+  mqttUrls?: readonly string[];
   /** Replace existing credentials (the robot then becomes a new robot). */
   force?: boolean;
   /** Injected for tests; undici's fetch by default. */
   fetch?: (url: string, init: { method: string; headers: Record<string, string>; body: string }) => Promise<{ status: number; text(): Promise<string> }>;
 }
+
+/** The cloud's answer; `mqtt.urls` may be missing from a cloud older than broker clusters. */
+const EnrollAnswerSchema = EnrollResponseSchema.extend({
+  mqtt: EnrollResponseSchema.shape.mqtt.extend({ urls: EnrollResponseSchema.shape.mqtt.shape.urls.max(MAX_BROKER_URLS).optional() }),
+});
 
 function enrollUrl(api: string): string {
   const base = api.replace(/\/+$/, '').replace(/\/v1$/, '');
@@ -65,13 +70,14 @@ export async function enroll(opts: EnrollOptions): Promise<Credentials> {
     }
     throw new EnrollError(`enrollment failed with HTTP ${status}`, 'http_error', status);
   }
-  const parsed = EnrollResponseSchema.safeParse(json);
+  const parsed = EnrollAnswerSchema.safeParse(json);
   if (!parsed.success) throw new EnrollError('enrollment answer does not match the expected shape', 'invalid_response', status);
   const r = parsed.data;
+  const urls = opts.mqttUrls && opts.mqttUrls.length > 0 ? [...opts.mqttUrls] : (r.mqtt.urls ?? [r.mqtt.url]);
   const credentials: Credentials = {
     robot_id: r.robot_id,
     name: r.name,
-    mqtt: { ...r.mqtt, url: opts.mqttUrl ?? r.mqtt.url },
+    mqtt: { ...r.mqtt, url: urls[0]!, urls },
     api_url: opts.api,
     ...(opts.platform !== undefined ? { platform: opts.platform } : {}),
   };

@@ -58,7 +58,8 @@ export interface AppParts {
   /** De-enrollment disconnects and credential rotations (the credential rotator). */
   fleet: FleetAdmin;
   /** The broker address handed to enrolling robots. */
-  mqttPublicUrl: string;
+  /** The broker addresses enrolling robots are given (one, or a cluster's nodes). */
+  mqttPublicUrls: readonly string[];
   /** Wakes the webhook delivery worker when something is queued. */
   deliveries: { notify(): void };
   /** Routes episodes to destinations (the routes schedule passes after rules and destinations change). */
@@ -186,7 +187,7 @@ export async function buildApp(config: CloudConfig, deps: AppParts): Promise<Clo
     robotCommands: measuredCommands(deps.robots, metrics),
     fleetAdmin: deps.fleet,
     deliveries: deps.deliveries,
-    mqttPublicUrl: deps.mqttPublicUrl,
+    mqttPublicUrls: deps.mqttPublicUrls,
   };
   await fastify.register(
     async (v1) => {

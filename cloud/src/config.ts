@@ -1,6 +1,7 @@
 import { BlockList, isIP } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
+import { BrokerUrlListSchema } from '@fleet/protocol';
 
 const port = z.coerce.number().int().min(0).max(65535);
 /** `host:port` or `[v6]:port`. */
@@ -85,8 +86,12 @@ export const CloudConfigSchema = z.strictObject({
   host: z.string().min(1).default('127.0.0.1'),
   httpPort: port.default(8080),
   mqttPort: port.default(1883),
-  /** Use this external broker instead of the embedded one (mqtt:// or mqtts://). */
-  mqttUrl: z.url({ protocol: /^mqtts?$/ }).optional(),
+  /**
+   * Use this external broker instead of the embedded one (mqtt:// or mqtts://); a comma-separated
+   * list for the nodes of a cluster: the cloud connects to the first and moves to the next when
+   * its connection is lost.
+   */
+  mqttUrl: BrokerUrlListSchema.optional(),
   /**
    * With mqttUrl: the cloud's broker account (`fleet-cloud broker-config` writes it). The cloud
    * logs in with it and keeps robot accounts and ACLs in mosquitto's dynamic security plugin.
@@ -98,8 +103,12 @@ export const CloudConfigSchema = z.strictObject({
    * on one Redis, which read robot accounts from this cloud's database themselves).
    */
   mqttBroker: z.enum(['mosquitto', 'fleet-cluster']).default('mosquitto'),
-  /** The broker address given to enrolling robots when it differs from the one the cloud uses. */
-  mqttPublicUrl: z.url({ protocol: /^mqtts?$/ }).optional(),
+  /**
+   * The broker address given to enrolling robots when it differs from the one the cloud uses; a
+   * comma-separated list for the nodes of a cluster (each robot gets them all, starting at one
+   * picked from its id).
+   */
+  mqttPublicUrl: BrokerUrlListSchema.optional(),
   /** How long a robot command waits for the robot's answer before 504 command_timeout. */
   commandTimeoutMs: z.coerce.number().int().min(100).max(120_000).default(10_000),
   /** Largest request body accepted; larger is 413 payload_too_large. */

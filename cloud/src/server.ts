@@ -98,7 +98,8 @@ async function listening<T>(listener: 'HTTP' | 'MQTT' | 'metrics', host: string,
 
 interface BrokerPart {
   broker: EmbeddedBroker | null;
-  linkUrl: string;
+  /** The broker's addresses for the link: one, or a cluster's nodes (the link moves to the next when its connection is lost). */
+  linkUrls: readonly string[];
   linkAuth: { username?: string; password?: string };
 }
 
@@ -168,11 +169,11 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions): 
     const metrics = metricsFor(config, store.gauges);
 
     // The MQTT broker: embedded (with robot credentials, topic ACL and a per-robot throttle), or external.
-    const { broker, linkUrl, linkAuth } = await life.add<BrokerPart>('broker', async () => {
+    const { broker, linkUrls, linkAuth } = await life.add<BrokerPart>('broker', async () => {
       if (config.mqttUrl) {
         // Other replicas may be serving: presence in the store stays as it is (no markAllDisconnected).
         const linkAuth = config.mqttAccountFile ? readBrokerAccount(config.mqttAccountFile) : {};
-        return { value: { broker: null, linkUrl: config.mqttUrl, linkAuth }, close: async () => undefined };
+        return { value: { broker: null, linkUrls: config.mqttUrl, linkAuth }, close: async () => undefined };
       }
       const throttle = new PublishThrottle<Client>({
         messagesPerSecond: config.mqttMessagesPerSecond,
@@ -204,14 +205,14 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions): 
         }),
       );
       return {
-        value: { broker: b, linkUrl: b.url, linkAuth: {} },
+        value: { broker: b, linkUrls: [b.url], linkAuth: {} },
         close: () => b.close(),
       };
     });
 
     // Robot accounts on the external broker (mosquitto's dynamic security plugin).
     const dynsec = !config.mqttAccountFile || config.mqttBroker !== 'mosquitto' ? null : await life.add('broker accounts', async () => {
-      const control = new DynsecControl({ url: linkUrl, username: linkAuth.username!, password: linkAuth.password!, logger, timeoutMs: config.commandTimeoutMs, scheduler });
+      const control = new DynsecControl({ url: linkUrls[0]!, username: linkAuth.username!, password: linkAuth.password!, logger, timeoutMs: config.commandTimeoutMs, scheduler });
       await control.start();
       return { value: { control, accounts: new DynsecRobotAccounts(control) }, close: () => control.stop() };
     });
@@ -238,7 +239,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions): 
     const readLinks = new ReadLinker({ store, egress, secrets, clock, logger, readOrigins: config.readOrigins });
     const { link, router, rotator } = await life.add('robot link', async () => {
       const l = new RobotLink({
-        url: linkUrl,
+        urls: linkUrls,
         ...linkAuth,
         store,
         clock,
@@ -330,7 +331,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions): 
         robots: link,
         metrics,
         fleet: rotator,
-        mqttPublicUrl: config.mqttPublicUrl ?? linkUrl.replace(/\/\/[^@/]*@/, '//'),
+        mqttPublicUrls: config.mqttPublicUrl ?? linkUrls.map((u) => u.replace(/\/\/[^@/]*@/, '//')),
         readiness: async () => {
           if (broker?.aedes.closed) throw new Error('MQTT broker closed');
           if (!link.connected) throw new Error('no connection to the MQTT broker');
@@ -364,7 +365,7 @@ export async function startCloud(config: CloudConfig, opts: StartCloudOptions): 
     const shownHost = host === '0.0.0.0' || host === '[::]' ? '127.0.0.1' : host;
     return {
       http: `http://${shownHost}:${addr.port}`,
-      mqtt: broker ? broker.url : linkUrl,
+      mqtt: broker ? broker.url : linkUrls[0]!,
       metrics: metricsListener?.url ?? null,
       store,
       app,
@@ -506,7 +507,7 @@ export function offlineAppParts(
       ...(base.logger ? { logger: base.logger } : {}),
       robots: noRobotLink,
       fleet: offlineFleetAdmin,
-      mqttPublicUrl: config.mqttPublicUrl ?? '',
+      mqttPublicUrls: config.mqttPublicUrl ?? [`mqtt://${config.host}:${config.mqttPort}`],
       deliveries: { notify: () => undefined },
       sync,
       relay: new GrantRelay({ store, egress, secrets, clock, logger }),

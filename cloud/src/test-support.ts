@@ -248,7 +248,7 @@ export async function storeWithRobots(clock: ManualClock, count: number): Promis
   const token = await createEnrollmentToken(store, clock, { org, createdBy: 'test', maxUses: count });
   const robots: { id: string; password: string }[] = [];
   for (let i = 0; i < count; i++) {
-    const r = await enrollRobot(store, clock, { token: token.token }, 'mqtt://unused');
+    const r = await enrollRobot(store, clock, { token: token.token }, ['mqtt://unused']);
     robots.push({ id: r.robot_id, password: r.mqtt.password });
   }
   return { store, robots };

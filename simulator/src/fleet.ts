@@ -13,7 +13,7 @@ import {
   type Credentials,
   type Scheduler,
 } from '@fleet/agent';
-import { systemClock, type Clock } from '@fleet/protocol';
+import { BrokerUrlListSchema, systemClock, type Clock } from '@fleet/protocol';
 import { pino, type Logger } from 'pino';
 import { z } from 'zod';
 import { SYNTHETIC_RECORDING_FORMATS, SyntheticRecorder } from './recording/synthetic-recorder.js';
@@ -69,7 +69,7 @@ export const FleetOptionsSchema = z.strictObject({
   /** Least time in `finalizing` (the agent's --finalizing-delay-ms). */
   finalizingDelayMs: z.coerce.number().int().min(0).max(600_000).default(0),
   /** Broker address overriding the one given at enrollment. */
-  mqttUrl: z.url({ protocol: /^mqtts?$/ }).optional(),
+  mqttUrl: BrokerUrlListSchema.optional(),
   /** Robots enrolling and opening their stores at the same time. */
   startConcurrency: z.coerce.number().int().min(1).max(1000).default(16),
   /** Give up when not every robot is connected after this long. */
@@ -269,7 +269,7 @@ export async function runFleet(input: FleetOptionsInput | FleetOptions, deps: Fl
         name,
         platform: opts.platform,
         runtimeVersion: opts.legacyRuntime ? LEGACY_RUNTIME_VERSION : AGENT_RUNTIME_VERSION,
-        ...(opts.mqttUrl ? { mqttUrl: opts.mqttUrl } : {}),
+        ...(opts.mqttUrl ? { mqttUrls: opts.mqttUrl } : {}),
       });
       log.info({ robot_id: creds.robot_id }, 'enrolled');
     }

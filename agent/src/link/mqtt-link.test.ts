@@ -217,6 +217,75 @@ describe('MQTT link against a real broker', () => {
     expect(t.agent.link?.connected).toBe(false);
   });
 
+  describe("a cluster's nodes", () => {
+    /** A port nothing listens on: a broker's, once it closed. */
+    async function deadUrl(): Promise<string> {
+      const b = await startBroker();
+      await b.close();
+      return b.url;
+    }
+
+    async function clusterAgent(urls: string[]): Promise<TestAgent> {
+      const base = testCredentials(undefined, urls[0], PASSWORD);
+      const credentials = { ...base, mqtt: { ...base.mqtt, urls } };
+      const t = await startTestAgent({ credentials, link: true, scheduler: systemScheduler, config: { platform: 'test-arm' } });
+      agents.push(t.agent);
+      return t;
+    }
+
+    it('tries the next address when the first refuses the connection', async () => {
+      const b = await startBroker();
+      brokers.push(b);
+      const t = await clusterAgent([await deadUrl(), b.url]);
+      await t.agent.whenConnected();
+      expect(t.agent.link?.url).toBe(b.url);
+      expect(b.clients.has(t.credentials.robot_id)).toBe(true);
+      const o = await watch(b, t.credentials.robot_id);
+      await expect.poll(() => o.statuses().at(-1)?.online).toBe(true);
+    });
+
+    it('moves to the next node when its node goes away, announces itself there, and wraps round to the first', async () => {
+      const a = await startBroker();
+      const b = await startBroker();
+      brokers.push(b);
+      const t = await clusterAgent([a.url, b.url]);
+      await t.agent.whenConnected();
+      expect(t.agent.link?.url).toBe(a.url);
+      const id = t.credentials.robot_id;
+
+      const onB = new Promise<void>((resolve) => t.agent.once('connected', resolve));
+      await a.close();
+      await onB;
+      expect(t.agent.link?.url).toBe(b.url);
+      const o = await watch(b, id);
+      await expect.poll(() => o.statuses().at(-1)?.online).toBe(true);
+      // Commands reach it on the node it is on now.
+      await o.client.publishAsync(topics.command(id), JSON.stringify({ cmd_id: 'on-b', command: 'episodes.start', sent_at: t.clock.now() } satisfies RobotCommand), { qos: 1 });
+      await expect.poll(() => o.replies().length).toBe(1);
+
+      // The first node back, the second gone: the list wraps round.
+      const again = await startBroker(a.port);
+      brokers.push(again);
+      const onA = new Promise<void>((resolve) => t.agent.once('connected', resolve));
+      brokers.splice(brokers.indexOf(b), 1);
+      await b.close();
+      await onA;
+      expect(t.agent.link?.url).toBe(again.url);
+      expect(again.clients.has(id)).toBe(true);
+    });
+
+    it('an address given at start overrides the stored list', async () => {
+      const b = await startBroker();
+      brokers.push(b);
+      const base = testCredentials(undefined, await deadUrl(), PASSWORD);
+      const credentials = { ...base, mqtt: { ...base.mqtt, urls: [base.mqtt.url] } };
+      const t = await startTestAgent({ credentials, link: true, scheduler: systemScheduler, config: { mqttUrl: b.url } });
+      agents.push(t.agent);
+      await t.agent.whenConnected();
+      expect(t.agent.link?.url).toBe(b.url);
+    });
+  });
+
   describe('after a rotation whose answer the cloud never read', () => {
     const NEW = 'rsec_new_secret_0123456789abcdefghijklmnopq';
 

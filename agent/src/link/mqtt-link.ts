@@ -12,8 +12,8 @@ export type LinkStatusFields = Omit<RobotStatus, 'online' | 'at'>;
 
 export interface MqttLinkOptions {
   credentials: Credentials;
-  /** Broker address overriding the stored one. */
-  url?: string;
+  /** Broker addresses overriding the stored ones (one, or a cluster's nodes in the order to try them). */
+  urls?: readonly string[];
   clock: Clock;
   scheduler: Scheduler;
   logger: Logger;
@@ -40,6 +40,11 @@ const REFUSED_LOGIN = new Set([4, 5]);
  * reconnect is off; this link reconnects with exponential backoff and re-announces its status on
  * every connect (the broker may have lost retained messages when it restarted).
  *
+ * With several broker addresses (a cluster's nodes), the first connect goes to the first; after
+ * a connect fails or a connection is lost, the next attempt goes to the next address (wrapping
+ * round), after the same backoff: the robots of a node that went away come back on the others,
+ * spread by their lists and the jitter.
+ *
  * Every connect tries the current password first. When the broker refuses it and a previous
  * password is held (a rotation was stored but the cloud never read the answer, so an external
  * broker still has the old one), the link connects with the previous one right away.
@@ -59,12 +64,17 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: []; pa
   /** The broker refused the login of the connect under way (CONNACK 4 or 5). */
   private loginRefused = false;
   private accepted: string | undefined;
+  private readonly urls: readonly string[];
+  /** Which of `urls` the connect under way (or the connection) uses. */
+  private urlIndex = 0;
 
   constructor(private readonly opts: MqttLinkOptions) {
     super();
     this.robotId = opts.credentials.robot_id;
     this.password = opts.credentials.mqtt.password;
     this.previousPassword = opts.credentials.mqtt.previous_password;
+    const mqttCreds = opts.credentials.mqtt;
+    this.urls = opts.urls && opts.urls.length > 0 ? [...opts.urls] : (mqttCreds.urls ?? [mqttCreds.url]);
   }
 
   /**
@@ -95,8 +105,9 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: []; pa
     return this.syncReady && this.connected;
   }
 
+  /** The broker address of the connect under way, or of the connection. */
   get url(): string {
-    return this.opts.url ?? this.opts.credentials.mqtt.url;
+    return this.urls[this.urlIndex]!;
   }
 
   /** Starts connecting; returns at once. `connected` fires on every (re)connect. */
@@ -262,7 +273,8 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: []; pa
     }
     const delay = reconnectDelay(this.attempt, this.opts.reconnectMinMs, this.opts.reconnectMaxMs, this.opts.random);
     this.attempt += 1;
-    this.opts.logger.debug({ delay_ms: delay, attempt: this.attempt }, 'mqtt reconnect scheduled');
+    if (this.urls.length > 1) this.urlIndex = (this.urlIndex + 1) % this.urls.length;
+    this.opts.logger.debug({ delay_ms: delay, attempt: this.attempt, url: this.url }, 'mqtt reconnect scheduled');
     this.scheduleConnect(delay, false);
   }
 
@@ -276,6 +288,7 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: []; pa
       client.options.password = this.attemptWithPrevious ? this.previousPassword : this.password;
       // The will's time is that of the attempt, so the cloud sees when presence was last claimed.
       client.options.will = this.will();
+      if (this.urls.length > 1) aimAt(client, this.url);
       client.reconnect({ incomingStore: client.incomingStore, outgoingStore: client.outgoingStore });
     }, delay);
   }
@@ -295,4 +308,20 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: []; pa
       );
     });
   }
+}
+
+/**
+ * Points a client's next connect at another broker address: mqtt.js builds each connection's
+ * socket from these options (the ones `mqtt.connect` parsed from the first address).
+ */
+function aimAt(client: MqttClient, url: string): void {
+  const u = new URL(url);
+  const protocol = u.protocol === 'mqtts:' ? 'mqtts' : 'mqtt';
+  const options = client.options as MqttClient['options'] & { servername?: string };
+  options.protocol = protocol;
+  options.hostname = u.hostname;
+  options.host = u.hostname;
+  options.port = u.port ? Number(u.port) : protocol === 'mqtts' ? 8883 : 1883;
+  // TLS names the server it expects by the host; the previous address's name must not carry over.
+  delete options.servername;
 }

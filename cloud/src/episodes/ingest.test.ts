@@ -50,7 +50,7 @@ const aReason = expect.stringMatching(/./) as unknown as string;
 
 async function enroll(o: OrgRow, name: string): Promise<string> {
   const { token } = await createEnrollmentToken(store, clock, { org: o, createdBy: 'test' });
-  return (await enrollRobot(store, clock, { token, name }, 'mqtt://localhost:1883')).robot_id;
+  return (await enrollRobot(store, clock, { token, name }, ['mqtt://localhost:1883'])).robot_id;
 }
 
 beforeEach(async () => {

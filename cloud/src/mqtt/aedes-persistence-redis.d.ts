@@ -1,9 +1,9 @@
 // aedes-persistence-redis ships no declarations: what the cluster node uses of it.
 declare module 'aedes-persistence-redis' {
   import type { Redis, RedisOptions } from 'ioredis';
-  import type { AedesOptions } from 'aedes';
 
-  type Persistence = NonNullable<AedesOptions['persistence']>;
+  /** aedes types its persistence as `any`; the node only hands this one to aedes. */
+  type Persistence = object;
 
   interface RedisPersistenceOptions extends RedisOptions {
     /** A connection of the caller's (instead of one made from the options). */

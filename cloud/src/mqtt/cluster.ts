@@ -130,7 +130,7 @@ export class ClusterShares {
     try {
       const m = JSON.parse(payload.toString('utf8')) as { group?: unknown; filters?: unknown };
       if (typeof m.group !== 'string' || !Array.isArray(m.filters) || !m.filters.every((f) => typeof f === 'string')) return;
-      this.members.set(key, { node: key.slice(0, slash), clientId: key.slice(slash + 1), group: m.group, filters: m.filters as string[] });
+      this.members.set(key, { node: key.slice(0, slash), clientId: key.slice(slash + 1), group: m.group, filters: m.filters });
     } catch {
       // Not ours to read: only nodes publish here.
     }
@@ -315,7 +315,7 @@ export async function startClusterNode(opts: ClusterNodeOptions): Promise<Cluste
   const alive = new NodeLiveness(self, clock, opts.heartbeatMs);
   liveness = alive;
   const publish = (topic: string, payload: string, retain: boolean) =>
-    aedes.publish({ cmd: 'publish', topic, payload: Buffer.from(payload), qos: 0, retain, dup: false } as AedesPublishPacket, (err) => {
+    aedes.publish({ cmd: 'publish', topic, payload: Buffer.from(payload), qos: 0, retain, dup: false }, (err) => {
       if (err) opts.log('cluster publish failed', { topic, err: err.message });
     });
   const clusterShares = new ClusterShares(self, alive, (topic, payload) => publish(topic, payload, true));

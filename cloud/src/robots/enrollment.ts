@@ -1,5 +1,5 @@
 import { DAY, iso, type Clock, type EnrollBody, type EnrollmentTokenInfo, type EnrollResponse } from '@fleet/protocol';
-import { topics } from '@fleet/protocol';
+import { brokerUrlsForRobot, topics } from '@fleet/protocol';
 import { entitlementsOf } from '../entitlements.js';
 import { ApiError, validationError } from '../errors.js';
 import { hashSecret, newId, newSecret } from '../ids.js';
@@ -73,7 +73,7 @@ const REFUSALS = {
  * Exchanges an enrollment token for a robot identity and its MQTT credentials (shown once; the
  * password is stored hashed). The robot's name is the one it asks for, else `<prefix>-<n>`.
  */
-export async function enrollRobot(store: Store, clock: Clock, body: EnrollBody, mqttUrl: string): Promise<EnrollResponse> {
+export async function enrollRobot(store: Store, clock: Clock, body: EnrollBody, mqttUrls: readonly string[]): Promise<EnrollResponse> {
   const password = newSecret('rsec');
   const outcome = await store.robots.enroll({
     tokenHash: hashSecret(body.token),
@@ -96,18 +96,21 @@ export async function enrollRobot(store: Store, clock: Clock, body: EnrollBody, 
     }),
   });
   switch (outcome.kind) {
-    case 'enrolled':
+    case 'enrolled': {
+      const urls = brokerUrlsForRobot(outcome.robot.id, mqttUrls);
       return {
         robot_id: outcome.robot.id,
         name: outcome.robot.name,
         mqtt: {
-          url: mqttUrl,
+          url: urls[0] ?? '',
+          urls,
           client_id: outcome.robot.id,
           username: outcome.robot.id,
           password,
           topic_prefix: topics.prefix(outcome.robot.id),
         },
       };
+    }
     case 'robot_limit':
       throw new ApiError('conflict', `the organization already has its limit of ${outcome.limit} robots`, { limit: 'robots', value: outcome.limit });
     default:

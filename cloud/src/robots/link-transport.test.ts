@@ -32,7 +32,7 @@ describe('the robot link inside the embedded broker (no connection of its own)',
     cleanups.push(() => store.close());
     const broker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: robotBrokerHooks(store, 'the cloud account, unused here', () => undefined, { clock }) });
     cleanups.push(() => broker.close());
-    const newLink = () => new RobotLink({ url: broker.url, inProcess: broker.aedes, store, clock, scheduler: new ManualScheduler(clock), logger: pino({ level: 'silent' }), commandTimeoutMs: 5_000, sessions: broker });
+    const newLink = () => new RobotLink({ urls: [broker.url], inProcess: broker.aedes, store, clock, scheduler: new ManualScheduler(clock), logger: pino({ level: 'silent' }), commandTimeoutMs: 5_000, sessions: broker });
     const robot = async (i: number) => {
       const { id, password } = robots[i]!;
       const c = await mqtt.connectAsync(broker.url, { protocolVersion: 4, clientId: id, username: id, password, reconnectPeriod: 0 });

@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import mqtt, { type MqttClient } from 'mqtt';
 import type { Aedes, AedesPublishPacket } from 'aedes';
 import { disableNagle } from '@fleet/node-support';
+import { mqttServers } from '@fleet/protocol';
 import { retainedMessages } from '../mqtt/broker.js';
 
 export interface LinkTransportEvents {
@@ -36,8 +37,11 @@ export class MqttTransport extends EventEmitter<LinkTransportEvents> implements 
     });
   }
 
-  static async connect(opts: { url: string; clientId: string; username?: string; password?: string }, onError: (err: Error) => void): Promise<MqttTransport> {
-    const client = await mqtt.connectAsync(opts.url, {
+  static async connect(opts: { urls: readonly string[]; clientId: string; username?: string; password?: string }, onError: (err: Error) => void): Promise<MqttTransport> {
+    // With a cluster's nodes, mqtt.js reconnects to the next one each time (clean session: the link resubscribes).
+    const { url, servers } = mqttServers(opts.urls);
+    const client = await mqtt.connectAsync(url, {
+      ...(servers ? { servers } : {}),
       protocolVersion: 4,
       clientId: opts.clientId,
       clean: true,

@@ -52,7 +52,7 @@ test('a command the robot does not answer times out on the injected scheduler, n
   cleanups.push(() => store.close());
   const broker: EmbeddedBroker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: { authenticate: (_c, _u, _p, done) => done(null, true) } });
   cleanups.push(() => broker.close());
-  const link = new RobotLink({ url: broker.url, store, clock, scheduler, logger: pino({ level: 'silent' }), commandTimeoutMs: 5_000 });
+  const link = new RobotLink({ urls: [broker.url], store, clock, scheduler, logger: pino({ level: 'silent' }), commandTimeoutMs: 5_000 });
   await link.start();
   cleanups.push(() => link.stop());
   // The robot is there and hears the command, but never answers.
@@ -82,7 +82,7 @@ test("a robot's statuses are written in the order they came, also when an earlie
   const broker: EmbeddedBroker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: { authenticate: (_c, _u, _p, done) => done(null, true) } });
   cleanups.push(() => broker.close());
   const slow = withSlowFirstStatus(store);
-  const link = new RobotLink({ url: broker.url, store: slow.store, clock, scheduler: new ManualScheduler(clock), logger: pino({ level: 'silent' }), commandTimeoutMs: 5_000 });
+  const link = new RobotLink({ urls: [broker.url], store: slow.store, clock, scheduler: new ManualScheduler(clock), logger: pino({ level: 'silent' }), commandTimeoutMs: 5_000 });
   await link.start();
   cleanups.push(() => link.stop());
 
@@ -121,7 +121,7 @@ test('a status the store cannot write is reported to the caller, and the next on
   const failing = new Proxy(store, { get: (target, prop, receiver) => (prop === 'robots' ? robotsProxy : (Reflect.get(target, prop, receiver) as unknown)) });
   const logged: string[] = [];
   const logger = pino({ level: 'error' }, { write: (line: string) => void logged.push(line) });
-  const link = new RobotLink({ url: broker.url, store: failing, clock, scheduler: new ManualScheduler(clock), logger, commandTimeoutMs: 5_000 });
+  const link = new RobotLink({ urls: [broker.url], store: failing, clock, scheduler: new ManualScheduler(clock), logger, commandTimeoutMs: 5_000 });
   await link.start();
   cleanups.push(() => link.stop());
 
@@ -167,7 +167,7 @@ test('two replicas write every status; each change of presence or recording stat
   const replicas = [countingStatuses(store), countingStatuses(twin)];
   const logged: string[] = [];
   for (const r of replicas) {
-    const link = new RobotLink({ url: broker.url, store: r.store, clock, scheduler: new ManualScheduler(clock), logger: pino({ level: 'silent' }), commandTimeoutMs: 5_000 });
+    const link = new RobotLink({ urls: [broker.url], store: r.store, clock, scheduler: new ManualScheduler(clock), logger: pino({ level: 'silent' }), commandTimeoutMs: 5_000 });
     link.on('statusLogged', (orgId) => logged.push(orgId));
     await link.start();
     cleanups.push(() => link.stop());
@@ -214,12 +214,12 @@ describe('presence follows the robot connection the cloud saw (embedded broker, 
     cleanups.push(() => t.close());
     const tenant = await t.createTenant();
     const token = await createEnrollmentToken(t.store, t.clock, { org: tenant.org, createdBy: 'test', maxUses: 1 });
-    const enrolled = await enrollRobot(t.store, t.clock, { token: token.token }, 'mqtt://unused');
+    const enrolled = await enrollRobot(t.store, t.clock, { token: token.token }, ['mqtt://unused']);
     const broker = await startEmbeddedBroker({ host: '127.0.0.1', port: 0, hooks: robotBrokerHooks(t.store, CLOUD_PASSWORD, () => undefined, { clock: t.clock }) });
     cleanups.push(() => broker.close());
     const counted = countingStatuses(t.store);
     const newLink = () =>
-      new RobotLink({ url: broker.url, username: CLOUD_MQTT_USERNAME, password: CLOUD_PASSWORD, store: counted.store, clock: t.clock, scheduler: t.scheduler, logger: pino({ level: 'silent' }), commandTimeoutMs: 2_000, sessions: broker });
+      new RobotLink({ urls: [broker.url], username: CLOUD_MQTT_USERNAME, password: CLOUD_PASSWORD, store: counted.store, clock: t.clock, scheduler: t.scheduler, logger: pino({ level: 'silent' }), commandTimeoutMs: 2_000, sessions: broker });
     const link = newLink();
     await link.start();
     cleanups.push(() => link.stop());

@@ -4,6 +4,7 @@ import mqtt from 'mqtt';
 import type { Aedes } from 'aedes';
 import type { FastifyBaseLogger } from 'fastify';
 import {
+  mqttServers,
   CommandReplySchema,
   parseBoundedJson,
   parseRobotTopic,
@@ -94,8 +95,11 @@ export class RobotLink extends EventEmitter<{
 
   constructor(
     private readonly opts: {
-      /** The broker the link connects to (and its account), unless it is `inProcess`. */
-      url: string;
+      /**
+       * The broker the link connects to (and its account), unless it is `inProcess`: one address,
+       * or a cluster's nodes, the first tried first and the next at each reconnect.
+       */
+      urls: readonly string[];
       username?: string;
       password?: string;
       /**
@@ -135,7 +139,7 @@ export class RobotLink extends EventEmitter<{
       ? new InProcessTransport(this.opts.inProcess)
       : await MqttTransport.connect(
           {
-            url: this.opts.url,
+            urls: this.opts.urls,
             clientId: `cloud_${randomBytes(8).toString('hex')}`,
             ...(this.opts.username ? { username: this.opts.username } : {}),
             ...(this.opts.password ? { password: this.opts.password } : {}),
@@ -197,7 +201,9 @@ export class RobotLink extends EventEmitter<{
   private async readRetainedStatuses(): Promise<void> {
     const id = randomBytes(8).toString('hex');
     const marker = `${SNAPSHOT_TOPIC}/${id}`;
-    const client = await mqtt.connectAsync(this.opts.url, {
+    const { url, servers } = mqttServers(this.opts.urls);
+    const client = await mqtt.connectAsync(url, {
+      ...(servers ? { servers } : {}),
       protocolVersion: 4,
       clientId: `cloud_snapshot_${id}`,
       clean: true,

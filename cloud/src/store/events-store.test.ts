@@ -30,7 +30,7 @@ describeStore('event log reads', (open) => {
     const org = (await store.orgs.get(orgId))!;
     const t = await createEnrollmentToken(store, clock, { org, createdBy: 'test', maxUses: count });
     const ids: string[] = [];
-    for (let i = 0; i < count; i++) ids.push((await enrollRobot(store, clock, { token: t.token }, 'mqtt://x')).robot_id);
+    for (let i = 0; i < count; i++) ids.push((await enrollRobot(store, clock, { token: t.token }, ['mqtt://x'])).robot_id);
     return ids;
   }
 

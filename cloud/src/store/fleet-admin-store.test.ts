@@ -48,7 +48,7 @@ describe('enrollment tokens: list and revoke', () => {
     expect((await store.robots.revokeEnrollmentToken('org_a', t.id, T0 + 1))?.revokedAt).toBe(T0 + 1);
     expect((await store.robots.revokeEnrollmentToken('org_a', t.id, T0 + 2))?.revokedAt).toBe(T0 + 1);
     expect(await store.robots.revokeEnrollmentToken('org_a', 'ret_unknown', T0)).toBeUndefined();
-    await expect(enrollRobot(store, clock, { token: t.token }, 'mqtt://x')).rejects.toMatchObject({ code: 'unauthenticated', message: 'enrollment token revoked' });
+    await expect(enrollRobot(store, clock, { token: t.token }, ['mqtt://x'])).rejects.toMatchObject({ code: 'unauthenticated', message: 'enrollment token revoked' });
     expect((await store.robots.listEnrollmentTokens('org_a', null, 10))[0]!.uses).toBe(0);
   });
 });
@@ -198,7 +198,7 @@ describe('gauges: connected robots', () => {
     const enrolled = async (org: 'org_a' | 'org_b', count: number): Promise<string[]> => {
       const t = await createEnrollmentToken(store, clock, { org: org === 'org_a' ? await orgA() : await orgB(), createdBy: 'test', maxUses: count });
       const ids = [];
-      for (let i = 0; i < count; i++) ids.push((await enrollRobot(store, clock, { token: t.token }, 'mqtt://x')).robot_id);
+      for (let i = 0; i < count; i++) ids.push((await enrollRobot(store, clock, { token: t.token }, ['mqtt://x'])).robot_id);
       return ids;
     };
     const [a1, a2, a3] = (await enrolled('org_a', 3)) as [string, string, string];
@@ -222,7 +222,7 @@ describe('de-enrollment', () => {
   async function enrolled(count = 1): Promise<string[]> {
     const t = await createEnrollmentToken(store, clock, { org: await orgA(), createdBy: 'test', maxUses: count });
     const ids = [];
-    for (let i = 0; i < count; i++) ids.push((await enrollRobot(store, clock, { token: t.token }, 'mqtt://x')).robot_id);
+    for (let i = 0; i < count; i++) ids.push((await enrollRobot(store, clock, { token: t.token }, ['mqtt://x'])).robot_id);
     return ids;
   }
 
@@ -241,7 +241,7 @@ describe('de-enrollment', () => {
     // It no longer counts against the robots limit.
     await store.orgs.setLimit('org_a', 'robots', 2);
     const t = await createEnrollmentToken(store, clock, { org: await orgA(), createdBy: 'test' });
-    expect((await enrollRobot(store, clock, { token: t.token }, 'mqtt://x')).robot_id).toMatch(/^rbt_/);
+    expect((await enrollRobot(store, clock, { token: t.token }, ['mqtt://x'])).robot_id).toMatch(/^rbt_/);
   });
 
   it('drops a running rotation', async () => {
@@ -262,7 +262,7 @@ describe('robot list: filters, orders and keyset pages both ways', () => {
   beforeEach(async () => {
     const t = await createEnrollmentToken(store, clock, { org: await orgA(), createdBy: 'test', maxUses: NAMES.length });
     robots = [];
-    for (const name of NAMES) robots.push({ id: (await enrollRobot(store, clock, { token: t.token, name }, 'mqtt://x')).robot_id, name, lastSeenAt: null });
+    for (const name of NAMES) robots.push({ id: (await enrollRobot(store, clock, { token: t.token, name }, ['mqtt://x'])).robot_id, name, lastSeenAt: null });
     // Statuses: connected or not, recording states, last seen (two never seen; two seen at the same time).
     const seen = [T0 + 5, T0 + 1, null, T0 + 3, T0 + 3, T0 + 9, null, T0 + 2];
     for (const [i, r] of robots.entries()) {
@@ -272,7 +272,7 @@ describe('robot list: filters, orders and keyset pages both ways', () => {
       r.lastSeenAt = at;
     }
     const other = await createEnrollmentToken(store, clock, { org: await orgB(), createdBy: 'test' });
-    await enrollRobot(store, clock, { token: other.token, name: 'arm-other' }, 'mqtt://x');
+    await enrollRobot(store, clock, { token: other.token, name: 'arm-other' }, ['mqtt://x']);
     await store.robots.deenroll('org_a', robots[6]!.id, T0 + 10);
   });
 
@@ -340,7 +340,7 @@ describe('robot list: filters, orders and keyset pages both ways', () => {
 describe('credential rotation', () => {
   async function robot(): Promise<{ id: string; password: string }> {
     const t = await createEnrollmentToken(store, clock, { org: await orgA(), createdBy: 'test' });
-    const r = await enrollRobot(store, clock, { token: t.token }, 'mqtt://x');
+    const r = await enrollRobot(store, clock, { token: t.token }, ['mqtt://x']);
     return { id: r.robot_id, password: r.mqtt.password };
   }
 

@@ -1315,8 +1315,10 @@ export interface components {
             robot_id: string;
             name: string;
             mqtt: {
-                /** @description broker address as the cloud knows it; a robot may be told another */
+                /** @description broker address as the cloud knows it; a robot may be told another (the first of `urls`) */
                 url: string;
+                /** @description every broker address the robot may use, in the order to try them: the nodes of a clustered broker, starting at one picked for this robot; one address otherwise */
+                urls: string[];
                 client_id: string;
                 username: string;
                 /** @description shown once */

@@ -16,4 +16,5 @@ export * from './lifecycle.js';
 export * from './retry.js';
 export * from './destinations.js';
 export * from './read-links.js';
+export * from './broker-urls.js';
 export { DELIVERY_ATTEMPT_OUTCOMES, DESTINATION_TYPES, GRANT_OUTCOMES, WEBHOOK_STATUSES } from './values.js';

@@ -208,7 +208,11 @@ export const EnrollResponseSchema = z
     robot_id: z.string(),
     name: z.string(),
     mqtt: z.object({
-      url: z.string().describe('broker address as the cloud knows it; a robot may be told another'),
+      url: z.string().describe('broker address as the cloud knows it; a robot may be told another (the first of `urls`)'),
+      urls: z
+        .array(z.string())
+        .min(1)
+        .describe('every broker address the robot may use, in the order to try them: the nodes of a clustered broker, starting at one picked for this robot; one address otherwise'),
       client_id: z.string(),
       username: z.string(),
       password: z.string().describe('shown once'),

@@ -500,7 +500,11 @@ class Mqtt(BaseModel):
     )
     url: str
     """
-    broker address as the cloud knows it; a robot may be told another
+    broker address as the cloud knows it; a robot may be told another (the first of `urls`)
+    """
+    urls: Annotated[list[str], Field(min_length=1)]
+    """
+    every broker address the robot may use, in the order to try them: the nodes of a clustered broker, starting at one picked for this robot; one address otherwise
     """
     client_id: str
     username: str

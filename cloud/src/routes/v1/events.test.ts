@@ -116,7 +116,7 @@ async function errorOf(res: Response): Promise<{ code: string; details?: Record<
 async function robotIn(orgId: string): Promise<string> {
   const org = (await t.store.orgs.get(orgId))!;
   const { token } = await createEnrollmentToken(t.store, t.clock, { org, createdBy: 'test' });
-  return (await enrollRobot(t.store, t.clock, { token }, 'mqtt://x')).robot_id;
+  return (await enrollRobot(t.store, t.clock, { token }, ['mqtt://x'])).robot_id;
 }
 
 /** Appends an episode.finalized to `orgId`'s log and wakes the hub; the episode id. */

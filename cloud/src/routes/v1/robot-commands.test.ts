@@ -36,7 +36,7 @@ beforeEach(async () => {
   t = await startTestCloud({ deps: { robots: robot } });
   tenant = await t.createTenant();
   const { token } = await createEnrollmentToken(t.store, t.clock, { org: tenant.org, createdBy: 'test' });
-  robotId = (await enrollRobot(t.store, t.clock, { token, name: 'r1' }, 'mqtt://localhost:1883')).robot_id;
+  robotId = (await enrollRobot(t.store, t.clock, { token, name: 'r1' }, ['mqtt://localhost:1883'])).robot_id;
   await t.store.robots.updateStatus(robotId, { connected: true, capabilities: [CAPABILITY_EPISODES_V1], recordingState: 'idle', seenAt: t.clock.now() });
 });
 afterEach(async () => {

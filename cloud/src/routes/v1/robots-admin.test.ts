@@ -49,7 +49,7 @@ beforeEach(async () => {
   holder.rotator = new CredentialRotator({ store: t.store, clock: t.clock, secrets, link, sessions, logger: pino({ level: 'silent' }) });
   tenant = await t.createTenant();
   const { token } = await createEnrollmentToken(t.store, t.clock, { org: tenant.org, createdBy: 'test' });
-  robotId = (await enrollRobot(t.store, t.clock, { token, name: 'r1' }, 'mqtt://localhost:1883')).robot_id;
+  robotId = (await enrollRobot(t.store, t.clock, { token, name: 'r1' }, ['mqtt://localhost:1883'])).robot_id;
   await t.store.robots.updateStatus(robotId, { connected: true, seenAt: t.clock.now() });
 });
 afterEach(async () => {
@@ -86,7 +86,7 @@ describe('GET and DELETE /v1/robots/enrollment-tokens', () => {
     expect(errorCode(await inject('DELETE', `/v1/robots/enrollment-tokens/${made.id}`, stranger.auth))).toBe('not_found');
     expect((await inject('DELETE', `/v1/robots/enrollment-tokens/${made.id}`)).statusCode).toBe(204);
     expect(errorCode(await inject('DELETE', '/v1/robots/enrollment-tokens/ret_nope'))).toBe('not_found');
-    await expect(enrollRobot(t.store, t.clock, { token: made.token }, 'mqtt://x')).rejects.toMatchObject({ code: 'unauthenticated' });
+    await expect(enrollRobot(t.store, t.clock, { token: made.token }, ['mqtt://x'])).rejects.toMatchObject({ code: 'unauthenticated' });
   });
 });
 

@@ -21,7 +21,7 @@ beforeEach(async () => {
   tenant = await t.createTenant();
   const { token } = await createEnrollmentToken(t.store, t.clock, { org: tenant.org, createdBy: 'test', maxUses: NAMES.length });
   ids = [];
-  for (const name of NAMES) ids.push((await enrollRobot(t.store, t.clock, { token, name }, 'mqtt://localhost:1883')).robot_id);
+  for (const name of NAMES) ids.push((await enrollRobot(t.store, t.clock, { token, name }, ['mqtt://localhost:1883'])).robot_id);
   // Online: delta (recording), charlie-2, charlie-1; the others offline, echo never seen.
   const now = t.clock.now();
   await t.store.robots.updateStatus(ids[0]!, { connected: true, recordingState: 'recording', seenAt: now - 1000 });
@@ -125,7 +125,7 @@ describe('GET /v1/sync-health/robots?robot_id=', () => {
     expect(all.map((r) => r.robot_id)).toEqual([...ids].sort());
     const stranger = await t.createTenant();
     const { token } = await createEnrollmentToken(t.store, t.clock, { org: stranger.org, createdBy: 'test' });
-    const theirs = (await enrollRobot(t.store, t.clock, { token }, 'mqtt://x')).robot_id;
+    const theirs = (await enrollRobot(t.store, t.clock, { token }, ['mqtt://x'])).robot_id;
     const res = await get(`/v1/sync-health/robots?robot_id=${ids[1]},${ids[4]},${theirs},rbt_unknown,${ids[1]}`);
     expect(res.statusCode, res.payload).toBe(200);
     const rows = res.json<{ robots: SyncHealthRowBody[] }>().robots;

@@ -96,7 +96,7 @@ const NoBody = z.strictObject({}).nullish();
 const stringCursor = (v: unknown) => (typeof v === 'string' ? v : null);
 
 /** Enrollment, enrollment tokens, the robot records, de-enrollment and credential rotation (decisions.md, Robots). */
-export const robotRoutes = v1Plugin<'store' | 'clock' | 'mqttPublicUrl' | 'fleetAdmin'>('robots', async (app, { store, clock, mqttPublicUrl, fleetAdmin: fleet }) => {
+export const robotRoutes = v1Plugin<'store' | 'clock' | 'mqttPublicUrls' | 'fleetAdmin'>('robots', async (app, { store, clock, mqttPublicUrls, fleetAdmin: fleet }) => {
   const admin = { auth: 'key', scope: 'admin', feature: 'api.access' } as const;
 
   app.route({
@@ -187,7 +187,7 @@ export const robotRoutes = v1Plugin<'store' | 'clock' | 'mqttPublicUrl' | 'fleet
       response: { 201: EnrollResponseSchema, ...errorResponses('unauthenticated', 'conflict') },
     },
     handler: async (request, reply) => {
-      const enrolled = await enrollRobot(store, clock, request.body, mqttPublicUrl);
+      const enrolled = await enrollRobot(store, clock, request.body, mqttPublicUrls);
       try {
         await fleet.enrolled?.(enrolled.robot_id, enrolled.mqtt.password);
       } catch (err) {

@@ -36,7 +36,8 @@ export interface V1Parts {
   /** De-enrollment's broker disconnect and credential rotation (the CredentialRotator in production). */
   fleetAdmin: FleetAdmin;
   /** The broker address handed to enrolling robots. */
-  mqttPublicUrl: string;
+  /** The broker addresses enrolling robots are given (one, or a cluster's nodes). */
+  mqttPublicUrls: readonly string[];
   /** Seals stored secrets (webhook and destination signing secrets) and makes opaque ids. */
   secrets: SecretBox;
   /** Wakes the webhook delivery worker. */

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import mqtt, { type MqttClient } from 'mqtt';
 import { disableNagle } from '@fleet/node-support';
-import { topics, type Clock, type CommandReply, type RobotStatus } from '@fleet/protocol';
+import { mqttServer, topics, type Clock, type CommandReply, type RobotStatus } from '@fleet/protocol';
 import type { Logger } from 'pino';
 import type { Credentials } from '../credentials.js';
 import type { Scheduler, TimerHandle } from '../time.js';
@@ -315,13 +315,12 @@ export class MqttLink extends EventEmitter<{ connected: []; disconnected: []; pa
  * socket from these options (the ones `mqtt.connect` parsed from the first address).
  */
 function aimAt(client: MqttClient, url: string): void {
-  const u = new URL(url);
-  const protocol = u.protocol === 'mqtts:' ? 'mqtts' : 'mqtt';
+  const { host, port, protocol } = mqttServer(url);
   const options = client.options as MqttClient['options'] & { servername?: string };
   options.protocol = protocol;
-  options.hostname = u.hostname;
-  options.host = u.hostname;
-  options.port = u.port ? Number(u.port) : protocol === 'mqtts' ? 8883 : 1883;
+  options.hostname = host;
+  options.host = host;
+  options.port = port;
   // TLS names the server it expects by the host; the previous address's name must not carry over.
   delete options.servername;
 }

@@ -3,7 +3,7 @@ import type { AedesPublishPacket, Client, Subscription } from 'aedes';
 import { Redis } from 'ioredis';
 import mqemitterRedis from 'mqemitter-redis';
 import redisPersistence from 'aedes-persistence-redis';
-import { RobotIdSchema, type Clock, type Scheduler, type TimerHandle } from '@fleet/protocol';
+import { fnv1a, RobotIdSchema, type Clock, type Scheduler, type TimerHandle } from '@fleet/protocol';
 import { retainedMessages, startEmbeddedBroker, type BrokerHooks, type EmbeddedBroker } from './broker.js';
 import { BROKER_LOG_TOPIC } from './dynsec-config.js';
 
@@ -53,16 +53,6 @@ export function parseShared(topic: string): { group: string; filter: string } | 
   const slash = rest.indexOf('/');
   if (slash <= 0 || slash === rest.length - 1) return null;
   return { group: rest.slice(0, slash), filter: rest.slice(slash + 1) };
-}
-
-/** FNV-1a, 32 bits: a fast, stable score for rendezvous hashing (not a secret). */
-function fnv1a(s: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) {
-    h ^= s.charCodeAt(i);
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h;
 }
 
 /** Which nodes are alive: heard (heartbeat or birth) within three heartbeats, as aedes judges wills. */

@@ -29,8 +29,8 @@ export const BrokerUrlListSchema = z
       .refine((urls) => new Set(urls).size === urls.length, 'a broker address is listed twice'),
   );
 
-/** FNV-1a over a string's UTF-16 code units: a stable spread, not a secret. */
-function fnv1a(s: string): number {
+/** FNV-1a, 32 bits, over a string's UTF-16 code units: a fast, stable spread (robots over nodes, rendezvous scores), not a secret. */
+export function fnv1a(s: string): number {
   let h = 0x811c9dc5;
   for (let i = 0; i < s.length; i++) {
     h ^= s.charCodeAt(i);
@@ -67,10 +67,12 @@ export function mqttServers(urls: readonly string[]): { url: string; servers?: M
   const first = urls[0];
   if (first === undefined) throw new Error('no broker address');
   if (urls.length === 1) return { url: first };
-  const servers = urls.map((u): MqttServer => {
-    const parsed = new URL(u);
-    const protocol = parsed.protocol === 'mqtts:' ? 'mqtts' : 'mqtt';
-    return { host: parsed.hostname, port: parsed.port ? Number(parsed.port) : protocol === 'mqtts' ? 8883 : 1883, protocol };
-  });
-  return { url: first, servers };
+  return { url: first, servers: urls.map(mqttServer) };
+}
+
+/** One broker address as host, port (the scheme's default when absent) and scheme. */
+export function mqttServer(url: string): MqttServer {
+  const parsed = new URL(url);
+  const protocol = parsed.protocol === 'mqtts:' ? 'mqtts' : 'mqtt';
+  return { host: parsed.hostname, port: parsed.port ? Number(parsed.port) : protocol === 'mqtts' ? 8883 : 1883, protocol };
 }

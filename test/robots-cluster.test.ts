@@ -150,6 +150,36 @@ describe('cloud replicas on a broker cluster', () => {
     expect(sample(ma, 'fleet_episode_reports_total{result="duplicate"}') + sample(mb, 'fleet_episode_reports_total{result="duplicate"}')).toBe(0);
   });
 
+  test('a robot\'s retained statuses and plain reports, published together, all reach a client on another node', async () => {
+    // aedes stores a retained message in Redis before it emits it, so it leaves after a plain
+    // one taken later; without the node numbering messages as they leave, every other node's
+    // clients dropped it as a duplicate (a robot's idle status after its report was lost).
+    const creds = await enrollRaw(a, 'interleaved');
+    const watcher = await mqtt.connectAsync(cluster.urls[0]!, { protocolVersion: 4, ...cluster.account, clientId: 'cluster-order-watcher', reconnectPeriod: 0 });
+    clients.push(watcher);
+    const status = topics.status(creds.robot_id);
+    const report = topics.outbox(creds.robot_id);
+    const seen: string[] = [];
+    watcher.on('message', (topic, payload) => {
+      if (topic === status || topic === report) seen.push(payload.toString());
+    });
+    // Not a shared subscription: the watcher gets every message, as each replica gets statuses.
+    await watcher.subscribeAsync([status, report], { qos: 1 });
+    const robot = await connectAs(cluster.urls[2]!, creds);
+    const n = 100;
+    await Promise.all(
+      Array.from({ length: n }, (_, i) =>
+        i % 2 === 0
+          ? robot.publishAsync(status, JSON.stringify({ online: true, at: Date.now(), seq: i }), { qos: 1, retain: true })
+          : robot.publishAsync(report, JSON.stringify({ seq: i }), { qos: 1 }),
+      ),
+    );
+    await waitFor(() => seen.length >= n || undefined, { timeoutMs: 30_000, description: () => `${n} messages on the watcher (${seen.length} so far)` });
+    const seqs = seen.map((p) => (JSON.parse(p) as { seq: number }).seq).sort((x, y) => x - y);
+    expect(seqs).toEqual(Array.from({ length: n }, (_, i) => i));
+    await robot.endAsync(true);
+  });
+
   test('a robot that leaves is offline on both replicas (the node logs its disconnect for the cluster)', async () => {
     const ghost = await enrollRaw(a, 'ghost');
     const client = await connectAs(cluster.urls[2]!, ghost);

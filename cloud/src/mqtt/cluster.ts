@@ -253,6 +253,19 @@ interface WillPersistence {
 export async function startClusterNode(opts: ClusterNodeOptions): Promise<ClusterNode> {
   const { clock } = opts;
   const mq = mqemitterRedis({ connectionString: opts.redisUrl });
+  // aedes numbers a publish when it takes it (its brokerCounter) and drops, per client, any
+  // message of a node numbered below the last one it delivered from that node (its dedupe of
+  // overlapping subscriptions). On Redis the steps before the emit are round trips of uneven
+  // length (a retained message is stored first, a QoS 1 one looks for offline sessions), so a
+  // retained status taken before a report was emitted after it and reached no subscriber.
+  // Numbering each message again as it is emitted, from the same counter, makes the numbers
+  // follow the order messages leave for Redis, which keeps that order to every node.
+  const emit = mq.emit.bind(mq);
+  let numbering: { id: string; counter: number } | null = null;
+  mq.emit = (packet: MqPacket & { brokerId?: string; brokerCounter?: number }, done?: (err?: Error) => void) => {
+    if (numbering && packet.brokerId === numbering.id) packet.brokerCounter = ++numbering.counter;
+    return emit(packet, done);
+  };
   const persistence = redisPersistence({ conn: new Redis(opts.redisUrl, { lazyConnect: false }) });
   const locations = new ClientLocations();
   let self = opts.nodeId ?? '';
@@ -300,6 +313,7 @@ export async function startClusterNode(opts: ClusterNodeOptions): Promise<Cluste
     },
   });
   const aedes = broker.aedes;
+  numbering = aedes as unknown as { id: string; counter: number };
   self = aedes.id;
   local = (aedes as unknown as { clients: Record<string, Client | undefined> }).clients;
   const alive = new NodeLiveness(self, clock, opts.heartbeatMs);

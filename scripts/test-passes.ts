@@ -11,6 +11,9 @@ const PASSES: { name: string; script: string }[] = [
   { name: 'sqlite', script: 'test:sqlite' },
   { name: 'postgres', script: 'test:postgres' },
   { name: 'replicas', script: 'test:replicas' },
+  // The replicated suites once more on a cluster of broker nodes (fleet-cloud broker-node on one
+  // Redis), one of them killed three seconds into each cluster's life; and the cluster's own test.
+  { name: 'cluster', script: 'test:cluster' },
   // The sync end-to-end files once more with moto's S3 server as the bucket (test/support/moto-server.ts).
   { name: 'moto', script: 'test:moto' },
 ];

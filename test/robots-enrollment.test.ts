@@ -51,7 +51,12 @@ describe('enrollment tokens and fleet-agent enroll', () => {
     const file = join(dataDir, 'credentials.json');
     expect((await stat(file)).mode & 0o777).toBe(0o600);
     const creds = await readStoredCredentials(dataDir);
-    expect(creds).toMatchObject({ robot_id: printed.robot_id, mqtt: { client_id: printed.robot_id, username: printed.robot_id, url: cloud.mqtt } });
+    // On a broker cluster the robot gets every node, starting at one picked from its id; its
+    // `url` is the first of them. On one broker that is the cloud's.
+    const urls = creds.mqtt.urls ?? [creds.mqtt.url];
+    expect(urls).toContain(cloud.mqtt);
+    expect(creds).toMatchObject({ robot_id: printed.robot_id, mqtt: { client_id: printed.robot_id, username: printed.robot_id, url: urls[0] } });
+    if (urls.length === 1) expect(creds.mqtt.url).toBe(cloud.mqtt);
     expect(creds.mqtt.password).toMatch(/^rsec_/);
 
     // The robot record exists and is not connected yet.

@@ -163,7 +163,7 @@ function replicated(opts: StartCloudOptions): boolean {
  * inside the test's temp dir, so nothing outlives the test.
  */
 /** The broker a replicated cloud runs on: mosquitto, or with FLEET_TEST_BROKER=cluster a broker cluster. */
-type TestBroker = Pick<MosquittoBroker, 'url' | 'accountFile' | 'process' | 'restart' | 'stop'> & AsyncDisposable & { readonly urls?: readonly string[] };
+type TestBroker = Pick<MosquittoBroker, 'url' | 'accountFile' | 'process' | 'restart' | 'stop'> & AsyncDisposable & { readonly urls?: readonly string[]; readonly replicaUrls?: readonly string[] };
 
 const brokers = new Map<string, { broker: Promise<TestBroker>; users: number }>();
 
@@ -172,13 +172,70 @@ export function testBrokerKind(): 'mosquitto' | 'cluster' {
   return process.env.FLEET_TEST_BROKER === 'cluster' ? 'cluster' : 'mosquitto';
 }
 
+/**
+ * FLEET_TEST_BROKER_KILL_MS=<ms> (with FLEET_TEST_BROKER=cluster): the cluster gets a fourth node,
+ * in every robot's address list but with no replica on it, killed (kill -9) that long after the
+ * cluster started, in the middle of the test: the robots it held move to another node, their
+ * reports in flight come again from their outboxes. Unset: no node is killed.
+ */
+export function testBrokerKillMs(): number | null {
+  const raw = process.env.FLEET_TEST_BROKER_KILL_MS;
+  if (raw === undefined || raw === '') return null;
+  const ms = Number(raw);
+  if (!Number.isInteger(ms) || ms < 0) throw new Error(`FLEET_TEST_BROKER_KILL_MS must be a whole number of milliseconds, not ${raw}`);
+  return ms;
+}
+
+/** The cluster of a replicated test: three nodes, and with FLEET_TEST_BROKER_KILL_MS a fourth that dies mid-test. */
+async function startTestCluster(dataDir: string, storeEnv: Record<string, string>): Promise<TestBroker> {
+  const killMs = testBrokerKillMs();
+  const cluster = await startBrokerCluster({
+    nodes: killMs === null ? 3 : 4,
+    storeEnv: Object.keys(storeEnv).length > 0 ? storeEnv : { FLEET_DATA_DIR: dataDir },
+    dir: `${dataDir}.cluster`,
+  });
+  if (killMs === null) return cluster;
+  const doomed = cluster.nodes.length - 1;
+  let killed: Promise<void> = Promise.resolve();
+  const timer = setTimeout(() => {
+    process.stderr.write(`broker cluster of ${dataDir}: node ${doomed} killed (kill -9) ${killMs} ms after it started\n`);
+    killed = cluster.kill(doomed);
+  }, killMs);
+  const cancel = async () => {
+    clearTimeout(timer);
+    await killed;
+  };
+  return {
+    url: cluster.url,
+    // Replicas sit on the first three nodes only; robots are told all four.
+    get urls() {
+      return cluster.urls;
+    },
+    replicaUrls: cluster.urls.slice(0, doomed),
+    accountFile: cluster.accountFile,
+    get process() {
+      return cluster.process;
+    },
+    // A restart of the test's cloud brings back the nodes that still run; the killed one stays dead.
+    restart: async () => {
+      for (const n of cluster.nodes) if (n.index !== doomed && n.process.exit !== null) await cluster.start(n.index);
+    },
+    stop: async () => {
+      await cancel();
+      return cluster.stop();
+    },
+    [Symbol.asyncDispose]: async () => {
+      await cancel();
+      await cluster[Symbol.asyncDispose]();
+    },
+  };
+}
+
 async function holdBroker(dataDir: string, storeEnv: Record<string, string>): Promise<TestBroker> {
   let entry = brokers.get(dataDir);
   if (!entry) {
     const started: Promise<TestBroker> =
-      testBrokerKind() === 'cluster'
-        ? startBrokerCluster({ nodes: 3, storeEnv: Object.keys(storeEnv).length > 0 ? storeEnv : { FLEET_DATA_DIR: dataDir }, dir: `${dataDir}.cluster` })
-        : startMosquitto({ dir: `${dataDir}.mosquitto` });
+      testBrokerKind() === 'cluster' ? startTestCluster(dataDir, storeEnv) : startMosquitto({ dir: `${dataDir}.mosquitto` });
     entry = { broker: started, users: 0 };
     brokers.set(dataDir, entry);
     entry.broker.catch(() => brokers.delete(dataDir));
@@ -292,7 +349,8 @@ export async function startCloud(opts: StartCloudOptions = {}): Promise<CloudPro
       // On a cluster, replica i is on node i (modulo the nodes) and robots are told every node,
       // the last first: each command and report crosses nodes.
       const urls = broker.urls ?? [broker.url];
-      const urlOf = (i: number) => urls[i % urls.length]!;
+      const replicaUrls = broker.replicaUrls ?? urls;
+      const urlOf = (i: number) => replicaUrls[i % replicaUrls.length]!;
       const clusterArgs = broker.urls ? ['--mqtt-broker', 'fleet-cluster', '--mqtt-public-url', [...urls].reverse().join(',')] : [];
       const envOf = (i: number) =>
         cleanEnv({

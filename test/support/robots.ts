@@ -93,7 +93,7 @@ export function enrollCli(cloud: CloudProcess, o: EnrollOptions): Promise<RunRes
 export interface StoredCredentials {
   robot_id: string;
   name: string;
-  mqtt: { url: string; client_id: string; username: string; password: string; previous_password?: string; topic_prefix: string };
+  mqtt: { url: string; client_id: string; username: string; password: string; previous_password?: string; urls?: string[]; topic_prefix: string };
   api_url: string;
   platform?: string;
 }

@@ -28,7 +28,7 @@
 import { execFileSync, fork, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import mqtt from 'mqtt';
@@ -41,7 +41,7 @@ import { spawnProcess, type SpawnedProcess } from '../test/support/process.js';
 import { waitFor } from '../test/support/wait.js';
 import { parseBenchArgs, type BenchModule } from './lib/args.js';
 import { fmt, table } from './lib/measure.js';
-import { BenchFailure, row, type SummaryRow } from './lib/summary.js';
+import { BenchFailure, row } from './lib/summary.js';
 
 const WORKER = fileURLToPath(new URL('./broker-clients.js', import.meta.url));
 const BARE_BROKER = fileURLToPath(new URL('./bare-broker.ts', import.meta.url));
@@ -386,6 +386,7 @@ const ejabberd: Candidate = {
     // ejabberdctl runs the node as the ejabberd user when started as root: it must read the dir.
     const uid = Number(execFileSync('id', ['-u', 'ejabberd'], { encoding: 'utf8' }).trim());
     const gid = Number(execFileSync('id', ['-g', 'ejabberd'], { encoding: 'utf8' }).trim());
+    chmodSync(dirname(dir), 0o755);
     for (const p of [dir, ...readdirSync(dir).map((f) => join(dir, f))]) chownSync(p, uid, gid);
     const proc = spawnGroup(
       '/usr/sbin/ejabberdctl',

@@ -35,6 +35,7 @@ const BENCHMARKS: Readonly<Record<string, () => Promise<BenchModule>>> = {
   agent: async () => (await import('./agent.js')).agent,
   python: async () => (await import('./python.js')).python,
   playback: async () => (await import('./playback.js')).playback,
+  brokers: async () => (await import('./brokers.js')).brokers,
 };
 
 /**

@@ -25,6 +25,8 @@ export interface ClusterNodeProcess {
 
 export interface BrokerCluster extends AsyncDisposable {
   readonly redisUrl: string;
+  /** The Redis server the nodes share. */
+  readonly redisProcess: SpawnedProcess;
   readonly nodes: readonly ClusterNodeProcess[];
   /** Every node's URL, in order. */
   readonly urls: readonly string[];
@@ -126,6 +128,7 @@ export async function startBrokerCluster(opts: BrokerClusterOptions): Promise<Br
   }
   const cluster: BrokerCluster = {
     redisUrl,
+    redisProcess: redis,
     get nodes() {
       return nodes;
     },

@@ -53,6 +53,10 @@ export const LINTIAN: DebianPackage = { name: 'lintian', find: firstOf(['/usr/bi
 /** Every package some suite needs. */
 /** The Redis a broker cluster's nodes share (test/support/broker-cluster.ts). */
 export const REDIS: DebianPackage = { name: 'redis-server', find: firstOf(['/usr/bin/redis-server']) };
+/** The broker candidates bench/brokers.ts measures (not needed by any suite). */
+export const NATS: DebianPackage = { name: 'nats-server', find: firstOf(['/usr/bin/nats-server', '/usr/sbin/nats-server']) };
+export const RABBITMQ: DebianPackage = { name: 'rabbitmq-server', find: firstOf(['/usr/lib/rabbitmq/bin/rabbitmq-server'], ['/usr/lib/rabbitmq/bin/rabbitmqctl', '/usr/bin/epmd']) };
+export const EJABBERD: DebianPackage = { name: 'ejabberd', find: firstOf(['/usr/sbin/ejabberdctl'], ['/usr/bin/epmd']) };
 export const TEST_PACKAGES: readonly DebianPackage[] = [POSTGRESQL, MOSQUITTO, REDIS, CHROMIUM_PACKAGE, FFMPEG, LINTIAN];
 
 const isRoot = process.getuid?.() === 0;

@@ -30,6 +30,7 @@ const BENCHMARKS: Readonly<Record<string, () => Promise<BenchModule>>> = {
   upload: async () => (await import('./upload.js')).upload,
   fleet: async () => (await import('./fleet.js')).fleet,
   scale: async () => (await import('./scale.js')).scale,
+  scale100k: async () => (await import('./scale100k.js')).scale100k,
   stream: async () => (await import('./stream.js')).stream,
   lerobot: async () => (await import('./lerobot.js')).lerobot,
   agent: async () => (await import('./agent.js')).agent,

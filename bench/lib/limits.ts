@@ -15,14 +15,15 @@ export const BENCH_SERVE_ARGS: readonly string[] = [
 
 const UNLIMITED = '1000000000';
 
-/** Lifts the request-rate entitlements of every organization of the cloud (`orgs set-limit`). */
-export async function liftRequestLimits(cloud: CloudProcess): Promise<void> {
-  const listed = await cloud.cli(['orgs', 'list']);
+/** Lifts the request-rate entitlements of every organization of the cloud (`orgs set-limit`; `env`: the store's, e.g. FLEET_DATABASE_URL). */
+export async function liftRequestLimits(cloud: CloudProcess, env?: Record<string, string>): Promise<void> {
+  const opts = env ? { env } : undefined;
+  const listed = await cloud.cli(['orgs', 'list'], opts);
   if (listed.code !== 0) throw new Error(`orgs list: ${listed.stderr}`);
   for (const line of listed.stdout.trim().split('\n').filter(Boolean)) {
     const { id } = JSON.parse(line) as { id: string };
     for (const name of ['requests_per_minute_per_key', 'requests_per_minute_per_org']) {
-      const res = await cloud.cli(['orgs', 'set-limit', id, `${name}=${UNLIMITED}`]);
+      const res = await cloud.cli(['orgs', 'set-limit', id, `${name}=${UNLIMITED}`], opts);
       if (res.code !== 0) throw new Error(`orgs set-limit: ${res.stderr}`);
     }
   }

@@ -62,6 +62,7 @@ describe('docs/operations.md flag tables match the CLIs', () => {
     ['Running the cloud', 'cloud/dist/cli.js', ['serve']],
     ['Reference grant provider', 'simulator/dist/cli.js', ['grant-provider']],
     ['Simulated fleet', 'simulator/dist/cli.js', ['fleet']],
+    ['Running on a broker cluster', 'cloud/dist/cli.js', ['broker-node']],
   ])('%s: every flag of %s %s, with its variable', (heading, cli, args) => {
     const help = helpOptions(cli, args);
     const table = flagRows(section(operations, heading));

@@ -152,7 +152,7 @@ function connectOnce(r: Robot): Promise<void> {
           resolve();
         } catch (err) {
           client.end(true);
-          reject(err as Error);
+          reject(err instanceof Error ? err : new Error(String(err)));
         }
       })();
     });
@@ -270,7 +270,7 @@ process.on('message', (msg: { type: string; robots?: { robot_id: string; passwor
   else if (msg.type === 'stop') {
     stopping = true;
     if (reportTimer) clearInterval(reportTimer);
-    void Promise.all(robots.map((r) => r.client?.endAsync(true).catch(() => undefined))).then(() => process.exit(0));
+    void Promise.all(robots.map((r) => (r.client ? r.client.endAsync(true).catch(() => undefined) : Promise.resolve()))).then(() => process.exit(0));
   }
 });
 send({ type: 'ready' });

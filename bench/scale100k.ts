@@ -98,7 +98,12 @@ class Worker {
     this.child.on('message', (msg: Record<string, unknown>) => {
       const w = this.waiting.get(String(msg.type));
       this.waiting.delete(String(msg.type));
+      this.failures.delete(String(msg.type));
       w?.(msg);
+    });
+    this.child.once('exit', (code) => {
+      for (const fail of this.failures.values()) fail(code);
+      this.failures.clear();
     });
     this.ready = this.answer('ready').then(() => undefined);
   }
@@ -106,9 +111,11 @@ class Worker {
   private answer(type: string): Promise<Record<string, unknown>> {
     return new Promise((resolve, reject) => {
       this.waiting.set(type, resolve);
-      this.child.once('exit', (code) => reject(new BenchFailure(`robot worker exited (${code}) before answering ${type}`)));
+      this.failures.set(type, (code) => reject(new BenchFailure(`robot worker exited (${code}) before answering ${type}`)));
     });
   }
+
+  private failures = new Map<string, (code: number | null) => void>();
 
   request(msg: Record<string, unknown>, answer: string): Promise<Record<string, unknown>> {
     const p = this.answer(answer);

@@ -31,7 +31,7 @@ import type { EpisodeReport } from '@fleet/protocol';
 import { LOCKS } from '../cloud/src/store/postgres/db.js';
 import { startCloud, type CloudProcess } from '../test/support/cloud.js';
 import { ensureMosquitto, startMosquitto, type MosquittoBroker } from '../test/support/mosquitto.js';
-import { ensurePostgresBinaries, startPostgres, type PgServer } from '../test/support/postgres.js';
+import { createDatabase, ensurePostgresBinaries, startPostgres } from '../test/support/postgres.js';
 import { startReplicas } from '../test/support/replicas.js';
 import { parseBenchArgs, type BenchModule } from './lib/args.js';
 import { fmt, table } from './lib/measure.js';
@@ -70,17 +70,6 @@ async function liftLimits(cloud: CloudProcess, env: Record<string, string>): Pro
       if (res.code !== 0) throw new BenchFailure(`orgs set-limit: ${res.stderr}`);
     }
   }
-}
-
-async function createDatabase(server: PgServer, name: string): Promise<string> {
-  const c = new pg.Client({ connectionString: server.url('postgres') });
-  await c.connect();
-  try {
-    await c.query(`CREATE DATABASE ${name}`);
-  } finally {
-    await c.end();
-  }
-  return server.url(name);
 }
 
 /** A raw batched INSERT of the same reports into an empty PostgreSQL table (1,000 rows per statement). */

@@ -35,7 +35,7 @@ import pg from 'pg';
 import { Pool } from 'undici';
 import { startBrokerCluster } from '../test/support/broker-cluster.js';
 import { makeTempDir, REPO_ROOT, type CloudProcess } from '../test/support/cloud.js';
-import { ensurePostgresBinaries, startPostgres, type PgServer } from '../test/support/postgres.js';
+import { createDatabase, ensurePostgresBinaries, startPostgres } from '../test/support/postgres.js';
 import { sample, scrapeMetrics, startReplicas } from '../test/support/replicas.js';
 import { waitFor } from '../test/support/wait.js';
 import { parseBenchArgs, type BenchModule } from './lib/args.js';
@@ -264,17 +264,6 @@ async function retryCommands(cloud: CloudProcess, adminKey: string, timedOut: re
     await pool.close();
   }
   return { ok, failed };
-}
-
-async function createDatabase(server: PgServer, name: string): Promise<string> {
-  const c = new pg.Client({ connectionString: server.url('postgres') });
-  await c.connect();
-  try {
-    await c.query(`CREATE DATABASE ${name}`);
-  } finally {
-    await c.end();
-  }
-  return server.url(name);
 }
 
 const sum = (xs: readonly number[]) => xs.reduce((s, x) => s + x, 0);

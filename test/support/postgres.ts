@@ -11,6 +11,7 @@ import { chmodSync, chownSync, mkdtempSync, rmSync, writeFileSync } from 'node:f
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import pg from 'pg';
 import { ensureDebianPackages, POSTGRESQL } from './debian.js';
 
 export interface PgServer {
@@ -117,4 +118,16 @@ export async function startPostgres(binDir: string, opts: { maxConnections?: num
       }
     },
   };
+}
+
+/** Creates database `name` on `server` (as the test role) and returns its URL. */
+export async function createDatabase(server: PgServer, name: string): Promise<string> {
+  const c = new pg.Client({ connectionString: server.url('postgres') });
+  await c.connect();
+  try {
+    await c.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await c.end();
+  }
+  return server.url(name);
 }

@@ -190,6 +190,34 @@ describe('cloud replicas on a broker cluster', () => {
     expect((await sendCommand(b, ghost.robot_id, 'stack/status')).status).toBe(503);
   });
 
+  test('a node that stalls (SIGSTOP) past three heartbeats drops its connections when it wakes, and its robot is online again', { timeout: 120_000 }, async () => {
+    const ghost = await enrollRaw(a, 'ghost-stall');
+    const status = () => JSON.stringify({ online: true, recording_state: 'idle', at: Date.now() });
+    // A robot that connects again as the agent does: on close, to the same node, status first.
+    let connections = 0;
+    const client = await connectAs(cluster.urls[2]!, ghost, { reconnectPeriod: 500 });
+    client.on('connect', () => {
+      connections++;
+      client.publish(topics.status(ghost.robot_id), status(), { qos: 1, retain: true });
+    });
+    await client.publishAsync(topics.status(ghost.robot_id), status(), { qos: 1, retain: true });
+    await waitForRobot(b, ghost.robot_id, (r) => r.connected, { description: 'connected' });
+    const node = cluster.nodes[2]!.process;
+    process.kill(node.pid, 'SIGSTOP');
+    try {
+      // The others find it dead (three heartbeats), publish the robot's will, show it offline.
+      await waitForRobot(a, ghost.robot_id, (r) => !r.connected, { timeoutMs: 60_000, description: 'offline while its node is stopped' });
+    } finally {
+      process.kill(node.pid, 'SIGCONT');
+    }
+    // Awake, node 2 learns it was found dead and closes the robot's connection; the robot comes back.
+    await node.waitForStderr((l) => l.includes('closing the connections it holds'), { timeoutMs: 60_000 });
+    await waitFor(() => (connections > 0 ? true : undefined), { timeoutMs: 30_000, description: 'the robot to connect again' });
+    await waitForRobot(a, ghost.robot_id, (r) => r.connected, { timeoutMs: 30_000, description: 'online again on replica A' });
+    await waitForRobot(b, ghost.robot_id, (r) => r.connected, { timeoutMs: 30_000, description: 'online again on replica B' });
+    await client.endAsync(true);
+  });
+
   test('a node killed with robots on it: they are offline once the cluster finds it dead, and online again on another node', { timeout: 120_000 }, async () => {
     const ghost = await enrollRaw(a, 'ghost2');
     // With a will, as the agent leaves one: node 2 dies before it can publish it.

@@ -24,7 +24,8 @@ import { BROKER_LOG_TOPIC } from './dynsec-config.js';
  *   a node that died (its connections ended with it);
  * - a disconnect topic: the cloud closes a robot's connection wherever it is (a de-enrollment, a
  *   rotated password);
- * - no stale will: a will of a dead node's robot that is connected again elsewhere is dropped.
+ * - no stale will: a will of a dead node's robot that is connected again elsewhere is dropped;
+ * - no zombie node: a node found dead that was only stalled is told so and drops its connections.
  */
 
 export const CLUSTER_TOPIC = '$fleet/cluster';
@@ -32,6 +33,13 @@ export const CLUSTER_TOPIC = '$fleet/cluster';
 const MEMBERS_TOPIC = `${CLUSTER_TOPIC}/share`;
 /** Payload: a client id whose connection every node closes (the cloud's account only). */
 export const CLUSTER_DISCONNECT_TOPIC = `${CLUSTER_TOPIC}/disconnect`;
+/**
+ * Payload: a node the cluster found dead (silent for three heartbeats). The cluster has ended its
+ * connections (their wills published, their robots shown offline, its share members cleared), so
+ * a node that reads its own id here was only stalled, and closes every connection it still holds:
+ * its clients connect again, to it or another node, and are seen anew.
+ */
+const DEAD_TOPIC = `${CLUSTER_TOPIC}/dead`;
 const SYS = '$SYS/';
 
 /** Whether the MQTT topic filter `filter` matches `topic` (`+` one level, `#` the rest). */
@@ -55,7 +63,13 @@ export function parseShared(topic: string): { group: string; filter: string } | 
   return { group: rest.slice(0, slash), filter: rest.slice(slash + 1) };
 }
 
-/** Which nodes are alive: heard (heartbeat or birth) within three heartbeats, as aedes judges wills. */
+/**
+ * Which nodes are alive: heard (heartbeat or birth) within three heartbeats, as aedes judges
+ * wills, but counted against this node's own heartbeat as it comes back through Redis, not
+ * against the wall clock: a node whose event loop or Redis link stalled (a connection storm, a
+ * long garbage collection) hears every heartbeat late, its own too, and must not then find the
+ * whole cluster dead. A node is silent only while this node heard itself.
+ */
 export class NodeLiveness {
   private readonly heard = new Map<string, number>();
 
@@ -69,10 +83,15 @@ export class NodeLiveness {
     this.heard.set(node, this.clock.now());
   }
 
+  /** When this node last heard itself through the cluster (now, until its first heartbeat came back). */
+  private reference(): number {
+    return this.heard.get(this.self) ?? this.clock.now();
+  }
+
   alive(node: string): boolean {
     if (node === this.self) return true;
     const at = this.heard.get(node);
-    return at !== undefined && this.clock.now() - at <= 3 * this.heartbeatMs;
+    return at !== undefined && this.reference() - at <= 3 * this.heartbeatMs;
   }
 
   /** Nodes heard once and silent since (each is reported once, then forgotten). */
@@ -84,7 +103,7 @@ export class NodeLiveness {
 
   /** The live node with the smallest id: it speaks for the cluster about a dead node. */
   leader(): string {
-    return [this.self, ...[...this.heard.keys()].filter((n) => this.alive(n))].sort()[0]!;
+    return [...new Set([this.self, ...[...this.heard.keys()].filter((n) => this.alive(n))])].sort()[0]!;
   }
 }
 
@@ -331,9 +350,25 @@ export async function startClusterNode(opts: ClusterNodeOptions): Promise<Cluste
   });
   for await (const m of retainedMessages(aedes, [`${MEMBERS_TOPIC}/#`])) clusterShares.apply(m.topic, m.payload);
   shares = clusterShares;
+  // Nodes this one found dead: one heard again was only stalled, and is told again (it may have
+  // missed the first word, its Redis link cut while it stalled).
+  const foundDead = new Set<string>();
   mq.on(`${SYS}+/heartbeat`, (packet: MqPacket, done: () => void) => {
-    alive.saw(bytes(packet.payload).toString());
+    const node = bytes(packet.payload).toString();
+    alive.saw(node);
+    if (foundDead.delete(node) && alive.leader() === self) publish(DEAD_TOPIC, node, false);
     done();
+  });
+  let fencedAt: number | null = null;
+  mq.on(DEAD_TOPIC, (packet: MqPacket, done: () => void) => {
+    done();
+    if (bytes(packet.payload).toString() !== self) return;
+    // The first word and its repeat come within a few heartbeats: one fence serves both.
+    if (fencedAt !== null && clock.now() - fencedAt < 3 * opts.heartbeatMs) return;
+    fencedAt = clock.now();
+    const ids = Object.keys(local).filter((id) => local[id] && !local[id].closed);
+    opts.log('the cluster found this node dead while it stalled: closing the connections it holds', { clients: ids.length });
+    for (const id of ids) broker.disconnect(id);
   });
   mq.on(`${SYS}+/birth`, (packet: MqPacket, done: () => void) => {
     alive.saw(bytes(packet.payload).toString());
@@ -363,6 +398,10 @@ export async function startClusterNode(opts: ClusterNodeOptions): Promise<Cluste
     Readable.from(
       (async function* () {
         for await (const will of streamWill(brokers) as AsyncIterable<WillPacket>) {
+          // aedes judges by the wall clock, so a node that stalled finds every node dead, itself
+          // too: a will of a node heard within three of this node's own heartbeats, or of a
+          // client still connected here, is not published (it comes again if the node dies).
+          if (will.brokerId === self ? local[will.clientId] !== undefined : alive.alive(will.brokerId)) continue;
           const at = locations.nodeOf(will.clientId);
           if (at !== undefined && at !== will.brokerId && alive.alive(at)) {
             await wills.delWill({ id: will.clientId, brokerId: will.brokerId });
@@ -381,6 +420,8 @@ export async function startClusterNode(opts: ClusterNodeOptions): Promise<Cluste
     if (closed) return;
     for (const node of alive.takeDead()) {
       const leader = alive.leader() === self;
+      foundDead.add(node);
+      if (leader) publish(DEAD_TOPIC, node, false);
       const clients = locations.takeClientsOf(node);
       opts.log('cluster node silent for three heartbeats: its connections ended', { node, clients: clients.length, reporting: leader });
       if (!leader) continue;

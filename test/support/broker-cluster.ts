@@ -1,6 +1,7 @@
 /**
  * A broker cluster for the tests, as docs/operations.md sets one up: one Redis (Debian's
- * redis-server, on loopback, no persistence to disk), and `fleet-cloud broker-node` nodes on it,
+ * redis-server, on loopback, an append-only file in the cluster's directory so a stop and a
+ * restart keep the cluster's state, as mosquitto's persistence file does), and `fleet-cloud broker-node` nodes on it,
  * each on a port of its own, reading robot accounts from the cloud's store (`storeEnv`: the
  * PostgreSQL database, or the data directory on SQLite) and letting in the cloud's replicas with
  * an account file written by `fleet-cloud broker-config`.
@@ -25,7 +26,7 @@ export interface ClusterNodeProcess {
 
 export interface BrokerCluster extends AsyncDisposable {
   readonly redisUrl: string;
-  /** The Redis server the nodes share. */
+  /** The Redis server the nodes share (a new process after a stop and a restart). */
   readonly redisProcess: SpawnedProcess;
   readonly nodes: readonly ClusterNodeProcess[];
   /** Every node's URL, in order. */
@@ -39,11 +40,15 @@ export interface BrokerCluster extends AsyncDisposable {
   readonly process: SpawnedProcess;
   /** kill -9 of one node (its connections end with it; its robots' wills are another node's to publish). */
   kill(index: number): Promise<void>;
-  /** Starts a killed or stopped node again on its port (a new node id). */
+  /** Starts a killed or stopped node again on its port (a new node id), and Redis first if it was stopped. */
   start(index: number): Promise<void>;
   /** Every node started again (a node that still runs is left as it is). */
   restart(): Promise<void>;
-  /** Every node stopped (SIGTERM); Redis keeps the cluster's state. */
+  /**
+   * Every node stopped (SIGTERM), then Redis (its append-only file keeps the cluster's state for a
+   * restart). Nothing of the cluster outlives a stop: a test file that ends without disposing it
+   * leaves no server behind.
+   */
   stop(): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
@@ -94,8 +99,13 @@ export async function startBrokerCluster(opts: BrokerClusterOptions): Promise<Br
   const account = JSON.parse(readFileSync(accountFile, 'utf8')) as { username: string; password: string };
 
   const redisPort = await freePort();
-  const redis = spawnProcess(redisBinary(), ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], { name: 'redis-server' });
-  await redis.waitForStdout((l) => l.includes('Ready to accept connections'), { timeoutMs: 30_000, description: 'redis-server to be ready' });
+  const redisArgs = ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--appendfsync', 'no', '--dir', dir];
+  const spawnRedis = async () => {
+    const proc = spawnProcess(redisBinary(), redisArgs, { name: 'redis-server' });
+    await proc.waitForStdout((l) => l.includes('Ready to accept connections'), { timeoutMs: 30_000, description: 'redis-server to be ready' });
+    return proc;
+  };
+  let redis = await spawnRedis();
   const redisUrl = `redis://127.0.0.1:${redisPort}`;
 
   const ports: number[] = [];
@@ -128,7 +138,9 @@ export async function startBrokerCluster(opts: BrokerClusterOptions): Promise<Br
   }
   const cluster: BrokerCluster = {
     redisUrl,
-    redisProcess: redis,
+    get redisProcess() {
+      return redis;
+    },
     get nodes() {
       return nodes;
     },
@@ -150,14 +162,17 @@ export async function startBrokerCluster(opts: BrokerClusterOptions): Promise<Br
       n.alive = false;
     },
     async start(index) {
+      if (redis.exit !== null) redis = await spawnRedis();
       await spawnNode(index);
     },
     async restart() {
+      if (redis.exit !== null) redis = await spawnRedis();
       for (const n of [...nodes]) if (n.process.exit !== null) await spawnNode(n.index);
     },
     async stop() {
       const exits = await Promise.all(nodes.map((n) => n.process.kill('SIGTERM')));
       for (const n of nodes) n.alive = false;
+      await redis.kill('SIGTERM');
       return exits[0]!;
     },
     [Symbol.asyncDispose]: dispose,

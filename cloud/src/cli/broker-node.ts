@@ -17,12 +17,12 @@ export function registerBrokerNode(program: Command): void {
     .addOption(new Option('--port <port>', 'MQTT port (0: any free port)').env('FLEET_BROKER_PORT').default('1883'))
     .addOption(new Option('--redis-url <url>', 'the Redis every node of the cluster shares (redis:// or rediss://)').env('FLEET_REDIS_URL'))
     .addOption(new Option('--node-id <id>', 'this node\'s id, unique in the cluster (default: a new one each start)').env('FLEET_BROKER_NODE_ID'))
-    .addOption(new Option('--heartbeat-ms <ms>', 'how often the node tells the others it is alive; silent for three is dead').env('FLEET_BROKER_HEARTBEAT_MS'))
+    .addOption(new Option('--heartbeat-ms <ms>', 'how often the node tells the others it is alive; silent for three is dead').env('FLEET_BROKER_HEARTBEAT_MS').default('5000'))
     .addOption(new Option('--account-file <file>', 'the cloud replicas\' account ({username, password}; fleet-cloud broker-config writes one)').env('FLEET_MQTT_ACCOUNT_FILE'))
-    .addOption(new Option('--mqtt-messages-per-second <n>', 'PUBLISH packets per second one robot may send').env('FLEET_MQTT_MESSAGES_PER_SECOND'))
-    .addOption(new Option('--mqtt-bytes-per-second <n>', 'payload bytes per second one robot may send').env('FLEET_MQTT_BYTES_PER_SECOND'))
-    .addOption(new Option('--failed-logins-per-window <n>', 'refused robot passwords one address may send per window').env('FLEET_FAILED_LOGINS_PER_WINDOW'))
-    .addOption(new Option('--failed-login-window-s <s>', 'the window of --failed-logins-per-window').env('FLEET_FAILED_LOGIN_WINDOW_S'))
+    .addOption(new Option('--mqtt-messages-per-second <n>', 'PUBLISH packets per second one robot may send on this node').env('FLEET_MQTT_MESSAGES_PER_SECOND').default('100'))
+    .addOption(new Option('--mqtt-bytes-per-second <n>', 'payload bytes per second one robot may send on this node').env('FLEET_MQTT_BYTES_PER_SECOND').default('1048576'))
+    .addOption(new Option('--failed-logins-per-window <n>', 'refused robot passwords one address may send per window').env('FLEET_FAILED_LOGINS_PER_WINDOW').default('20'))
+    .addOption(new Option('--failed-login-window-s <s>', 'the window of --failed-logins-per-window, in seconds').env('FLEET_FAILED_LOGIN_WINDOW_S').default('60'))
     .addOption(new Option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent').env('FLEET_LOG_LEVEL').default('info'))
     .action(async (opts: Record<string, string | undefined>) => {
       const input = {

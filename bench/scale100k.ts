@@ -25,7 +25,7 @@
  * Any lost or doubled report, a command answered twice, a robot that did not come back, or a
  * failed request fails the run after the figures are printed. Nothing is asserted about time.
  */
-import { fork, type ChildProcess } from 'node:child_process';
+import { fork, spawnSync, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -178,6 +178,44 @@ async function enrollAll(clouds: readonly CloudProcess[], token: string, n: numb
 
 /** Every RSS of a process tree's root (a node, a replica, Redis), MiB. */
 const rssOf = (pid: number): number => memoryMb(pid).rss;
+
+/**
+ * What a run that waited in vain for the replicas' count prints before it fails, so that the
+ * next run need not be repeated to learn where the robots went: the robots the load processes
+ * hold connected (per node), the nodes that exited, Redis's clients and pub/sub figures, the
+ * store's count, and the last lines of every node and replica.
+ */
+async function diagnose(
+  workers: readonly { stats(): Promise<WorkerStats> }[],
+  cluster: Awaited<ReturnType<typeof startBrokerCluster>>,
+  clouds: readonly CloudProcess[],
+  databaseUrl: string,
+): Promise<void> {
+  try {
+    const stats = await Promise.all(workers.map((w) => w.stats()));
+    log(`diagnosis: the load processes hold ${sum(stats.map((s) => s.connected))} robots connected after ${sum(stats.map((s) => s.reconnects))} reconnects; per node: ${cluster.urls.map((u) => sum(stats.map((s) => s.onUrl[u] ?? 0))).join(', ')}`);
+    log(`diagnosis: nodes exited: ${cluster.nodes.filter((nd) => nd.process.exit !== null).map((nd) => nd.index).join(', ') || 'none'}`);
+    const port = new URL(cluster.redisUrl).port;
+    for (const section of ['clients', 'stats', 'memory']) {
+      const r = spawnSync('redis-cli', ['-p', port, 'INFO', section], { encoding: 'utf8', timeout: 10_000 });
+      log(`diagnosis: redis INFO ${section}: ${(r.stdout ?? '').split('\n').filter((l) => /clients|output|pubsub|rejected|evicted|used_memory_human|total_connections/.test(l)).map((l) => l.trim()).join(' ')}`);
+    }
+    const lists = spawnSync('redis-cli', ['-p', port, 'CLIENT', 'LIST'], { encoding: 'utf8', timeout: 10_000 });
+    log(`diagnosis: redis clients with pub/sub output queued: ${(lists.stdout ?? '').split('\n').filter((l) => / sub=[1-9]| psub=[1-9]/.test(l) && !/ omem=0 /.test(l)).length}`);
+    const db = new pg.Client({ connectionString: databaseUrl });
+    await db.connect();
+    try {
+      const r = await db.query<{ connected: boolean; n: string }>('SELECT connected, count(*) AS n FROM robots GROUP BY connected');
+      log(`diagnosis: store robots by connected: ${r.rows.map((x) => `${x.connected}=${x.n}`).join(' ')}`);
+    } finally {
+      await db.end();
+    }
+    for (const nd of cluster.nodes) log(`diagnosis: node ${nd.index}: ${nd.process.describe().slice(-1500)}`);
+    for (const c of clouds) log(`diagnosis: replica ${c.process.pid}: ${c.process.describe().slice(-3000)}`);
+  } catch (err) {
+    log(`diagnosis failed: ${String(err)}`);
+  }
+}
 
 /** Robots a replica's /metrics counts as connected (read from the shared store). */
 async function connectedGauge(cloud: CloudProcess): Promise<number> {
@@ -358,11 +396,16 @@ export const scale100k: BenchModule = {
 
       const tListed = performance.now();
       let gauge = 0;
-      await waitFor(async () => ((gauge = await connectedGauge(first)) >= n ? true : undefined), {
-        timeoutMs: 600_000,
-        intervalMs: 2000,
-        description: () => `the replicas to count ${n} robots connected (${gauge})`,
-      });
+      try {
+        await waitFor(async () => ((gauge = await connectedGauge(first)) >= n ? true : undefined), {
+          timeoutMs: 600_000,
+          intervalMs: 2000,
+          description: () => `the replicas to count ${n} robots connected (${gauge})`,
+        });
+      } catch (err) {
+        await diagnose(workers, cluster, clouds, storeEnv.FLEET_DATABASE_URL);
+        throw err;
+      }
       const listedMs = performance.now() - tListed + connectMs;
       await sleep(3000);
       let stats = await Promise.all(workers.map((w) => w.stats()));

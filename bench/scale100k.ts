@@ -33,7 +33,7 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { Pool } from 'undici';
-import { startBrokerCluster } from '../test/support/broker-cluster.js';
+import { startBrokerCluster, type BrokerCluster } from '../test/support/broker-cluster.js';
 import { makeTempDir, REPO_ROOT, type CloudProcess } from '../test/support/cloud.js';
 import { createDatabase, ensurePostgresBinaries, startPostgres } from '../test/support/postgres.js';
 import { sample, scrapeMetrics, startReplicas } from '../test/support/replicas.js';
@@ -187,13 +187,13 @@ const rssOf = (pid: number): number => memoryMb(pid).rss;
  */
 async function diagnose(
   workers: readonly { stats(): Promise<WorkerStats> }[],
-  cluster: Awaited<ReturnType<typeof startBrokerCluster>>,
+  cluster: BrokerCluster,
   clouds: readonly CloudProcess[],
   databaseUrl: string,
 ): Promise<void> {
   try {
     const stats = await Promise.all(workers.map((w) => w.stats()));
-    log(`diagnosis: the load processes hold ${sum(stats.map((s) => s.connected))} robots connected after ${sum(stats.map((s) => s.reconnects))} reconnects; per node: ${cluster.urls.map((u) => sum(stats.map((s) => s.onUrl[u] ?? 0))).join(', ')}`);
+    log(`diagnosis: the load processes hold ${sum(stats.map((s) => s.connected))} robots connected after ${sum(stats.map((s) => s.reconnects))} reconnects; per node: ${robotsPerNode(cluster.urls, stats).join(', ')}`);
     log(`diagnosis: nodes exited: ${cluster.nodes.filter((nd) => nd.process.exit !== null).map((nd) => nd.index).join(', ') || 'none'}`);
     const port = new URL(cluster.redisUrl).port;
     for (const section of ['clients', 'stats', 'memory']) {
@@ -215,6 +215,11 @@ async function diagnose(
   } catch (err) {
     log(`diagnosis failed: ${String(err)}`);
   }
+}
+
+/** Robots the load processes hold connected on each node, in the order of `urls`. */
+function robotsPerNode(urls: readonly string[], stats: readonly WorkerStats[]): number[] {
+  return urls.map((u) => sum(stats.map((s) => s.onUrl[u] ?? 0)));
 }
 
 /** Robots a replica's /metrics counts as connected (read from the shared store). */
@@ -409,7 +414,7 @@ export const scale100k: BenchModule = {
       const listedMs = performance.now() - tListed + connectMs;
       await sleep(3000);
       let stats = await Promise.all(workers.map((w) => w.stats()));
-      const perNode = urls.map((u) => sum(stats.map((s) => s.onUrl[u] ?? 0)));
+      const perNode = robotsPerNode(urls, stats);
       const loaded = { nodes: cluster.nodes.map((nd) => rssOf(nd.process.pid)), replicas: clouds.map((c) => rssOf(c.process.pid)), redis: rssOf(cluster.redisProcess.pid) };
       const nodeKb = perNode.map((count, i) => (count > 0 ? ((loaded.nodes[i]! - idle.nodes[i]!) * 1024) / count : Number.NaN));
       const replicaKb = loaded.replicas.map((r, i) => ((r - idle.replicas[i]!) * 1024) / n);

@@ -42,4 +42,30 @@ describe('BrokerConnectionLog', () => {
     log.clear();
     expect(log.state(OTHER)).toBeUndefined();
   });
+
+  it("a cluster's line about a robot's earlier connection does not end the one that came up after it", () => {
+    const log = new BrokerConnectionLog();
+    const up = (conn: string) => `1795748449: New client connected from 127.0.0.1:1 as ${ROBOT} (p2, c1, k0, u'${ROBOT}'). [conn ${conn}]`;
+    const down = (conn: string) => `1795748450: Client ${ROBOT} disconnected. [conn ${conn}]`;
+    // Moved from node b to node a; b's line about the old connection comes last.
+    expect(log.read(up('b/k1.1'))).toEqual({ robotId: ROBOT, up: true });
+    expect(log.read(up('a/k2.7'))).toEqual({ robotId: ROBOT, up: true });
+    expect(log.read(down('b/k1.1'))).toBeNull();
+    expect(log.read(down('b'))).toBeNull();
+    expect(log.state(ROBOT)).toBe(true);
+    // Again on the same node: the end of the connection before is not this one's.
+    expect(log.read(up('a/k2.8'))).toEqual({ robotId: ROBOT, up: true });
+    expect(log.read(down('a/k2.7'))).toBeNull();
+    expect(log.state(ROBOT)).toBe(true);
+    // Its own end, or its node found dead, does end it.
+    expect(log.read(down('a/k2.8'))).toEqual({ robotId: ROBOT, up: false });
+    expect(log.state(ROBOT)).toBe(false);
+    log.read(up('a/k2.9'));
+    expect(log.read(down('a'))).toEqual({ robotId: ROBOT, up: false });
+    // A line without a connection (mosquitto's), or about a robot whose connect this log missed, applies as read.
+    log.read(up('c/k3.1'));
+    expect(log.read(`1795748451: Client ${ROBOT} closed its connection.`)).toEqual({ robotId: ROBOT, up: false });
+    log.clear();
+    expect(log.read(down('b/k1.1'))).toEqual({ robotId: ROBOT, up: false });
+  });
 });

@@ -8,6 +8,17 @@ const CONNECTED = /^\d+: New client connected from \S+ as (\S+) \(/;
  * `Socket error on client rbt_…, disconnecting.`; a refused login is `Client <unknown> …`.
  */
 const DISCONNECTED = /^\d+: (?:Client (\S+) (?:.*disconnect|closed its connection)|Socket error on client (\S+), disconnecting)/;
+/**
+ * A broker cluster's lines end with the connection they are about: `[conn <node>/<n>]`, or
+ * `[conn <node>]` for whatever connection a robot had on a node that died. mosquitto's have none.
+ */
+const CONNECTION = / \[conn ([^\s/\]]+)(?:\/([^\s/\]]+))?\]$/;
+
+interface Session {
+  up: boolean;
+  node?: string;
+  n?: string;
+}
 
 /**
  * Robots' connections as mosquitto logs them (notice lines on `$SYS/broker/log/N`, with
@@ -15,7 +26,7 @@ const DISCONNECTED = /^\d+: (?:Client (\S+) (?:.*disconnect|closed its connectio
  * are kept (the cloud's own clients and refused logins are not), so it holds at most the fleet.
  */
 export class BrokerConnectionLog {
-  private readonly sessions = new Map<string, boolean>();
+  private readonly sessions = new Map<string, Session>();
   /** Whether any line reached this log (the operator's broker may not publish them). */
   seen = false;
 
@@ -27,13 +38,22 @@ export class BrokerConnectionLog {
     const id = connected?.[1] ?? disconnected?.[1] ?? disconnected?.[2];
     if (id === undefined || !RobotIdSchema.safeParse(id).success) return null;
     const up = connected !== null;
-    this.sessions.set(id, up);
+    const conn = CONNECTION.exec(line);
+    const node = conn?.[1];
+    const n = conn?.[2];
+    if (!up && node !== undefined) {
+      // A cluster's line about an earlier connection, read after the robot's next one came up
+      // (on another node, or again on the same one), ends nothing.
+      const now = this.sessions.get(id);
+      if (now?.up && now.node !== undefined && (now.node !== node || (n !== undefined && now.n !== undefined && now.n !== n))) return null;
+    }
+    this.sessions.set(id, { up, ...(node !== undefined ? { node } : {}), ...(n !== undefined ? { n } : {}) });
     return { robotId: id, up };
   }
 
   /** Whether the robot's connection is up as logged; undefined when no line about it was read. */
   state(robotId: string): boolean | undefined {
-    return this.sessions.get(robotId);
+    return this.sessions.get(robotId)?.up;
   }
 
   /** Forgets every robot (lines were missed: the reader's own connection was down). */

@@ -220,13 +220,19 @@ export class ClientLocations {
   }
 }
 
-/** A line in mosquitto's notice format (what `BrokerConnectionLog` reads). */
-export function connectLine(clock: Clock, clientId: string, address: string): string {
-  return `${Math.floor(clock.now() / 1000)}: New client connected from ${address} as ${clientId} (p2, c1, k0, u'${clientId}').`;
+/**
+ * A line in mosquitto's notice format (what `BrokerConnectionLog` reads), with the connection it
+ * is about at the end (`[conn <node>/<n>]`): lines from different nodes reach the cloud in no
+ * common order, so a line about a robot's earlier connection (its node found dead, or woken from
+ * a stall) may come after the line of its next one, and must not end that one.
+ */
+export function connectLine(clock: Clock, clientId: string, address: string, conn: string): string {
+  return `${Math.floor(clock.now() / 1000)}: New client connected from ${address} as ${clientId} (p2, c1, k0, u'${clientId}'). [conn ${conn}]`;
 }
 
-export function disconnectLine(clock: Clock, clientId: string): string {
-  return `${Math.floor(clock.now() / 1000)}: Client ${clientId} disconnected.`;
+/** `conn` is `<node>/<n>`, or only `<node>` for whatever connection the client had on a node that died. */
+export function disconnectLine(clock: Clock, clientId: string, conn: string): string {
+  return `${Math.floor(clock.now() / 1000)}: Client ${clientId} disconnected. [conn ${conn}]`;
 }
 
 export interface ClusterNodeOptions {
@@ -379,16 +385,34 @@ export async function startClusterNode(opts: ClusterNodeOptions): Promise<Cluste
     done();
   });
 
-  aedes.on('clientReady', (client: Client) => {
+  // Each connection is named `<node>/<start>.<n>` (a restarted node numbers afresh). Its line is
+  // published when aedes registers it, before the CONNACK (after it only when the connection
+  // takes over one on this node): the robot's first messages, its status, leave this node after
+  // the line, in order through Redis, so no replica reads a status of a connection it has not
+  // seen come up. A connection aedes never registered (a refused login) has no line.
+  const incarnation = clock.now().toString(36);
+  let connections = 0;
+  const connOf = new WeakMap<Client, string>();
+  const announce = (client: Client) => {
+    if (connOf.has(client)) return;
+    const conn = `${self}/${incarnation}.${++connections}`;
+    connOf.set(client, conn);
     const address = (client.conn as { remoteAddress?: string; remotePort?: number } | undefined) ?? {};
-    publish(BROKER_LOG_TOPIC, connectLine(clock, client.id, `${address.remoteAddress ?? 'unknown'}:${address.remotePort ?? 0}`), false);
+    publish(BROKER_LOG_TOPIC, connectLine(clock, client.id, `${address.remoteAddress ?? 'unknown'}:${address.remotePort ?? 0}`, conn), false);
+  };
+  aedes.on('client', announce);
+  aedes.on('connackSent', (packet: unknown, client: Client) => {
+    if ((packet as { returnCode?: number }).returnCode === 0) announce(client);
   });
   aedes.on('clientDisconnect', (client: Client) => {
     clusterShares.left(client.id);
+    const conn = connOf.get(client);
+    if (conn === undefined) return;
+    connOf.delete(client);
     // A connection another node took over is that node's to report.
     if (takenOver.delete(client.id)) return;
     if (locations.nodeOf(client.id) !== undefined && locations.nodeOf(client.id) !== self) return;
-    publish(BROKER_LOG_TOPIC, disconnectLine(clock, client.id), false);
+    publish(BROKER_LOG_TOPIC, disconnectLine(clock, client.id, conn), false);
   });
 
   // A will of a dead node's client that is connected again somewhere would say it left: dropped.
@@ -425,7 +449,7 @@ export async function startClusterNode(opts: ClusterNodeOptions): Promise<Cluste
       const clients = locations.takeClientsOf(node);
       opts.log('cluster node silent for three heartbeats: its connections ended', { node, clients: clients.length, reporting: leader });
       if (!leader) continue;
-      for (const id of clients) if (RobotIdSchema.safeParse(id).success) publish(BROKER_LOG_TOPIC, disconnectLine(clock, id), false);
+      for (const id of clients) if (RobotIdSchema.safeParse(id).success) publish(BROKER_LOG_TOPIC, disconnectLine(clock, id, node), false);
       for (const topic of clusterShares.membersOf(node)) publish(topic, '', true);
     }
     timer = opts.scheduler.setTimeout(sweep, opts.heartbeatMs);

@@ -37,9 +37,6 @@ const MAX_ROBOT_PAYLOAD = 256 * 1024;
 
 /** Where the presence snapshot of a starting replica ends (see `presenceSnapshot`). */
 const SNAPSHOT_TOPIC = 'fleet/v1/cloud/snapshot';
-/** A presence write the store refused is tried again after this, doubling up to the max. */
-const STATUS_RETRY_FIRST_MS = 500;
-const STATUS_RETRY_MAX_MS = 30_000;
 
 /**
  * The broker's own view of robot connections: the embedded broker, which runs in this process.
@@ -79,9 +76,6 @@ export class RobotLink extends EventEmitter<{
   private readonly statusChains = new Map<string, Promise<void>>();
   /** Behind mosquitto: robots' connects and disconnects as the broker logged them. */
   private readonly brokerLog = new BrokerConnectionLog();
-  /** Presence writes waiting to be tried again (see `untilWritten`); woken by `stop()`. */
-  private readonly retryWaits = new Set<{ timer: TimerHandle; resolve: () => void }>();
-  private stopping = false;
   private brokerLogWarned = false;
   private stopSessions: (() => void) | null = null;
   /** Robots being asked whether they are there (see `probe`). */
@@ -140,7 +134,6 @@ export class RobotLink extends EventEmitter<{
   }
 
   async start(): Promise<void> {
-    this.stopping = false;
     if (this.opts.inProcess && this.opts.shareGroup) throw new Error('the embedded broker has no shared subscriptions');
     const transport: LinkTransport = this.opts.inProcess
       ? new InProcessTransport(this.opts.inProcess)
@@ -258,12 +251,6 @@ export class RobotLink extends EventEmitter<{
   }
 
   async stop(): Promise<void> {
-    this.stopping = true;
-    for (const w of this.retryWaits) {
-      this.scheduler.clearTimeout(w.timer);
-      w.resolve();
-    }
-    this.retryWaits.clear();
     for (const [, p] of this.pending) this.scheduler.clearTimeout(p.timer);
     this.pending.clear();
     this.stopSessions?.();
@@ -361,10 +348,9 @@ export class RobotLink extends EventEmitter<{
    */
   private statusInOrder(robotId: string, write: () => Promise<void>): Promise<void> {
     const before = this.statusChains.get(robotId);
-    const run = (before ?? Promise.resolve()).then(() => this.untilWritten(robotId, write));
+    const run = (before ?? Promise.resolve()).then(write);
     // The chain never rejects: the caller handles `run`'s failure (a status the store could not
-    // write before the link stopped); a rejected tail nobody awaits would end the process as an
-    // unhandled rejection.
+    // write); a rejected tail nobody awaits would end the process as an unhandled rejection.
     const tail = run.then(
       () => undefined,
       () => undefined,
@@ -374,30 +360,6 @@ export class RobotLink extends EventEmitter<{
     });
     this.statusChains.set(robotId, tail);
     return run;
-  }
-
-  /**
-   * A presence write the store refused (a pool with every connection busy past its timeout, a
-   * database failing over) is tried again, after 0.5 s doubling to 30 s, until it is written or
-   * the link stops: robots publish their status only when it changes, so a status dropped here
-   * would leave the robot shown as it was until its next change. Later statuses of the robot
-   * wait behind it, so they still land in order.
-   */
-  private async untilWritten(robotId: string, write: () => Promise<void>): Promise<void> {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await write();
-      } catch (err) {
-        if (this.stopping) throw err;
-        const delayMs = Math.min(STATUS_RETRY_MAX_MS, STATUS_RETRY_FIRST_MS * 2 ** attempt);
-        this.opts.logger.warn({ err, robot_id: robotId, attempt: attempt + 1, retry_in_ms: delayMs }, 'writing a robot status failed; trying again');
-        await new Promise<void>((resolve) => {
-          const wait = { timer: this.scheduler.setTimeout(() => (this.retryWaits.delete(wait), resolve()), delayMs), resolve };
-          this.retryWaits.add(wait);
-        });
-        if (this.stopping) throw err;
-      }
-    }
   }
 
   /**

@@ -190,6 +190,27 @@ describeStore('event log reads', (open) => {
       ]);
     });
 
+    it("statuses of many robots at once, three per robot: each robot ends in its last state, each change logged once, in each robot's order", async () => {
+      const ids = await robotsOf('org_a', 40);
+      const seen = clock.now() + 1000;
+      const writes = ids.flatMap((id) => [
+        store.robots.updateStatus(id, { connected: true, recordingState: 'idle', seenAt: seen }, robotStatusEvent),
+        store.robots.updateStatus(id, { connected: true, recordingState: 'recording', seenAt: seen + 1 }, robotStatusEvent),
+        store.robots.updateStatus(id, { connected: false, seenAt: seen + 2 }, robotStatusEvent),
+      ]);
+      expect(await Promise.all(writes)).toEqual(writes.map(() => true));
+      const rows = payloads(await store.events.listAfter('org_a', 0, { limit: 1000 })) as RobotStatusPayload[];
+      expect(rows).toHaveLength(120);
+      for (const id of ids) {
+        expect(rows.filter((p) => p.robot_id === id).map((p) => [p.online, p.recording_state])).toEqual([
+          [true, 'idle'],
+          [true, 'recording'],
+          [false, 'recording'],
+        ]);
+        expect(await store.robots.get('org_a', id)).toMatchObject({ connected: false, recordingState: 'recording', lastSeenAt: seen + 2 });
+      }
+    });
+
     it('is not logged for an unknown or a de-enrolled robot', async () => {
       const [r] = await robotsOf('org_a', 1);
       expect(await status('rbt_unknown', true, 'idle')).toBe(false);

@@ -3,7 +3,7 @@ import { robotListSql, type RobotListQuery } from '../shared/robot-list-query.js
 import { robotFromDb, tokenFromDb, type RobotDbRow, type TokenDbRow } from '../shared/rows.js';
 import { statusApplies, statusAtAfter } from '../../rules/status-order.js';
 import type { EnrollmentTokenRow, EnrollOutcome, RobotRow, RobotStatusUpdate, RobotStore } from '../shared/types.js';
-import type { PgDb } from './db.js';
+import type { PgDb, Sql } from './db.js';
 import { appendEvents } from './events.js';
 
 export class PgRobots implements RobotStore {
@@ -115,49 +115,46 @@ export class PgRobots implements RobotStore {
   }
 
   /**
-   * Reads the robot's presence under its row lock, then writes the status: a replica writing the
-   * same status after another one waits for that lock and then reads the state the first one
-   * committed, so it sees no change and logs nothing; one writing a status the robot has since
-   * replaced (it is behind) changes nothing (`statusApplies`).
+   * Statuses are written in group commits: a call joins the queue, and one transaction at a time
+   * writes every queued status (at most one per robot, `STATUS_BATCH` in all), with the events
+   * of their changes appended under one acquisition of each organization's events lock. A call
+   * on an idle store is written at once; under load (a fleet connecting) the queue grows and each
+   * transaction carries more, so presence costs one pooled connection per replica, not one per
+   * status: 100,000 robots connecting through two replicas used to queue a status per pool
+   * connection on their one organization's events lock until the pool's wait timed out and the
+   * status was lost. A transaction that fails is tried again with the next batch
+   * (`STATUS_ATTEMPTS` in all; writing a status twice changes nothing the second time).
    */
-  async updateStatus(id: string, u: RobotStatusUpdate, logChange?: (robot: RobotPresence) => LoggedEvent): Promise<boolean> {
-    return this.db.tx(async (sql) => {
-      const before = (
-        await sql.query<PresenceDbRow & { status_at: number | null }>(
-          'SELECT id, org_id, connected, recording_state, last_seen_at, status_at FROM robots WHERE id = $1 AND deenrolled_at IS NULL FOR UPDATE',
-          [id],
-        )
-      ).rows[0];
-      if (!before) return false;
-      const lastAt = before.status_at;
-      if (u.status && !statusApplies(u.status, lastAt)) {
-        await sql.query('UPDATE robots SET last_seen_at = GREATEST(COALESCE(last_seen_at, 0), $1) WHERE id = $2', [u.seenAt, id]);
-        return false;
-      }
-      const r = (
-        await sql.query<PresenceDbRow>(
-          `UPDATE robots r SET connected = $1, runtime_version = COALESCE($2, r.runtime_version), platform = COALESCE($3, r.platform),
-             capabilities = COALESCE($4, r.capabilities), recording_state = CASE WHEN $5 THEN $6 ELSE r.recording_state END,
-             last_seen_at = GREATEST(COALESCE(r.last_seen_at, 0), $7), status_at = $8
-           WHERE r.id = $9
-           RETURNING r.id, r.org_id, r.connected, r.recording_state, r.last_seen_at`,
-          [
-            u.connected,
-            u.runtimeVersion ?? null,
-            u.platform ?? null,
-            u.capabilities ? JSON.stringify(u.capabilities) : null,
-            u.recordingState !== undefined,
-            u.recordingState ?? null,
-            u.seenAt,
-            u.status ? statusAtAfter(u.status, lastAt) : lastAt,
-            id,
-          ],
-        )
-      ).rows[0]!;
-      const changed = r.connected !== before.connected || r.recording_state !== before.recording_state;
-      if (changed && logChange) await appendEvents(sql, [{ orgId: r.org_id, event: logChange(presenceFromDb(r)), at: u.seenAt }]);
-      return changed;
+  updateStatus(id: string, u: RobotStatusUpdate, logChange?: (robot: RobotPresence) => LoggedEvent): Promise<boolean> {
+    return new Promise<boolean>((resolve, reject) => {
+      this.statusQueue.push({ id, u, logChange, attempts: 0, resolve, reject });
+      if (!this.statusFlushing) void this.flushStatuses();
     });
+  }
+
+  private readonly statusQueue: QueuedStatus[] = [];
+  private statusFlushing = false;
+
+  private async flushStatuses(): Promise<void> {
+    this.statusFlushing = true;
+    try {
+      while (this.statusQueue.length > 0) {
+        const batch = takeBatch(this.statusQueue, STATUS_BATCH);
+        let changed: boolean[];
+        try {
+          changed = await this.db.tx((sql) => writeStatuses(sql, batch));
+        } catch (err) {
+          const again = batch.filter((e) => ++e.attempts < STATUS_ATTEMPTS);
+          for (const e of batch) if (e.attempts >= STATUS_ATTEMPTS) e.reject(err);
+          // Back at the front, in their order: a robot's later status stays behind its earlier one.
+          this.statusQueue.unshift(...again);
+          continue;
+        }
+        batch.forEach((e, i) => e.resolve(changed[i]!));
+      }
+    } finally {
+      this.statusFlushing = false;
+    }
   }
 
   async markAllDisconnected(log?: { at: number; logChange: (robot: RobotPresence) => LoggedEvent }): Promise<void> {
@@ -183,6 +180,106 @@ interface PresenceDbRow {
 
 function presenceFromDb(r: PresenceDbRow): RobotPresence {
   return { id: r.id, connected: r.connected, recordingState: r.recording_state, lastSeenAt: r.last_seen_at };
+}
+
+interface QueuedStatus {
+  id: string;
+  u: RobotStatusUpdate;
+  logChange: ((robot: RobotPresence) => LoggedEvent) | undefined;
+  attempts: number;
+  resolve: (changed: boolean) => void;
+  reject: (err: unknown) => void;
+}
+
+/** Most statuses one transaction writes (each adds one row to its statements and five parameters to its events' insert). */
+const STATUS_BATCH = 500;
+/** Transactions a status is tried in before its caller hears the failure. */
+const STATUS_ATTEMPTS = 3;
+
+/**
+ * Takes up to `max` statuses off the front of the queue, the first queued of each robot only:
+ * a robot's later statuses stay queued, in order, for the next batch.
+ */
+function takeBatch(queue: QueuedStatus[], max: number): QueuedStatus[] {
+  const batch: QueuedStatus[] = [];
+  const ids = new Set<string>();
+  const rest: QueuedStatus[] = [];
+  let i = 0;
+  for (; i < queue.length && batch.length < max; i++) {
+    const e = queue[i]!;
+    if (ids.has(e.id)) rest.push(e);
+    else {
+      ids.add(e.id);
+      batch.push(e);
+    }
+  }
+  queue.splice(0, i, ...rest);
+  return batch;
+}
+
+/**
+ * Writes one status per robot (distinct ids) in the caller's transaction and returns, per
+ * status, whether it changed presence or the recording state. The rows are locked in id order
+ * (another replica writing an overlapping batch waits, and never deadlocks with this one), then
+ * read: a replica writing the same status after another one reads the state the first one
+ * committed, so it sees no change and logs nothing; a status the robot has since replaced (the
+ * replica is behind) only moves last seen (`statusApplies`).
+ */
+async function writeStatuses(sql: Sql, batch: readonly QueuedStatus[]): Promise<boolean[]> {
+  const rows = (
+    await sql.query<PresenceDbRow & { status_at: number | null }>(
+      'SELECT id, org_id, connected, recording_state, last_seen_at, status_at FROM robots WHERE id = ANY($1::text[]) AND deenrolled_at IS NULL ORDER BY id FOR UPDATE',
+      [batch.map((e) => e.id)],
+    )
+  ).rows;
+  const before = new Map(rows.map((r) => [r.id, r]));
+  const cols = { id: [] as string[], apply: [] as boolean[], connected: [] as boolean[], runtime: [] as (string | null)[], platform: [] as (string | null)[],
+    capabilities: [] as (string | null)[], setRecording: [] as boolean[], recording: [] as (string | null)[], seenAt: [] as number[], statusAt: [] as (number | null)[] };
+  for (const { id, u } of batch) {
+    const b = before.get(id);
+    if (!b) continue;
+    const apply = !u.status || statusApplies(u.status, b.status_at);
+    cols.id.push(id);
+    cols.apply.push(apply);
+    cols.connected.push(u.connected);
+    cols.runtime.push(u.runtimeVersion ?? null);
+    cols.platform.push(u.platform ?? null);
+    cols.capabilities.push(u.capabilities ? JSON.stringify(u.capabilities) : null);
+    cols.setRecording.push(u.recordingState !== undefined);
+    cols.recording.push(u.recordingState ?? null);
+    cols.seenAt.push(u.seenAt);
+    cols.statusAt.push(u.status ? statusAtAfter(u.status, b.status_at) : b.status_at);
+  }
+  if (cols.id.length === 0) return batch.map(() => false);
+  const after = (
+    await sql.query<PresenceDbRow>(
+      `UPDATE robots r SET
+         connected = CASE WHEN v.apply THEN v.connected ELSE r.connected END,
+         runtime_version = CASE WHEN v.apply THEN COALESCE(v.runtime_version, r.runtime_version) ELSE r.runtime_version END,
+         platform = CASE WHEN v.apply THEN COALESCE(v.platform, r.platform) ELSE r.platform END,
+         capabilities = CASE WHEN v.apply THEN COALESCE(v.capabilities, r.capabilities) ELSE r.capabilities END,
+         recording_state = CASE WHEN v.apply AND v.set_recording THEN v.recording_state ELSE r.recording_state END,
+         last_seen_at = GREATEST(COALESCE(r.last_seen_at, 0), v.seen_at),
+         status_at = CASE WHEN v.apply THEN v.status_at ELSE r.status_at END
+       FROM unnest($1::text[], $2::bool[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::bool[], $8::text[], $9::bigint[], $10::bigint[])
+         AS v(id, apply, connected, runtime_version, platform, capabilities, set_recording, recording_state, seen_at, status_at)
+       WHERE r.id = v.id
+       RETURNING r.id, r.org_id, r.connected, r.recording_state, r.last_seen_at`,
+      [cols.id, cols.apply, cols.connected, cols.runtime, cols.platform, cols.capabilities, cols.setRecording, cols.recording, cols.seenAt, cols.statusAt],
+    )
+  ).rows;
+  const written = new Map(after.map((r) => [r.id, r]));
+  const events: { orgId: string; event: LoggedEvent; at: number }[] = [];
+  const changed = batch.map(({ id, u, logChange }) => {
+    const b = before.get(id);
+    const r = written.get(id);
+    if (!b || !r) return false;
+    const c = r.connected !== b.connected || r.recording_state !== b.recording_state;
+    if (c && logChange) events.push({ orgId: r.org_id, event: logChange(presenceFromDb(r)), at: u.seenAt });
+    return c;
+  });
+  await appendEvents(sql, events);
+  return changed;
 }
 
 const PG_DIALECT = { param: (n: number) => `$${n}`, bool: (b: boolean) => b, nameCollate: ' COLLATE "C"' };

@@ -44,6 +44,8 @@ let refusedAcks = 0;
 let replies = 0;
 let commandsDeliveredAgain = 0;
 let reconnects = 0;
+/** Why reconnects failed, by message (robot ids and ports left out), for the bench's diagnosis. */
+const reconnectErrors = new Map<string, number>();
 /** Robots marked as on the node about to die, and when each was connected again (ms after its loss). */
 let marked: Set<Robot> = new Set();
 const recovered = new Map<Robot, number>();
@@ -166,7 +168,9 @@ function scheduleReconnect(r: Robot): void {
   setTimeout(() => {
     if (stopping) return;
     reconnects++;
-    connectOnce(r).catch(() => {
+    connectOnce(r).catch((err: unknown) => {
+      const why = (err instanceof Error ? err.message : String(err)).replace(/rbt_\w+/g, 'rbt_…').replace(/:\d+/g, ':…').slice(0, 120);
+      reconnectErrors.set(why, (reconnectErrors.get(why) ?? 0) + 1);
       r.client?.end(true);
       r.client = null;
       if (!stopping) scheduleReconnect(r);
@@ -248,6 +252,7 @@ function stats(): Record<string, unknown> {
     replies,
     commandsDeliveredAgain,
     reconnects,
+    reconnectErrors: Object.fromEntries(reconnectErrors),
     marked: marked.size,
     recovered: times.length,
     recoveredMaxMs: times.at(-1) ?? null,

@@ -75,6 +75,7 @@ interface WorkerStats {
   replies: number;
   commandsDeliveredAgain: number;
   reconnects: number;
+  reconnectErrors: Record<string, number>;
   marked: number;
   recovered: number;
   recoveredMaxMs: number | null;
@@ -194,6 +195,9 @@ async function diagnose(
   try {
     const stats = await Promise.all(workers.map((w) => w.stats()));
     log(`diagnosis: the load processes hold ${sum(stats.map((s) => s.connected))} robots connected after ${sum(stats.map((s) => s.reconnects))} reconnects; per node: ${robotsPerNode(cluster.urls, stats).join(', ')}`);
+    const why = new Map<string, number>();
+    for (const s of stats) for (const [k, v] of Object.entries(s.reconnectErrors)) why.set(k, (why.get(k) ?? 0) + v);
+    log(`diagnosis: failed reconnects by reason: ${[...why].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, v]) => `${v}x ${k}`).join('; ') || 'none'}`);
     log(`diagnosis: nodes exited: ${cluster.nodes.filter((nd) => nd.process.exit !== null).map((nd) => nd.index).join(', ') || 'none'}`);
     const port = new URL(cluster.redisUrl).port;
     for (const section of ['clients', 'stats', 'memory']) {
@@ -440,14 +444,19 @@ export const scale100k: BenchModule = {
       await cluster.kill(killIndex);
       const during = commandLoad(clouds, adminKey, robots, commandRate, commandSeconds, 'failover');
       let back = 0;
-      await waitFor(
-        async () => {
-          stats = await Promise.all(workers.map((w) => w.stats()));
-          back = sum(stats.map((s) => s.recovered));
-          return back >= onKilled ? true : undefined;
-        },
-        { timeoutMs: 600_000, intervalMs: 500, description: () => `the ${onKilled} robots of node ${killIndex} to connect again (${back} so far)` },
-      );
+      try {
+        await waitFor(
+          async () => {
+            stats = await Promise.all(workers.map((w) => w.stats()));
+            back = sum(stats.map((s) => s.recovered));
+            return back >= onKilled ? true : undefined;
+          },
+          { timeoutMs: 600_000, intervalMs: 500, description: () => `the ${onKilled} robots of node ${killIndex} to connect again (${back} so far)` },
+        );
+      } catch (err) {
+        await diagnose(workers, cluster, clouds, storeEnv.FLEET_DATABASE_URL);
+        throw err;
+      }
       const allBackMs = Math.max(...stats.map((s) => s.recoveredMaxMs ?? 0));
       // The replicas first see the node's robots go (three missed heartbeats), then come back.
       let lowest = n;

@@ -51,7 +51,7 @@ describe('enrollment tokens and fleet-agent enroll', () => {
     const file = join(dataDir, 'credentials.json');
     expect((await stat(file)).mode & 0o777).toBe(0o600);
     const creds = await readStoredCredentials(dataDir);
-    // On a broker cluster the robot gets every node, starting at one picked from its id; its
+    // On a broker cluster the robot gets every node, in an order of its own (ranked by its id); its
     // `url` is the first of them. On one broker that is the cloud's.
     const urls = creds.mqtt.urls ?? [creds.mqtt.url];
     expect(urls).toContain(cloud.mqtt);

@@ -347,7 +347,8 @@ export async function startCloud(opts: StartCloudOptions = {}): Promise<CloudPro
       const broker = await holdBroker(dataDir, dbEnv);
       holdsBroker = true;
       // On a cluster, replica i is on node i (modulo the nodes) and robots are told every node,
-      // the last first: each command and report crosses nodes.
+      // each robot in an order of its own (most land on another node than a given replica's):
+      // commands and reports cross nodes.
       const urls = broker.urls ?? [broker.url];
       const replicaUrls = broker.replicaUrls ?? urls;
       const urlOf = (i: number) => replicaUrls[i % replicaUrls.length]!;

@@ -6,6 +6,7 @@ import redisPersistence from 'aedes-persistence-redis';
 import { fnv1a, RobotIdSchema, type Clock, type Scheduler, type TimerHandle } from '@fleet/protocol';
 import { retainedMessages, startEmbeddedBroker, type BrokerHooks, type EmbeddedBroker } from './broker.js';
 import { BROKER_LOG_TOPIC } from './dynsec-config.js';
+import { installWillStore } from './will-store.js';
 
 /**
  * A broker cluster: aedes nodes on one Redis (mqemitter-redis carries every publish to every
@@ -291,9 +292,12 @@ export async function startClusterNode(opts: ClusterNodeOptions): Promise<Cluste
     if (numbering && packet.brokerId === numbering.id) packet.brokerCounter = ++numbering.counter;
     return emit(packet, done);
   };
-  const persistence = redisPersistence({ conn: new Redis(opts.redisUrl, { lazyConnect: false }) });
+  const persistenceConn = new Redis(opts.redisUrl, { lazyConnect: false });
+  const persistence = redisPersistence({ conn: persistenceConn });
   const locations = new ClientLocations();
   let self = opts.nodeId ?? '';
+  // Wills in a hash per node instead of the persistence's one list of every will (will-store.ts).
+  installWillStore(persistence, persistenceConn, () => self);
   // A node's own id is known once aedes made it; the listeners below run only after that.
   let liveness: NodeLiveness | null = null;
   let shares: ClusterShares | null = null;

@@ -13,19 +13,29 @@ describe('broker address lists', () => {
     }
   });
 
-  it("hands each robot every node, starting at one picked from its id, so a fleet spreads over them", () => {
-    const nodes = ['mqtt://a:1', 'mqtt://b:1', 'mqtt://c:1'];
+  it('hands each robot every node in an order of its own: a fleet spreads over the nodes, and so do the robots of a node that goes away', () => {
+    const nodes = Array.from({ length: 7 }, (_, i) => `mqtt://127.0.0.1:${35881 + i}`);
     const firsts = new Map<string, number>();
-    for (let i = 0; i < 3000; i++) {
+    const next = new Map<string, Map<string, number>>();
+    const robots = 14_000;
+    for (let i = 0; i < robots; i++) {
       const list = brokerUrlsForRobot(`rbt_${i.toString(36)}`, nodes);
-      expect([...list].sort()).toEqual(nodes);
-      // A rotation of the configured order.
-      const k = nodes.indexOf(list[0]!);
-      expect(list).toEqual([...nodes.slice(k), ...nodes.slice(0, k)]);
+      expect([...list].sort()).toEqual([...nodes].sort());
       firsts.set(list[0]!, (firsts.get(list[0]!) ?? 0) + 1);
+      const after = next.get(list[0]!) ?? new Map<string, number>();
+      after.set(list[1]!, (after.get(list[1]!) ?? 0) + 1);
+      next.set(list[0]!, after);
     }
-    for (const n of nodes) expect(firsts.get(n)).toBeGreaterThan(800);
-    expect(brokerUrlsForRobot('rbt_x', nodes)).toEqual(brokerUrlsForRobot('rbt_x', nodes));
+    // About 2,000 robots start on each node...
+    for (const n of nodes) expect(firsts.get(n)).toBeGreaterThan(0.85 * (robots / 7));
+    // ...and when it goes away, its robots' next addresses are the six others, about 333 each
+    // (a rotation of one configured order would send them all to one node).
+    for (const n of nodes) {
+      const after = next.get(n)!;
+      expect(after.size).toBe(6);
+      for (const count of after.values()) expect(count).toBeGreaterThan(0.7 * (firsts.get(n)! / 6));
+    }
+    expect(brokerUrlsForRobot('rbt_x', nodes)).toEqual(brokerUrlsForRobot('rbt_x', [...nodes].reverse()));
     expect(brokerUrlsForRobot('rbt_x', ['mqtt://only:1'])).toEqual(['mqtt://only:1']);
   });
 

@@ -66,6 +66,22 @@ const T0 = Date.parse('2026-01-01T00:00:00Z');
     expect(events.sort()).toEqual([...ids].sort());
   });
 
+  it("one robot's many statuses queued at once are written one per transaction, in order, behind other robots' ones", async () => {
+    const [r, other] = await robots(twins.first, 2);
+    const states = Array.from({ length: 900 }, (_, i) => (i % 2 === 0 ? 'recording' : 'idle'));
+    const writes = states.map((recordingState, i) =>
+      twins.first.robots.updateStatus(r!, { connected: true, recordingState, seenAt: T0 + i, status: { at: T0 + i, online: true } }, robotStatusEvent),
+    );
+    const elsewhere = twins.first.robots.updateStatus(other!, online(other!, T0 + 10), robotStatusEvent);
+    expect(await Promise.all(writes)).toEqual(states.map(() => true));
+    expect(await elsewhere).toBe(true);
+    const logged = (await twins.first.events.listAfter('org_a', 0, { limit: 1000 }))
+      .map((e) => JSON.parse(e.payload) as RobotStatusPayload)
+      .filter((p) => p.robot_id === r);
+    expect(logged.map((p) => p.recording_state)).toEqual(states);
+    expect(await twins.first.robots.get('org_a', r!)).toMatchObject({ recordingState: 'idle', lastSeenAt: T0 + 899 });
+  });
+
   it('a transaction that fails is tried again; after three failed tries its callers hear the error and nothing was written', async () => {
     const [r1, r2] = await robots(twins.first, 2);
     countTx(twins.first, 2);

@@ -204,8 +204,10 @@ function takeBatch(queue: QueuedStatus[], max: number): QueuedStatus[] {
   const batch: QueuedStatus[] = [];
   const ids = new Set<string>();
   const rest: QueuedStatus[] = [];
+  // Looks no further than a few batches ahead: a queue of one robot's statuses costs no scan of it all.
+  const end = Math.min(queue.length, max * 4);
   let i = 0;
-  for (; i < queue.length && batch.length < max; i++) {
+  for (; i < end && batch.length < max; i++) {
     const e = queue[i]!;
     if (ids.has(e.id)) rest.push(e);
     else {
@@ -213,7 +215,9 @@ function takeBatch(queue: QueuedStatus[], max: number): QueuedStatus[] {
       batch.push(e);
     }
   }
-  queue.splice(0, i, ...rest);
+  // The skipped ones back in front, in order (in place: no spread of a long array).
+  queue.splice(0, batch.length);
+  for (let k = 0; k < rest.length; k++) queue[k] = rest[k]!;
   return batch;
 }
 
